@@ -1,0 +1,186 @@
+package kvcache
+
+import (
+	"fmt"
+	"math"
+)
+
+// DefaultPageSize is the number of token slots per page when Config.PageSize is 0.
+const DefaultPageSize = 16
+
+// MaxPageSize bounds Config.PageSize.
+const MaxPageSize = 1 << 16
+
+// MaxPages bounds the number of pages in a pool (page ids are int32).
+const MaxPages = math.MaxInt32
+
+// PoisonF16 is the half-precision quiet NaN that a poisoning pool writes into
+// every slot of a free page.
+const PoisonF16 uint16 = 0x7e00
+
+// ScrubMode says what happens to a page's contents when it is freed.
+type ScrubMode int
+
+const (
+	// ScrubOnFree zeroes the written slots of a page when it is freed (default).
+	ScrubOnFree ScrubMode = iota
+	// ScrubNever leaves freed pages as they are. Isolation then rests on View's
+	// written-slot checks alone.
+	ScrubNever
+)
+
+// String names the mode.
+func (m ScrubMode) String() string {
+	switch m {
+	case ScrubOnFree:
+		return "ScrubOnFree"
+	case ScrubNever:
+		return "ScrubNever"
+	}
+	return fmt.Sprintf("ScrubMode(%d)", int(m))
+}
+
+// Config describes a pool. Set exactly one of Pages and MemoryBytes.
+type Config struct {
+	Layers   int // transformer layers; > 0
+	KVHeads  int // key/value heads per layer; > 0
+	HeadDim  int // values per head; > 0
+	PageSize int // token slots per page, a power of two; 0 means DefaultPageSize
+
+	Pages       int   // number of pages, or
+	MemoryBytes int64 // a byte budget: as many whole pages as fit
+
+	// Poison fills every free page (at construction and on free) with
+	// PoisonF16, so a read of a slot nobody wrote shows up as NaN. Debug aid;
+	// it takes precedence over Scrub.
+	Poison bool
+	Scrub  ScrubMode
+}
+
+// KVDim is the number of half values in one K (or V) row: KVHeads*HeadDim.
+func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
+
+// normalized returns c with defaults applied and Pages resolved, or an error
+// naming the first bad field.
+func (c Config) normalized() (Config, error) {
+	if err := c.checkShape(); err != nil {
+		return Config{}, err
+	}
+	if c.PageSize == 0 {
+		c.PageSize = DefaultPageSize
+	}
+	switch c.Scrub {
+	case ScrubOnFree, ScrubNever:
+	default:
+		return Config{}, fmt.Errorf("%w: Scrub %d is not a ScrubMode", ErrInvalidConfig, int(c.Scrub))
+	}
+	if c.Pages < 0 {
+		return Config{}, fmt.Errorf("%w: Pages must not be negative, got %d", ErrInvalidConfig, c.Pages)
+	}
+	if c.MemoryBytes < 0 {
+		return Config{}, fmt.Errorf("%w: MemoryBytes must not be negative, got %d", ErrInvalidConfig, c.MemoryBytes)
+	}
+	if (c.Pages == 0) == (c.MemoryBytes == 0) {
+		return Config{}, fmt.Errorf("%w: set exactly one of Pages (%d) and MemoryBytes (%d)", ErrInvalidConfig, c.Pages, c.MemoryBytes)
+	}
+	per, err := c.BytesPerPage()
+	if err != nil {
+		return Config{}, err
+	}
+	if c.MemoryBytes > 0 {
+		n := c.MemoryBytes / per
+		if n == 0 {
+			return Config{}, fmt.Errorf("%w: MemoryBytes %d is smaller than one page (%d bytes)", ErrInvalidConfig, c.MemoryBytes, per)
+		}
+		if n > MaxPages {
+			return Config{}, fmt.Errorf("%w: MemoryBytes %d makes %d pages, more than %d", ErrInvalidConfig, c.MemoryBytes, n, MaxPages)
+		}
+		c.Pages = int(n)
+		c.MemoryBytes = 0
+	}
+	if c.Pages > MaxPages {
+		return Config{}, fmt.Errorf("%w: Pages %d is more than %d", ErrInvalidConfig, c.Pages, MaxPages)
+	}
+	// Each layer's K slice holds Pages*PageSize*KVDim halves; its byte size
+	// times 2*Layers must fit an int64 and its length an int.
+	if int64(c.Pages) > math.MaxInt64/per {
+		return Config{}, fmt.Errorf("%w: %d pages of %d bytes overflow", ErrInvalidConfig, c.Pages, per)
+	}
+	return c, nil
+}
+
+// checkShape validates Layers, KVHeads, HeadDim and PageSize and that one page's
+// byte size fits an int64.
+func (c Config) checkShape() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Layers", c.Layers}, {"KVHeads", c.KVHeads}, {"HeadDim", c.HeadDim}} {
+		if f.v <= 0 {
+			return fmt.Errorf("%w: %s must be > 0, got %d", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	if c.PageSize < 0 || c.PageSize > MaxPageSize || c.PageSize&(c.PageSize-1) != 0 {
+		return fmt.Errorf("%w: PageSize must be 0 or a power of two up to %d, got %d", ErrInvalidConfig, MaxPageSize, c.PageSize)
+	}
+	ps := int64(c.PageSize)
+	if ps == 0 {
+		ps = DefaultPageSize
+	}
+	// 2 (K and V) * 2 bytes * Layers * PageSize * KVHeads * HeadDim
+	b := int64(4)
+	for _, f := range []int64{int64(c.Layers), ps, int64(c.KVHeads), int64(c.HeadDim)} {
+		if b > math.MaxInt64/f {
+			return fmt.Errorf("%w: page of %d layers x %d slots x %d heads x %d dims overflows", ErrInvalidConfig, c.Layers, ps, c.KVHeads, c.HeadDim)
+		}
+		b *= f
+	}
+	return nil
+}
+
+// BytesPerPage returns the bytes one page takes: K and V, every layer, all
+// PageSize slots, two bytes a value. It validates the shape fields only.
+func (c Config) BytesPerPage() (int64, error) {
+	if err := c.checkShape(); err != nil {
+		return 0, err
+	}
+	ps := c.PageSize
+	if ps == 0 {
+		ps = DefaultPageSize
+	}
+	return 4 * int64(c.Layers) * int64(ps) * int64(c.KVHeads) * int64(c.HeadDim), nil
+}
+
+// BytesForTokens returns the bytes of the whole pages one sequence of the given
+// number of tokens needs, so a caller can check that a pool holds at least one
+// request at its advertised context window.
+func (c Config) BytesForTokens(tokens int) (int64, error) {
+	if tokens < 0 {
+		return 0, fmt.Errorf("%w: tokens must not be negative, got %d", ErrInvalidArgument, tokens)
+	}
+	per, err := c.BytesPerPage()
+	if err != nil {
+		return 0, err
+	}
+	pages := int64(PagesForTokens(tokens, c.PageSize))
+	if pages > 0 && per > math.MaxInt64/pages {
+		return 0, fmt.Errorf("%w: %d tokens need more than %d bytes", ErrInvalidArgument, tokens, int64(math.MaxInt64))
+	}
+	return pages * per, nil
+}
+
+// PagesForTokens returns the number of pages of pageSize slots needed to hold
+// tokens tokens. A pageSize <= 0 means DefaultPageSize; tokens <= 0 needs none.
+func PagesForTokens(tokens, pageSize int) int {
+	if pageSize <= 0 {
+		pageSize = DefaultPageSize
+	}
+	if tokens <= 0 {
+		return 0
+	}
+	n := tokens / pageSize
+	if tokens%pageSize != 0 {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,220 @@
+package kvcache
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// Owner identifies who a sequence, and every page it holds, belongs to.
+type Owner struct {
+	Namespace string // tenant namespace; required
+	Request   string // request id within the tenant
+}
+
+// Pool is a fixed set of KV pages shared by many sequences. It is safe for
+// concurrent use; each Sequence must be used by one goroutine at a time.
+type Pool struct {
+	cfg        Config // normalized: PageSize and Pages set, MemoryBytes 0
+	layers     int
+	kvDim      int
+	pageSize   int
+	pageShift  uint // log2(pageSize)
+	pageStride int  // halves per page per layer: pageSize*kvDim
+
+	// k and v hold one slice per layer, page-major. A page's contents are
+	// touched only by the sequence that owns it, or by the allocator while the
+	// page is on its way onto the free list (scrub), never by two at once.
+	k, v [][]uint16
+
+	// Per-page state read without the lock on the hot path.
+	// pageSeq[p] is the id of the sequence owning page p, 0 while free; it is
+	// stored only with mu held. pageWritten[p*layers+l] counts the slots of
+	// page p the owner has written at layer l; it is stored by the owning
+	// sequence, and reset to 0 with mu held when the page is freed.
+	pageSeq     []atomic.Uint64
+	pageWritten []atomic.Uint32
+
+	nextSeq atomic.Uint64 // last sequence id handed out; ids start at 1
+
+	// mu guards free (the stack of free page ids) and owners (each allocated
+	// page's Owner, zero while free), and serializes every change of pageSeq.
+	mu     sync.Mutex
+	free   []int32
+	owners []Owner
+}
+
+// New builds a pool, allocating all of its pages now. Every free page is zero,
+// or PoisonF16 when cfg.Poison is set.
+func New(cfg Config) (*Pool, error) {
+	c, err := cfg.normalized()
+	if err != nil {
+		return nil, err
+	}
+	kvDim := c.KVDim()
+	perLayer := c.Pages * c.PageSize * kvDim
+	if perLayer/c.Pages/c.PageSize != kvDim {
+		return nil, fmt.Errorf("%w: %d pages of %d slots of %d values overflow", ErrInvalidConfig, c.Pages, c.PageSize, kvDim)
+	}
+	p := &Pool{
+		cfg:         c,
+		layers:      c.Layers,
+		kvDim:       kvDim,
+		pageSize:    c.PageSize,
+		pageShift:   uint(bits.TrailingZeros(uint(c.PageSize))),
+		pageStride:  c.PageSize * kvDim,
+		k:           make([][]uint16, c.Layers),
+		v:           make([][]uint16, c.Layers),
+		pageSeq:     make([]atomic.Uint64, c.Pages),
+		pageWritten: make([]atomic.Uint32, c.Pages*c.Layers),
+		free:        make([]int32, c.Pages),
+		owners:      make([]Owner, c.Pages),
+	}
+	for l := range c.Layers {
+		p.k[l] = make([]uint16, perLayer)
+		p.v[l] = make([]uint16, perLayer)
+		if c.Poison {
+			fill(p.k[l], PoisonF16)
+			fill(p.v[l], PoisonF16)
+		}
+	}
+	// A stack popped from the end: page 0 is handed out first.
+	for i := range p.free {
+		p.free[i] = int32(c.Pages - 1 - i)
+	}
+	return p, nil
+}
+
+func fill(s []uint16, x uint16) {
+	for i := range s {
+		s[i] = x
+	}
+}
+
+// Config returns the pool's configuration with defaults applied and Pages
+// resolved (MemoryBytes is 0).
+func (p *Pool) Config() Config { return p.cfg }
+
+// TotalPages is the number of pages the pool was built with.
+func (p *Pool) TotalPages() int { return p.cfg.Pages }
+
+// PageSize is the number of token slots per page.
+func (p *Pool) PageSize() int { return p.pageSize }
+
+// KVDim is the number of half values in one K or V row.
+func (p *Pool) KVDim() int { return p.kvDim }
+
+// Layers is the number of layers each page covers.
+func (p *Pool) Layers() int { return p.layers }
+
+// MaxTokens is the longest sequence the whole pool could hold.
+func (p *Pool) MaxTokens() int { return p.cfg.Pages * p.pageSize }
+
+// BytesPerPage is the memory one page takes.
+func (p *Pool) BytesPerPage() int64 { return 4 * int64(p.layers) * int64(p.pageStride) }
+
+// FreePages is the number of pages not held by any sequence.
+func (p *Pool) FreePages() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+// UsedPages is the number of pages held by sequences.
+func (p *Pool) UsedPages() int { return p.TotalPages() - p.FreePages() }
+
+// PageOwner returns the owner of page id and true while it is allocated, or
+// false when it is free or id is out of range.
+func (p *Pool) PageOwner(id int) (Owner, bool) {
+	if id < 0 || id >= p.cfg.Pages {
+		return Owner{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pageSeq[id].Load() == 0 {
+		return Owner{}, false
+	}
+	return p.owners[id], true
+}
+
+// PageWritten returns how many slots of page id its owner has written at layer
+// (0 for a free page).
+func (p *Pool) PageWritten(id, layer int) (int, error) {
+	if id < 0 || id >= p.cfg.Pages {
+		return 0, fmt.Errorf("%w: page %d not in [0, %d)", ErrInvalidArgument, id, p.cfg.Pages)
+	}
+	if layer < 0 || layer >= p.layers {
+		return 0, fmt.Errorf("%w: layer %d not in [0, %d)", ErrInvalidArgument, layer, p.layers)
+	}
+	return int(p.pageWritten[id*p.layers+layer].Load()), nil
+}
+
+// alloc moves need pages from the free list to s, all or nothing.
+func (p *Pool) alloc(s *Sequence, need int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if need > len(p.free) {
+		return &AllocError{Need: need, Free: len(p.free)}
+	}
+	for range need {
+		id := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		if prev := p.pageSeq[id].Load(); prev != 0 {
+			panic(fmt.Sprintf("kvcache: broken invariant: free page %d is owned by sequence %d", id, prev))
+		}
+		for l := range p.layers {
+			if w := p.pageWritten[int(id)*p.layers+l].Load(); w != 0 {
+				panic(fmt.Sprintf("kvcache: broken invariant: free page %d has %d written slots at layer %d", id, w, l))
+			}
+		}
+		p.pageSeq[id].Store(s.id)
+		p.owners[id] = s.owner
+		s.pages = append(s.pages, id)
+	}
+	return nil
+}
+
+// release cleans s's pages per the pool's mode and returns them to the free list.
+func (p *Pool) release(s *Sequence) {
+	// Clean outside the lock: the pages still belong to s, so nobody else can
+	// reach them, and other sequences' reservations are not held up.
+	for _, id := range s.pages {
+		if got := p.pageSeq[id].Load(); got != s.id {
+			panic(fmt.Sprintf("kvcache: broken invariant: sequence %d frees page %d owned by sequence %d", s.id, id, got))
+		}
+		p.clean(id)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range s.pages {
+		for l := range p.layers {
+			p.pageWritten[int(id)*p.layers+l].Store(0)
+		}
+		p.owners[id] = Owner{}
+		p.pageSeq[id].Store(0)
+		p.free = append(p.free, id)
+	}
+}
+
+// clean poisons or zeroes the written slots of page id at every layer. Slots
+// beyond the written count are already clean: pages start clean, writes are
+// append-only, and every free cleans what was written.
+func (p *Pool) clean(id int32) {
+	if !p.cfg.Poison && p.cfg.Scrub == ScrubNever {
+		return
+	}
+	off := int(id) * p.pageStride
+	for l := range p.layers {
+		n := int(p.pageWritten[int(id)*p.layers+l].Load()) * p.kvDim
+		k := p.k[l][off : off+n]
+		v := p.v[l][off : off+n]
+		if p.cfg.Poison {
+			fill(k, PoisonF16)
+			fill(v, PoisonF16)
+		} else {
+			clear(k)
+			clear(v)
+		}
+	}
+}
