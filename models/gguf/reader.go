@@ -140,6 +140,9 @@ func Parse(b []byte) (*File, error) {
 		return nil, ErrNotGGUF
 	}
 	f := &File{Version: r.u32(), KV: map[string]Value{}, byName: map[string]int{}}
+	if r.err != nil {
+		return nil, r.err
+	}
 	if f.Version != 2 && f.Version != 3 {
 		return nil, fmt.Errorf("%w: %d (want 2 or 3)", ErrVersion, f.Version)
 	}
