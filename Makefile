@@ -1,0 +1,36 @@
+# Bulkhead's two entry points: `make run` and `make test`.
+GO ?= go
+BIN := bin/bulkhead
+SHARED ?= ../shared
+# A model to run when MODEL is not given: a random-weight one made by `models synth`.
+SYNTH := bin/synth-stories15m-q8_0.gguf
+MODEL ?= $(SYNTH)
+PROMPT ?= Once upon a time
+
+.PHONY: build run test vet bench fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/bulkhead
+
+$(SYNTH): build
+	$(BIN) models synth --arch llama --shape stories15m --type q8_0 --seed 1 --out $@
+
+# run generates from MODEL (default: a random-weight model, so its text is noise;
+# try MODEL=$(SHARED)/models/stories260K.gguf for real stories).
+run: build $(if $(filter $(SYNTH),$(MODEL)),$(SYNTH))
+	$(BIN) generate --model $(MODEL) --prompt "$(PROMPT)" --max-tokens 64
+
+vet:
+	$(GO) vet ./...
+
+test: vet
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./workers/... ./models/...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./models/gguf
+
+clean:
+	rm -rf bin
