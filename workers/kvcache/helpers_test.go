@@ -37,14 +37,17 @@ func smallCfg(pages int) Config {
 	return Config{Layers: 2, KVHeads: 2, HeadDim: 3, PageSize: 4, Pages: pages}
 }
 
-// rows returns n rows of kvDim values that encode tag, layer and position
-// exactly in half precision (all are integers below 2048).
+// rows returns n rows of kvDim values that encode tag (< 8), layer (< 2) and
+// position (< 16) exactly in half precision: all are integers below 2048.
 func rows(tag, layer, pos0, n, kvDim int) (k, v []float32) {
+	if tag < 0 || tag >= 8 || layer < 0 || layer >= 2 || pos0 < 0 || pos0+n > 16 {
+		panic("rows: tag, layer or position out of the exact range")
+	}
 	k = make([]float32, n*kvDim)
 	v = make([]float32, n*kvDim)
 	for r := range n {
 		for j := range kvDim {
-			x := float32(tag*512 + layer*128 + (pos0+r)*4 + j%4)
+			x := float32(tag*256 + layer*128 + (pos0+r)*8 + j%8)
 			k[r*kvDim+j] = x
 			v[r*kvDim+j] = -x
 		}
