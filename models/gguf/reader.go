@@ -452,8 +452,11 @@ func (r *reader) array(depth int) Value {
 	// Every element takes at least one byte (strings eight), so a count larger
 	// than what is left is a lie; checking first bounds every allocation below.
 	minSize := scalarSize[et]
-	if et == ValString || et == ValArray {
-		minSize = 8
+	switch et {
+	case ValString:
+		minSize = 8 // its length
+	case ValArray:
+		minSize = 12 // its element type and count
 	}
 	if minSize == 0 {
 		r.err = fmt.Errorf("%w: unknown array element type %d", ErrCorrupt, et)
