@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
@@ -122,4 +123,22 @@ func checkView(t testing.TB, s *Sequence, tag, n int) {
 func rawPage(p *Pool, id, layer int) (k, v []uint16) {
 	off := id * p.pageStride
 	return p.k[layer][off : off+p.pageStride], p.v[layer][off : off+p.pageStride]
+}
+
+func TestFill(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 7, 8, 9, 1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			s := make([]uint16, n+2)
+			fill(s[1:n+1], 0xabcd)
+			for i, x := range s {
+				want := uint16(0xabcd)
+				if i == 0 || i == n+1 {
+					want = 0
+				}
+				if x != want {
+					t.Fatalf("s[%d] = %#x, want %#x", i, x, want)
+				}
+			}
+		})
+	}
 }

@@ -86,9 +86,15 @@ func New(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
+// fill sets every element of s to x, doubling with copy (memmove) rather than
+// storing one element at a time.
 func fill(s []uint16, x uint16) {
-	for i := range s {
-		s[i] = x
+	if len(s) == 0 {
+		return
+	}
+	s[0] = x
+	for n := 1; n < len(s); n *= 2 {
+		copy(s[n:], s[:n])
 	}
 }
 
