@@ -8,10 +8,11 @@ import (
 // pcgStream is the second PCG seed word; Params.Seed is the first.
 const pcgStream = 0x853c49e6748fea9b
 
-// cand is one token still in the running, with its (penalized) logit.
+// cand is one token still in the running.
 type cand struct {
 	id    int32
-	logit float32
+	logit float32 // penalized logit
+	w     float32 // exp(logit - max), filled by top-p
 }
 
 // Sampler picks the next token of one sequence. It is not safe for concurrent
@@ -21,9 +22,10 @@ type Sampler struct {
 	rng *rand.Rand
 
 	// Scratch reused across calls; each grows to the vocabulary size once.
-	cands  []cand    // candidates for the sampling chain
-	work   []float32 // penalized copy of the logits for greedy decoding
-	counts []int32   // occurrences in the penalty window; all zero between calls
+	cands   []cand    // candidates for the sampling chain
+	work    []float32 // penalized copy of the logits
+	weights []float32 // softmax weights when drawing from the whole vocabulary
+	counts  []int32   // occurrences in the penalty window; all zero between calls
 }
 
 // New validates p and returns a Sampler whose generator is seeded from p.Seed.
@@ -51,100 +53,53 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if n > math.MaxInt32 {
 		panic("sample: vocabulary larger than int32")
 	}
-	if s.p.Temperature == 0 {
-		return s.greedy(logits, history)
+	vals := s.penalized(logits, history)
+	best := argmax(vals)
+	m := vals[best]
+	if s.p.Temperature == 0 || m != m || math.IsInf(float64(m), 0) {
+		// Greedy, or a row whose softmax is undefined: an infinite maximum
+		// (the first +Inf wins; an all -Inf or all NaN row gives 0).
+		return best
 	}
-
-	c, id, done := s.filter(logits, history)
-	if done {
-		return id
+	// The argmax token is the best under the chain's order, so every filter
+	// keeps it, and m stays the maximum of the candidates throughout.
+	if s.p.TopK == 0 && s.p.TopP >= 1 && s.p.MinP == 0 {
+		return s.drawAll(vals, m)
 	}
-	return s.draw(c)
+	return s.draw(s.filter(vals, m), m)
 }
 
-// filter runs the chain up to the draw: it loads and penalizes the candidates,
-// then applies top-k, top-p and min-p. done is true when the row is degenerate
-// (an infinite maximum) and id is then the answer.
-func (s *Sampler) filter(logits []float32, history []int32) (c []cand, id int32, done bool) {
-	n := len(logits)
-	if cap(s.cands) < n {
-		s.cands = make([]cand, n)
-	}
-	c = s.cands[:n]
-	for i, l := range logits {
-		if l != l { // NaN
-			l = float32(math.Inf(-1))
-		}
-		c[i] = cand{id: int32(i), logit: l}
-	}
-	if s.p.penalized() {
-		window := s.countWindow(n, history)
-		for _, t := range window {
-			if t >= 0 && int(t) < n && s.counts[t] > 0 {
-				c[t].logit = s.p.penalize(c[t].logit, s.counts[t])
-				s.counts[t] = 0
-			}
-		}
-	}
-	if id, ok := degenerate(c); ok {
-		return nil, id, true
-	}
-
-	sorted := false
-	if k := s.p.TopK; k > 0 && k < len(c) {
-		selectTop(c, k)
-		c = c[:k]
-		sortDesc(c)
-		sorted = true
-	}
-	if s.p.TopP < 1 {
-		c = topP(c, float64(s.p.TopP), sorted)
-		sorted = true
-	}
-	if s.p.MinP > 0 {
-		c = minP(c, float64(s.p.MinP), sorted)
-	}
-	return c, 0, false
-}
-
-// greedy returns the first index of the largest penalized logit.
-func (s *Sampler) greedy(logits []float32, history []int32) int32 {
+// penalized returns logits with the penalties applied: logits itself when no
+// penalty is set, otherwise a copy in s.work.
+func (s *Sampler) penalized(logits []float32, history []int32) []float32 {
 	if !s.p.penalized() {
-		return argmax(logits)
+		return logits
 	}
 	n := len(logits)
 	if cap(s.work) < n {
 		s.work = make([]float32, n)
 	}
-	w := s.work[:n]
-	copy(w, logits)
-	window := s.countWindow(n, history)
-	for _, t := range window {
-		if t >= 0 && int(t) < n && s.counts[t] > 0 {
-			w[t] = s.p.penalize(w[t], s.counts[t])
-			s.counts[t] = 0
-		}
-	}
-	return argmax(w)
-}
-
-// countWindow counts each in-vocabulary token of the penalty window into
-// s.counts and returns the window. The caller must zero every count it read.
-func (s *Sampler) countWindow(n int, history []int32) []int32 {
 	if cap(s.counts) < n {
 		s.counts = make([]int32, n)
 	}
-	s.counts = s.counts[:n]
+	w, counts := s.work[:n], s.counts[:n]
+	copy(w, logits)
 	window := history
 	if last := s.p.PenaltyLastN; last >= 0 && len(window) > last {
 		window = window[len(window)-last:]
 	}
 	for _, t := range window {
 		if t >= 0 && int(t) < n {
-			s.counts[t]++
+			counts[t]++
 		}
 	}
-	return window
+	for _, t := range window {
+		if t >= 0 && int(t) < n && counts[t] > 0 {
+			w[t] = s.p.penalize(w[t], counts[t])
+			counts[t] = 0 // also marks t done, and leaves counts all zero
+		}
+	}
+	return w
 }
 
 // penalize applies the repetition penalty (CTRL, as llama.cpp: positive logits
@@ -171,65 +126,53 @@ func argmax(v []float32) int32 {
 	return int32(at)
 }
 
-// degenerate handles rows whose maximum is infinite, where softmax is
-// undefined: it returns the first candidate holding that maximum.
-func degenerate(c []cand) (int32, bool) {
-	m := c[0].logit
-	for _, x := range c[1:] {
-		if x.logit > m {
-			m = x.logit
-		}
+// filter runs the chain up to the draw on penalized values whose maximum m is
+// finite: top-k, then top-p, then min-p.
+func (s *Sampler) filter(vals []float32, m float32) []cand {
+	n := len(vals)
+	if cap(s.cands) < n {
+		s.cands = make([]cand, n)
 	}
-	if !math.IsInf(float64(m), 0) {
-		return 0, false
-	}
-	for _, x := range c {
-		if x.logit == m {
-			return x.id, true
-		}
-	}
-	return c[0].id, true
-}
-
-// topP keeps the shortest prefix of the candidates, most likely first, whose
-// probability at temperature 1 reaches p; the token that crosses p is kept.
-// Unless c is already sorted, it sorts lazily: it selects and sorts the next
-// chunk of best candidates, doubling the chunk, only until the mass is reached.
-func topP(c []cand, p float64, sorted bool) []cand {
-	m := maxLogit(c)
-	var z float64
-	for _, x := range c {
-		z += math.Exp(float64(x.logit) - m)
-	}
-	target := p * z
-	var cum float64
-	start, chunk := 0, 64
-	if sorted {
-		chunk = len(c)
-	}
-	for start < len(c) {
-		end := min(start+chunk, len(c))
-		if !sorted {
-			if end < len(c) {
-				selectTop(c[start:], end-start)
+	var c []cand
+	sorted := false
+	switch {
+	case s.p.TopK > 0 && s.p.TopK < n:
+		c = topK(s.cands[:s.p.TopK], vals)
+		sortDesc(c)
+		sorted = true
+	case s.p.TopP < 1:
+		c = s.cands[:n]
+		for i, l := range vals {
+			if l != l { // NaN
+				l = float32(math.Inf(-1))
 			}
-			sortDesc(c[start:end])
+			c[i] = cand{id: int32(i), logit: l}
 		}
-		for i := start; i < end; i++ {
-			cum += math.Exp(float64(c[i].logit) - m)
-			if cum >= target {
-				return c[:i+1]
+	default: // min-p alone: build only the survivors
+		floor := minPFloor(m, s.p.MinP)
+		c = s.cands[:0]
+		for i, l := range vals {
+			if float64(l) >= floor {
+				c = append(c, cand{id: int32(i), logit: l})
 			}
 		}
-		start, chunk = end, chunk*2
+		return c
+	}
+	if s.p.TopP < 1 {
+		c, sorted = topP(c, m, float64(s.p.TopP), sorted)
+	}
+	if s.p.MinP > 0 {
+		c = minP(c, minPFloor(m, s.p.MinP), sorted)
 	}
 	return c
 }
 
-// minP keeps the candidates whose probability is at least p times the largest,
-// that is whose logit is at least max + ln p. Order is preserved.
-func minP(c []cand, p float64, sorted bool) []cand {
-	floor := maxLogit(c) + math.Log(p)
+// minPFloor is the smallest logit min-p keeps: max + ln p, so that the kept
+// tokens have a probability of at least p times the largest.
+func minPFloor(m, p float32) float64 { return float64(m) + math.Log(float64(p)) }
+
+// minP keeps the candidates whose logit is at least floor. Order is kept.
+func minP(c []cand, floor float64, sorted bool) []cand {
 	if sorted {
 		for i, x := range c {
 			if float64(x.logit) < floor {
@@ -247,23 +190,24 @@ func minP(c []cand, p float64, sorted bool) []cand {
 	return kept
 }
 
-// draw applies the temperature and draws one candidate from the softmax.
-func (s *Sampler) draw(c []cand) int32 {
-	m := maxLogit(c)
-	inv := 1 / float64(s.p.Temperature)
+// draw applies the temperature and draws one candidate from the softmax; m
+// is the largest candidate logit.
+func (s *Sampler) draw(c []cand, m float32) int32 {
+	inv := 1 / s.p.Temperature
 	var z float64
-	for _, x := range c {
-		z += math.Exp((float64(x.logit) - m) * inv)
+	for i, x := range c {
+		w := exp32((x.logit - m) * inv)
+		c[i].w = w
+		z += float64(w)
 	}
 	r := s.rng.Float64() * z
 	var cum float64
 	last := c[0].id
 	for _, x := range c {
-		w := math.Exp((float64(x.logit) - m) * inv)
-		if w == 0 {
+		if x.w == 0 {
 			continue
 		}
-		cum += w
+		cum += float64(x.w)
 		last = x.id
 		if r < cum {
 			return x.id
@@ -272,12 +216,33 @@ func (s *Sampler) draw(c []cand) int32 {
 	return last // rounding left r at the very top of the range
 }
 
-func maxLogit(c []cand) float64 {
-	m := c[0].logit
-	for _, x := range c[1:] {
-		if x.logit > m {
-			m = x.logit
+// drawAll is draw over the whole vocabulary, when no filter is set; the
+// weights go to s.weights so no candidate list is built.
+func (s *Sampler) drawAll(vals []float32, m float32) int32 {
+	n := len(vals)
+	if cap(s.weights) < n {
+		s.weights = make([]float32, n)
+	}
+	ws := s.weights[:n]
+	inv := 1 / s.p.Temperature
+	var z float64
+	for i, l := range vals {
+		w := exp32((l - m) * inv) // NaN gives 0
+		ws[i] = w
+		z += float64(w)
+	}
+	r := s.rng.Float64() * z
+	var cum float64
+	last := 0
+	for i, w := range ws {
+		if w == 0 {
+			continue
+		}
+		cum += float64(w)
+		last = i
+		if r < cum {
+			return int32(i)
 		}
 	}
-	return float64(m)
+	return int32(last) // rounding left r at the very top of the range
 }

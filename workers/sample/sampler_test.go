@@ -37,6 +37,12 @@ func ids(c []cand) []int32 {
 	return out
 }
 
+// filterOf runs the chain up to the draw, as Sample does.
+func filterOf(s *Sampler, logits []float32, history []int32) []cand {
+	vals := s.penalized(logits, history)
+	return s.filter(vals, vals[argmax(vals)])
+}
+
 func TestGreedy(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -133,10 +139,7 @@ func TestPenalties(t *testing.T) {
 			p := tt.p
 			p.Temperature = 1
 			s := mustNew(t, p)
-			c, _, done := s.filter(logits, history)
-			if done {
-				t.Fatal("filter reported a degenerate row")
-			}
+			c := filterOf(s, logits, history)
 			got := make([]float32, len(c))
 			for _, x := range c {
 				got[x.id] = x.logit
@@ -194,10 +197,7 @@ func TestFilters(t *testing.T) {
 			p := tt.p
 			p.Temperature = 1
 			s := mustNew(t, p)
-			c, _, done := s.filter(tt.logits, nil)
-			if done {
-				t.Fatal("filter reported a degenerate row")
-			}
+			c := filterOf(s, tt.logits, nil)
 			if got := ids(c); !slices.Equal(got, tt.want) {
 				t.Errorf("kept %v, want %v", got, tt.want)
 			}
@@ -230,7 +230,7 @@ func TestDegenerate(t *testing.T) {
 func refTopP(logits []float32, p float64) []int32 {
 	c := make([]cand, len(logits))
 	for i, l := range logits {
-		c[i] = cand{int32(i), l}
+		c[i] = cand{id: int32(i), logit: l}
 	}
 	sortDesc(c)
 	m := float64(c[0].logit)
@@ -248,7 +248,7 @@ func refTopP(logits []float32, p float64) []int32 {
 	return ids(c)
 }
 
-func TestTopPLazyMatchesFullSort(t *testing.T) {
+func TestTopPMatchesFullSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	flat := make([]float32, 1000)
 	tests := []struct {
@@ -276,9 +276,12 @@ func TestTopPLazyMatchesFullSort(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustNew(t, Params{Temperature: 1, TopP: tt.p})
-			c, _, _ := s.filter(tt.logits, nil)
+			c := filterOf(s, tt.logits, nil)
+			// The unsorted path keeps the right set in its own order.
 			got := ids(c)
 			want := refTopP(tt.logits, float64(tt.p))
+			slices.Sort(got)
+			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Fatalf("kept %d tokens, oracle kept %d (first diff near %v vs %v)", len(got), len(want), head(got), head(want))
 			}
@@ -286,7 +289,7 @@ func TestTopPLazyMatchesFullSort(t *testing.T) {
 				t.Errorf("kept %d, want %d", len(got), tt.want)
 			}
 			if tt.want != 0 && !slices.Equal(got, seq(int32(tt.want))) {
-				t.Errorf("kept %v..., want ids 0..%d in order", head(got), tt.want-1)
+				t.Errorf("kept %v..., want ids 0..%d", head(got), tt.want-1)
 			}
 		})
 	}
@@ -302,10 +305,10 @@ func seq(n int32) []int32 {
 	return out
 }
 
-func TestSelectTop(t *testing.T) {
+func TestTopK(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	inputs := map[string][]float32{}
-	for _, n := range []int{1, 2, 17, 100, 1000} {
+	for _, n := range []int{2, 17, 100, 1000} {
 		asc := make([]float32, n)
 		desc := make([]float32, n)
 		rnd := make([]float32, n)
@@ -321,19 +324,16 @@ func TestSelectTop(t *testing.T) {
 	}
 	for name, v := range inputs {
 		t.Run(name, func(t *testing.T) {
-			all := make([]cand, len(v))
+			want := make([]cand, len(v))
 			for i, l := range v {
-				all[i] = cand{int32(i), l}
+				want[i] = cand{id: int32(i), logit: l}
 			}
-			want := slices.Clone(all)
 			sortDesc(want)
-			for _, k := range []int{1, 2, len(v) / 3, len(v) / 2, len(v) - 1, len(v)} {
-				if k < 1 || k > len(v) {
+			for _, k := range []int{1, 2, len(v) / 3, len(v) / 2, len(v) - 1} {
+				if k < 1 {
 					continue
 				}
-				c := slices.Clone(all)
-				selectTop(c, k)
-				top := c[:k]
+				top := topK(make([]cand, k), v)
 				sortDesc(top)
 				if !slices.Equal(top, want[:k]) {
 					t.Fatalf("k=%d: top %v, want %v", k, ids(top)[:min(k, 8)], ids(want[:k])[:min(k, 8)])
@@ -341,6 +341,36 @@ func TestSelectTop(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestExp32(t *testing.T) {
+	tests := []struct {
+		name   string
+		lo, hi float32
+	}{
+		{"near zero", -1, 0},
+		{"moderate", -20, -1},
+		{"deep", -87, -20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const steps = 100000
+			for i := range steps + 1 {
+				x := tt.lo + (tt.hi-tt.lo)*float32(i)/steps
+				got, want := float64(exp32(x)), math.Exp(float64(x))
+				if rel := math.Abs(got-want) / want; rel > 4e-7 {
+					t.Fatalf("exp32(%g) = %g, want %g (relative error %.2g)", x, got, want, rel)
+				}
+			}
+		})
+	}
+	t.Run("underflow", func(t *testing.T) {
+		for _, x := range []float32{-88, -1000, float32(math.Inf(-1)), float32(math.NaN())} {
+			if got := exp32(x); got != 0 {
+				t.Errorf("exp32(%g) = %g, want 0", x, got)
+			}
+		}
+	})
 }
 
 func TestSeedDeterminism(t *testing.T) {
@@ -404,6 +434,10 @@ func TestDistribution(t *testing.T) {
 		{"temperature 0.5", Params{Temperature: 0.5}, softmax(logits, 0.5, []int{0, 1, 2, 3, 4})},
 		{"temperature 2", Params{Temperature: 2}, softmax(logits, 2, []int{0, 1, 2, 3, 4})},
 		{"top_k 3 at 0.7", Params{Temperature: 0.7, TopK: 3}, softmax(logits, 0.7, []int{1, 2, 4})},
+		// Probabilities 0.076, 0.207, 0.563, 0.028, 0.126: 0.85 needs 2, 1, 4.
+		{"top_p 0.85 at 1.5", Params{Temperature: 1.5, TopP: 0.85}, softmax(logits, 1.5, []int{1, 2, 4})},
+		// Floor 2 + ln 0.3 = 0.80 keeps 1 and 2.
+		{"min_p 0.3", Params{Temperature: 1, MinP: 0.3}, softmax(logits, 1, []int{1, 2})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
