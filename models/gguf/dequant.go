@@ -53,9 +53,9 @@ func Dequantize(t Type, data []byte, dst []float32) error {
 func dequantQ8_0(data []byte, dst []float32) {
 	const bs = 2 + QK
 	for i := 0; i < len(dst)/QK; i++ {
-		b := data[i*bs : i*bs+bs : i*bs+bs]
-		y := dst[i*QK : i*QK+QK : i*QK+QK]
-		d := F16ToF32(binary.LittleEndian.Uint16(b))
+		b := (*[bs]byte)(data[i*bs:])
+		y := (*[QK]float32)(dst[i*QK:])
+		d := F16ToF32(binary.LittleEndian.Uint16(b[:]))
 		q := b[2:bs]
 		for j := range y {
 			y[j] = float32(int8(q[j])) * d
@@ -68,9 +68,9 @@ func dequantQ8_0(data []byte, dst []float32) {
 func dequantQ4_0(data []byte, dst []float32) {
 	const bs = 2 + QK/2
 	for i := 0; i < len(dst)/QK; i++ {
-		b := data[i*bs : i*bs+bs : i*bs+bs]
-		y := dst[i*QK : i*QK+QK : i*QK+QK]
-		d := F16ToF32(binary.LittleEndian.Uint16(b))
+		b := (*[bs]byte)(data[i*bs:])
+		y := (*[QK]float32)(dst[i*QK:])
+		d := F16ToF32(binary.LittleEndian.Uint16(b[:]))
 		q := b[2:bs]
 		lo, hi := y[:QK/2], y[QK/2:]
 		for j := range QK / 2 {
@@ -98,8 +98,8 @@ func scaleMinK4(j int, q []byte) (sc, m uint8) {
 func dequantQ4K(data []byte, dst []float32) {
 	const bs = 2 + 2 + 12 + QKK/2
 	for i := 0; i < len(dst)/QKK; i++ {
-		b := data[i*bs : i*bs+bs : i*bs+bs]
-		y := dst[i*QKK : i*QKK+QKK : i*QKK+QKK]
+		b := (*[bs]byte)(data[i*bs:])
+		y := (*[QKK]float32)(dst[i*QKK:])
 		d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
 		dmin := F16ToF32(binary.LittleEndian.Uint16(b[2:]))
 		scales := b[4:16]
@@ -127,8 +127,8 @@ func dequantQ4K(data []byte, dst []float32) {
 func dequantQ6K(data []byte, dst []float32) {
 	const bs = QKK/2 + QKK/4 + QKK/16 + 2
 	for i := 0; i < len(dst)/QKK; i++ {
-		b := data[i*bs : i*bs+bs : i*bs+bs]
-		y := dst[i*QKK : i*QKK+QKK : i*QKK+QKK]
+		b := (*[bs]byte)(data[i*bs:])
+		y := (*[QKK]float32)(dst[i*QKK:])
 		d := F16ToF32(binary.LittleEndian.Uint16(b[bs-2:]))
 		for h := range 2 {
 			ql := b[64*h : 64*h+64]

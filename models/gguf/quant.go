@@ -31,8 +31,8 @@ func QuantizeQ8_0Into(dst []byte, src []float32) error {
 	}
 	const bs = 2 + QK
 	for i := 0; i < len(src)/QK; i++ {
-		x := src[i*QK : i*QK+QK : i*QK+QK]
-		b := dst[i*bs : i*bs+bs : i*bs+bs]
+		x := (*[QK]float32)(src[i*QK:])
+		b := (*[bs]byte)(dst[i*bs:])
 		amax := float32(0)
 		for _, v := range x {
 			// MAX(amax, fabsf(v)) is "amax > a ? amax : a".
@@ -45,7 +45,7 @@ func QuantizeQ8_0Into(dst []byte, src []float32) error {
 		if d != 0 {
 			id = 1 / d
 		}
-		binary.LittleEndian.PutUint16(b, F32ToF16(d))
+		binary.LittleEndian.PutUint16(b[:], F32ToF16(d))
 		q := b[2:bs]
 		for j, v := range x {
 			q[j] = uint8(int8(int32(roundAway(v * id))))
@@ -76,8 +76,8 @@ func QuantizeQ4_0Into(dst []byte, src []float32) error {
 	}
 	const bs = 2 + QK/2
 	for i := 0; i < len(src)/QK; i++ {
-		x := src[i*QK : i*QK+QK : i*QK+QK]
-		b := dst[i*bs : i*bs+bs : i*bs+bs]
+		x := (*[QK]float32)(src[i*QK:])
+		b := (*[bs]byte)(dst[i*bs:])
 		amax, maxv := float32(0), float32(0)
 		for _, v := range x {
 			if a := abs32(v); amax < a {
@@ -89,7 +89,7 @@ func QuantizeQ4_0Into(dst []byte, src []float32) error {
 		if d != 0 {
 			id = 1 / d
 		}
-		binary.LittleEndian.PutUint16(b, F32ToF16(d))
+		binary.LittleEndian.PutUint16(b[:], F32ToF16(d))
 		q := b[2:bs]
 		for j := range QK / 2 {
 			q[j] = q4(x[j]*id) | q4(x[j+QK/2]*id)<<4
