@@ -12,7 +12,7 @@ const pcgStream = 0x853c49e6748fea9b
 type cand struct {
 	id    int32
 	logit float32 // penalized logit
-	w     float32 // exp(logit - max), filled by top-p
+	w     float32 // softmax weight, exp((logit - max) / temperature), set by top-p (at temperature 1) and by the draw
 }
 
 // Sampler picks the next token of one sequence. It is not safe for concurrent
@@ -26,6 +26,7 @@ type Sampler struct {
 	work    []float32 // penalized copy of the logits
 	weights []float32 // softmax weights when drawing from the whole vocabulary
 	counts  []int32   // occurrences in the penalty window; all zero between calls
+	hist    *histogram
 }
 
 // New validates p and returns a Sampler whose generator is seeded from p.Seed.
@@ -159,7 +160,10 @@ func (s *Sampler) filter(vals []float32, m float32) []cand {
 		return c
 	}
 	if s.p.TopP < 1 {
-		c, sorted = topP(c, m, float64(s.p.TopP), sorted)
+		if s.hist == nil {
+			s.hist = new(histogram)
+		}
+		c, sorted = topP(c, m, float64(s.p.TopP), sorted, s.hist)
 	}
 	if s.p.MinP > 0 {
 		c = minP(c, minPFloor(m, s.p.MinP), sorted)

@@ -257,9 +257,9 @@ func TestTopPMatchesFullSort(t *testing.T) {
 		p      float32
 		want   int // expected kept count, 0 = compare with the oracle only
 	}{
-		// 1000 equal tokens: 0.5005 needs 501 of them (several lazy rounds),
+		// 1000 equal tokens: 0.5005 needs 501 of them, all in one histogram bucket,
 		// and ties keep the lowest ids.
-		{"flat needs several chunks", flat, 0.5005, 501},
+		{"flat: ties keep the lowest ids", flat, 0.5005, 501},
 	}
 	for i := range 6 {
 		l := make([]float32, 5000)
@@ -272,6 +272,25 @@ func TestTopPMatchesFullSort(t *testing.T) {
 			p      float32
 			want   int
 		}{fmt.Sprintf("random scale %.1f", float64(i+1)*0.5), l, []float32{0.1, 0.5, 0.9, 0.95, 0.99, 0.999}[i], 0})
+	}
+	wide := make([]float32, 3000)
+	for j := range wide {
+		switch j % 10 {
+		case 0:
+			wide[j] = negInf
+		case 1:
+			wide[j] = -100 + float32(r.NormFloat64())
+		default:
+			wide[j] = float32(r.NormFloat64() * 8)
+		}
+	}
+	for _, p := range []float32{0.3, 0.9, 0.99999, 1 - 1e-7} {
+		tests = append(tests, struct {
+			name   string
+			logits []float32
+			p      float32
+			want   int
+		}{fmt.Sprintf("wide spread with -Inf, p=%g", p), wide, p, 0})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -73,11 +73,12 @@ func siftDown(h []cand, i int) {
 
 // topP keeps the smallest set of best candidates whose probability at
 // temperature 1 reaches p; the candidate that crosses p is kept. m is the
-// largest logit in c. If c is sorted
-// it scans the prefix. Otherwise it runs a quickselect on probability mass, in
-// expected linear time, and returns the kept set unsorted: the same set a full
-// sort would keep. It reports whether the result is sorted.
-func topP(c []cand, m float32, p float64, sorted bool) ([]cand, bool) {
+// largest logit in c. If c is sorted it scans the prefix. Otherwise a logit
+// histogram finds the bucket where the mass crosses p, and a quickselect on
+// probability mass settles the order inside that bucket only; the kept set is
+// returned unsorted, and is exactly the set a full sort would keep. It reports
+// whether the result is sorted.
+func topP(c []cand, m float32, p float64, sorted bool, h *histogram) ([]cand, bool) {
 	var z float64
 	for i, x := range c {
 		w := exp32(x.logit - m)
@@ -88,9 +89,8 @@ func topP(c []cand, m float32, p float64, sorted bool) ([]cand, bool) {
 	if sorted {
 		return c[:prefixReaching(c, 0, target)], true
 	}
-	lo, hi := 0, len(c) // the boundary lies in c[lo:hi]; c[:lo] is kept
-	var above float64   // mass of c[:lo]
-	budget := 2 * bits.Len(uint(len(c)))
+	above, lo, hi := h.narrow(c, m, target)
+	budget := 2 * bits.Len(uint(hi-lo))
 	for hi-lo > 16 && budget > 0 {
 		budget--
 		piv, mass := partition(c[lo:hi])
@@ -107,6 +107,73 @@ func topP(c []cand, m float32, p float64, sorted bool) ([]cand, bool) {
 	}
 	sortDesc(c[lo:hi])
 	return c[:prefixReaching(c[:hi], lo, target-above)+lo], false
+}
+
+// Histogram geometry: buckets of logit width histSpan/histBuckets below the
+// maximum; everything further down shares the lowest bucket.
+const (
+	histBuckets = 1024
+	histSpan    = 20 // e^-20 is about 2e-9
+)
+
+// histogram is top-p's scratch: the probability mass in each logit bucket.
+type histogram struct {
+	mass [histBuckets]float64
+}
+
+// bucket maps a logit to its bucket; it never decreases as the logit grows,
+// so a higher bucket holds only better candidates.
+func bucket(l, base, scale float32) int {
+	f := (l - base) * scale
+	switch {
+	case !(f > 0): // below the span, -Inf
+		return 0
+	case f >= histBuckets-1:
+		return histBuckets - 1
+	}
+	return int(f)
+}
+
+// narrow reorders c so that c[:lo] holds the candidates of the buckets above
+// the one where the mass (best first) reaches target, and c[lo:hi] that
+// bucket's candidates; it returns the mass of c[:lo].
+func (h *histogram) narrow(c []cand, m float32, target float64) (above float64, lo, hi int) {
+	h.mass = [histBuckets]float64{}
+	base := m - histSpan
+	scale := float32(histBuckets) / histSpan
+	for _, x := range c {
+		b := bucket(x.logit, base, scale)
+		h.mass[b] += float64(x.w)
+	}
+	edge := -1
+	for b := histBuckets - 1; b >= 0; b-- {
+		if above+h.mass[b] >= target {
+			edge = b
+			break
+		}
+		above += h.mass[b]
+	}
+	if edge < 0 {
+		// Rounding kept the total short of target: all are kept, and bucket
+		// 0 is where the search ends.
+		edge = 0
+		above -= h.mass[0]
+	}
+	// Move the buckets above edge to the front, then edge's own.
+	for i := range c {
+		if bucket(c[i].logit, base, scale) > edge {
+			c[i], c[lo] = c[lo], c[i]
+			lo++
+		}
+	}
+	hi = lo
+	for i := lo; i < len(c); i++ {
+		if bucket(c[i].logit, base, scale) == edge {
+			c[i], c[hi] = c[hi], c[i]
+			hi++
+		}
+	}
+	return above, lo, hi
 }
 
 // prefixReaching returns how many of c[from:] (sorted), counted from from, it
