@@ -348,22 +348,8 @@ func (e *encoder) str(s string) {
 // checkValue reports whether v's Go value matches its ValueType, so that
 // encoding cannot fail half way.
 func checkValue(v Value, depth int) error {
-	want := map[ValueType]func(any) bool{
-		ValUint8:   func(x any) bool { _, ok := x.(uint8); return ok },
-		ValInt8:    func(x any) bool { _, ok := x.(int8); return ok },
-		ValUint16:  func(x any) bool { _, ok := x.(uint16); return ok },
-		ValInt16:   func(x any) bool { _, ok := x.(int16); return ok },
-		ValUint32:  func(x any) bool { _, ok := x.(uint32); return ok },
-		ValInt32:   func(x any) bool { _, ok := x.(int32); return ok },
-		ValFloat32: func(x any) bool { _, ok := x.(float32); return ok },
-		ValBool:    func(x any) bool { _, ok := x.(bool); return ok },
-		ValString:  func(x any) bool { _, ok := x.(string); return ok },
-		ValUint64:  func(x any) bool { _, ok := x.(uint64); return ok },
-		ValInt64:   func(x any) bool { _, ok := x.(int64); return ok },
-		ValFloat64: func(x any) bool { _, ok := x.(float64); return ok },
-	}
 	if v.Type != ValArray {
-		if ok := want[v.Type]; ok == nil || !ok(v.V) {
+		if !scalarMatches(v.Type, v.V) {
 			return fmt.Errorf("value %T does not match value type %d", v.V, v.Type)
 		}
 		return nil
@@ -418,6 +404,37 @@ func checkValue(v Value, depth int) error {
 		return fmt.Errorf("value %T does not match array of element type %d", v.V, v.Elem)
 	}
 	return nil
+}
+
+func scalarMatches(vt ValueType, x any) bool {
+	ok := false
+	switch vt {
+	case ValUint8:
+		_, ok = x.(uint8)
+	case ValInt8:
+		_, ok = x.(int8)
+	case ValUint16:
+		_, ok = x.(uint16)
+	case ValInt16:
+		_, ok = x.(int16)
+	case ValUint32:
+		_, ok = x.(uint32)
+	case ValInt32:
+		_, ok = x.(int32)
+	case ValFloat32:
+		_, ok = x.(float32)
+	case ValBool:
+		_, ok = x.(bool)
+	case ValString:
+		_, ok = x.(string)
+	case ValUint64:
+		_, ok = x.(uint64)
+	case ValInt64:
+		_, ok = x.(int64)
+	case ValFloat64:
+		_, ok = x.(float64)
+	}
+	return ok
 }
 
 // value encodes v's payload (its type tag is written by the caller).
