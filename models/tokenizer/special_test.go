@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -235,4 +236,37 @@ func TestSPMPieces(t *testing.T) {
 			t.Errorf("Decode(WithSpecial) = %q", got)
 		}
 	})
+}
+
+func TestConcurrentUse(t *testing.T) {
+	for _, name := range vocabFiles {
+		t.Run(name, func(t *testing.T) {
+			tk := loadVocab(t, name)
+			text := "Hello, y'all! How are you 😁 ?我想在apple工作1314151天～ <|im_start|>"
+			want := tk.Encode(text, true, true)
+			wantText := tk.Decode(want)
+			errs := make(chan string, 8)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for range 20 {
+						got := tk.Encode(text, true, true)
+						if !slices.Equal(got, want) {
+							errs <- "Encode differs"
+							return
+						}
+						if tk.Decode(got) != wantText {
+							errs <- "Decode differs"
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for e := range errs {
+				t.Error(e)
+			}
+		})
+	}
 }
