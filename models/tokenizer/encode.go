@@ -195,6 +195,9 @@ func utf8Len(b byte) int {
 
 // splitSymbols makes one symbol per UTF-8 sequence of text.
 func splitSymbols(text string, syms []symbol) []symbol {
+	if cap(syms) < len(text) {
+		syms = make([]symbol, 0, len(text))
+	}
 	syms = syms[:0]
 	for off := 0; off < len(text); {
 		n := min(utf8Len(text[off]), len(text)-off)
@@ -231,6 +234,9 @@ type spmState struct {
 // each symbol as a token or as byte-fallback tokens.
 func (s *spmState) encode(t *Tokenizer, text string, out []int32) []int32 {
 	s.syms = splitSymbols(text, s.syms)
+	if cap(s.q) < len(s.syms) {
+		s.q = make(bigramQueue, 0, len(s.syms))
+	}
 	s.q = s.q[:0]
 	syms := s.syms
 	try := func(l, r int32) {
@@ -312,6 +318,9 @@ func (s *bpeState) mergeWord(t *Tokenizer, word string, out []int32) []int32 {
 		}
 	}
 	s.syms = splitSymbols(word, s.syms)
+	if cap(s.q) < len(s.syms) {
+		s.q = make(bigramQueue, 0, len(s.syms))
+	}
 	s.q = s.q[:0]
 	syms := s.syms
 	try := func(l, r int32) {

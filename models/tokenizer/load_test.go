@@ -177,3 +177,28 @@ func TestPreTokenizers(t *testing.T) {
 		})
 	}
 }
+
+func TestGGUFImageLoads(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		kv         map[string]gguf.Value
+		want       []int32
+	}{
+		{"spm", "a", tinySPM(), []int32{1, 3}},
+		{"bpe", "ab", tinyBPE(), []int32{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := gguf.Parse(ggufImage(tc.kv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk, err := FromGGUF(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tk.Encode(tc.text, true, false); !slices.Equal(got, tc.want) {
+				t.Errorf("Encode = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
