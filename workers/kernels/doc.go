@@ -1,0 +1,17 @@
+// Package kernels owns Bulkhead's CPU compute kernels: a persistent worker pool,
+// matrix-vector and matrix-matrix products over GGML weight formats (F32, F16,
+// BF16, Q8_0, Q4_0, Q4_K, Q6_K), and the small vector operations the engine needs
+// (dot products, half-precision conversion, RMSNorm, SwiGLU, softmax).
+//
+// Hot loops have x86-64 AVX2/FMA/F16C assembly selected at run time, with a
+// portable Go fallback used elsewhere and forced by the purego build tag.
+//
+// Every output element of MatMul is computed by one fixed sequence of floating
+// point operations, whatever the batch size, its position in the batch, the tile
+// it falls in or the number of threads; work is split across threads by weight
+// row only. One binary always uses one code path, so results are bitwise
+// reproducible.
+//
+// This package must never allocate per element, start a goroutine per call, keep
+// global state, read files or import anything above models/.
+package kernels

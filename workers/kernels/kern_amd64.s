@@ -1,0 +1,599 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Float kernels: one 8-lane accumulator per output element, FMA over k in steps
+// of 8, reduced as ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)) by VHADDPS. Every kernel
+// below uses that order, so an element's bits do not depend on which kernel (or
+// how many rows/columns at once) computed it.
+
+// func dot4F32AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
+// Rows w + i*wstride (bytes), i < 4, of F32 weights dotted with x over n&^7 elements.
+TEXT ·dot4F32AVX(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $3, CX
+	JZ   d41f32done
+	XORQ AX, AX
+	XORQ DX, DX
+d41f32loop:
+	VMOVUPS (DI)(AX*1), Y4
+	VMOVUPS (SI)(DX*1), Y5
+	VFMADD231PS Y5, Y4, Y0
+	VMOVUPS (R9)(DX*1), Y6
+	VFMADD231PS Y6, Y4, Y1
+	VMOVUPS (R10)(DX*1), Y7
+	VFMADD231PS Y7, Y4, Y2
+	VMOVUPS (R11)(DX*1), Y8
+	VFMADD231PS Y8, Y4, Y3
+	ADDQ $32, AX
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  d41f32loop
+d41f32done:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VZEROUPPER
+	RET
+
+// func dot4F16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
+// Rows w + i*wstride (bytes), i < 4, of F16 weights dotted with x over n&^7 elements.
+TEXT ·dot4F16AVX(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $3, CX
+	JZ   d41f16done
+	XORQ AX, AX
+	XORQ DX, DX
+d41f16loop:
+	VMOVUPS (DI)(AX*1), Y4
+	VCVTPH2PS (SI)(DX*1), Y5
+	VFMADD231PS Y5, Y4, Y0
+	VCVTPH2PS (R9)(DX*1), Y6
+	VFMADD231PS Y6, Y4, Y1
+	VCVTPH2PS (R10)(DX*1), Y7
+	VFMADD231PS Y7, Y4, Y2
+	VCVTPH2PS (R11)(DX*1), Y8
+	VFMADD231PS Y8, Y4, Y3
+	ADDQ $32, AX
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  d41f16loop
+d41f16done:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VZEROUPPER
+	RET
+
+// func dot4BF16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
+// Rows w + i*wstride (bytes), i < 4, of BF16 weights dotted with x over n&^7 elements.
+TEXT ·dot4BF16AVX(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $3, CX
+	JZ   d41bf16done
+	XORQ AX, AX
+	XORQ DX, DX
+d41bf16loop:
+	VMOVUPS (DI)(AX*1), Y4
+	VPMOVZXWD (SI)(DX*1), Y5
+	VPSLLD $16, Y5, Y5
+	VFMADD231PS Y5, Y4, Y0
+	VPMOVZXWD (R9)(DX*1), Y6
+	VPSLLD $16, Y6, Y6
+	VFMADD231PS Y6, Y4, Y1
+	VPMOVZXWD (R10)(DX*1), Y7
+	VPSLLD $16, Y7, Y7
+	VFMADD231PS Y7, Y4, Y2
+	VPMOVZXWD (R11)(DX*1), Y8
+	VPSLLD $16, Y8, Y8
+	VFMADD231PS Y8, Y4, Y3
+	ADDQ $32, AX
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  d41bf16loop
+d41bf16done:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VZEROUPPER
+	RET
+
+// func dot4x3F32AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
+// The same 4 F32 weight rows dotted with 3 activation rows x + j*xstride (bytes);
+// out[4*j+i] is weight row i with activation row j.
+TEXT ·dot4x3F32AVX(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), R12
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (DI)(R12*1), R13
+	LEAQ (R13)(R12*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $3, CX
+	JZ   d43f32done
+	XORQ AX, AX
+	XORQ DX, DX
+d43f32loop:
+	VMOVUPS (DI)(AX*1), Y12
+	VMOVUPS (R13)(AX*1), Y13
+	VMOVUPS (R12)(AX*1), Y14
+	VMOVUPS (SI)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VMOVUPS (R9)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VMOVUPS (R10)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VMOVUPS (R11)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $32, AX
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  d43f32loop
+d43f32done:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, 16(R8)
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVUPS X8, 32(R8)
+	VZEROUPPER
+	RET
+
+// func dot4x3F16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
+// The same 4 F16 weight rows dotted with 3 activation rows x + j*xstride (bytes);
+// out[4*j+i] is weight row i with activation row j.
+TEXT ·dot4x3F16AVX(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), R12
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (DI)(R12*1), R13
+	LEAQ (R13)(R12*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $3, CX
+	JZ   d43f16done
+	XORQ AX, AX
+	XORQ DX, DX
+d43f16loop:
+	VMOVUPS (DI)(AX*1), Y12
+	VMOVUPS (R13)(AX*1), Y13
+	VMOVUPS (R12)(AX*1), Y14
+	VCVTPH2PS (SI)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VCVTPH2PS (R9)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VCVTPH2PS (R10)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VCVTPH2PS (R11)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $32, AX
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  d43f16loop
+d43f16done:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, 16(R8)
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVUPS X8, 32(R8)
+	VZEROUPPER
+	RET
+
+// func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
+// The same 4 BF16 weight rows dotted with 3 activation rows x + j*xstride (bytes);
+// out[4*j+i] is weight row i with activation row j.
+TEXT ·dot4x3BF16AVX(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), R12
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (DI)(R12*1), R13
+	LEAQ (R13)(R12*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $3, CX
+	JZ   d43bf16done
+	XORQ AX, AX
+	XORQ DX, DX
+d43bf16loop:
+	VMOVUPS (DI)(AX*1), Y12
+	VMOVUPS (R13)(AX*1), Y13
+	VMOVUPS (R12)(AX*1), Y14
+	VPMOVZXWD (SI)(DX*1), Y15
+	VPSLLD $16, Y15, Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VPMOVZXWD (R9)(DX*1), Y15
+	VPSLLD $16, Y15, Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VPMOVZXWD (R10)(DX*1), Y15
+	VPSLLD $16, Y15, Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VPMOVZXWD (R11)(DX*1), Y15
+	VPSLLD $16, Y15, Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $32, AX
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  d43bf16loop
+d43bf16done:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, 16(R8)
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVUPS X8, 32(R8)
+	VZEROUPPER
+	RET
+
+// Quantized kernels: per block, exact int32 sums for 4 weight rows, then
+// sum += (d_w*d_x) * float(isum) with separate multiplies and add, in block order.
+// This is bitwise what dotQ8Go/dotQ4Go compute.
+
+// QDOT: w (32 int8 in Y1, clobbered) · x (Y0) -> 8 int32 lanes in acc.
+// Uses Y2, Y3; Y15 holds 16 words of 1.
+#define QDOT(acc) \
+	VPABSB Y1, Y2 \
+	VPSIGNB Y1, Y0, Y3 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPMADDWD Y15, Y3, acc
+
+// QFINISH: reduce Y4..Y7 to 4 isums, scale by the 4 row scales (f16 at
+// (SI),(R9),(R10),(R11)) times the x scale (f16 at (DI)) and add into X14.
+#define QFINISH \
+	VPHADDD Y5, Y4, Y4 \
+	VPHADDD Y7, Y6, Y6 \
+	VPHADDD Y6, Y4, Y4 \
+	VEXTRACTI128 $1, Y4, X5 \
+	VPADDD X5, X4, X4 \
+	VCVTDQ2PS X4, X4 \
+	VPINSRW $0, (SI), X8, X8 \
+	VPINSRW $1, (R9), X8, X8 \
+	VPINSRW $2, (R10), X8, X8 \
+	VPINSRW $3, (R11), X8, X8 \
+	VCVTPH2PS X8, X8 \
+	VPBROADCASTW (DI), X9 \
+	VCVTPH2PS X9, X9 \
+	VMULPS X9, X8, X8 \
+	VMULPS X4, X8, X8 \
+	VADDPS X8, X14, X14
+
+#define QPROLOGUE \
+	MOVQ w+0(FP), SI \
+	MOVQ wstride+8(FP), BX \
+	MOVQ x+16(FP), DI \
+	MOVQ nb+24(FP), CX \
+	MOVQ out+32(FP), R8 \
+	LEAQ (SI)(BX*1), R9 \
+	LEAQ (R9)(BX*1), R10 \
+	LEAQ (R10)(BX*1), R11 \
+	VXORPS X14, X14, X14 \
+	VPXOR X8, X8, X8 \
+	MOVL $0x00010001, AX \
+	MOVL AX, X15 \
+	VPBROADCASTD X15, Y15
+
+// func dot4Q8AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
+TEXT ·dot4Q8AVX(SB), NOSPLIT, $0-40
+	QPROLOGUE
+	TESTQ CX, CX
+	JZ    q8done
+q8loop:
+	VMOVDQU 2(DI), Y0
+	VMOVDQU 2(SI), Y1
+	QDOT(Y4)
+	VMOVDQU 2(R9), Y1
+	QDOT(Y5)
+	VMOVDQU 2(R10), Y1
+	QDOT(Y6)
+	VMOVDQU 2(R11), Y1
+	QDOT(Y7)
+	QFINISH
+	ADDQ $34, SI
+	ADDQ $34, R9
+	ADDQ $34, R10
+	ADDQ $34, R11
+	ADDQ $34, DI
+	DECQ CX
+	JNZ  q8loop
+q8done:
+	VMOVUPS X14, (R8)
+	VZEROUPPER
+	RET
+
+// Q4UNPACK: 16 bytes of nibbles at addr -> 32 int8 (q-8) in Y1; uses Y2.
+// Y13 = 0x0F bytes, Y12 = 8 bytes.
+#define Q4UNPACK(addr) \
+	VMOVDQU addr, X1 \
+	VPSRLW $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND Y13, Y1, Y1 \
+	VPSUBB Y12, Y1, Y1
+
+// func dot4Q4AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
+TEXT ·dot4Q4AVX(SB), NOSPLIT, $0-40
+	QPROLOGUE
+	MOVL $0x0f0f0f0f, AX
+	MOVL AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x08080808, AX
+	MOVL AX, X12
+	VPBROADCASTD X12, Y12
+	TESTQ CX, CX
+	JZ    q4done
+q4loop:
+	VMOVDQU 2(DI), Y0
+	Q4UNPACK(2(SI))
+	QDOT(Y4)
+	Q4UNPACK(2(R9))
+	QDOT(Y5)
+	Q4UNPACK(2(R10))
+	QDOT(Y6)
+	Q4UNPACK(2(R11))
+	QDOT(Y7)
+	QFINISH
+	ADDQ $18, SI
+	ADDQ $18, R9
+	ADDQ $18, R10
+	ADDQ $18, R11
+	ADDQ $34, DI
+	DECQ CX
+	JNZ  q4loop
+q4done:
+	VMOVUPS X14, (R8)
+	VZEROUPPER
+	RET
+
+// func dotF16AVX(a, b *uint16, n int) float32 — n&^7 elements, kernel order.
+TEXT ·dotF16AVX(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	SHRQ $3, CX
+	JZ   h16done
+h16loop:
+	VCVTPH2PS (SI), Y1
+	VCVTPH2PS (DI), Y2
+	VFMADD231PS Y2, Y1, Y0
+	ADDQ $16, SI
+	ADDQ $16, DI
+	DECQ CX
+	JNZ  h16loop
+h16done:
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotF32AVX(a, b *float32, n int) float32 — n&^7 elements, kernel order.
+TEXT ·dotF32AVX(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	SHRQ $3, CX
+	JZ   f32done
+f32loop:
+	VMOVUPS (SI), Y1
+	VFMADD231PS (DI), Y1, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  f32loop
+f32done:
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyF16AVX(dst *float32, a float32, x *uint16, n int) — n&^7 elements.
+TEXT ·axpyF16AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	VBROADCASTSS a+8(FP), Y0
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   axdone
+axloop:
+	VCVTPH2PS (SI), Y1
+	VFMADD213PS (DI), Y0, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  axloop
+axdone:
+	VZEROUPPER
+	RET
+
+// func f32ToF16AVX(dst *uint16, src *float32, n int) — n&^7 elements, nearest even.
+TEXT ·f32ToF16AVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   cvdone
+cvloop:
+	VMOVUPS (SI), Y0
+	VCVTPS2PH $0, Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	DECQ CX
+	JNZ  cvloop
+cvdone:
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX(dst *float32, src *uint16, n int) — n&^7 elements.
+TEXT ·f16ToF32AVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   cwdone
+cwloop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  cwloop
+cwdone:
+	VZEROUPPER
+	RET

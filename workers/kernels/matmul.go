@@ -1,0 +1,235 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// xTile is how many activation rows are multiplied against one block of 4
+// weight rows before moving to the next block, so prefill reuses each weight row
+// from cache. A multiple of 3, the width of the float micro-kernel.
+const xTile = 12
+
+// matJob is one MatMul call's state; the Pool keeps one and reuses its buffers.
+type matJob struct {
+	m   Matrix
+	rs  int // bytes per weight row
+	out []float32
+	x   []float32 // caller's activations
+	n   int
+	asm bool
+
+	xf  []float32 // F32/F16/BF16: activations as float32, rounded to the weight's precision for F16/BF16
+	xh  []uint16  // F16: scratch for the rounding
+	xq  []byte    // Q8_0/Q4_0: activations as Q8_0 blocks
+	xk  []q8K     // Q4_K/Q6_K: activations as Q8_K blocks
+	xqs int       // bytes per Q8_0 activation row
+}
+
+// MatMul computes out[r*m.Rows+i] = dot(weight row i, x row r) for r < n, where
+// x holds n rows of m.Cols float32. Work is split over the pool by weight rows.
+// Each element is computed by the same sequence of operations whatever n, r and
+// the thread count are. It panics if x or out is too short.
+func (p *Pool) MatMul(out []float32, m Matrix, x []float32, n int) {
+	p.matMul(out, m, x, n, useAsm)
+}
+
+// matMul is MatMul with the code path chosen by the caller (tests compare them).
+func (p *Pool) matMul(out []float32, m Matrix, x []float32, n int, asm bool) {
+	if n <= 0 {
+		return
+	}
+	if len(x) < n*m.Cols || len(out) < n*m.Rows {
+		panic(fmt.Sprintf("kernels: MatMul %dx%d by %d rows: x has %d, out %d", m.Rows, m.Cols, n, len(x), len(out)))
+	}
+	if m.Rows*m.rowSize() > len(m.Data) {
+		panic("kernels: MatMul on a matrix whose data is too short")
+	}
+	p.matMu.Lock()
+	defer p.matMu.Unlock()
+	j := &p.job
+	j.m, j.rs, j.out, j.x, j.n, j.asm = m, m.rowSize(), out, x, n, asm
+	j.prepare(p)
+	p.Run((m.Rows+3)/4, p.rowsFn)
+	j.out, j.x, j.m.Data = nil, nil, nil
+}
+
+// prepare converts the activations to the form the weight type's kernel takes.
+func (j *matJob) prepare(p *Pool) {
+	c, n := j.m.Cols, j.n
+	switch j.m.Type {
+	case gguf.TypeF32:
+		j.xf = j.x[:n*c]
+		return
+	case gguf.TypeF16:
+		j.xf = grow(j.xf, n*c)
+		j.xh = grow(j.xh, n*c)
+	case gguf.TypeBF16:
+		j.xf = grow(j.xf, n*c)
+	case gguf.TypeQ8_0, gguf.TypeQ4_0:
+		j.xqs = c / 32 * q8Block
+		j.xq = grow(j.xq, n*j.xqs)
+	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+		j.xk = grow(j.xk, n*c/256)
+	default:
+		panic("kernels: MatMul on unsupported type " + j.m.Type.String())
+	}
+	if n*c >= 1<<14 {
+		p.Run(n, p.prepFn)
+	} else {
+		j.prepRows(0, n)
+	}
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// prepRows converts activation rows [lo,hi). Each row is converted on its own,
+// so the split does not change the result.
+func (j *matJob) prepRows(lo, hi int) {
+	c := j.m.Cols
+	for r := lo; r < hi; r++ {
+		x := j.x[r*c : (r+1)*c]
+		switch j.m.Type {
+		case gguf.TypeF16:
+			F32ToF16s(j.xh[r*c:(r+1)*c], x)
+			F16ToF32s(j.xf[r*c:(r+1)*c], j.xh[r*c:(r+1)*c])
+		case gguf.TypeBF16:
+			xf := j.xf[r*c : (r+1)*c]
+			for i, v := range x {
+				xf[i] = gguf.BF16ToF32(gguf.F32ToBF16(v))
+			}
+		case gguf.TypeQ8_0, gguf.TypeQ4_0:
+			quantizeQ8(j.xq[r*j.xqs:(r+1)*j.xqs], x)
+		case gguf.TypeQ4_K, gguf.TypeQ6_K:
+			quantizeQ8K(j.xk[r*c/256:(r+1)*c/256], x)
+		}
+	}
+}
+
+// rows computes the outputs of weight-row blocks [lo,hi) (4 rows per block) for
+// every activation row, tiled so a block is reused across xTile activation rows.
+func (j *matJob) rows(lo, hi int) {
+	rlo, rhi := lo*4, min(hi*4, j.m.Rows)
+	for x0 := 0; x0 < j.n; x0 += xTile {
+		x1 := min(x0+xTile, j.n)
+		i := rlo
+		for ; i+4 <= rhi; i += 4 {
+			j.block(i, j.rs, 4, x0, x1)
+		}
+		for ; i < rhi; i++ {
+			// A lone row goes through the same 4-row kernel with stride 0, so
+			// its bits equal those it would get inside a block.
+			j.block(i, 0, 1, x0, x1)
+		}
+	}
+}
+
+// block computes weight rows i..i+nw-1 (read with stride wstride; 0 repeats row
+// i) against activation rows [x0,x1).
+func (j *matJob) block(i, wstride, nw, x0, x1 int) {
+	if !j.asm {
+		j.blockGo(i, nw, x0, x1)
+		return
+	}
+	c, rows := j.m.Cols, j.m.Rows
+	w := &j.m.Data[i*j.rs]
+	var t [12]float32
+	switch j.m.Type {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
+		k1, k3 := dot4F32AVX, dot4x3F32AVX
+		switch j.m.Type {
+		case gguf.TypeF16:
+			k1, k3 = dot4F16AVX, dot4x3F16AVX
+		case gguf.TypeBF16:
+			k1, k3 = dot4BF16AVX, dot4x3BF16AVX
+		}
+		r := x0
+		for ; r+3 <= x1; r += 3 {
+			k3(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+			for q := range 3 {
+				j.store(t[4*q:4*q+4], i, nw, wstride, r+q)
+			}
+		}
+		for ; r < x1; r++ {
+			k1(w, uintptr(wstride), &j.xf[r*c], c, (*[4]float32)(t[:4]))
+			j.store(t[:4], i, nw, wstride, r)
+		}
+	case gguf.TypeQ8_0, gguf.TypeQ4_0:
+		k := dot4Q8AVX
+		if j.m.Type == gguf.TypeQ4_0 {
+			k = dot4Q4AVX
+		}
+		for r := x0; r < x1; r++ {
+			k(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, (*[4]float32)(t[:4]))
+			copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
+		}
+	default:
+		j.blockGo(i, nw, x0, x1)
+	}
+}
+
+// store writes 4 float-kernel results for activation row r, first adding the
+// k%8 tail, which the assembly leaves out, element by element.
+func (j *matJob) store(t []float32, i, nw, wstride, r int) {
+	c := j.m.Cols
+	o := j.out[r*j.m.Rows+i : r*j.m.Rows+i+nw]
+	k0 := c &^ 7
+	if k0 == c {
+		copy(o, t[:nw])
+		return
+	}
+	x := j.xf[r*c : (r+1)*c]
+	for q := range nw {
+		s := t[q]
+		w := j.m.Data[(i+q)*j.rs : (i+q+1)*j.rs]
+		for k := k0; k < c; k++ {
+			s = s + float32(j.weight(w, k)*x[k])
+		}
+		o[q] = s
+	}
+}
+
+// weight returns element k of a float-type weight row.
+func (j *matJob) weight(w []byte, k int) float32 {
+	switch j.m.Type {
+	case gguf.TypeF16:
+		return gguf.F16ToF32(uint16(w[2*k]) | uint16(w[2*k+1])<<8)
+	case gguf.TypeBF16:
+		return gguf.BF16ToF32(uint16(w[2*k]) | uint16(w[2*k+1])<<8)
+	}
+	return f32s(w[4*k : 4*k+4])[0]
+}
+
+// blockGo is block with the portable kernels, one element at a time.
+func (j *matJob) blockGo(i, nw, x0, x1 int) {
+	c, rows := j.m.Cols, j.m.Rows
+	for r := x0; r < x1; r++ {
+		for q := range nw {
+			w := j.m.Data[(i+q)*j.rs : (i+q+1)*j.rs]
+			var s float32
+			switch j.m.Type {
+			case gguf.TypeF32:
+				s = dotF32Go(f32s(w), j.xf[r*c:(r+1)*c])
+			case gguf.TypeF16:
+				s = dotF16F32Go(u16s(w), j.xf[r*c:(r+1)*c])
+			case gguf.TypeBF16:
+				s = dotBF16Go(u16s(w), j.xf[r*c:(r+1)*c])
+			case gguf.TypeQ8_0:
+				s = dotQ8Go(w, j.xq[r*j.xqs:(r+1)*j.xqs], c/32)
+			case gguf.TypeQ4_0:
+				s = dotQ4Go(w, j.xq[r*j.xqs:(r+1)*j.xqs], c/32)
+			case gguf.TypeQ4_K:
+				s = dotQ4KGo(w, j.xk[r*c/256:(r+1)*c/256])
+			case gguf.TypeQ6_K:
+				s = dotQ6KGo(w, j.xk[r*c/256:(r+1)*c/256])
+			}
+			j.out[r*rows+i+q] = s
+		}
+	}
+}

@@ -1,0 +1,407 @@
+package kernels
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// refMatMul is a float64 reference. For quantized types it dots with x as the
+// kernel sees it: rounded to f16/bf16, or quantized to Q8_0/Q8_K (through the
+// package's quantizers, checked separately) — so tolerances can be tight.
+func refMatMul(m Matrix, x []float32, n int) (want, scale []float64) {
+	want = make([]float64, n*m.Rows)
+	scale = make([]float64, n*m.Rows)
+	for r := range n {
+		xr := refX(m.Type, x[r*m.Cols:(r+1)*m.Cols])
+		for i := range m.Rows {
+			w := refRow(m, i)
+			var s, a float64
+			for k := range w {
+				s += w[k] * xr[k]
+				a += math.Abs(w[k] * xr[k])
+			}
+			want[r*m.Rows+i], scale[r*m.Rows+i] = s, a+1e-30
+		}
+	}
+	return want, scale
+}
+
+// refX is one activation row as the kernel for weight type t consumes it.
+func refX(t gguf.Type, x []float32) []float64 {
+	out := make([]float64, len(x))
+	switch t {
+	case gguf.TypeF32:
+		for i, v := range x {
+			out[i] = float64(v)
+		}
+	case gguf.TypeF16:
+		for i, v := range x {
+			out[i] = float64(gguf.F16ToF32(gguf.F32ToF16(v)))
+		}
+	case gguf.TypeBF16:
+		for i, v := range x {
+			out[i] = float64(gguf.BF16ToF32(gguf.F32ToBF16(v)))
+		}
+	case gguf.TypeQ8_0, gguf.TypeQ4_0:
+		q := make([]byte, len(x)/32*34)
+		quantizeQ8(q, x)
+		for k := range out {
+			blk := q[k/32*34:]
+			out[k] = float64(gguf.F16ToF32(rd16(blk))) * float64(int8(blk[2+k%32]))
+		}
+	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+		q := make([]q8K, len(x)/256)
+		quantizeQ8K(q, x)
+		for k := range out {
+			out[k] = float64(q[k/256].d) * float64(q[k/256].qs[k%256])
+		}
+	}
+	return out
+}
+
+// paths lists the code paths this binary has.
+func paths() []bool {
+	if useAsm {
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
+func pathName(asm bool) string {
+	if asm {
+		return "asm"
+	}
+	return "go"
+}
+
+func TestMatMulMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range allTypes {
+		for _, asm := range paths() {
+			for _, shape := range []struct{ rows, n int }{{1, 1}, {5, 1}, {13, 4}, {8, 14}} {
+				t.Run(fmt.Sprintf("%s/%s/%dx%d/n%d", tc.t, pathName(asm), shape.rows, tc.cols, shape.n), func(t *testing.T) {
+					m := randMatrix(t, rng, tc.t, shape.rows, tc.cols)
+					x := randVec(rng, shape.n*tc.cols)
+					p := NewPool(2)
+					defer p.Close()
+					out := make([]float32, shape.n*shape.rows)
+					p.matMul(out, m, x, shape.n, asm)
+					want, scale := refMatMul(m, x, shape.n)
+					for i := range out {
+						checkClose(t, fmt.Sprintf("out[%d]", i), out[i], want[i], scale[i], 1e-5)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestMatMulUnquantizedX checks the whole pipeline, activation quantization
+// included, against a float64 product with the caller's x.
+func TestMatMulUnquantizedX(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tols := map[gguf.Type]float64{gguf.TypeF32: 1e-5, gguf.TypeF16: 2e-3, gguf.TypeBF16: 1e-2,
+		gguf.TypeQ8_0: 2e-2, gguf.TypeQ4_0: 2e-2, gguf.TypeQ4_K: 2e-2, gguf.TypeQ6_K: 2e-2}
+	for _, tc := range allTypes {
+		t.Run(tc.t.String(), func(t *testing.T) {
+			m := randMatrix(t, rng, tc.t, 9, tc.cols)
+			x := randVec(rng, 2*tc.cols)
+			p := NewPool(1)
+			defer p.Close()
+			out := make([]float32, 2*9)
+			p.MatMul(out, m, x, 2)
+			for r := range 2 {
+				for i := range 9 {
+					w := refRow(m, i)
+					var s, a float64
+					for k, wk := range w {
+						s += wk * float64(x[r*tc.cols+k])
+						a += math.Abs(wk * float64(x[r*tc.cols+k]))
+					}
+					checkClose(t, fmt.Sprintf("row %d x %d", i, r), out[r*9+i], s, a, tols[tc.t])
+				}
+			}
+		})
+	}
+}
+
+// TestMatMulInvariance checks bitwise that an output element does not depend on
+// the batch size, the row's position in the batch, or the thread count.
+func TestMatMulInvariance(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const rows = 13
+	for _, tc := range allTypes {
+		for _, asm := range paths() {
+			t.Run(tc.t.String()+"/"+pathName(asm), func(t *testing.T) {
+				m := randMatrix(t, rng, tc.t, rows, tc.cols)
+				base := randVec(rng, 64*tc.cols) // 64 distinct activation rows
+				p1 := NewPool(1)
+				defer p1.Close()
+				// Reference: each activation row alone, one thread.
+				single := make([]float32, 64*rows)
+				for r := range 64 {
+					p1.matMul(single[r*rows:(r+1)*rows], m, base[r*tc.cols:(r+1)*tc.cols], 1, asm)
+				}
+				for _, threads := range []int{1, 2, 3} {
+					p := NewPool(threads)
+					for _, n := range []int{1, 7, 64} {
+						// Batch of n rows taken from base in a shuffled order.
+						perm := rng.Perm(64)[:n]
+						x := make([]float32, n*tc.cols)
+						for r, src := range perm {
+							copy(x[r*tc.cols:], base[src*tc.cols:(src+1)*tc.cols])
+						}
+						out := make([]float32, n*rows)
+						p.matMul(out, m, x, n, asm)
+						for r, src := range perm {
+							for i := range rows {
+								got, want := out[r*rows+i], single[src*rows+i]
+								if math.Float32bits(got) != math.Float32bits(want) {
+									t.Fatalf("threads %d n %d: row %d (source %d) col %d: %x != single %x",
+										threads, n, r, src, i, math.Float32bits(got), math.Float32bits(want))
+								}
+							}
+						}
+					}
+					p.Close()
+				}
+			})
+		}
+	}
+}
+
+// TestAsmMatchesGo compares the assembly MatMul with the portable one: exactly
+// for the integer-dot types, within a tight tolerance for float types.
+func TestAsmMatchesGo(t *testing.T) {
+	if !useAsm {
+		t.Skip("this build has no assembly path (purego or non-amd64 or no AVX2/FMA/F16C)")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	exact := map[gguf.Type]bool{gguf.TypeQ8_0: true, gguf.TypeQ4_0: true, gguf.TypeQ4_K: true, gguf.TypeQ6_K: true}
+	for _, tc := range allTypes {
+		t.Run(tc.t.String(), func(t *testing.T) {
+			m := randMatrix(t, rng, tc.t, 11, tc.cols)
+			x := randVec(rng, 5*tc.cols)
+			p := NewPool(2)
+			defer p.Close()
+			a, g := make([]float32, 5*11), make([]float32, 5*11)
+			p.matMul(a, m, x, 5, true)
+			p.matMul(g, m, x, 5, false)
+			_, scale := refMatMul(m, x, 5)
+			for i := range a {
+				if exact[tc.t] {
+					if math.Float32bits(a[i]) != math.Float32bits(g[i]) {
+						t.Fatalf("out[%d]: asm %g != go %g", i, a[i], g[i])
+					}
+					continue
+				}
+				checkClose(t, fmt.Sprintf("out[%d]", i), a[i], float64(g[i]), scale[i], 1e-6)
+			}
+		})
+	}
+}
+
+// TestQuantKernelsExtremes drives the Q8_0/Q4_0 assembly with extreme bytes
+// (-128 weights, ±127 activations) and compares it with the Go kernels bitwise.
+func TestQuantKernelsExtremes(t *testing.T) {
+	if !useAsm {
+		t.Skip("this build has no assembly path")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, fill := range []struct {
+		name string
+		w, x func() byte
+	}{
+		{"random", func() byte { return byte(rng.Uint32()) }, func() byte { return byte(rng.IntN(255) - 127) }},
+		{"min-max", func() byte { return 0x80 }, func() byte { return 127 }},
+		{"min-min", func() byte { return 0x80 }, func() byte { return 0x81 }},
+		{"max-max", func() byte { return 0x7f }, func() byte { return 127 }},
+	} {
+		t.Run(fill.name, func(t *testing.T) {
+			const nb = 7
+			w8 := make([]byte, 4*nb*34)
+			w4 := make([]byte, 4*nb*18)
+			x := make([]byte, nb*34)
+			for i := range w8 {
+				w8[i] = fill.w()
+			}
+			for i := range w4 {
+				w4[i] = fill.w()
+			}
+			for i := range x {
+				x[i] = fill.x()
+			}
+			for b := range nb { // finite scales
+				putHalf(x[b*34:], 0.01)
+				for r := range 4 {
+					putHalf(w8[r*nb*34+b*34:], 0.02)
+					putHalf(w4[r*nb*18+b*18:], 0.03)
+				}
+			}
+			var o8, o4 [4]float32
+			dot4Q8AVX(&w8[0], nb*34, &x[0], nb, &o8)
+			dot4Q4AVX(&w4[0], nb*18, &x[0], nb, &o4)
+			for r := range 4 {
+				if g := dotQ8Go(w8[r*nb*34:], x, nb); math.Float32bits(g) != math.Float32bits(o8[r]) {
+					t.Errorf("Q8_0 row %d: asm %g go %g", r, o8[r], g)
+				}
+				if g := dotQ4Go(w4[r*nb*18:], x, nb); math.Float32bits(g) != math.Float32bits(o4[r]) {
+					t.Errorf("Q4_0 row %d: asm %g go %g", r, o4[r], g)
+				}
+			}
+		})
+	}
+}
+
+func TestRow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, tc := range allTypes {
+		t.Run(tc.t.String(), func(t *testing.T) {
+			m := randMatrix(t, rng, tc.t, 3, tc.cols)
+			dst := make([]float32, tc.cols)
+			for i := range 3 {
+				m.Row(i, dst)
+				want := refRow(m, i)
+				for k := range want {
+					checkClose(t, fmt.Sprintf("row %d [%d]", i, k), dst[k], want[k], math.Abs(want[k])+1e-6, 1e-6)
+				}
+			}
+		})
+	}
+}
+
+func TestQuantizeQ8(t *testing.T) {
+	// amax = 127 gives d = 1 exactly, so q = round(x) with ties away from zero.
+	for _, tc := range []struct {
+		name string
+		x    float32
+		want int8
+	}{
+		{"max", 127, 127},
+		{"min", -127, -127},
+		{"half-away", 0.5, 1},
+		{"neg-half-away", -0.5, -1},
+		{"2.5-away-not-even", 2.5, 3},
+		{"below-half", 0.49, 0},
+		{"zero", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := make([]float32, 32)
+			x[0], x[1] = 127, tc.x
+			q := make([]byte, 34)
+			quantizeQ8(q, x)
+			if d := gguf.F16ToF32(rd16(q)); d != 1 {
+				t.Fatalf("d = %g, want 1", d)
+			}
+			if got := int8(q[3]); got != tc.want {
+				t.Fatalf("q = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("all-zero", func(t *testing.T) {
+		q := make([]byte, 34)
+		for i := range q {
+			q[i] = 0xff
+		}
+		quantizeQ8(q, make([]float32, 32))
+		for i, b := range q {
+			if b != 0 {
+				t.Fatalf("byte %d = %d", i, b)
+			}
+		}
+	})
+}
+
+func TestQuantizeQ8K(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	x := randVec(rng, 512)
+	x[300] = -9 // largest magnitude of block 1: GGML maps it to -127
+	q := make([]q8K, 2)
+	quantizeQ8K(q, x)
+	if q[1].qs[300-256] != -127 {
+		t.Fatalf("largest-magnitude element quantized to %d, want -127", q[1].qs[44])
+	}
+	for b := range 2 {
+		for j := range 16 {
+			var s int
+			for _, v := range q[b].qs[j*16 : j*16+16] {
+				s += int(v)
+			}
+			if int(q[b].bsums[j]) != s {
+				t.Fatalf("block %d bsum %d = %d, want %d", b, j, q[b].bsums[j], s)
+			}
+		}
+		for k := range 256 {
+			checkClose(t, "dequantized", q[b].d*float32(q[b].qs[k]), float64(x[b*256+k]), math.Abs(float64(q[b].d)), 0.5001)
+		}
+	}
+}
+
+func TestNewMatrix(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		t          gguf.Type
+		rows, cols int
+		len        int
+		err        error
+	}{
+		{"f32 ok", gguf.TypeF32, 2, 3, 24, nil},
+		{"q8 ok", gguf.TypeQ8_0, 2, 64, 2 * 68, nil},
+		{"q4k ok", gguf.TypeQ4_K, 1, 256, 144, nil},
+		{"unsupported", gguf.TypeQ5_K, 1, 256, 176, ErrUnsupportedType},
+		{"unknown", gguf.Type(99), 1, 1, 4, ErrUnsupportedType},
+		{"partial block", gguf.TypeQ8_0, 1, 40, 34, ErrShape},
+		{"short data", gguf.TypeF32, 2, 3, 20, ErrShape},
+		{"long data", gguf.TypeF32, 2, 3, 28, ErrShape},
+		{"zero rows", gguf.TypeF32, 0, 3, 0, ErrShape},
+		{"negative cols", gguf.TypeF32, 1, -4, 0, ErrShape},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewMatrix(tc.t, tc.rows, tc.cols, make([]byte, tc.len))
+			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+		})
+	}
+}
+
+// FuzzMatrix feeds arbitrary weight bytes (as from an untrusted file) through
+// NewMatrix, Row and MatMul: no panics, and the paths agree for quant types.
+func FuzzMatrix(f *testing.F) {
+	f.Add(uint8(8), uint8(1), uint16(32), []byte{})
+	f.Add(uint8(12), uint8(2), uint16(256), make([]byte, 288))
+	f.Add(uint8(0), uint8(3), uint16(9), make([]byte, 108))
+	f.Fuzz(func(t *testing.T, typ uint8, rows uint8, cols uint16, data []byte) {
+		m, err := NewMatrix(gguf.Type(typ), int(rows), int(cols), data)
+		if err != nil {
+			return
+		}
+		dst := make([]float32, m.Cols)
+		for i := range m.Rows {
+			m.Row(i, dst)
+		}
+		x := make([]float32, 2*m.Cols)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		p := NewPool(2)
+		defer p.Close()
+		a, g := make([]float32, 2*m.Rows), make([]float32, 2*m.Rows)
+		p.matMul(g, m, x, 2, false)
+		if useAsm {
+			p.matMul(a, m, x, 2, true)
+			if m.Type == gguf.TypeQ8_0 || m.Type == gguf.TypeQ4_0 {
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(g[i]) && !(a[i] != a[i] && g[i] != g[i]) {
+						t.Fatalf("out[%d]: asm %g go %g", i, a[i], g[i])
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,103 @@
+package kernels
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// Matrix is a row-major weight matrix: Rows rows of Cols elements, each row
+// Type.RowSize(Cols) bytes, in Data (usually a slice of a memory-mapped file).
+type Matrix struct {
+	Type       gguf.Type
+	Rows, Cols int
+	Data       []byte
+}
+
+// NewMatrix checks that the type has kernels here, that Cols is a whole number
+// of the type's blocks, and that Data holds exactly Rows rows.
+func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
+	switch t {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	default:
+		return Matrix{}, fmt.Errorf("%w: %s", ErrUnsupportedType, t)
+	}
+	if rows <= 0 || cols <= 0 {
+		return Matrix{}, fmt.Errorf("%w: %d x %d", ErrShape, rows, cols)
+	}
+	if cols%t.BlockSize() != 0 {
+		return Matrix{}, fmt.Errorf("%w: %d columns is not a multiple of %s's block of %d", ErrShape, cols, t, t.BlockSize())
+	}
+	rs, err := t.RowSize(cols)
+	if err != nil {
+		return Matrix{}, fmt.Errorf("%w: %w", ErrShape, err)
+	}
+	if rows > len(data)/rs || rows*rs != len(data) {
+		return Matrix{}, fmt.Errorf("%w: %d x %d %s needs %d bytes, have %d", ErrShape, rows, cols, t, rows*rs, len(data))
+	}
+	return Matrix{Type: t, Rows: rows, Cols: cols, Data: data}, nil
+}
+
+// rowSize is the bytes per row; m must have come from NewMatrix.
+func (m Matrix) rowSize() int { return m.Cols / m.Type.BlockSize() * m.Type.TypeSize() }
+
+// Row writes weight row i, dequantized, into dst[:m.Cols] (an embedding lookup).
+func (m Matrix) Row(i int, dst []float32) {
+	if i < 0 || i >= m.Rows {
+		panic(fmt.Sprintf("kernels: row %d out of range [0,%d)", i, m.Rows))
+	}
+	rs := m.rowSize()
+	w := m.Data[i*rs : (i+1)*rs]
+	dst = dst[:m.Cols]
+	switch m.Type {
+	case gguf.TypeF32:
+		copy(dst, f32s(w))
+	case gguf.TypeF16:
+		F16ToF32s(dst, u16s(w))
+	case gguf.TypeBF16:
+		for j, h := range u16s(w) {
+			dst[j] = gguf.BF16ToF32(h)
+		}
+	case gguf.TypeQ8_0:
+		for b := 0; b < m.Cols/32; b++ {
+			blk := w[b*q8Block : (b+1)*q8Block]
+			d := half(blk)
+			for j := range 32 {
+				dst[b*32+j] = d * float32(int8(blk[2+j]))
+			}
+		}
+	case gguf.TypeQ4_0:
+		for b := 0; b < m.Cols/32; b++ {
+			blk := w[b*q4Block : (b+1)*q4Block]
+			d := half(blk)
+			for j := range 16 {
+				dst[b*32+j] = d * float32(int32(blk[2+j]&15)-8)
+				dst[b*32+16+j] = d * float32(int32(blk[2+j]>>4)-8)
+			}
+		}
+	case gguf.TypeQ4_K:
+		dequantQ4K(dst, w)
+	case gguf.TypeQ6_K:
+		dequantQ6K(dst, w)
+	default:
+		panic("kernels: Row on unsupported type " + m.Type.String())
+	}
+}
+
+// f32s and u16s view little-endian weight bytes as float32 / uint16 without
+// copying. Every supported target is little-endian; the weight data of a GGUF
+// file is aligned (32 bytes by default) and the targets allow unaligned loads.
+func f32s(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func u16s(b []byte) []uint16 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}

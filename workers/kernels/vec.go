@@ -1,0 +1,135 @@
+package kernels
+
+import (
+	"math"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// DotF32 returns the dot product of a and b[:len(a)], with one 8-lane
+// accumulator (the order MatMul uses for F32 weights).
+func DotF32(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	if !useAsm || n < 8 {
+		return dotF32Go(a, b)
+	}
+	s := dotF32AVX(&a[0], &b[0], n)
+	for k := n &^ 7; k < n; k++ {
+		s = s + float32(a[k]*b[k])
+	}
+	return s
+}
+
+// DotF16 returns the dot product of two IEEE half vectors (b[:len(a)]),
+// accumulated in float32 in the order MatMul uses for F16 weights.
+func DotF16(a, b []uint16) float32 {
+	n := len(a)
+	b = b[:n]
+	if !useAsm || n < 8 {
+		return dotF16Go(a, b)
+	}
+	s := dotF16AVX(&a[0], &b[0], n)
+	for k := n &^ 7; k < n; k++ {
+		s = s + float32(gguf.F16ToF32(a[k])*gguf.F16ToF32(b[k]))
+	}
+	return s
+}
+
+// AxpyF16 adds a*half(x[i]) to dst[i] for i < len(dst).
+func AxpyF16(dst []float32, a float32, x []uint16) {
+	n := len(dst)
+	x = x[:n]
+	k := 0
+	if useAsm && n >= 8 {
+		axpyF16AVX(&dst[0], a, &x[0], n)
+		k = n &^ 7
+	}
+	for ; k < n; k++ {
+		dst[k] = dst[k] + float32(a*gguf.F16ToF32(x[k]))
+	}
+}
+
+// F32ToF16s rounds src[:len(dst)] to IEEE half, to nearest even (as VCVTPS2PH).
+func F32ToF16s(dst []uint16, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	k := 0
+	if useAsm && n >= 8 {
+		f32ToF16AVX(&dst[0], &src[0], n)
+		k = n &^ 7
+	}
+	for ; k < n; k++ {
+		dst[k] = gguf.F32ToF16(src[k])
+	}
+}
+
+// F16ToF32s converts IEEE half src[:len(dst)] to float32 exactly.
+func F16ToF32s(dst []float32, src []uint16) {
+	n := len(dst)
+	src = src[:n]
+	k := 0
+	if useAsm && n >= 8 {
+		f16ToF32AVX(&dst[0], &src[0], n)
+		k = n &^ 7
+	}
+	for ; k < n; k++ {
+		dst[k] = gguf.F16ToF32(src[k])
+	}
+}
+
+// RMSNorm writes dst[i] = (x[i]*scale)*w[i] with scale = 1/sqrt(mean(x²)+eps);
+// squares are summed in float64, scale is computed in float32, as GGML does.
+func RMSNorm(dst, x, w []float32, eps float32) {
+	n := len(x)
+	dst, w = dst[:n], w[:n]
+	var sum float64
+	for _, v := range x {
+		sum += float64(float32(v * v))
+	}
+	mean := float32(sum / float64(n))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+	for i, v := range x {
+		dst[i] = float32(v*scale) * w[i]
+	}
+}
+
+// SwiGLU writes dst[i] = silu(gate[i]) * up[i], silu(v) = v/(1+exp(-v)).
+func SwiGLU(dst, gate, up []float32) {
+	n := len(dst)
+	gate, up = gate[:n], up[:n]
+	for i, g := range gate {
+		e := float32(math.Exp(float64(-g)))
+		dst[i] = float32(g/(1+e)) * up[i]
+	}
+}
+
+// Softmax replaces x by its softmax: max subtracted, exponentials summed in
+// float64, then scaled by the reciprocal of the sum.
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// Add adds x[:len(dst)] into dst.
+func Add(dst, x []float32) {
+	x = x[:len(dst)]
+	for i, v := range x {
+		dst[i] += v
+	}
+}
