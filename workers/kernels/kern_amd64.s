@@ -407,24 +407,21 @@ d43bf16done:
 	VMULPS X4, X8, X8 \
 	VADDPS X8, X14, X14
 
-#define QPROLOGUE \
-	MOVQ w+0(FP), SI \
-	MOVQ wstride+8(FP), BX \
-	MOVQ x+16(FP), DI \
-	MOVQ nb+24(FP), CX \
-	MOVQ out+32(FP), R8 \
-	LEAQ (SI)(BX*1), R9 \
-	LEAQ (R9)(BX*1), R10 \
-	LEAQ (R10)(BX*1), R11 \
-	VXORPS X14, X14, X14 \
-	VPXOR X8, X8, X8 \
-	MOVL $0x00010001, AX \
-	MOVL AX, X15 \
-	VPBROADCASTD X15, Y15
-
 // func dot4Q8AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
 TEXT ·dot4Q8AVX(SB), NOSPLIT, $0-40
-	QPROLOGUE
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS X14, X14, X14
+	VPXOR X8, X8, X8
+	MOVL $0x00010001, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
 	TESTQ CX, CX
 	JZ    q8done
 q8loop:
@@ -461,7 +458,19 @@ q8done:
 
 // func dot4Q4AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
 TEXT ·dot4Q4AVX(SB), NOSPLIT, $0-40
-	QPROLOGUE
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS X14, X14, X14
+	VPXOR X8, X8, X8
+	MOVL $0x00010001, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
 	MOVL $0x0f0f0f0f, AX
 	MOVL AX, X13
 	VPBROADCASTD X13, Y13
