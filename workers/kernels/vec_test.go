@@ -1,0 +1,205 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+func halves(rng *rand.Rand, n int) []uint16 {
+	h := make([]uint16, n)
+	for i := range h {
+		h[i] = gguf.F32ToF16(float32(rng.NormFloat64()))
+	}
+	return h
+}
+
+func TestDots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, n := range []int{0, 1, 7, 8, 9, 64, 203} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			a, b := randVec(rng, n), randVec(rng, n)
+			ha, hb := halves(rng, n), halves(rng, n)
+			var want, scale, hwant, hscale float64
+			for i := range n {
+				want += float64(a[i]) * float64(b[i])
+				scale += math.Abs(float64(a[i]) * float64(b[i]))
+				p := float64(gguf.F16ToF32(ha[i])) * float64(gguf.F16ToF32(hb[i]))
+				hwant += p
+				hscale += math.Abs(p)
+			}
+			checkClose(t, "DotF32", DotF32(a, b), want, scale, 1e-6)
+			checkClose(t, "DotF16", DotF16(ha, hb), hwant, hscale, 1e-6)
+			checkClose(t, "dotF32Go", dotF32Go(a, b), want, scale, 1e-6)
+			checkClose(t, "dotF16Go", dotF16Go(ha, hb), hwant, hscale, 1e-6)
+		})
+	}
+}
+
+// TestDotF16MatchesF16MatMul: DotF16 and an F16 MatMul row agree bitwise when
+// the activations are already f16 values.
+func TestDotF16MatchesF16MatMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const cols = 203
+	w, x := halves(rng, cols), halves(rng, cols)
+	data := make([]byte, 2*cols)
+	for i, h := range w {
+		data[2*i], data[2*i+1] = byte(h), byte(h>>8)
+	}
+	m, err := NewMatrix(gguf.TypeF16, 1, cols, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xf := make([]float32, cols)
+	F16ToF32s(xf, x)
+	p := NewPool(1)
+	defer p.Close()
+	out := make([]float32, 1)
+	p.MatMul(out, m, xf, 1)
+	if d := DotF16(w, x); math.Float32bits(d) != math.Float32bits(out[0]) {
+		t.Fatalf("DotF16 %g != MatMul %g", d, out[0])
+	}
+}
+
+func TestAxpyF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	for _, n := range []int{0, 3, 8, 19, 64} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			dst, x := randVec(rng, n), halves(rng, n)
+			want := make([]float64, n)
+			for i := range n {
+				want[i] = float64(dst[i]) + 0.75*float64(gguf.F16ToF32(x[i]))
+			}
+			AxpyF16(dst, 0.75, x)
+			for i := range n {
+				checkClose(t, fmt.Sprintf("[%d]", i), dst[i], want[i], math.Abs(want[i])+1, 1e-6)
+			}
+		})
+	}
+}
+
+// f16Cases are float32 values that exercise every rounding path of F32ToF16.
+func f16Cases(rng *rand.Rand) []float32 {
+	v := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65519.99, 65520, -65520, 1e10,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.Float32frombits(0x7f800001), math.Float32frombits(0xffc12345), // signalling / payload NaNs
+		5.960464477539063e-08, 2.98e-08, 2.9802322387695312e-08, 8.940696716308594e-08, // subnormal edges
+		6.097555160522461e-05, 6.103515625e-05, 1.0009765625, 1.00048828125, 1.00146484375}
+	for range 20000 {
+		v = append(v, math.Float32frombits(rng.Uint32()))
+	}
+	for range 20000 { // dense around the half range, subnormals included
+		v = append(v, float32(rng.NormFloat64()*math.Pow(2, float64(rng.IntN(50)-30))))
+	}
+	for h := range 1 << 16 { // exact halves and midpoints between neighbours
+		f := gguf.F16ToF32(uint16(h))
+		v = append(v, f, math.Float32frombits(math.Float32bits(f)+1<<12), math.Float32frombits(math.Float32bits(f)+1<<12+1))
+	}
+	return v
+}
+
+func TestF32ToF16s(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	src := f16Cases(rng)
+	dst := make([]uint16, len(src))
+	F32ToF16s(dst, src)
+	for i, f := range src {
+		if want := gguf.F32ToF16(f); dst[i] != want {
+			t.Fatalf("F32ToF16s(%g = %#x) = %#x, want %#x", f, math.Float32bits(f), dst[i], want)
+		}
+	}
+}
+
+func TestF16ToF32s(t *testing.T) {
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	dst := make([]float32, len(src))
+	F16ToF32s(dst, src)
+	for i, h := range src {
+		want := gguf.F16ToF32(h)
+		if math.Float32bits(dst[i]) == math.Float32bits(want) {
+			continue
+		}
+		// The hardware quiets signalling NaNs; any NaN with the same sign is fine.
+		if dst[i] != dst[i] && want != want && (math.Float32bits(dst[i])^math.Float32bits(want))>>31 == 0 {
+			continue
+		}
+		t.Fatalf("F16ToF32s(%#x) = %#x, want %#x", h, math.Float32bits(dst[i]), math.Float32bits(want))
+	}
+}
+
+func TestRMSNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	for _, n := range []int{1, 5, 576} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			x, w := randVec(rng, n), randVec(rng, n)
+			dst := make([]float32, n)
+			RMSNorm(dst, x, w, 1e-5)
+			var ss float64
+			for _, v := range x {
+				ss += float64(v) * float64(v)
+			}
+			scale := 1 / math.Sqrt(ss/float64(n)+1e-5)
+			for i := range n {
+				want := float64(x[i]) * scale * float64(w[i])
+				checkClose(t, fmt.Sprintf("[%d]", i), dst[i], want, math.Abs(want)+1e-6, 1e-6)
+			}
+		})
+	}
+}
+
+func TestSwiGLU(t *testing.T) {
+	for _, tc := range []struct{ g, u, want float64 }{
+		{0, 3, 0}, {1, 2, 2 / (1 + math.Exp(-1))}, {-2, 1.5, 1.5 * -2 / (1 + math.Exp(2))},
+		{-100, 1, 0}, {50, 2, 100},
+	} {
+		t.Run(fmt.Sprint(tc.g), func(t *testing.T) {
+			dst := make([]float32, 1)
+			SwiGLU(dst, []float32{float32(tc.g)}, []float32{float32(tc.u)})
+			checkClose(t, "silu", dst[0], tc.want, math.Abs(tc.want)+1e-30, 1e-6)
+		})
+	}
+}
+
+func TestSoftmax(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		x    []float32
+	}{
+		{"small", []float32{1, 2, 3}},
+		{"large", []float32{1000, 1001, 999}},
+		{"masked", []float32{0, float32(math.Inf(-1)), 2}},
+		{"one", []float32{-7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := append([]float32(nil), tc.x...)
+			Softmax(x)
+			m := math.Inf(-1)
+			for _, v := range tc.x {
+				m = math.Max(m, float64(v))
+			}
+			var s float64
+			for _, v := range tc.x {
+				s += math.Exp(float64(v) - m)
+			}
+			for i, v := range tc.x {
+				checkClose(t, fmt.Sprintf("[%d]", i), x[i], math.Exp(float64(v)-m)/s, 1, 1e-6)
+			}
+		})
+	}
+}
+
+func TestAdd(t *testing.T) {
+	dst := []float32{1, 2, 3}
+	Add(dst, []float32{0.5, -2, 10, 99})
+	for i, want := range []float32{1.5, 0, 13} {
+		if dst[i] != want {
+			t.Fatalf("dst[%d] = %g, want %g", i, dst[i], want)
+		}
+	}
+}
