@@ -1,0 +1,86 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// BenchmarkMatMul reports weight bytes streamed per second (GB/s, the decode
+// bound) and GFLOP/s for smollm2-135m shapes. -cpu sets the pool's threads.
+func BenchmarkMatMul(b *testing.B) {
+	shapes := []struct {
+		name       string
+		rows, cols int
+		n          int
+	}{
+		{"decode-ffn-1536x576", 1536, 576, 1},
+		{"decode-ffn-576x1536", 576, 1536, 1},
+		{"decode-vocab-49152x576", 49152, 576, 1},
+		{"prefill64-1536x576", 1536, 576, 64},
+		{"prefill512-1536x576", 1536, 576, 512},
+	}
+	types := []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
+	rng := rand.New(rand.NewPCG(41, 42))
+	t := &testing.T{}
+	for _, typ := range types {
+		for _, s := range shapes {
+			cols := s.cols
+			if typ.BlockSize() == 256 && cols%256 != 0 {
+				cols = 512 // K-quants need whole super-blocks; 576 is not one
+			}
+			m := randMatrix(t, rng, typ, s.rows, cols)
+			x := randVec(rng, s.n*cols)
+			out := make([]float32, s.n*s.rows)
+			for _, threads := range benchThreads {
+				b.Run(fmt.Sprintf("%s/%s/t%d", typ, s.name, threads), func(b *testing.B) {
+					p := NewPool(threads)
+					defer p.Close()
+					b.ReportAllocs()
+					for b.Loop() {
+						p.MatMul(out, m, x, s.n)
+					}
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					b.ReportMetric(float64(len(m.Data))/sec/1e9, "GB/s")
+					b.ReportMetric(2*float64(s.rows*cols*s.n)/sec/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+// benchThreads are the pool sizes benchmarked. Pools are sized explicitly:
+// with b.Loop the body runs once, before -cpu takes effect.
+var benchThreads = []int{1, 2}
+
+func BenchmarkDotF16(b *testing.B) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, n := range []int{64, 576} {
+		x, y := halves(rng, n), halves(rng, n)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var s float32
+			for b.Loop() {
+				s += DotF16(x, y)
+			}
+			b.ReportMetric(2*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			_ = s
+		})
+	}
+}
+
+// BenchmarkPoolRun is the hand-off cost of one Run with trivial work.
+func BenchmarkPoolRun(b *testing.B) {
+	for _, threads := range benchThreads {
+		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
+			p := NewPool(threads)
+			defer p.Close()
+			var sink [64]int
+			fn := func(lo, hi int) { sink[lo%64] += hi - lo }
+			for b.Loop() {
+				p.Run(64, fn)
+			}
+		})
+	}
+}
