@@ -142,31 +142,41 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 	var t [12]float32
 	switch j.m.Type {
 	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
-		k1, k3 := dot4F32AVX, dot4x3F32AVX
-		switch j.m.Type {
-		case gguf.TypeF16:
-			k1, k3 = dot4F16AVX, dot4x3F16AVX
-		case gguf.TypeBF16:
-			k1, k3 = dot4BF16AVX, dot4x3BF16AVX
-		}
+		// Direct calls (not through a func value) keep t on the stack.
 		r := x0
 		for ; r+3 <= x1; r += 3 {
-			k3(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+			switch j.m.Type {
+			case gguf.TypeF32:
+				dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+			case gguf.TypeF16:
+				dot4x3F16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+			default:
+				dot4x3BF16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+			}
 			for q := range 3 {
-				j.store(t[4*q:4*q+4], i, nw, wstride, r+q)
+				j.store(t[4*q:4*q+4], i, nw, r+q)
 			}
 		}
 		for ; r < x1; r++ {
-			k1(w, uintptr(wstride), &j.xf[r*c], c, (*[4]float32)(t[:4]))
-			j.store(t[:4], i, nw, wstride, r)
+			t4 := (*[4]float32)(t[:4])
+			switch j.m.Type {
+			case gguf.TypeF32:
+				dot4F32AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
+			case gguf.TypeF16:
+				dot4F16AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
+			default:
+				dot4BF16AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
+			}
+			j.store(t[:4], i, nw, r)
 		}
 	case gguf.TypeQ8_0, gguf.TypeQ4_0:
-		k := dot4Q8AVX
-		if j.m.Type == gguf.TypeQ4_0 {
-			k = dot4Q4AVX
-		}
+		t4 := (*[4]float32)(t[:4])
 		for r := x0; r < x1; r++ {
-			k(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, (*[4]float32)(t[:4]))
+			if j.m.Type == gguf.TypeQ8_0 {
+				dot4Q8AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
+			} else {
+				dot4Q4AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
+			}
 			copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 		}
 	default:
@@ -176,7 +186,7 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 
 // store writes 4 float-kernel results for activation row r, first adding the
 // k%8 tail, which the assembly leaves out, element by element.
-func (j *matJob) store(t []float32, i, nw, wstride, r int) {
+func (j *matJob) store(t []float32, i, nw, r int) {
 	c := j.m.Cols
 	o := j.out[r*j.m.Rows+i : r*j.m.Rows+i+nw]
 	k0 := c &^ 7
