@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand. run returns the error to report; usage errors
+// wrap errUsage so they exit 2.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var errUsage = errors.New("usage")
+
+func commands() []command {
+	return []command{
+		{"tokenize", "print a text's token ids for a model or vocab-only GGUF file", runTokenize},
+		{"generate", "generate text from a prompt with a GGUF model", runGenerate},
+		{"models", "model tools: `models synth` writes a random-weight model of a real shape", runModels},
+		{"bench", "benchmarks: `bench engine` measures prefill and decode tokens/s", runBench},
+	}
+}
+
+// run dispatches args to a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "bulkhead %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "bulkhead %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "bulkhead: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Bulkhead: a serverless inference platform.\n\nUsage: bulkhead <command> [flags]\n\nCommands:")
+	cs := commands()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun `bulkhead <command> --help` for a command's flags.")
+}
+
+// newFlags makes a flag set that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("bulkhead "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse parses flags and refuses positional leftovers.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments: %s", errUsage, strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+// require names the missing flags, if any.
+func require(fs *flag.FlagSet, names ...string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var missing []string
+	for _, n := range names {
+		if !set[n] {
+			missing = append(missing, "--"+n)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing %s", errUsage, strings.Join(missing, ", "))
+	}
+	return nil
+}

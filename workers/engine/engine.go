@@ -1,0 +1,401 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+	"github.com/bulkhead-ai/bulkhead/workers/sample"
+)
+
+// Errors a request can end with.
+var (
+	ErrInvalidRequest = errors.New("engine: invalid request")
+	ErrContextLength  = errors.New("engine: prompt and max_tokens exceed the context window")
+	ErrExceedsPool    = errors.New("engine: request can never fit the KV pool")
+	ErrQueueFull      = errors.New("engine: queue full")
+	ErrClosed         = errors.New("engine: closed")
+)
+
+// LengthError says by how much a request exceeds a limit. It wraps
+// ErrContextLength or ErrExceedsPool.
+type LengthError struct {
+	PromptTokens int
+	MaxTokens    int
+	Limit        int // the context window, or the pool's capacity in tokens
+	kind         error
+}
+
+func (e *LengthError) Error() string {
+	what := "context window"
+	if e.kind == ErrExceedsPool {
+		what = "KV pool capacity"
+	}
+	return fmt.Sprintf("%v: %d prompt tokens + %d max tokens > %s of %d tokens",
+		e.kind, e.PromptTokens, e.MaxTokens, what, e.Limit)
+}
+
+func (e *LengthError) Unwrap() error { return e.kind }
+
+// Config sizes an engine. Zero values take the defaults noted.
+type Config struct {
+	Threads   int   // kernel threads; default all cores
+	Context   int   // advertised context window; default the model's trained context
+	KVPages   int   // KV pool size in pages; exactly one of KVPages, KVTokens, KVBytes
+	KVTokens  int   // KV pool size in tokens (rounded up to whole pages)
+	KVBytes   int64 // KV pool size as a memory budget
+	PageSize  int   // tokens per KV page; default 16
+	MaxBatch  int   // sequences in flight at once; default 16
+	ChunkSize int   // prompt tokens per step across the batch (chunked prefill); default 256
+	QueueSize int   // requests waiting for a slot; default 64; full → ErrQueueFull
+	Poison    bool  // fill free KV pages with NaN (debug)
+	Scrub     kvcache.ScrubMode
+
+	// AllowSmallPool skips the start-up check that the pool can hold one request
+	// at the full context window. Tests use it to show later checks hold alone.
+	AllowSmallPool bool
+}
+
+func (c *Config) fill(h Hyper) error {
+	if c.Context == 0 {
+		c.Context = h.Context
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 16
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 16
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = 256
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 64
+	}
+	set := 0
+	for _, on := range []bool{c.KVPages != 0, c.KVTokens != 0, c.KVBytes != 0} {
+		if on {
+			set++
+		}
+	}
+	switch {
+	case c.Threads < 0:
+		return fmt.Errorf("%w: Threads %d", ErrInvalidConfig, c.Threads)
+	case c.Context < 0:
+		return fmt.Errorf("%w: Context %d", ErrInvalidConfig, c.Context)
+	case c.PageSize < 0, c.MaxBatch < 0, c.ChunkSize < 0, c.QueueSize < 0:
+		return fmt.Errorf("%w: PageSize, MaxBatch, ChunkSize and QueueSize must be positive", ErrInvalidConfig)
+	case c.KVPages < 0 || c.KVTokens < 0 || c.KVBytes < 0:
+		return fmt.Errorf("%w: KV pool size is negative", ErrInvalidConfig)
+	case set > 1:
+		return fmt.Errorf("%w: set only one of KVPages, KVTokens, KVBytes", ErrInvalidConfig)
+	}
+	if set == 0 {
+		c.KVTokens = c.Context // one full-context request
+	}
+	if c.KVTokens > 0 {
+		c.KVPages = (c.KVTokens + c.PageSize - 1) / c.PageSize
+	}
+	return nil
+}
+
+// ErrInvalidConfig reports a configuration that cannot be served.
+var ErrInvalidConfig = errors.New("engine: invalid config")
+
+// Request is one generation job. Owner names the tenant namespace and request
+// id; it comes from the verified caller, never from the request body.
+type Request struct {
+	Owner     kvcache.Owner
+	Prompt    []int32 // token ids, with BOS if the model wants one
+	MaxTokens int
+	Sampling  sample.Params
+	Stop      []string // stop sequences; the stop text is not returned
+	// IgnoreEOS keeps generating past end-of-generation tokens (benchmarks).
+	IgnoreEOS bool
+}
+
+// Event is one item on a request's stream: a token, or the final event (Done
+// set) carrying the finish reason and usage, or Err if the request failed.
+type Event struct {
+	Token  int32
+	Text   string // text that became safe to emit with this token (may be empty)
+	Done   bool
+	Finish string // "stop" (EOS or stop sequence) or "length"
+	Usage  Usage
+	Err    error
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// Engine schedules requests for one model with continuous batching.
+type Engine struct {
+	model *Model
+	cfg   Config
+	log   *slog.Logger
+	pool  *kernels.Pool
+	kv    *kvcache.Pool
+	fw    *forward
+
+	mu      sync.Mutex // guards waiting and closed
+	waiting []*sequence
+	closed  bool
+	wake    chan struct{} // capacity 1: a request arrived or the engine closed
+
+	done chan struct{} // closed when Run returns
+}
+
+// New builds an engine for a loaded model. A KV pool that cannot hold one
+// request at the advertised context window is refused.
+func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
+	if err := cfg.fill(m.Hyper); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	kv, err := kvcache.New(kvcache.Config{
+		Layers: m.Hyper.Layers, KVHeads: m.Hyper.KVHeads, HeadDim: m.Hyper.HeadDim,
+		PageSize: cfg.PageSize, Pages: cfg.KVPages, MemoryBytes: cfg.KVBytes,
+		Poison: cfg.Poison, Scrub: cfg.Scrub,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	capTokens := kv.TotalPages() * kv.PageSize()
+	if capTokens < cfg.Context && !cfg.AllowSmallPool {
+		return nil, fmt.Errorf("%w: KV pool holds %d tokens (%d pages of %d) but the context window is %d tokens; enlarge the pool or lower the context",
+			ErrInvalidConfig, capTokens, kv.TotalPages(), kv.PageSize(), cfg.Context)
+	}
+	pool := kernels.NewPool(cfg.Threads)
+	e := &Engine{
+		model: m, cfg: cfg, log: log, pool: pool, kv: kv,
+		fw:   newForward(m, pool),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	return e, nil
+}
+
+// Model returns the engine's model.
+func (e *Engine) Model() *Model { return e.model }
+
+// Context returns the advertised context window.
+func (e *Engine) Context() int { return e.cfg.Context }
+
+// KV returns the engine's KV pool (for accounting and tests).
+func (e *Engine) KV() *kvcache.Pool { return e.kv }
+
+// Submit validates a request and queues it. Events arrive on the returned
+// channel, which is closed after the final event. Cancelling ctx ends the
+// request at the next step with ctx's error.
+func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) {
+	if err := e.check(req); err != nil {
+		return nil, err
+	}
+	smp, err := sample.New(req.Sampling)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	s := newSequence(ctx, e.model, req, smp)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if len(e.waiting) >= e.cfg.QueueSize {
+		return nil, ErrQueueFull
+	}
+	e.waiting = append(e.waiting, s)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return s.events, nil
+}
+
+// check refuses what can never be served, before anything is queued.
+func (e *Engine) check(req Request) error {
+	n := len(req.Prompt)
+	switch {
+	case n == 0:
+		return fmt.Errorf("%w: empty prompt", ErrInvalidRequest)
+	case req.Owner.Namespace == "":
+		return fmt.Errorf("%w: no tenant namespace", ErrInvalidRequest)
+	case req.MaxTokens < 1:
+		return fmt.Errorf("%w: max_tokens %d < 1", ErrInvalidRequest, req.MaxTokens)
+	}
+	for _, t := range req.Prompt {
+		if t < 0 || int(t) >= e.model.Hyper.Vocab {
+			return fmt.Errorf("%w: token id %d outside vocabulary of %d", ErrInvalidRequest, t, e.model.Hyper.Vocab)
+		}
+	}
+	if n+req.MaxTokens > e.cfg.Context {
+		return &LengthError{PromptTokens: n, MaxTokens: req.MaxTokens, Limit: e.cfg.Context, kind: ErrContextLength}
+	}
+	if capTokens := e.kv.TotalPages() * e.kv.PageSize(); n+req.MaxTokens > capTokens {
+		return &LengthError{PromptTokens: n, MaxTokens: req.MaxTokens, Limit: capTokens, kind: ErrExceedsPool}
+	}
+	return nil
+}
+
+// Close stops accepting requests; Run finishes the ones in flight with
+// ErrClosed and returns. Close is idempotent.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+	e.mu.Unlock()
+}
+
+// Run executes the scheduling loop until ctx is done or Close is called. Every
+// request still waiting or running then ends with an error event.
+func (e *Engine) Run(ctx context.Context) error {
+	defer close(e.done)
+	defer e.pool.Close()
+	var active []*sequence
+	defer func() {
+		for _, s := range active {
+			s.finish(Event{Err: ErrClosed})
+		}
+		e.mu.Lock()
+		w := e.waiting
+		e.waiting = nil
+		e.closed = true
+		e.mu.Unlock()
+		for _, s := range w {
+			s.finish(Event{Err: ErrClosed})
+		}
+	}()
+	for {
+		active = e.admit(active)
+		if len(active) == 0 {
+			e.mu.Lock()
+			closed := e.closed
+			e.mu.Unlock()
+			if closed {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.wake:
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.mu.Lock()
+		closed := e.closed
+		e.mu.Unlock()
+		if closed {
+			return nil
+		}
+		active = e.step(active)
+	}
+}
+
+// admit moves waiting requests into the batch while there is room in the batch
+// and in the KV pool, in arrival order (a request that does not fit now blocks
+// the ones behind it, so large requests are not starved).
+func (e *Engine) admit(active []*sequence) []*sequence {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for len(e.waiting) > 0 && len(active) < e.cfg.MaxBatch {
+		s := e.waiting[0]
+		if err := s.ctx.Err(); err != nil {
+			e.waiting = e.waiting[1:]
+			s.finish(Event{Err: err})
+			continue
+		}
+		kv := e.kv.NewSequence(s.req.Owner)
+		if err := kv.Reserve(len(s.req.Prompt) + s.req.MaxTokens); err != nil {
+			if errors.Is(err, kvcache.ErrPoolExhausted) && len(active) > 0 {
+				break // wait for running sequences to free pages
+			}
+			e.waiting = e.waiting[1:]
+			s.finish(Event{Err: fmt.Errorf("engine: reserving KV: %w", err)})
+			continue
+		}
+		s.kv = kv
+		e.waiting = e.waiting[1:]
+		active = append(active, s)
+	}
+	return active
+}
+
+// step runs one forward pass over the batch: decoding sequences contribute their
+// last token, prefilling ones a chunk of prompt within the step's token budget.
+func (e *Engine) step(active []*sequence) []*sequence {
+	budget := e.cfg.ChunkSize
+	chunks := make([]*chunk, 0, len(active))
+	owners := make([]*sequence, 0, len(active))
+	for _, s := range active {
+		if s.ctx.Err() != nil {
+			continue
+		}
+		var c *chunk
+		if s.prefilled < len(s.req.Prompt) {
+			if budget <= 0 {
+				continue
+			}
+			n := min(budget, len(s.req.Prompt)-s.prefilled)
+			budget -= n
+			c = &chunk{seq: s.kv, tokens: s.req.Prompt[s.prefilled : s.prefilled+n], pos0: s.prefilled}
+			c.logits = s.prefilled+n == len(s.req.Prompt)
+		} else {
+			c = &chunk{seq: s.kv, tokens: s.history[len(s.history)-1:], pos0: len(s.history) - 1, logits: true}
+		}
+		chunks = append(chunks, c)
+		owners = append(owners, s)
+	}
+	logits := e.fw.run(chunks)
+	li := 0
+	for i, c := range chunks {
+		s := owners[i]
+		if c.err != nil {
+			s.failed = c.err
+			continue
+		}
+		if s.prefilled < len(s.req.Prompt) {
+			s.prefilled += len(c.tokens)
+		}
+		if c.logits {
+			s.next(logits[li])
+			li++
+		}
+	}
+	// Drop finished, failed and cancelled sequences, freeing their pages.
+	kept := active[:0]
+	for _, s := range active {
+		switch {
+		case s.failed != nil:
+			e.log.Warn("sequence failed", "request", s.req.Owner.Request, "err", s.failed)
+			s.finish(Event{Err: s.failed})
+		case s.ctx.Err() != nil:
+			s.finish(Event{Err: s.ctx.Err()})
+		case s.finished != "":
+			s.finish(Event{Done: true, Finish: s.finished})
+		default:
+			kept = append(kept, s)
+		}
+	}
+	clear(active[len(kept):])
+	return kept
+}
+
+// Threads returns the number of kernel threads.
+func (e *Engine) Threads() int { return e.pool.Threads() }

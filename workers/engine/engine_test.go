@@ -1,0 +1,290 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+)
+
+// sharedPath returns a file under the repository's sibling ../shared, failing
+// the test (naming the path) when it is missing.
+func sharedPath(t testing.TB, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("test data missing: %s (the shared/ folder must sit beside the repository): %v", p, err)
+	}
+	return p
+}
+
+type goldenCase struct {
+	Prompt           string  `json:"prompt"`
+	PromptTokens     []int32 `json:"prompt_tokens"`
+	CompletionTokens []int32 `json:"completion_tokens"`
+	Completion       string  `json:"completion"`
+	StoppedByEOS     bool    `json:"stopped_by_eos"`
+}
+
+func loadGolden(t testing.TB) []goldenCase {
+	t.Helper()
+	b, err := os.ReadFile(sharedPath(t, "models/golden/stories260K-greedy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Cases []goldenCase `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Cases) == 0 {
+		t.Fatal("golden file has no cases")
+	}
+	return g.Cases
+}
+
+func loadStories(t testing.TB) *Model {
+	t.Helper()
+	m, err := Load(sharedPath(t, "models/stories260K.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// startEngine runs an engine until the test ends and checks that every KV page
+// is back in the pool afterwards.
+func startEngine(t testing.TB, m *Model, cfg Config) *Engine {
+	t.Helper()
+	e, err := New(nil, m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		e.Close()
+		<-done
+		cancel()
+		if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+			t.Errorf("KV pages leaked: %d of %d free after the test", free, total)
+		}
+	})
+	return e
+}
+
+func greedy(prompt []int32, n int) Request {
+	return Request{Owner: own, Prompt: prompt, MaxTokens: n}
+}
+
+func TestGoldenStories260K(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Poison: true})
+	for _, c := range loadGolden(t) {
+		t.Run(c.Prompt, func(t *testing.T) {
+			ids := m.Tokenizer.Encode(c.Prompt, true, false)
+			if !equal(ids, c.PromptTokens) {
+				t.Fatalf("prompt tokens %v, llama.cpp %v", ids, c.PromptTokens)
+			}
+			res, err := e.Generate(context.Background(), greedy(ids, len(c.CompletionTokens)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := firstDiff(res.CompletionTokens, c.CompletionTokens); i >= 0 {
+				t.Fatalf("completion differs from llama.cpp at token %d:\n got %v\nwant %v", i, res.CompletionTokens, c.CompletionTokens)
+			}
+			if !c.StoppedByEOS && res.Text != c.Completion {
+				t.Errorf("text %q, llama.cpp %q", res.Text, c.Completion)
+			}
+		})
+	}
+}
+
+// TestBatchInvariance decodes prompts alone on a fresh engine, then again
+// inside batches with other sequences joining and leaving, on a pool whose
+// pages held other data first (NaN-poisoned when freed), and requires the same
+// tokens. Threads differ too.
+func TestBatchInvariance(t *testing.T) {
+	m := loadStories(t)
+	cases := loadGolden(t)
+	const n = 48
+	ref := map[string][]int32{}
+	{
+		e := startEngine(t, m, Config{Threads: 1, Poison: true})
+		for _, c := range cases {
+			res, err := e.Generate(context.Background(), greedy(c.PromptTokens, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref[c.Prompt] = res.CompletionTokens
+		}
+	}
+	for _, cfg := range []Config{
+		{Threads: 2, Poison: true, KVTokens: 2048, ChunkSize: 3, MaxBatch: 5},
+		{Threads: 3, Poison: true, KVTokens: 4096, ChunkSize: 64, MaxBatch: 16},
+		{Threads: 2, KVTokens: 2048, ChunkSize: 7, MaxBatch: 3, Scrub: kvcache.ScrubNever},
+	} {
+		e := startEngine(t, m, cfg)
+		// Dirty the pool: other sequences write and free pages first.
+		for i := 0; i < 3; i++ {
+			if _, err := e.Generate(context.Background(), greedy(cases[i].PromptTokens, 40)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for round := 0; round < 2; round++ {
+			for i, c := range cases {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(i*round) * time.Millisecond) // vary who joins when
+					res, err := e.Generate(context.Background(), greedy(c.PromptTokens, n))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if j := firstDiff(res.CompletionTokens, ref[c.Prompt]); j >= 0 {
+						t.Errorf("config %+v, %q: token %d differs in a batch:\n got %v\nwant %v", cfg, c.Prompt, j, res.CompletionTokens, ref[c.Prompt])
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+}
+
+var own = kvcache.Owner{Namespace: "t", Request: "r"}
+
+func TestRequestErrors(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Context: 64, KVTokens: 64})
+	tests := []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"no tenant", Request{Prompt: []int32{1}, MaxTokens: 1}, ErrInvalidRequest},
+		{"empty prompt", Request{Owner: own, MaxTokens: 4}, ErrInvalidRequest},
+		{"zero max tokens", Request{Owner: own, Prompt: []int32{1}, MaxTokens: 0}, ErrInvalidRequest},
+		{"token out of vocabulary", Request{Owner: own, Prompt: []int32{1, 512}, MaxTokens: 1}, ErrInvalidRequest},
+		{"negative token", Request{Owner: own, Prompt: []int32{1, -1}, MaxTokens: 1}, ErrInvalidRequest},
+		{"prompt over context", Request{Owner: own, Prompt: make([]int32, 65), MaxTokens: 1}, ErrContextLength},
+		{"prompt plus max tokens over context", Request{Owner: own, Prompt: make([]int32, 60), MaxTokens: 5}, ErrContextLength},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.Generate(context.Background(), tc.req)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+	var le *LengthError
+	_, err := e.Generate(context.Background(), Request{Owner: own, Prompt: make([]int32, 70), MaxTokens: 1})
+	if !errors.As(err, &le) || le.PromptTokens != 70 || le.Limit != 64 {
+		t.Fatalf("error %v, want a LengthError naming 70 prompt tokens and the 64-token window", err)
+	}
+}
+
+func TestSmallPoolRefusedAtStart(t *testing.T) {
+	m := loadStories(t)
+	_, err := New(nil, m, Config{Context: 2048, KVTokens: 1024})
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("a 1024-token pool for a 2048-token context: error %v, want ErrInvalidConfig", err)
+	}
+	// With the check off, a request larger than the pool is still refused, by name.
+	e := startEngine(t, m, Config{Threads: 1, Context: 2048, KVTokens: 256, AllowSmallPool: true})
+	_, err = e.Generate(context.Background(), Request{Owner: own, Prompt: make([]int32, 300), MaxTokens: 1})
+	if !errors.Is(err, ErrExceedsPool) {
+		t.Fatalf("300-token prompt on a 256-token pool: error %v, want ErrExceedsPool", err)
+	}
+}
+
+func TestCancelFreesPages(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Poison: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	events, err := e.Submit(ctx, greedy([]int32{1, 403, 407}, 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-events // first token
+	cancel()
+	var last Event
+	for ev := range events {
+		last = ev
+	}
+	if !errors.Is(last.Err, context.Canceled) {
+		t.Fatalf("final event %+v, want context.Canceled", last)
+	}
+	checkFor(t, time.Second, func() bool { return e.KV().FreePages() == e.KV().TotalPages() })
+}
+
+func TestQueueFull(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, MaxBatch: 1, QueueSize: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var full bool
+	var streams []<-chan Event
+	for i := 0; i < 8 && !full; i++ {
+		ev, err := e.Submit(ctx, greedy([]int32{1, 403}, 500))
+		switch {
+		case errors.Is(err, ErrQueueFull):
+			full = true
+		case err != nil:
+			t.Fatal(err)
+		default:
+			streams = append(streams, ev)
+		}
+	}
+	if !full {
+		t.Fatal("8 submissions to a 1-slot queue never returned ErrQueueFull")
+	}
+	cancel()
+	for _, s := range streams {
+		for range s {
+		}
+	}
+}
+
+// checkFor polls cond until it holds or the timeout passes.
+func checkFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func equal(a, b []int32) bool { return firstDiff(a, b) < 0 && len(a) == len(b) }
+
+// firstDiff returns the first index where a and b differ, or -1.
+func firstDiff(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}

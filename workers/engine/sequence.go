@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+	"github.com/bulkhead-ai/bulkhead/workers/sample"
+)
+
+// sequence is a request in the engine: its KV, sampler, detokenizer and stream.
+// It is touched only by the engine's Run goroutine once submitted.
+type sequence struct {
+	ctx     context.Context
+	req     Request
+	model   *Model
+	kv      *kvcache.Sequence // nil until admitted
+	sampler *sample.Sampler
+	detok   *tokenizer.StreamDecoder
+	stop    *sample.StopMatcher
+	events  chan Event // buffered for every event the request can produce: MaxTokens tokens + final
+
+	history   []int32 // prompt then generated tokens
+	prefilled int     // prompt tokens whose KV is written
+	generated int
+	finished  string // finish reason once done
+	failed    error
+	hitStop   bool // a stop sequence ended the output
+	ended     bool
+}
+
+func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler) *sequence {
+	s := &sequence{
+		ctx: ctx, req: req, model: m, sampler: smp,
+		detok:  m.Tokenizer.NewStreamDecoder(tokenizer.KeepLeadingSpace()),
+		stop:   sample.NewStopMatcher(req.Stop),
+		events: make(chan Event, req.MaxTokens+1),
+	}
+	s.history = make([]int32, len(req.Prompt), len(req.Prompt)+req.MaxTokens)
+	copy(s.history, req.Prompt)
+	return s
+}
+
+// next samples a token from logits and emits it.
+func (s *sequence) next(logits []float32) {
+	tok := s.sampler.Sample(logits, s.history)
+	s.history = append(s.history, tok)
+	s.generated++
+	if !s.req.IgnoreEOS && s.model.Tokenizer.IsEOG(tok) {
+		s.finished = "stop" // the end-of-generation token itself has no text
+		s.events <- Event{Token: tok}
+		return
+	}
+	text, stopped := s.stop.Push(s.detok.Next(tok))
+	s.events <- Event{Token: tok, Text: text}
+	switch {
+	case stopped:
+		s.finished, s.hitStop = "stop", true
+	case s.generated >= s.req.MaxTokens:
+		s.finished = "length"
+	}
+}
+
+// finish frees the sequence's pages and sends its final event, which carries
+// any text held back by the detokenizer or the stop matcher. Idempotent.
+func (s *sequence) finish(ev Event) {
+	if s.ended {
+		return
+	}
+	s.ended = true
+	if s.kv != nil {
+		s.kv.Free()
+	}
+	if ev.Err == nil && !s.hitStop {
+		text, stopped := s.stop.Push(s.detok.Flush())
+		if !stopped {
+			text += s.stop.Flush()
+		}
+		ev.Text = text
+	}
+	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated}
+	s.events <- ev
+	close(s.events)
+}
