@@ -27,13 +27,13 @@ type forward struct {
 
 	// scratch, grown as needed, indexed by batch row
 	x, xn, q, k, v, att, tmp []float32
-	gate, up                []float32
-	rope                    []float32 // per row: RopeDims/2 (cos, sin) pairs
-	rowPos                  []int
-	rowChunk                []int
-	slot                    []attnScratch // one per pool thread
-	logitRows               []float32
-	logits                  []float32
+	gate, up                 []float32
+	rope                     []float32 // per row: RopeDims/2 (cos, sin) pairs
+	rowPos                   []int
+	rowChunk                 []int
+	slot                     []attnScratch // one per pool thread
+	logitRows                []float32
+	logits                   []float32
 }
 
 type attnScratch struct {
