@@ -1,0 +1,157 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrBadMessage reports a job or frame that does not decode or is incomplete.
+var ErrBadMessage = errors.New("queue: bad message")
+
+// Sampling carries a request's sampling parameters. Zero values mean the
+// worker's defaults (greedy when Temperature is 0).
+type Sampling struct {
+	Temperature       float32 `json:"temperature,omitempty"`
+	TopK              int     `json:"top_k,omitempty"`
+	TopP              float32 `json:"top_p,omitempty"`
+	MinP              float32 `json:"min_p,omitempty"`
+	RepetitionPenalty float32 `json:"repetition_penalty,omitempty"`
+	FrequencyPenalty  float32 `json:"frequency_penalty,omitempty"`
+	PresencePenalty   float32 `json:"presence_penalty,omitempty"`
+	Seed              uint64  `json:"seed,omitempty"`
+}
+
+// Job is one inference request as it travels from the edge to a worker.
+//
+// Tenant comes from the verified token at the edge, never from the request
+// body. Prompt is the final prompt text (chat template already applied); the
+// worker tokenizes it itself and checks admission again, so PromptTokens (the
+// edge's count) is only a cross-check.
+type Job struct {
+	ID           string    `json:"id"`     // request id; also the Nats-Msg-Id for de-duplication
+	Tenant       string    `json:"tenant"` // tenant namespace (JWT sub)
+	Model        string    `json:"model"`  // catalog name, e.g. @cf/meta/llama-3.2-1b-instruct
+	Prompt       string    `json:"prompt"`
+	ParseSpecial bool      `json:"parse_special,omitempty"` // prompt contains template special tokens
+	AddBOS       bool      `json:"add_bos,omitempty"`       // the worker adds BOS (the template did not)
+	PromptTokens int       `json:"prompt_tokens"`           // the edge's count
+	MaxTokens    int       `json:"max_tokens"`
+	Sampling     Sampling  `json:"sampling"`
+	Stop         []string  `json:"stop,omitempty"`
+	RejectIfBusy bool      `json:"reject_if_busy,omitempty"`
+	Async        bool      `json:"async,omitempty"` // results go to the results store, not only the reply subject
+	Reply        string    `json:"reply"`           // subject for reply frames
+	Deadline     time.Time `json:"deadline"`        // the worker gives up (ErrKindTimeout) after this
+}
+
+// Validate checks what every consumer of a job relies on.
+func (j *Job) Validate() error {
+	switch {
+	case j.ID == "":
+		return fmt.Errorf("%w: job without id", ErrBadMessage)
+	case j.Tenant == "":
+		return fmt.Errorf("%w: job %s without tenant", ErrBadMessage, j.ID)
+	case j.Model == "":
+		return fmt.Errorf("%w: job %s without model", ErrBadMessage, j.ID)
+	case j.MaxTokens < 1:
+		return fmt.Errorf("%w: job %s max_tokens %d", ErrBadMessage, j.ID, j.MaxTokens)
+	case j.Reply == "" && !j.Async:
+		return fmt.Errorf("%w: job %s has no reply subject", ErrBadMessage, j.ID)
+	case j.Deadline.IsZero():
+		return fmt.Errorf("%w: job %s has no deadline", ErrBadMessage, j.ID)
+	}
+	return nil
+}
+
+// EncodeJob and DecodeJob are the job codec (JSON).
+func EncodeJob(j *Job) ([]byte, error) { return json.Marshal(j) }
+
+// DecodeJob decodes and validates a job.
+func DecodeJob(b []byte) (*Job, error) {
+	var j Job
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	if err := j.Validate(); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// FrameKind says what a reply frame carries.
+type FrameKind string
+
+// Frame kinds. A stream is zero or more KindToken frames, then exactly one
+// KindFinal or KindError frame; nothing follows the last frame.
+const (
+	KindToken FrameKind = "token"
+	KindFinal FrameKind = "final"
+	KindError FrameKind = "error"
+)
+
+// ErrorKind is a stable, machine-readable reason a worker refused or ended a
+// request. The edge maps each kind to its one error table (HTTP status and
+// numeric code); nothing downstream of the edge chooses HTTP statuses.
+type ErrorKind string
+
+// Error kinds a worker may send.
+const (
+	ErrKindPromptTooLong ErrorKind = "prompt_too_long"   // prompt + max_tokens > context window
+	ErrKindCapacity      ErrorKind = "capacity_exceeded" // busy with reject_if_busy, or can never fit the KV pool
+	ErrKindInvalidInput  ErrorKind = "invalid_input"
+	ErrKindUnknownModel  ErrorKind = "unknown_model"
+	ErrKindTimeout       ErrorKind = "timeout" // the job's deadline passed
+	ErrKindAborted       ErrorKind = "aborted" // cancelled by the client
+	ErrKindInternal      ErrorKind = "internal"
+)
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// FrameError is the error a KindError frame carries.
+type FrameError struct {
+	Kind    ErrorKind `json:"kind"`
+	Message string    `json:"message"`
+}
+
+func (e *FrameError) Error() string { return fmt.Sprintf("%s: %s", e.Kind, e.Message) }
+
+// Frame is one reply message. Seq starts at 1 and increases by one per frame
+// of a request, so a receiver can tell a gap or a stream cut short from a
+// finished one.
+type Frame struct {
+	Seq    uint64      `json:"seq"`
+	Kind   FrameKind   `json:"kind"`
+	Text   string      `json:"text,omitempty"`   // token frames and final (held-back tail)
+	Tokens []int32     `json:"tokens,omitempty"` // token ids in this frame
+	Finish string      `json:"finish,omitempty"` // final: "stop" or "length"
+	Usage  *Usage      `json:"usage,omitempty"`  // final
+	Error  *FrameError `json:"error,omitempty"`  // error
+}
+
+// EncodeFrame and DecodeFrame are the frame codec (JSON).
+func EncodeFrame(f *Frame) ([]byte, error) { return json.Marshal(f) }
+
+// DecodeFrame decodes and checks a frame.
+func DecodeFrame(b []byte) (*Frame, error) {
+	var f Frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	switch {
+	case f.Seq == 0:
+		return nil, fmt.Errorf("%w: frame without seq", ErrBadMessage)
+	case f.Kind == KindFinal && f.Usage == nil:
+		return nil, fmt.Errorf("%w: final frame without usage", ErrBadMessage)
+	case f.Kind == KindError && f.Error == nil:
+		return nil, fmt.Errorf("%w: error frame without error", ErrBadMessage)
+	case f.Kind != KindToken && f.Kind != KindFinal && f.Kind != KindError:
+		return nil, fmt.Errorf("%w: frame kind %q", ErrBadMessage, f.Kind)
+	}
+	return &f, nil
+}
