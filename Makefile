@@ -25,6 +25,7 @@ vet:
 
 test: vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -tags purego ./workers/kernels
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./workers/... ./models/...
