@@ -259,6 +259,10 @@ func (w *Writer) WriteFile(path string) (err error) {
 	if _, err = w.WriteTo(tmp); err != nil {
 		return err
 	}
+	// CreateTemp makes the file 0600; a model file is ordinary data.
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}
