@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 )
@@ -71,14 +72,32 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun `bulkhead <command> --help` for a command's flags.")
 }
 
-// newFlags makes a flag set that reports errors instead of exiting.
+// newFlags makes a flag set that reports errors instead of exiting. Every flag
+// can also be set from the environment as BULKHEAD_<NAME> (upper case, dashes as
+// underscores); a flag on the command line wins.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("bulkhead "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: bulkhead %s [flags]\n\nFlags (each also read from the environment variable shown):\n", name)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "[]" {
+				def = fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(stderr, "  --%s  [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		})
+	}
 	return fs
 }
 
-// parse parses flags and refuses positional leftovers.
+// envName is the environment variable that sets a flag.
+func envName(flagName string) string {
+	return "BULKHEAD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse parses flags, applies BULKHEAD_* variables to flags not given on the
+// command line, and refuses positional leftovers.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -89,7 +108,19 @@ func parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments: %s", errUsage, strings.Join(fs.Args(), " "))
 	}
-	return nil
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if set[f.Name] || !ok || err != nil {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("%w: %s=%q: %v", errUsage, envName(f.Name), v, e)
+		}
+	})
+	return err
 }
 
 // require names the missing flags, if any.

@@ -184,3 +184,25 @@ func TestUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("BULKHEAD_MAX_TOKENS", "3")
+	t.Setenv("BULKHEAD_TEMPERATURE", "0")
+	stdout, stderr, code := bulkhead(t, "generate", "--model", sharedPath(t, "models/stories260K.gguf"), "--prompt", "Once upon a time", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got struct {
+		CompletionTokens []int32 `json:"completion_tokens"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got.CompletionTokens) != "[432 383 286]" {
+		t.Fatalf("BULKHEAD_MAX_TOKENS=3 BULKHEAD_TEMPERATURE=0 gave %v, want the first 3 greedy tokens [432 383 286]", got.CompletionTokens)
+	}
+	t.Setenv("BULKHEAD_MAX_TOKENS", "many")
+	if _, stderr, code := bulkhead(t, "generate", "--model", "x", "--prompt", "x"); code != 2 || !strings.Contains(stderr, "BULKHEAD_MAX_TOKENS") {
+		t.Fatalf("a bad environment value: exit %d, %q; want exit 2 naming the variable", code, stderr)
+	}
+}
