@@ -7,7 +7,14 @@ SYNTH := bin/synth-stories15m-q8_0.gguf
 MODEL ?= $(SYNTH)
 PROMPT ?= Once upon a time
 
-.PHONY: build run test vet bench fuzz clean
+.PHONY: build run test vet bench fuzz clean deps
+
+# deps installs what the tests need beyond Go: a real redis-server (Debian package).
+deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server (apt-get)"; \
+		(apt-get update -qq || sudo apt-get update -qq) && \
+		(apt-get install -y -qq redis-server || sudo apt-get install -y -qq redis-server); }
 
 build:
 	$(GO) build -o $(BIN) ./cmd/bulkhead
@@ -23,7 +30,7 @@ run: build $(if $(filter $(SYNTH),$(MODEL)),$(SYNTH))
 vet:
 	$(GO) vet ./...
 
-test: vet
+test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -tags purego ./workers/kernels
 
