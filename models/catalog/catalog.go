@@ -1,0 +1,182 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Sentinel errors. Every error from this package wraps one of them.
+var (
+	// ErrInvalid marks a catalog entry, flag or file that fails validation.
+	ErrInvalid = errors.New("catalog: invalid catalog")
+	// ErrUnknownModel is returned for a name the catalog does not hold.
+	ErrUnknownModel = errors.New("catalog: unknown model")
+	// ErrModelFile marks a model file that is missing, unreadable or not a
+	// usable GGUF file.
+	ErrModelFile = errors.New("catalog: unusable model file")
+	// ErrContextWindow marks a context window larger than the model's trained
+	// context.
+	ErrContextWindow = errors.New("catalog: context window exceeds the trained context")
+)
+
+// FieldError is a validation failure of one field of one model. It wraps
+// ErrInvalid, or ErrContextWindow for a window the model was not trained for.
+type FieldError struct {
+	Model string // the model's name; empty when the entry has none
+	Index int    // the entry's position in the file or flag list, from 0
+	Field string // the YAML key (or flag part) at fault, e.g. "kv_pool_bytes"
+	Msg   string // what is wrong with it
+	Err   error  // the sentinel this error wraps
+}
+
+func (e *FieldError) Error() string {
+	who := fmt.Sprintf("model %q", e.Model)
+	if e.Model == "" {
+		who = fmt.Sprintf("models[%d]", e.Index)
+	}
+	return fmt.Sprintf("%v: %s: %s: %s", e.Err, who, e.Field, e.Msg)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// TaskTextGeneration is the only task the workers serve today, and the default.
+const TaskTextGeneration = "text-generation"
+
+// Default prices, in neurons per million tokens: those Workers AI charges for
+// @cf/meta/llama-3.2-1b-instruct, its smallest text-generation model
+// ($0.027 and $0.201 per million prompt and completion tokens at $0.011 per
+// thousand neurons). A model without a prices entry is billed at these rates.
+const (
+	DefaultNeuronsPerMPromptTokens     = 2457
+	DefaultNeuronsPerMCompletionTokens = 18252
+)
+
+// Prices is what a model's tokens cost, in neurons per million tokens.
+type Prices struct {
+	NeuronsPerMPromptTokens     float64
+	NeuronsPerMCompletionTokens float64
+}
+
+// DefaultPrices returns the prices of a model whose entry names none.
+func DefaultPrices() Prices {
+	return Prices{
+		NeuronsPerMPromptTokens:     DefaultNeuronsPerMPromptTokens,
+		NeuronsPerMCompletionTokens: DefaultNeuronsPerMCompletionTokens,
+	}
+}
+
+// Neurons is the cost of a request that read promptTokens and produced
+// completionTokens. A negative count is treated as zero, so a caller's bug can
+// never credit a tenant.
+func (p Prices) Neurons(promptTokens, completionTokens int) float64 {
+	pt := float64(max(promptTokens, 0))
+	ct := float64(max(completionTokens, 0))
+	return (pt*p.NeuronsPerMPromptTokens + ct*p.NeuronsPerMCompletionTokens) / 1e6
+}
+
+func (p Prices) validate(fail func(field, msg string)) {
+	check := func(field string, v float64) {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			fail(field, fmt.Sprintf("price %v must be a finite number >= 0", v))
+		}
+	}
+	check("prices.neurons_per_m_prompt_tokens", p.NeuronsPerMPromptTokens)
+	check("prices.neurons_per_m_completion_tokens", p.NeuronsPerMCompletionTokens)
+}
+
+// Model is one catalog entry. Values handed out by a Catalog are shared and
+// must not be modified.
+type Model struct {
+	Name        string // public name clients use, e.g. "@cf/meta/llama-3.2-1b-instruct"
+	Path        string // the GGUF file; absolute when loaded from a file or flags
+	Task        string // TaskTextGeneration
+	Description string
+
+	// ContextWindow is the context, in tokens, advertised to clients and
+	// enforced at admission (prompt + max_tokens). Zero in a catalog file
+	// means the model's trained context; after Resolve it is never zero.
+	ContextWindow int
+
+	// The worker's KV pool for this model: a size in tokens or in bytes, at
+	// most one of them; both zero lets the worker choose.
+	KVPoolTokens int
+	KVPoolBytes  int64
+
+	Prices     Prices
+	Properties map[string]string // free-form key/values for the model search API
+
+	// Read from the GGUF header by Resolve; zero before.
+	Arch           string // general.architecture, e.g. "llama"
+	TrainedContext int    // <arch>.context_length
+}
+
+// Catalog is a validated set of models. It is safe for concurrent use.
+type Catalog struct {
+	mu     sync.RWMutex // guards models and byName; the *Model values are immutable
+	models []*Model     // in file (or flag) order
+	byName map[string]int
+}
+
+// newCatalog builds a catalog from validated models with unique names.
+func newCatalog(models []*Model) *Catalog {
+	c := &Catalog{models: models, byName: make(map[string]int, len(models))}
+	for i, m := range models {
+		c.byName[m.Name] = i
+	}
+	return c
+}
+
+// Lookup returns the model called name.
+func (c *Catalog) Lookup(name string) (*Model, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	i, ok := c.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return c.models[i], true
+}
+
+// Models returns every model in catalog order: the order of the file's list or
+// of the flags. The slice is the caller's; the models are shared.
+func (c *Catalog) Models() []*Model {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return append([]*Model(nil), c.models...)
+}
+
+// EffectiveContext returns the context window advertised for name: the
+// configured (or trained) window, lowered by any Clamp.
+func (c *Catalog) EffectiveContext(name string) (int, bool) {
+	m, ok := c.Lookup(name)
+	if !ok {
+		return 0, false
+	}
+	return m.ContextWindow, true
+}
+
+// Clamp lowers the context window advertised for name to window, for a worker
+// whose KV pool cannot hold a request at the full window. It only ever lowers:
+// a window at or above the current one changes nothing. Later lookups see the
+// new window; *Model values obtained before are not changed.
+func (c *Catalog) Clamp(name string, window int) error {
+	if window <= 0 {
+		return fmt.Errorf("%w: clamp %q to %d tokens: the window must be positive", ErrInvalid, name, window)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.byName[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownModel, name)
+	}
+	old := c.models[i]
+	if old.ContextWindow != 0 && window >= old.ContextWindow {
+		return nil
+	}
+	m := *old
+	m.ContextWindow = window
+	c.models[i] = &m
+	return nil
+}

@@ -1,0 +1,76 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// Resolve opens each model's GGUF header to read its architecture
+// (general.architecture) and trained context (<arch>.context_length). A model
+// without a context window takes the trained one; a window larger than the
+// trained context is an error naming both numbers. A missing, unreadable or
+// corrupt file is an error naming the model and the path. Every model is
+// checked and every failure reported; on error the catalog is unchanged.
+//
+// Only the header is read; the mapping is closed before Resolve returns.
+func (c *Catalog) Resolve() error {
+	current := c.Models()
+	resolved := make([]*Model, len(current))
+	var errs []error
+	for i, m := range current {
+		r, err := resolve(i, m)
+		errs = append(errs, err)
+		resolved[i] = r
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range resolved {
+		// A Clamp that ran meanwhile stands.
+		if now := c.models[i]; now != current[i] && now.ContextWindow > 0 && now.ContextWindow < r.ContextWindow {
+			r.ContextWindow = now.ContextWindow
+		}
+		c.models[i] = r
+	}
+	return nil
+}
+
+func resolve(i int, m *Model) (*Model, error) {
+	arch, trained, err := readHeader(m.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: model %q: %s: %w", ErrModelFile, m.Name, m.Path, err)
+	}
+	r := *m
+	r.Arch, r.TrainedContext = arch, trained
+	switch {
+	case r.ContextWindow == 0:
+		r.ContextWindow = trained
+	case r.ContextWindow > trained:
+		return nil, &FieldError{Model: m.Name, Index: i, Field: "context_window", Err: ErrContextWindow,
+			Msg: fmt.Sprintf("%d tokens is larger than the %d tokens %s was trained for", r.ContextWindow, trained, m.Path)}
+	}
+	return &r, nil
+}
+
+// readHeader returns a GGUF file's architecture and trained context.
+func readHeader(path string) (arch string, trained int, err error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	arch, ok := f.String("general.architecture")
+	if !ok || arch == "" {
+		return "", 0, errors.New("metadata general.architecture is missing")
+	}
+	key := arch + ".context_length"
+	n, ok := f.Uint(key)
+	if !ok || n == 0 || n > MaxContext {
+		return "", 0, fmt.Errorf("metadata %s is missing or out of range (1..%d)", key, MaxContext)
+	}
+	return arch, int(n), nil
+}
