@@ -1,6 +1,15 @@
 // Package queue is the wire between Bulkhead's nodes: NATS subjects, the job
 // and reply-frame codecs, JetStream stream and consumer setup, the embedded
-// NATS server, cancellation, and trace-context headers.
+// NATS server, the results bucket (async results and the per-job marker that
+// stops a job running twice), cancellation, usage-event subjects and
+// trace-context headers.
+//
+// Edge side: Client.Submit subscribes to a job's reply subject, then publishes
+// the job (Nats-Msg-Id = job id) on its model's subject; Replies returns the
+// frames in seq order and reports gaps and silent streams. Worker side:
+// EnsureConsumer, Results.Claim and Replier. Every queue is bounded: the jobs
+// stream refuses new jobs when full (ErrQueueFull), reply subscriptions cap
+// their pending frames, the results bucket has a size and a TTL.
 //
 // It carries data; it never decides policy (admission, quotas, scheduling) and
 // never imports edge/ or workers/.

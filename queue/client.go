@@ -1,0 +1,249 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors the edge side sees.
+var (
+	ErrQueueFull     = errors.New("queue: jobs stream full")
+	ErrDuplicate     = errors.New("queue: duplicate job id")
+	ErrGap           = errors.New("queue: reply frames missing or repeated")
+	ErrStreamTimeout = errors.New("queue: no reply frame within the idle timeout")
+)
+
+// jsStoreFailed is JetStream's error code for a message the stream refused to
+// store; with DiscardNew its description names the limit that was reached.
+const jsStoreFailed = 10077
+
+// DefaultIdleTimeout is how long Replies.Next waits for the next frame.
+const DefaultIdleTimeout = 30 * time.Second
+
+// maxPendingFrames bounds the frames buffered for one reply subscription;
+// beyond it NATS drops frames and Next reports ErrGap.
+const maxPendingFrames = 4096
+
+// Client submits jobs and reads their replies (the edge side of the queue).
+type Client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	idle time.Duration
+
+	mu  sync.Mutex // guards res
+	res *Results   // opened on first async use
+}
+
+// NewClient returns a client on a connection and its JetStream context.
+func NewClient(nc *nats.Conn, js jetstream.JetStream) *Client {
+	return &Client{nc: nc, js: js, idle: DefaultIdleTimeout}
+}
+
+// WithIdleTimeout returns a client whose Replies give up after d without a
+// frame; d must be positive.
+func (c *Client) WithIdleTimeout(d time.Duration) (*Client, error) {
+	if d <= 0 {
+		return nil, fmt.Errorf("%w: idle timeout %v", ErrConfig, d)
+	}
+	return &Client{nc: c.nc, js: c.js, idle: d, res: c.results()}, nil
+}
+
+func (c *Client) results() *Results {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.res
+}
+
+func (c *Client) openResults(ctx context.Context) (*Results, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.res != nil {
+		return c.res, nil
+	}
+	res, err := OpenResults(ctx, c.js)
+	if err != nil {
+		return nil, err
+	}
+	c.res = res
+	return res, nil
+}
+
+// Submit subscribes to job.Reply, then publishes the job on its model's
+// subject with Nats-Msg-Id = job.ID. A full stream is ErrQueueFull; a job id
+// seen within the de-duplication window is ErrDuplicate. The caller must Close
+// the returned Replies.
+func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
+	if err := job.Validate(); err != nil {
+		return nil, err
+	}
+	if job.Reply == "" {
+		return nil, fmt.Errorf("%w: job %s has no reply subject", ErrBadMessage, job.ID)
+	}
+	sub, err := c.nc.SubscribeSync(job.Reply)
+	if err != nil {
+		return nil, fmt.Errorf("queue: subscribing to replies of %s: %w", job.ID, err)
+	}
+	if err := sub.SetPendingLimits(maxPendingFrames, 64<<20); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	if err := c.publish(ctx, job); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	return &Replies{sub: sub, idle: c.idle, want: 1}, nil
+}
+
+func (c *Client) publish(ctx context.Context, job *Job) error {
+	b, err := EncodeJob(job)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(JobSubject(job.Model))
+	msg.Data = b
+	msg.Header.Set(jetstream.MsgIDHeader, job.ID)
+	InjectTrace(ctx, msg.Header)
+	ack, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
+		var api *jetstream.APIError
+		if errors.As(err, &api) && api.ErrorCode == jsStoreFailed && strings.Contains(api.Description, "maximum") {
+			return fmt.Errorf("%w: %s", ErrQueueFull, api.Description)
+		}
+		return fmt.Errorf("queue: publishing job %s: %w", job.ID, err)
+	}
+	if ack.Duplicate {
+		return fmt.Errorf("%w: %s", ErrDuplicate, job.ID)
+	}
+	return nil
+}
+
+// Cancel tells the worker running request id that its client has gone; the
+// worker ends it with an aborted frame. Cancelling an unknown or finished
+// request does nothing.
+func (c *Client) Cancel(id string) error {
+	if err := c.nc.Publish(CancelSubject(id), nil); err != nil {
+		return fmt.Errorf("queue: cancelling %s: %w", id, err)
+	}
+	return nil
+}
+
+// SubmitAsync records the job as queued in the results bucket, then publishes
+// it with job.Async set. Submitting an id again publishes it again only while
+// it is still queued (the stream then drops the duplicate); otherwise it does
+// nothing.
+func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
+	job.Async = true
+	if err := job.Validate(); err != nil {
+		return err
+	}
+	res, err := c.openResults(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = res.Create(ctx, &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusQueued})
+	if errors.Is(err, ErrConflict) {
+		cur, _, gerr := res.Get(ctx, job.ID)
+		if gerr != nil {
+			return gerr
+		}
+		if cur.Status != StatusQueued {
+			return nil
+		}
+	} else if err != nil {
+		return err
+	}
+	err = c.publish(ctx, job)
+	if errors.Is(err, ErrDuplicate) {
+		return nil
+	}
+	if err != nil {
+		// Nothing will run it: forget the record so a retry starts afresh.
+		if derr := res.kv.Delete(ctx, ResultKey(job.ID)); derr != nil {
+			return errors.Join(err, derr)
+		}
+		return err
+	}
+	return nil
+}
+
+// AsyncStatus returns the record of an async job; ErrNotFound when unknown.
+// The caller must check the record's Tenant against its principal.
+func (c *Client) AsyncStatus(ctx context.Context, id string) (*AsyncResult, error) {
+	res, err := c.openResults(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := res.Get(ctx, id)
+	return r, err
+}
+
+// Replies reads one job's reply frames in seq order. It is used by one
+// goroutine at a time.
+type Replies struct {
+	sub  *nats.Subscription
+	idle time.Duration
+	want uint64 // next seq expected
+	err  error  // sticky: set once the stream ended, io.EOF after the last frame
+}
+
+// Next returns the next frame. After the final or error frame it returns
+// io.EOF. A missing or repeated seq is ErrGap (an error frame beyond the
+// expected seq is still returned: the stream ends in an error either way);
+// no frame within the idle timeout is ErrStreamTimeout; ctx ending returns
+// ctx's error. Every error is final.
+func (r *Replies) Next(ctx context.Context) (*Frame, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.idle)
+	defer cancel()
+	msg, err := r.sub.NextMsgWithContext(wctx)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case wctx.Err() != nil:
+			err = fmt.Errorf("%w: %v", ErrStreamTimeout, r.idle)
+		default:
+			err = fmt.Errorf("queue: reading reply: %w", err)
+		}
+		return nil, r.fail(err)
+	}
+	f, err := DecodeFrame(msg.Data)
+	if err != nil {
+		return nil, r.fail(err)
+	}
+	switch {
+	case f.Seq == r.want:
+	case f.Seq > r.want && f.Kind == KindError:
+	default:
+		return nil, r.fail(fmt.Errorf("%w: got seq %d, want %d", ErrGap, f.Seq, r.want))
+	}
+	r.want = f.Seq + 1
+	if f.Kind != KindToken {
+		r.fail(io.EOF)
+	}
+	return f, nil
+}
+
+func (r *Replies) fail(err error) error {
+	r.err = err
+	r.sub.Unsubscribe()
+	return err
+}
+
+// Close stops the subscription. It is idempotent.
+func (r *Replies) Close() {
+	if r.err == nil {
+		r.err = io.EOF
+	}
+	r.sub.Unsubscribe()
+}

@@ -1,0 +1,174 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// TerminalSeq is the sequence number of an error frame sent by a worker that
+// cannot know how many frames came before it (a redelivered job whose first
+// worker died mid-stream). Receivers accept an error frame whose seq is beyond
+// the one they expect: the stream ends in an error either way.
+const TerminalSeq uint64 = 1 << 53
+
+// Errors of the reply side.
+var (
+	ErrLostClaim = errors.New("queue: another worker claimed the job")
+	ErrEnded     = errors.New("queue: reply stream already ended")
+)
+
+// Replier sends one job's reply: token frames with increasing seq, then one
+// final or error frame, on job.Reply (core NATS) when the job has one, and the
+// job's record in the results bucket (with the whole text for async jobs). It
+// is used by one goroutine at a time.
+type Replier struct {
+	nc   *nats.Conn
+	res  *Results
+	job  *Job
+	rec  *AsyncResult // the job's record as last written
+	rev  uint64       // its revision
+	seq  uint64       // seq of the last frame sent
+	text strings.Builder
+	end  bool
+}
+
+func newReplier(nc *nats.Conn, res *Results, job *Job, rec *AsyncResult, rev uint64) *Replier {
+	return &Replier{nc: nc, res: res, job: job, rec: rec, rev: rev}
+}
+
+// Sent is the number of frames published so far.
+func (r *Replier) Sent() uint64 {
+	if r.seq >= TerminalSeq-1 {
+		return 0
+	}
+	return r.seq
+}
+
+// Streamed reports whether any frame of this job went out, from this worker
+// or an earlier one; a streamed job can no longer be handed to another worker.
+func (r *Replier) Streamed() bool { return r.rec.Streamed }
+
+// Token sends a token frame (text may be empty, e.g. for an end-of-generation
+// token). Before the job's first frame it marks the record streamed by
+// compare-and-set; ErrLostClaim means another worker owns the job now and
+// this one must stop without sending anything more.
+func (r *Replier) Token(ctx context.Context, text string, tokens []int32) error {
+	if r.end {
+		return ErrEnded
+	}
+	if r.job.Async {
+		r.text.WriteString(text)
+	}
+	if r.job.Reply == "" {
+		return nil
+	}
+	if err := r.markStreamed(ctx); err != nil {
+		return err
+	}
+	return r.publish(&Frame{Kind: KindToken, Text: text, Tokens: tokens})
+}
+
+func (r *Replier) markStreamed(ctx context.Context) error {
+	if r.rec.Streamed {
+		return nil
+	}
+	r.rec.Streamed = true
+	rev, err := r.res.Update(ctx, r.rec, r.rev)
+	if errors.Is(err, ErrConflict) {
+		r.end = true
+		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
+	}
+	if err != nil {
+		r.rec.Streamed = false
+		return err
+	}
+	r.rev = rev
+	return nil
+}
+
+// Final sends the final frame (text is the held-back tail, possibly empty) and
+// records the job as done.
+func (r *Replier) Final(ctx context.Context, text, finish string, usage Usage) error {
+	if r.end {
+		return ErrEnded
+	}
+	if r.job.Reply != "" {
+		if err := r.markStreamed(ctx); err != nil {
+			return err
+		}
+		if err := r.publish(&Frame{Kind: KindFinal, Text: text, Finish: finish, Usage: &usage}); err != nil {
+			return err
+		}
+	}
+	r.end = true
+	r.rec.Status = StatusDone
+	r.rec.Finish = finish
+	r.rec.Usage = &usage
+	if r.job.Async {
+		r.text.WriteString(text)
+		r.rec.Text = r.text.String()
+	}
+	return r.record(ctx)
+}
+
+// Fail sends an error frame and records the job as failed. Any text gathered
+// for an async job is dropped: a failed job has no result.
+func (r *Replier) Fail(ctx context.Context, kind ErrorKind, msg string) error {
+	if r.end {
+		return ErrEnded
+	}
+	r.end = true
+	fe := &FrameError{Kind: kind, Message: msg}
+	var perr error
+	if r.job.Reply != "" {
+		perr = r.publish(&Frame{Kind: KindError, Error: fe})
+	}
+	r.rec.Status = StatusFailed
+	r.rec.Error = fe
+	r.rec.Text = ""
+	return errors.Join(perr, r.record(ctx))
+}
+
+// Requeue gives the claim back without having sent anything, so the job may
+// run again (on this worker or another); the record returns to queued. It is
+// refused once a frame went out.
+func (r *Replier) Requeue(ctx context.Context) error {
+	if r.end {
+		return ErrEnded
+	}
+	if r.rec.Streamed {
+		return fmt.Errorf("queue: job %s already streamed, cannot requeue", r.job.ID)
+	}
+	r.end = true
+	r.rec.Status = StatusQueued
+	return r.record(ctx)
+}
+
+func (r *Replier) record(ctx context.Context) error {
+	rev, err := r.res.Update(ctx, r.rec, r.rev)
+	if errors.Is(err, ErrConflict) {
+		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
+	}
+	if err != nil {
+		return err
+	}
+	r.rev = rev
+	return nil
+}
+
+func (r *Replier) publish(f *Frame) error {
+	r.seq++
+	f.Seq = r.seq
+	b, err := EncodeFrame(f)
+	if err != nil {
+		return err
+	}
+	if err := r.nc.Publish(r.job.Reply, b); err != nil {
+		return fmt.Errorf("queue: publishing frame %d of %s: %w", f.Seq, r.job.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors of the results store.
+var (
+	ErrNotFound = errors.New("queue: no such job")
+	ErrConflict = errors.New("queue: job record changed concurrently")
+)
+
+// Job statuses recorded in the results bucket.
+const (
+	StatusQueued  = "queued"  // async job accepted, not yet picked up
+	StatusRunning = "running" // a worker claimed it
+	StatusDone    = "done"    // finished: Text, Usage, Finish set
+	StatusFailed  = "failed"  // ended with Error
+)
+
+// AsyncResult is a job's record in the results bucket: the status and result
+// of an async job, and for every job the marker workers use to avoid running
+// it twice. Text is kept only for async jobs.
+type AsyncResult struct {
+	ID       string      `json:"id"`
+	Tenant   string      `json:"tenant"`
+	Model    string      `json:"model,omitempty"`
+	Status   string      `json:"status"`
+	Text     string      `json:"text,omitempty"`
+	Usage    *Usage      `json:"usage,omitempty"`
+	Finish   string      `json:"finish,omitempty"`
+	Error    *FrameError `json:"error,omitempty"`
+	Streamed bool        `json:"streamed,omitempty"` // a frame went out on the reply subject
+	Attempts int         `json:"attempts,omitempty"` // worker claims so far
+	Updated  time.Time   `json:"updated"`
+}
+
+// ResultKey is the results-bucket key of a job id: hex of its SHA-256, so any
+// id makes a valid key and distinct ids never share one.
+func ResultKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "job_" + hex.EncodeToString(sum[:])
+}
+
+// Results is the results bucket: job records with compare-and-set updates.
+type Results struct {
+	kv jetstream.KeyValue
+}
+
+// OpenResults opens the results bucket Setup created.
+func OpenResults(ctx context.Context, js jetstream.JetStream) (*Results, error) {
+	kv, err := js.KeyValue(ctx, ResultsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
+	}
+	return &Results{kv: kv}, nil
+}
+
+// Get returns a job's record and its revision; ErrNotFound when there is none.
+func (r *Results) Get(ctx context.Context, id string) (*AsyncResult, uint64, error) {
+	e, err := r.kv.Get(ctx, ResultKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("queue: reading record of %s: %w", id, err)
+	}
+	var res AsyncResult
+	if err := json.Unmarshal(e.Value(), &res); err != nil {
+		return nil, 0, fmt.Errorf("%w: record of %s: %v", ErrBadMessage, id, err)
+	}
+	return &res, e.Revision(), nil
+}
+
+// Create stores a record that must not exist yet (ErrConflict if it does).
+func (r *Results) Create(ctx context.Context, res *AsyncResult) (uint64, error) {
+	res.Updated = time.Now().UTC()
+	b, err := json.Marshal(res)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := r.kv.Create(ctx, ResultKey(res.ID), b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%w: %s exists", ErrConflict, res.ID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: creating record of %s: %w", res.ID, err)
+	}
+	return rev, nil
+}
+
+// Update replaces the record at revision rev (ErrConflict if it moved on).
+func (r *Results) Update(ctx context.Context, res *AsyncResult, rev uint64) (uint64, error) {
+	res.Updated = time.Now().UTC()
+	b, err := json.Marshal(res)
+	if err != nil {
+		return 0, err
+	}
+	n, err := r.kv.Update(ctx, ResultKey(res.ID), b, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%w: %s at revision %d", ErrConflict, res.ID, rev)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: updating record of %s: %w", res.ID, err)
+	}
+	return n, nil
+}
+
+// Claim says what a worker must do with one delivery of a job.
+type Claim int
+
+// Claim outcomes.
+const (
+	// ClaimRun: run the job; the returned Replier holds the claim.
+	ClaimRun Claim = iota + 1
+	// ClaimFinished: the job already ended (done or failed); ack it, send nothing.
+	ClaimFinished
+	// ClaimLostMidStream: an earlier worker sent frames and then went away;
+	// the job cannot be resumed, so end it with an ErrKindInternal error
+	// through the returned Replier, and ack.
+	ClaimLostMidStream
+)
+
+func (c Claim) String() string {
+	switch c {
+	case ClaimRun:
+		return "run"
+	case ClaimFinished:
+		return "finished"
+	case ClaimLostMidStream:
+		return "lost-mid-stream"
+	}
+	return fmt.Sprintf("Claim(%d)", int(c))
+}
+
+// Claim applies the redelivery rule to a delivery of job and, unless the job
+// already finished, returns a Replier for it:
+//
+//   - no record, or status queued, or status running with no frame sent yet:
+//     the job is (re)run; the record becomes running (Attempts+1);
+//   - status done or failed: the job is not run again (ClaimFinished);
+//   - status running and a frame was already published on the reply subject:
+//     the client saw part of an answer that cannot be resumed, so the job
+//     ends with an internal error (ClaimLostMidStream).
+//
+// Records change by compare-and-set, so two workers holding deliveries of the
+// same job cannot both stream it: the one whose claim is stale gets
+// ErrLostClaim from its first frame.
+func (r *Results) Claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier, Claim, error) {
+	for range 8 {
+		cur, rev, err := r.Get(ctx, job.ID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			rec := &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusRunning, Attempts: 1}
+			rev, err := r.Create(ctx, rec)
+			if errors.Is(err, ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return nil, 0, err
+			}
+			return newReplier(nc, r, job, rec, rev), ClaimRun, nil
+		case err != nil:
+			return nil, 0, err
+		}
+		switch {
+		case cur.Status == StatusDone || cur.Status == StatusFailed:
+			return nil, ClaimFinished, nil
+		case cur.Status == StatusRunning && cur.Streamed:
+			rp := newReplier(nc, r, job, cur, rev)
+			rp.seq = TerminalSeq - 1
+			return rp, ClaimLostMidStream, nil
+		}
+		cur.Status = StatusRunning
+		cur.Attempts++
+		rev, err = r.Update(ctx, cur, rev)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		return newReplier(nc, r, job, cur, rev), ClaimRun, nil
+	}
+	return nil, 0, fmt.Errorf("%w: %s: claim kept racing", ErrConflict, job.ID)
+}

@@ -1,0 +1,174 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrConfig reports a stream, bucket or consumer setting that cannot be used.
+var ErrConfig = errors.New("queue: invalid config")
+
+// StreamConfig bounds the jobs stream and the results bucket. Zero values take
+// the defaults noted; negative values are refused.
+type StreamConfig struct {
+	MaxJobs         int64         // jobs waiting in the stream, all models; default 10000
+	MaxBytes        int64         // bytes held by the stream; default 256 MiB
+	MaxJobsPerModel int64         // jobs waiting per model subject; 0 means only MaxJobs applies
+	MaxAge          time.Duration // a job older than this is dropped; default 1h
+	Duplicates      time.Duration // Nats-Msg-Id de-duplication window; default 2m
+	Memory          bool          // keep jobs and results in memory instead of files
+	Replicas        int           // default 1
+
+	ResultsTTL      time.Duration // how long async results and job markers live; default 24h
+	ResultsMaxBytes int64         // bytes held by the results bucket; default 256 MiB
+}
+
+func (c *StreamConfig) fill() error {
+	if c.MaxJobs == 0 {
+		c.MaxJobs = 10000
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 256 << 20
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = time.Hour
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = 2 * time.Minute
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.ResultsTTL == 0 {
+		c.ResultsTTL = 24 * time.Hour
+	}
+	if c.ResultsMaxBytes == 0 {
+		c.ResultsMaxBytes = 256 << 20
+	}
+	switch {
+	case c.MaxJobs < 0:
+		return fmt.Errorf("%w: MaxJobs %d", ErrConfig, c.MaxJobs)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("%w: MaxBytes %d", ErrConfig, c.MaxBytes)
+	case c.MaxJobsPerModel < 0:
+		return fmt.Errorf("%w: MaxJobsPerModel %d", ErrConfig, c.MaxJobsPerModel)
+	case c.MaxAge < 0:
+		return fmt.Errorf("%w: MaxAge %v", ErrConfig, c.MaxAge)
+	case c.Duplicates < 0 || c.Duplicates > c.MaxAge:
+		return fmt.Errorf("%w: Duplicates %v must lie in [0, MaxAge]", ErrConfig, c.Duplicates)
+	case c.Replicas < 0:
+		return fmt.Errorf("%w: Replicas %d", ErrConfig, c.Replicas)
+	case c.ResultsTTL < 0:
+		return fmt.Errorf("%w: ResultsTTL %v", ErrConfig, c.ResultsTTL)
+	case c.ResultsMaxBytes < 0:
+		return fmt.Errorf("%w: ResultsMaxBytes %d", ErrConfig, c.ResultsMaxBytes)
+	}
+	return nil
+}
+
+// Setup creates or updates the jobs stream (work-queue retention on "jobs.>",
+// bounded, refusing new jobs when full) and the results bucket. It is
+// idempotent: every node may call it at start-up.
+func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
+	if err := cfg.fill(); err != nil {
+		return err
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	sc := jetstream.StreamConfig{
+		Name:        JobsStream,
+		Description: "Bulkhead inference jobs, one subject per model",
+		Subjects:    []string{JobsPrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     cfg.MaxJobs,
+		MaxBytes:    cfg.MaxBytes,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.Duplicates,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}
+	if cfg.MaxJobsPerModel > 0 {
+		sc.MaxMsgsPerSubject = cfg.MaxJobsPerModel
+		sc.DiscardNewPerSubject = true
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      ResultsBucket,
+		Description: "Bulkhead job status, async results and de-duplication markers",
+		History:     1,
+		TTL:         cfg.ResultsTTL,
+		MaxBytes:    cfg.ResultsMaxBytes,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
+	}
+	return nil
+}
+
+// ConsumerConfig configures the durable pull consumer workers share for one
+// model. Zero values take the defaults noted.
+type ConsumerConfig struct {
+	AckWait       time.Duration // redeliver a job whose worker went quiet this long; default 30s
+	MaxDeliver    int           // deliveries before a job is dropped; default 3
+	MaxAckPending int           // jobs handed out and not yet acked, all workers; default 256
+}
+
+func (c *ConsumerConfig) fill() error {
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 3
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 256
+	}
+	switch {
+	case c.AckWait < 0:
+		return fmt.Errorf("%w: AckWait %v", ErrConfig, c.AckWait)
+	case c.MaxDeliver < 0:
+		return fmt.Errorf("%w: MaxDeliver %d", ErrConfig, c.MaxDeliver)
+	case c.MaxAckPending < 0:
+		return fmt.Errorf("%w: MaxAckPending %d", ErrConfig, c.MaxAckPending)
+	}
+	return nil
+}
+
+// ConsumerName is the durable consumer name every worker serving model uses,
+// so that several worker processes share its jobs.
+func ConsumerName(model string) string { return "worker-" + ModelToken(model) }
+
+// EnsureConsumer creates or updates the durable pull consumer for model's job
+// subject (explicit acks) and returns it.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	if model == "" {
+		return nil, fmt.Errorf("%w: empty model name", ErrConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, JobsStream, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(model),
+		Description:   "jobs for " + model,
+		FilterSubject: JobSubject(model),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: consumer for %s: %w", model, err)
+	}
+	return c, nil
+}
