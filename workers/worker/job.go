@@ -1,0 +1,295 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+	"github.com/bulkhead-ai/bulkhead/workers/sample"
+)
+
+// Causes a job's context is cancelled with.
+var (
+	errAborted  = errors.New("worker: cancelled by the client")
+	errShutdown = errors.New("worker: shutting down")
+)
+
+// refusal is a job ended before it reached the engine.
+type refusal struct {
+	kind queue.ErrorKind
+	msg  string
+}
+
+// handle runs one delivery of a job to its end: a frame stream, a refusal, a
+// requeue, or nothing (already finished, or another worker holds it).
+func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
+	ctx = queue.ExtractTrace(ctx, msg.Headers())
+	log := w.log.With("model", model)
+	job, err := queue.DecodeJob(msg.Data())
+	if err != nil {
+		w.refuseUndecodable(log, msg, err)
+		return
+	}
+	log = log.With("job", job.ID, "tenant", job.Tenant)
+	// Records outlive a shutdown: write them even after ctx is cancelled.
+	kctx := context.WithoutCancel(ctx)
+	rp, claim, err := res.Claim(kctx, w.nc, job)
+	if err != nil {
+		log.Warn("claiming job; will retry", "err", err)
+		w.settle(log, msg.NakWithDelay(w.cfg.BusyDelay))
+		return
+	}
+	switch claim {
+	case queue.ClaimFinished:
+		log.Info("job already finished; not running it again")
+		w.settle(log, msg.Ack())
+		return
+	case queue.ClaimLostMidStream:
+		log.Warn("job redelivered after its worker sent frames; failing it")
+		w.fail(kctx, log, rp, queue.ErrKindInternal, "worker lost mid-stream")
+		w.settle(log, msg.Ack())
+		return
+	}
+	if job.Model != model {
+		w.fail(kctx, log, rp, queue.ErrKindUnknownModel, fmt.Sprintf("job for model %q arrived on the subject of %q", job.Model, model))
+		w.settle(log, msg.Term())
+		return
+	}
+	req, ref := admit(job, eng)
+	if ref != nil {
+		w.fail(kctx, log, rp, ref.kind, ref.msg)
+		w.settle(log, msg.Ack())
+		return
+	}
+	w.run(ctx, kctx, log, rp, job, eng, req, msg)
+}
+
+// admit checks a job against the engine's own limits and builds its request.
+// It never truncates: a prompt that does not fit is refused.
+func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
+	if !time.Now().Before(job.Deadline) {
+		return engine.Request{}, &refusal{queue.ErrKindTimeout, "deadline passed before the job started"}
+	}
+	prompt := eng.Model().Tokenizer.Encode(job.Prompt, job.AddBOS, job.ParseSpecial)
+	if len(prompt) == 0 {
+		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, "empty prompt"}
+	}
+	if n, ctxLen := len(prompt)+job.MaxTokens, eng.Context(); n > ctxLen {
+		return engine.Request{}, &refusal{queue.ErrKindPromptTooLong, fmt.Sprintf(
+			"prompt of %d tokens + max_tokens %d = %d tokens exceeds the context window of %d tokens",
+			len(prompt), job.MaxTokens, n, ctxLen)}
+	}
+	s := job.Sampling
+	params := sample.Params{
+		Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, MinP: s.MinP,
+		RepetitionPenalty: s.RepetitionPenalty, FrequencyPenalty: s.FrequencyPenalty,
+		PresencePenalty: s.PresencePenalty, Seed: s.Seed,
+	}
+	if err := params.Validate(); err != nil {
+		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
+	}
+	return engine.Request{
+		Owner:     kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
+		Prompt:    prompt,
+		MaxTokens: job.MaxTokens,
+		Sampling:  params,
+		Stop:      job.Stop,
+	}, nil
+}
+
+// run submits an admitted job to the engine and streams its events.
+func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, rp *queue.Replier, job *queue.Job, eng *engine.Engine, req engine.Request, msg jetstream.Msg) {
+	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
+	defer cancelDeadline()
+	rctx, abort := context.WithCancelCause(rctx)
+	defer abort(nil)
+	sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID), func(*nats.Msg) { abort(errAborted) })
+	if err != nil {
+		log.Warn("subscribing to cancel; will retry", "err", err)
+		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+		return
+	}
+	defer sub.Unsubscribe()
+
+	events, err := eng.Submit(rctx, req)
+	switch {
+	case errors.Is(err, engine.ErrQueueFull) && job.RejectIfBusy:
+		w.fail(kctx, log, rp, queue.ErrKindCapacity, "the model is busy and the request asked not to wait")
+		w.settle(log, msg.Ack())
+		return
+	case errors.Is(err, engine.ErrQueueFull):
+		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+		return
+	case errors.Is(err, engine.ErrClosed):
+		w.requeue(kctx, log, rp, msg, 0)
+		return
+	case err != nil:
+		kind, text := classify(err, nil)
+		w.fail(kctx, log, rp, kind, text)
+		w.settle(log, msg.Ack())
+		return
+	}
+
+	stopBeat := w.heartbeat(log, msg)
+	var (
+		final     *engine.Event
+		endErr    error
+		streamErr error
+	)
+	for ev := range events {
+		switch {
+		case ev.Err != nil:
+			endErr = ev.Err
+		case ev.Done:
+			final = &ev
+		case streamErr == nil:
+			if err := rp.Token(kctx, ev.Text, []int32{ev.Token}); err != nil {
+				streamErr = err
+				abort(err) // the engine ends the request at its next step
+			}
+		}
+	}
+	stopBeat()
+
+	switch {
+	case errors.Is(streamErr, queue.ErrLostClaim):
+		log.Warn("another worker claimed the job; leaving it", "err", streamErr)
+	case streamErr != nil:
+		log.Error("streaming reply", "err", streamErr)
+		if rp.Streamed() {
+			w.fail(kctx, log, rp, queue.ErrKindInternal, "worker could not send the reply")
+			w.settle(log, msg.Ack())
+		} else {
+			w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+		}
+	case final != nil:
+		u := queue.Usage{PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens}
+		if err := rp.Final(kctx, final.Text, final.Finish, u); err != nil {
+			log.Error("sending final frame", "err", err)
+		}
+		w.publishUsage(log, job, final)
+		w.settle(log, msg.Ack())
+	default:
+		cause := context.Cause(rctx)
+		if (errors.Is(cause, errShutdown) || errors.Is(endErr, engine.ErrClosed)) && !rp.Streamed() {
+			w.requeue(kctx, log, rp, msg, 0)
+			return
+		}
+		kind, text := classify(endErr, cause)
+		w.fail(kctx, log, rp, kind, text)
+		w.settle(log, msg.Ack())
+	}
+}
+
+// classify maps an engine error (and the cause of the request's context, if
+// it was cancelled) to an error kind and a message for the client.
+func classify(err, cause error) (queue.ErrorKind, string) {
+	switch {
+	case errors.Is(cause, errAborted):
+		return queue.ErrKindAborted, "the request was cancelled"
+	case errors.Is(cause, errShutdown), errors.Is(err, engine.ErrClosed):
+		return queue.ErrKindInternal, "worker shut down mid-stream"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(cause, context.DeadlineExceeded):
+		return queue.ErrKindTimeout, "the request's deadline passed"
+	case errors.Is(err, engine.ErrContextLength):
+		return queue.ErrKindPromptTooLong, err.Error()
+	case errors.Is(err, engine.ErrExceedsPool), errors.Is(err, kvcache.ErrPoolExhausted):
+		return queue.ErrKindCapacity, err.Error()
+	case errors.Is(err, engine.ErrInvalidRequest), errors.Is(err, sample.ErrInvalidParams):
+		return queue.ErrKindInvalidInput, err.Error()
+	case errors.Is(err, context.Canceled):
+		return queue.ErrKindAborted, "the request was cancelled"
+	}
+	return queue.ErrKindInternal, "the worker failed to run the request"
+}
+
+// heartbeat marks msg in progress every HeartbeatEvery until the returned
+// function is called (which waits for it to stop).
+func (w *Worker) heartbeat(log *slog.Logger, msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(w.cfg.HeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					log.Warn("marking job in progress", "err", err)
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+func (w *Worker) fail(ctx context.Context, log *slog.Logger, rp *queue.Replier, kind queue.ErrorKind, text string) {
+	log.Info("job refused or failed", "kind", kind, "reason", text)
+	if err := rp.Fail(ctx, kind, text); err != nil {
+		log.Error("sending error frame", "err", err)
+	}
+}
+
+// requeue gives the job back for another delivery after delay.
+func (w *Worker) requeue(ctx context.Context, log *slog.Logger, rp *queue.Replier, msg jetstream.Msg, delay time.Duration) {
+	if err := rp.Requeue(ctx); err != nil {
+		log.Warn("requeueing job record", "err", err)
+	}
+	if delay > 0 {
+		w.settle(log, msg.NakWithDelay(delay))
+	} else {
+		w.settle(log, msg.Nak())
+	}
+}
+
+func (w *Worker) settle(log *slog.Logger, err error) {
+	if err != nil {
+		log.Warn("acknowledging job message", "err", err)
+	}
+}
+
+// refuseUndecodable ends a job that does not decode: an error frame if a
+// reply subject can be read from it, and Term so it is not redelivered.
+func (w *Worker) refuseUndecodable(log *slog.Logger, msg jetstream.Msg, derr error) {
+	log.Warn("refusing undecodable job", "err", derr)
+	var partial struct {
+		Reply string `json:"reply"`
+	}
+	if json.Unmarshal(msg.Data(), &partial) == nil && partial.Reply != "" {
+		b, err := queue.EncodeFrame(&queue.Frame{Seq: 1, Kind: queue.KindError,
+			Error: &queue.FrameError{Kind: queue.ErrKindInvalidInput, Message: derr.Error()}})
+		if err == nil {
+			err = w.nc.Publish(partial.Reply, b)
+		}
+		if err != nil {
+			log.Warn("sending error frame", "err", err)
+		}
+	}
+	w.settle(log, msg.TermWithReason("undecodable job"))
+}
+
+func (w *Worker) publishUsage(log *slog.Logger, job *queue.Job, final *engine.Event) {
+	b, err := json.Marshal(queue.UsageEvent{
+		Tenant: job.Tenant, Model: job.Model, RequestID: job.ID,
+		PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens,
+		Finish: final.Finish, Time: time.Now().UTC(),
+	})
+	if err == nil {
+		err = w.nc.Publish(queue.UsageSubject(job.Tenant), b)
+	}
+	if err != nil {
+		log.Error("publishing usage event", "err", err)
+	}
+}

@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+)
+
+// ErrRunning reports a second call to Run.
+var ErrRunning = errors.New("worker: already running")
+
+// Worker pulls jobs for its models and runs them on their engines.
+type Worker struct {
+	log     *slog.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cfg     Config
+	started atomic.Bool
+}
+
+// New validates cfg and returns a worker. It does not touch the network until
+// Run.
+func New(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Worker, error) {
+	if nc == nil || js == nil {
+		return nil, fmt.Errorf("%w: nil NATS connection or JetStream context", ErrConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{log: log, nc: nc, js: js, cfg: cfg}, nil
+}
+
+// Run creates (or joins) one durable consumer per model and runs jobs until
+// ctx ends. It then stops fetching, waits up to Config.Grace for in-flight
+// jobs, cancels the rest, waits for them to end and returns nil. Errors
+// setting up consumers are returned at once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	res, err := queue.OpenResults(ctx, w.js)
+	if err != nil {
+		return err
+	}
+	type served struct {
+		name string
+		eng  *engine.Engine
+		cons jetstream.Consumer
+	}
+	var models []served
+	for name, eng := range w.cfg.Models {
+		c, err := queue.EnsureConsumer(ctx, w.js, name, w.cfg.Consumer)
+		if err != nil {
+			return err
+		}
+		models = append(models, served{name, eng, c})
+	}
+	w.log.Info("worker running", "models", len(models), "concurrency", w.cfg.Concurrency)
+
+	// Jobs outlive ctx by the grace period, so they run under their own context.
+	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopJobs(nil)
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var jobs, loops sync.WaitGroup
+	for _, m := range models {
+		loops.Go(func() {
+			w.fetch(ctx, m.cons, slots, func(msg jetstream.Msg) {
+				jobs.Go(func() {
+					defer func() { <-slots }()
+					w.handle(jobCtx, res, m.name, m.eng, msg)
+				})
+			})
+		})
+	}
+	loops.Wait()
+
+	drained := make(chan struct{})
+	go func() { jobs.Wait(); close(drained) }()
+	grace := time.NewTimer(w.cfg.Grace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+	case <-grace.C:
+		w.log.Warn("grace period over, cancelling jobs still running", "grace", w.cfg.Grace)
+		stopJobs(errShutdown)
+		<-drained
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// fetch pulls one job at a time while a slot is free, until ctx ends; start
+// runs each job, which frees its slot when done.
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan struct{}, start func(jetstream.Msg)) {
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		fctx, cancel := context.WithTimeout(ctx, w.cfg.FetchWait)
+		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+		got := false
+		if err == nil {
+			for msg := range batch.Messages() {
+				got = true
+				start(msg)
+			}
+			err = batch.Error()
+		}
+		cancel()
+		if !got {
+			<-slots
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+			w.log.Warn("fetching jobs", "err", err)
+			select { // do not spin on a broken connection
+			case <-time.After(w.cfg.FetchWait):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
