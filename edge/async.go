@@ -1,0 +1,218 @@
+package edge
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// Async batches. A batch of n requests gets the request id "<32 hex>-<n>";
+// its i-th request runs as the job "<32 hex>-<n>-<i>", whose status and
+// result live in the queue's results bucket. The id thus says how many jobs
+// to look up, and the edge keeps no state of its own: a poll works on any
+// edge, after a restart. Every job carries the submitting tenant; a poll
+// from another tenant, or for an id that is malformed or unknown, is the
+// same 404.
+
+// Async status values in poll answers.
+const (
+	asyncQueued  = queue.StatusQueued
+	asyncRunning = queue.StatusRunning
+	asyncDone    = queue.StatusDone
+)
+
+// asyncResult is the result of a submit or a poll.
+type asyncResult struct {
+	Status    string          `json:"status"`
+	RequestID string          `json:"request_id"`
+	Model     string          `json:"model,omitempty"`
+	Responses []asyncResponse `json:"responses,omitempty"` // once done
+	Usage     *nativeUsage    `json:"usage,omitempty"`     // once done: sum over responses
+}
+
+// asyncResponse is one request of a finished batch, in submission order:
+// the native result, or the errors it ended with.
+type asyncResponse struct {
+	ID      int           `json:"id"`
+	Success bool          `json:"success"`
+	Result  *nativeResult `json:"result,omitempty"`
+	Finish  string        `json:"finish_reason,omitempty"`
+	Errors  []nativeError `json:"errors,omitempty"`
+}
+
+func jobID(requestID string, i int) string { return requestID + "-" + strconv.Itoa(i) }
+
+// parseRequestID returns a batch's size, or ok=false for an id this edge
+// could not have issued.
+func (s *Server) parseRequestID(id string) (n int, ok bool) {
+	hexPart, count, found := strings.Cut(id, "-")
+	if !found || len(hexPart) != 32 {
+		return 0, false
+	}
+	if _, err := hex.DecodeString(hexPart); err != nil || strings.ToLower(hexPart) != hexPart {
+		return 0, false
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 || n > s.cfg.MaxBatchRequests || strconv.Itoa(n) != count {
+		return 0, false
+	}
+	return n, true
+}
+
+// submitAsync admits every request of a batch and queues them. Nothing is
+// queued unless every request passes admission. The quota is taken once for
+// the batch and charged for the prompt tokens only; completions of queued
+// requests are metered from the workers' usage events.
+func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Principal,
+	m *catalog.Model, v *vocab, req *nativeRequest) {
+	fail := func(err error) { writeNativeError(w, s.refuse(r, err)) }
+	switch {
+	case req.Prompt != nil || req.Messages != nil:
+		fail(&InputError{Field: "requests", Msg: "with queueRequest=true, send the prompts inside requests"})
+		return
+	case len(req.Requests) == 0:
+		fail(&InputError{Field: "requests", Msg: "must hold at least one request"})
+		return
+	case len(req.Requests) > s.cfg.MaxBatchRequests:
+		fail(&InputError{Field: "requests", Msg: fmt.Sprintf("at most %d requests, not %d", s.cfg.MaxBatchRequests, len(req.Requests))})
+		return
+	}
+	ins := make([]*genInput, len(req.Requests))
+	for i, raw := range req.Requests {
+		prefix := fmt.Sprintf("requests[%d]", i)
+		var one nativeRequest
+		if err := decodeRaw(raw, &one, prefix); err != nil {
+			fail(err)
+			return
+		}
+		if one.Requests != nil || one.RequestID != nil {
+			fail(&InputError{Field: prefix, Msg: "requests do not nest"})
+			return
+		}
+		in, err := nativeInput(&one, prefix)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if in.stream {
+			fail(&InputError{Field: prefix + ".stream", Msg: "queued requests cannot stream"})
+			return
+		}
+		ins[i] = in
+	}
+
+	release, err := s.cfg.Quota.Acquire(r.Context(), p.Tenant)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var used quota.Usage
+	defer func() { release(used) }()
+
+	requestID := fmt.Sprintf("%s-%d", newID(), len(ins))
+	jobs := make([]*queue.Job, len(ins))
+	prompt := 0
+	for i, in := range ins {
+		a, err := v.admit(in, m.ContextWindow, s.cfg.DefaultMaxTokens)
+		if err != nil {
+			var ie *InputError
+			if errors.As(err, &ie) {
+				ie.Field = joinField(fmt.Sprintf("requests[%d]", i), ie.Field)
+			}
+			fail(fmt.Errorf("requests[%d]: %w", i, err))
+			return
+		}
+		jobs[i] = s.newJob(jobID(requestID, i), p, m, a, in, r)
+		jobs[i].Async = true
+		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
+		prompt += a.tokens
+	}
+	for i, job := range jobs {
+		if err := s.cfg.Queue.SubmitAsync(r.Context(), job); err != nil {
+			// Jobs before i are queued and will run; their results stay
+			// under an id the client never learns.
+			s.log.Warn("edge: async batch partly queued", "request_id", requestID, "queued", i, "of", len(jobs))
+			fail(err)
+			return
+		}
+	}
+	used = quota.Usage{Neurons: m.Prices.Neurons(prompt, 0)}
+	writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
+}
+
+// pollAsync answers a poll: the batch's status while any request is queued
+// or running, then every response.
+func (s *Server) pollAsync(w http.ResponseWriter, r *http.Request, p auth.Principal, requestID string) {
+	notFound := func() {
+		writeNativeError(w, s.refuse(r, fmt.Errorf("%w: request %q", ErrNotFound, requestID)))
+	}
+	n, ok := s.parseRequestID(requestID)
+	if !ok {
+		notFound()
+		return
+	}
+	results := make([]*queue.AsyncResult, n)
+	for i := range results {
+		res, err := s.cfg.Queue.AsyncStatus(r.Context(), jobID(requestID, i))
+		switch {
+		case errors.Is(err, queue.ErrNotFound):
+			notFound()
+			return
+		case err != nil:
+			writeNativeError(w, s.refuse(r, err))
+			return
+		case res.Tenant != p.Tenant:
+			notFound()
+			return
+		}
+		results[i] = res
+	}
+	out := asyncResult{Status: asyncDone, RequestID: requestID}
+	for _, res := range results {
+		switch res.Status {
+		case asyncRunning:
+			out.Status = asyncRunning
+		case asyncQueued:
+			if out.Status == asyncDone {
+				out.Status = asyncQueued
+			}
+		}
+	}
+	if out.Status != asyncDone {
+		writeJSON(w, http.StatusOK, success(out))
+		return
+	}
+	total := nativeUsage{}
+	out.Responses = make([]asyncResponse, n)
+	for i, res := range results {
+		one := asyncResponse{ID: i}
+		switch {
+		case res.Status == asyncDone && res.Usage != nil:
+			u := toNativeUsage(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+			one.Success, one.Finish = true, res.Finish
+			one.Result = &nativeResult{Response: res.Text, Usage: &u}
+			total.PromptTokens += u.PromptTokens
+			total.CompletionTokens += u.CompletionTokens
+			total.TotalTokens += u.TotalTokens
+		default: // failed, or done without usage (a broken record)
+			var e *Error
+			if res.Error != nil {
+				e = Classify(res.Error)
+			} else {
+				e = Classify(ErrBrokenStream)
+			}
+			one.Errors = []nativeError{{Code: e.Row.Code, Message: e.Message}}
+		}
+		out.Responses[i] = one
+	}
+	out.Usage = &total
+	writeJSON(w, http.StatusOK, success(out))
+}

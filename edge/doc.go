@@ -1,0 +1,18 @@
+// Package edge is Bulkhead's HTTP face: the Cloudflare Workers AI native API
+// (/ai/run, /ai/models/search and their /client/v4/accounts/{id}/ai/ forms)
+// and the OpenAI-compatible API (/v1/chat/completions, /v1/completions,
+// /v1/models). It owns the request flow in front of the queue: authenticate,
+// check the account and the model, decode and validate the body, take a quota
+// slot, render the chat template and count prompt tokens (admission), publish
+// the job, and turn the worker's reply frames into JSON or server-sent events.
+//
+// It also owns the one table of stable error codes (errors.go): every refusal
+// a client can see is a row of it, rendered in the native envelope or in
+// OpenAI's error shape, and one function maps Go errors to rows.
+//
+// The edge must never: trust a tenant from the request body (the tenant comes
+// from the verified principal), enqueue a request that admission refused,
+// present a partial or failed generation as a success, reveal whether another
+// tenant's request id exists, or run a model itself. It does not import
+// workers/.
+package edge

@@ -1,0 +1,312 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/chat"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// Sentinel errors for refusals the edge decides itself. Each is reported to
+// clients through the error table (Classify).
+var (
+	ErrInvalidInput    = errors.New("edge: invalid input")
+	ErrUnknownModel    = errors.New("edge: unknown model")
+	ErrModelForbidden  = errors.New("edge: model not allowed for this token")
+	ErrPromptTooLong   = errors.New("edge: prompt and max_tokens exceed the context window")
+	ErrAccountMismatch = errors.New("edge: account id does not match the token's tenant")
+	ErrNotFound        = errors.New("edge: not found")
+	ErrBrokenStream    = errors.New("edge: reply stream ended without a final frame")
+	ErrInvalidConfig   = errors.New("edge: invalid config")
+)
+
+// InputError is a request body that does not decode or validate. Field names
+// the offending field as the client wrote it ("messages[1].content"), or is
+// empty when the body as a whole is at fault. It wraps ErrInvalidInput.
+type InputError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InputError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%v: %s", ErrInvalidInput, e.Msg)
+	}
+	return fmt.Sprintf("%v: %s: %s", ErrInvalidInput, e.Field, e.Msg)
+}
+
+func (e *InputError) Unwrap() error { return ErrInvalidInput }
+
+// ModelError names the model a request asked for that is unknown (wraps
+// ErrUnknownModel) or not allowed for the token (wraps ErrModelForbidden).
+type ModelError struct {
+	Name string
+	Err  error
+}
+
+func (e *ModelError) Error() string { return fmt.Sprintf("%v: %q", e.Err, e.Name) }
+func (e *ModelError) Unwrap() error { return e.Err }
+
+// LengthError is a request refused at admission: its prompt plus max_tokens
+// do not fit the model's context window. It wraps ErrPromptTooLong.
+type LengthError struct {
+	PromptTokens int
+	MaxTokens    int
+	Context      int
+}
+
+func (e *LengthError) Error() string {
+	return fmt.Sprintf("%v: %s", ErrPromptTooLong, e.message())
+}
+
+func (e *LengthError) message() string {
+	return fmt.Sprintf("prompt is %d tokens and max_tokens is %d; the model's context window is %d tokens",
+		e.PromptTokens, e.MaxTokens, e.Context)
+}
+
+func (e *LengthError) Unwrap() error { return ErrPromptTooLong }
+
+// Row is one line of the error table: how one kind of refusal looks on the
+// native (Workers AI) API and on the OpenAI API.
+type Row struct {
+	Name    string // stable identifier, e.g. "prompt_too_long"
+	Status  int    // HTTP status on the native API
+	Code    int    // numeric code in the native envelope's errors[].code
+	Message string // default message; an instance may say more
+
+	OpenAIStatus int    // HTTP status on the OpenAI API
+	OpenAIType   string // error.type
+	OpenAICode   string // error.code; "" renders as null
+}
+
+// The error table. Codes 3003-3042 and 5004-5018 are Workers AI's own (see
+// its "Errors" reference); 3037, 3038, 3043, 3044 and 3045 are Bulkhead's
+// for refusals Workers AI does not document a code for; 10000 and 9109 are the
+// Cloudflare API's authentication and authorization codes.
+var (
+	rowInvalidInput = Row{"invalid_input", http.StatusBadRequest, 5004, "Invalid input",
+		http.StatusBadRequest, "invalid_request_error", ""}
+	rowUnknownModel = Row{"unknown_model", http.StatusBadRequest, 5007, "No such model or task",
+		http.StatusNotFound, "invalid_request_error", "model_not_found"}
+	rowModelForbidden = Row{"model_forbidden", http.StatusForbidden, 5018, "The account is not allowed to access this model",
+		http.StatusForbidden, "invalid_request_error", "model_not_allowed"}
+	rowPromptTooLong = Row{"prompt_too_long", http.StatusRequestEntityTooLarge, 3006, "Request is too large",
+		http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"}
+	rowBodyTooLarge = Row{"body_too_large", http.StatusRequestEntityTooLarge, 3006, "Request is too large",
+		http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"}
+	rowQuotaExhausted = Row{"quota_exhausted", http.StatusTooManyRequests, 3036, "You have used up your daily allocation of neurons",
+		http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota"}
+	rowRateLimited = Row{"rate_limited", http.StatusTooManyRequests, 3037, "Rate limited: too many requests per minute",
+		http.StatusTooManyRequests, "requests", "rate_limit_exceeded"}
+	rowConcurrency = Row{"too_many_concurrent", http.StatusTooManyRequests, 3038, "Rate limited: too many concurrent requests",
+		http.StatusTooManyRequests, "requests", "rate_limit_exceeded"}
+	rowCapacity = Row{"capacity_exceeded", http.StatusTooManyRequests, 3040, "Capacity temporarily exceeded, please try again",
+		http.StatusTooManyRequests, "server_error", "capacity_exceeded"}
+	rowTimeout = Row{"timeout", http.StatusRequestTimeout, 3007, "Request timeout",
+		http.StatusRequestTimeout, "server_error", "timeout"}
+	rowAborted = Row{"aborted", http.StatusRequestTimeout, 3008, "Request was aborted",
+		http.StatusRequestTimeout, "server_error", "aborted"}
+	rowUnauthenticated = Row{"unauthenticated", http.StatusUnauthorized, 10000, "Authentication error",
+		http.StatusUnauthorized, "invalid_request_error", "invalid_api_key"}
+	rowForbidden = Row{"forbidden", http.StatusForbidden, 9109, "Unauthorized to access requested resource",
+		http.StatusForbidden, "invalid_request_error", "permission_denied"}
+	rowUnavailable = Row{"unavailable", http.StatusServiceUnavailable, 3043, "Service temporarily unavailable",
+		http.StatusServiceUnavailable, "server_error", "service_unavailable"}
+	rowNotFound = Row{"not_found", http.StatusNotFound, 3044, "Not found",
+		http.StatusNotFound, "invalid_request_error", "not_found"}
+	rowInternal = Row{"internal", http.StatusInternalServerError, 3045, "Internal server error",
+		http.StatusInternalServerError, "server_error", ""}
+)
+
+// ErrorTable returns every row of the error table, for documentation and
+// tests.
+func ErrorTable() []Row {
+	return []Row{
+		rowInvalidInput, rowUnknownModel, rowModelForbidden, rowPromptTooLong,
+		rowBodyTooLarge, rowQuotaExhausted, rowRateLimited, rowConcurrency,
+		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
+		rowUnavailable, rowNotFound, rowInternal,
+	}
+}
+
+// Error is a refusal ready to render: its table row, the message for this
+// instance, and the request field at fault (OpenAI's "param"), if any.
+type Error struct {
+	Row     Row
+	Message string
+	Param   string
+	Err     error // the cause, for logs; never rendered
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("edge: %s (%d): %s", e.Row.Name, e.Row.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func newError(r Row, msg string, cause error) *Error {
+	if msg == "" {
+		msg = r.Message
+	}
+	return &Error{Row: r, Message: msg, Err: cause}
+}
+
+// Classify maps any error the request flow can meet to its table row. It is
+// the only place that decides which row an error gets. Errors it does not
+// know are internal errors whose text is not shown to the client.
+func Classify(err error) *Error {
+	var (
+		e   *Error
+		in  *InputError
+		le  *LengthError
+		me  *ModelError
+		fe  *queue.FrameError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &in):
+		msg := in.Msg
+		if in.Field != "" {
+			msg = in.Field + ": " + in.Msg
+		}
+		return &Error{Row: rowInvalidInput, Message: msg, Param: in.Field, Err: err}
+	case errors.As(err, &le):
+		return &Error{Row: rowPromptTooLong, Message: le.message(), Param: "messages", Err: err}
+	case errors.As(err, &me) && errors.Is(me.Err, ErrUnknownModel):
+		return &Error{Row: rowUnknownModel, Message: fmt.Sprintf("No such model %s or task", me.Name), Param: "model", Err: err}
+	case errors.As(err, &me) && errors.Is(me.Err, ErrModelForbidden):
+		return &Error{Row: rowModelForbidden, Message: rowModelForbidden.Message, Param: "model", Err: err}
+	case errors.As(err, &mbe):
+		return newError(rowBodyTooLarge, fmt.Sprintf("Request is too large: the body exceeds %d bytes", mbe.Limit), err)
+	case errors.As(err, &fe):
+		return classifyFrame(fe)
+	case errors.Is(err, ErrAccountMismatch):
+		return newError(rowForbidden, "the account id in the path does not match the token", err)
+	case errors.Is(err, auth.ErrForbidden):
+		return newError(rowForbidden, "", err)
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return newError(rowUnauthenticated, "", err)
+	case errors.Is(err, quota.ErrBudgetExhausted):
+		return newError(rowQuotaExhausted, "", err)
+	case errors.Is(err, quota.ErrRateLimited):
+		return newError(rowRateLimited, "", err)
+	case errors.Is(err, quota.ErrConcurrency):
+		return newError(rowConcurrency, "", err)
+	case errors.Is(err, quota.ErrUnavailable):
+		return newError(rowUnavailable, "", err)
+	case errors.Is(err, queue.ErrQueueFull):
+		return newError(rowCapacity, "", err)
+	case errors.Is(err, queue.ErrStreamTimeout), errors.Is(err, context.DeadlineExceeded):
+		return newError(rowTimeout, "", err)
+	case errors.Is(err, context.Canceled):
+		return newError(rowAborted, "", err)
+	case errors.Is(err, ErrNotFound), errors.Is(err, queue.ErrNotFound):
+		return newError(rowNotFound, "", err)
+	case errors.Is(err, chat.ErrInvalidRole), errors.Is(err, chat.ErrRoleOrder), errors.Is(err, chat.ErrNoMessages):
+		return &Error{Row: rowInvalidInput, Message: "messages: " + err.Error(), Param: "messages", Err: err}
+	}
+	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
+	// only that the server failed; the cause goes to the log.
+	return newError(rowInternal, "", err)
+}
+
+// classifyFrame maps a worker's error frame. The worker's message is shown:
+// workers write it for clients (token counts, which limit).
+func classifyFrame(fe *queue.FrameError) *Error {
+	var r Row
+	switch fe.Kind {
+	case queue.ErrKindPromptTooLong:
+		r = rowPromptTooLong
+	case queue.ErrKindCapacity:
+		r = rowCapacity
+	case queue.ErrKindInvalidInput:
+		r = rowInvalidInput
+	case queue.ErrKindUnknownModel:
+		r = rowUnknownModel
+	case queue.ErrKindTimeout:
+		r = rowTimeout
+	case queue.ErrKindAborted:
+		r = rowAborted
+	default:
+		return newError(rowInternal, "", fe)
+	}
+	return newError(r, fe.Message, fe)
+}
+
+// nativeEnvelope is the Workers AI response envelope.
+type nativeEnvelope struct {
+	Result   any           `json:"result"`
+	Success  bool          `json:"success"`
+	Errors   []nativeError `json:"errors"`
+	Messages []string      `json:"messages"`
+}
+
+type nativeError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// openAIError is OpenAI's error body.
+type openAIError struct {
+	Error openAIErrorBody `json:"error"`
+}
+
+type openAIErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *Error) native() nativeEnvelope {
+	return nativeEnvelope{
+		Result:   nil,
+		Success:  false,
+		Errors:   []nativeError{{Code: e.Row.Code, Message: e.Message}},
+		Messages: []string{},
+	}
+}
+
+func (e *Error) openAI() openAIError {
+	body := openAIErrorBody{Message: e.Message, Type: e.Row.OpenAIType}
+	if e.Param != "" {
+		p := e.Param
+		body.Param = &p
+	}
+	if e.Row.OpenAICode != "" {
+		c := e.Row.OpenAICode
+		body.Code = &c
+	}
+	return openAIError{Error: body}
+}
+
+// writeJSON writes v as a JSON response with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own response types reach here; they always marshal.
+		http.Error(w, `{"success":false}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeNativeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Row.Status, e.native())
+}
+
+func writeOpenAIError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Row.OpenAIStatus, e.openAI())
+}

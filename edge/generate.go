@@ -1,0 +1,230 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// result is a finished generation.
+type result struct {
+	id      string // request id
+	model   string
+	created int64
+	text    string
+	finish  string // "stop" or "length"
+	usage   queue.Usage
+}
+
+// format renders one API's responses: whole JSON answers, errors, and the
+// events of a stream.
+type format interface {
+	writeError(w http.ResponseWriter, e *Error)
+	writeResult(w http.ResponseWriter, res *result)
+	streamBegin(sw *sse, res *result) error
+	streamText(sw *sse, res *result, text string) error
+	streamEnd(sw *sse, res *result) error // ends with data: [DONE]
+	streamError(sw *sse, e *Error) error  // no [DONE] follows
+}
+
+// sse writes server-sent events, flushing each.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+// send writes one event: an optional event name and one data line.
+func (s *sse) send(event string, data []byte) error {
+	var b []byte
+	if event != "" {
+		b = append(b, "event: "...)
+		b = append(b, event...)
+		b = append(b, '\n')
+	}
+	b = append(b, "data: "...)
+	b = append(b, data...)
+	b = append(b, "\n\n"...)
+	if _, err := s.w.Write(b); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sse) json(event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.send(event, b)
+}
+
+func (s *sse) done() error { return s.send("", []byte("[DONE]")) }
+
+// refuse logs a refusal's cause and returns its table row.
+func (s *Server) refuse(r *http.Request, err error) *Error {
+	e := Classify(err)
+	lvl := s.log.Debug
+	if e.Row.Status >= 500 {
+		lvl = s.log.Error
+	}
+	lvl("edge: request refused", "path", r.URL.Path, "code", e.Row.Code, "error", err)
+	return e
+}
+
+// newJob builds the job for an admitted request. The tenant is the verified
+// principal's.
+func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitted, in *genInput, r *http.Request) *queue.Job {
+	return &queue.Job{
+		ID:           id,
+		Tenant:       p.Tenant,
+		Model:        m.Name,
+		Prompt:       a.prompt,
+		ParseSpecial: a.parseSpecial,
+		AddBOS:       a.addBOS,
+		PromptTokens: a.tokens,
+		MaxTokens:    a.maxTokens,
+		Sampling:     in.sampling,
+		Stop:         in.stop,
+		RejectIfBusy: r.URL.Query().Get("rejectIfBusy") == "true",
+		Reply:        queue.ReplySubject(id),
+		Deadline:     time.Now().Add(s.cfg.RequestTimeout),
+	}
+}
+
+// generate runs one admitted-to-be request to the end: quota, admission,
+// enqueue, and the reply frames rendered by f. defaultMax is the max_tokens
+// used when the request gave none (negative: the rest of the window).
+//
+// A response is either a refusal from the error table or the whole answer:
+// a non-streaming answer is written only after the final frame; a stream
+// starts only after the first frame, so a worker's refusal still gets its
+// HTTP status, and a stream that breaks later ends with an error event and no
+// [DONE]. If the handler returns before the worker's last frame (client gone,
+// timeout, broken stream) the job is cancelled.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Principal,
+	m *catalog.Model, v *vocab, in *genInput, defaultMax int, f format) {
+	release, err := s.cfg.Quota.Acquire(r.Context(), p.Tenant)
+	if err != nil {
+		f.writeError(w, s.refuse(r, err))
+		return
+	}
+	var used quota.Usage // what release charges; zero unless the request completes
+	defer func() { release(used) }()
+
+	a, err := v.admit(in, m.ContextWindow, defaultMax)
+	if err != nil {
+		f.writeError(w, s.refuse(r, err))
+		return
+	}
+	id := newID()
+	job := s.newJob(id, p, m, a, in, r)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout+replyGrace)
+	defer cancel()
+	replies, err := s.cfg.Queue.Submit(ctx, job)
+	if err != nil {
+		f.writeError(w, s.refuse(r, err))
+		return
+	}
+	defer replies.Close()
+	finished := false // the worker sent its last frame
+	defer func() {
+		if !finished {
+			if err := s.cfg.Queue.Cancel(id); err != nil {
+				s.log.Warn("edge: cancel", "id", id, "error", err)
+			}
+		}
+	}()
+	w.Header().Set("X-Request-Id", id)
+
+	res := &result{id: id, model: m.Name, created: time.Now().Unix()}
+	var (
+		sw   *sse
+		text strings.Builder
+	)
+	fail := func(err error) {
+		e := s.refuse(r, err)
+		if sw == nil {
+			f.writeError(w, e)
+			return
+		}
+		_ = f.streamError(sw, e)
+	}
+	for {
+		fr, err := replies.Next(ctx)
+		if err != nil {
+			if r.Context().Err() != nil {
+				s.log.Debug("edge: client gone", "id", id)
+				return
+			}
+			if errors.Is(err, io.EOF) {
+				err = ErrBrokenStream
+			}
+			fail(err)
+			return
+		}
+		switch fr.Kind {
+		case queue.KindError:
+			finished = true
+			if fr.Error == nil {
+				fail(ErrBrokenStream)
+				return
+			}
+			fail(fr.Error)
+			return
+		case queue.KindToken, queue.KindFinal:
+			if in.stream {
+				if sw == nil {
+					sw = startSSE(w)
+					if err := f.streamBegin(sw, res); err != nil {
+						return
+					}
+				}
+				if fr.Text != "" {
+					if err := f.streamText(sw, res, fr.Text); err != nil {
+						return
+					}
+				}
+			} else {
+				text.WriteString(fr.Text)
+			}
+			if fr.Kind == queue.KindToken {
+				continue
+			}
+			finished = true
+			if fr.Usage == nil {
+				fail(ErrBrokenStream)
+				return
+			}
+			res.finish, res.usage = fr.Finish, *fr.Usage
+			used = quota.Usage{Neurons: m.Prices.Neurons(res.usage.PromptTokens, res.usage.CompletionTokens)}
+			if sw != nil {
+				_ = f.streamEnd(sw, res)
+				return
+			}
+			res.text = text.String()
+			f.writeResult(w, res)
+			return
+		default:
+			fail(ErrBrokenStream)
+			return
+		}
+	}
+}

@@ -1,0 +1,262 @@
+package edge
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+)
+
+// OpenAI response shapes.
+type openAIUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func usageOf(res *result) *openAIUsage {
+	return &openAIUsage{
+		PromptTokens:     res.usage.PromptTokens,
+		CompletionTokens: res.usage.CompletionTokens,
+		TotalTokens:      res.usage.PromptTokens + res.usage.CompletionTokens,
+	}
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int         `json:"index"`
+	Message      chatMessage `json:"message"`
+	Logprobs     any         `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *openAIUsage `json:"usage"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	Logprobs     any       `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type chatChunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	// Usage is omitted unless stream_options.include_usage asked for it;
+	// then it is null on every chunk but the last, which carries it.
+	Usage any `json:"usage,omitempty"`
+}
+
+type textChoice struct {
+	Text         string  `json:"text"`
+	Index        int     `json:"index"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type textCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []textChoice `json:"choices"`
+	Usage   any          `json:"usage,omitempty"`
+}
+
+var jsonNull = json.RawMessage("null")
+
+func ptr[T any](v T) *T { return &v }
+
+// chatFormat renders /v1/chat/completions answers and chunks.
+type chatFormat struct{ includeUsage bool }
+
+func (chatFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
+
+func (chatFormat) writeResult(w http.ResponseWriter, res *result) {
+	writeJSON(w, http.StatusOK, chatCompletion{
+		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
+		Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: res.text}, FinishReason: res.finish}},
+		Usage:   usageOf(res),
+	})
+}
+
+func (f chatFormat) chunk(res *result, d chatDelta, finish *string) chatChunk {
+	c := chatChunk{
+		ID: "chatcmpl-" + res.id, Object: "chat.completion.chunk", Created: res.created, Model: res.model,
+		Choices: []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}},
+	}
+	if f.includeUsage {
+		c.Usage = jsonNull
+	}
+	return c
+}
+
+func (f chatFormat) streamBegin(sw *sse, res *result) error {
+	return sw.json("", f.chunk(res, chatDelta{Role: "assistant", Content: ptr("")}, nil))
+}
+
+func (f chatFormat) streamText(sw *sse, res *result, text string) error {
+	return sw.json("", f.chunk(res, chatDelta{Content: &text}, nil))
+}
+
+func (f chatFormat) streamEnd(sw *sse, res *result) error {
+	if err := sw.json("", f.chunk(res, chatDelta{}, ptr(res.finish))); err != nil {
+		return err
+	}
+	if f.includeUsage {
+		last := f.chunk(res, chatDelta{}, nil)
+		last.Choices = []chunkChoice{}
+		last.Usage = usageOf(res)
+		if err := sw.json("", last); err != nil {
+			return err
+		}
+	}
+	return sw.done()
+}
+
+func (chatFormat) streamError(sw *sse, e *Error) error { return sw.json("error", e.openAI()) }
+
+// completionFormat renders /v1/completions answers and chunks.
+type completionFormat struct{ includeUsage bool }
+
+func (completionFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
+
+func (completionFormat) writeResult(w http.ResponseWriter, res *result) {
+	writeJSON(w, http.StatusOK, textCompletion{
+		ID: "cmpl-" + res.id, Object: "text_completion", Created: res.created, Model: res.model,
+		Choices: []textChoice{{Text: res.text, Index: 0, FinishReason: ptr(res.finish)}},
+		Usage:   usageOf(res),
+	})
+}
+
+func (f completionFormat) chunk(res *result, text string, finish *string) textCompletion {
+	c := textCompletion{
+		ID: "cmpl-" + res.id, Object: "text_completion", Created: res.created, Model: res.model,
+		Choices: []textChoice{{Text: text, Index: 0, FinishReason: finish}},
+	}
+	if f.includeUsage {
+		c.Usage = jsonNull
+	}
+	return c
+}
+
+func (completionFormat) streamBegin(*sse, *result) error { return nil }
+
+func (f completionFormat) streamText(sw *sse, res *result, text string) error {
+	return sw.json("", f.chunk(res, text, nil))
+}
+
+func (f completionFormat) streamEnd(sw *sse, res *result) error {
+	if err := sw.json("", f.chunk(res, "", ptr(res.finish))); err != nil {
+		return err
+	}
+	if f.includeUsage {
+		last := f.chunk(res, "", nil)
+		last.Choices = []textChoice{}
+		last.Usage = usageOf(res)
+		if err := sw.json("", last); err != nil {
+			return err
+		}
+	}
+	return sw.done()
+}
+
+func (completionFormat) streamError(sw *sse, e *Error) error { return sw.json("error", e.openAI()) }
+
+// handleChat serves POST /v1/chat/completions.
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	s.openAIRun(w, r, &req, func() (string, *genInput, error) { return chatInput(&req) },
+		func(in *genInput) format { return chatFormat{includeUsage: in.includeUsage} })
+}
+
+// handleCompletions serves POST /v1/completions.
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	var req completionRequest
+	s.openAIRun(w, r, &req, func() (string, *genInput, error) { return completionInput(&req) },
+		func(in *genInput) format { return completionFormat{includeUsage: in.includeUsage} })
+}
+
+// openAIRun is the flow both OpenAI generation routes share. Without
+// max_tokens a request may use the rest of the context window, as OpenAI's
+// API does.
+func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
+	validate func() (string, *genInput, error), formatFor func(*genInput) format) {
+	p, err := s.authenticate(r, auth.ScopeRun)
+	if err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), body); err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	name, in, err := validate()
+	if err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	m, v, err := s.lookupModel(p, name)
+	if err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	s.generate(w, r, p, m, v, in, -1, formatFor(in))
+}
+
+type openAIModel struct {
+	ID            string `json:"id"`
+	Object        string `json:"object"`
+	Created       int64  `json:"created"`
+	OwnedBy       string `json:"owned_by"`
+	ContextWindow int    `json:"context_window"`
+	MaxModelLen   int    `json:"max_model_len"`
+}
+
+type modelList struct {
+	Object string        `json:"object"`
+	Data   []openAIModel `json:"data"`
+}
+
+// handleModels serves GET /v1/models: the catalog models the token may use.
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticate(r, auth.ScopeRead, auth.ScopeRun)
+	if err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	out := modelList{Object: "list", Data: []openAIModel{}}
+	for _, m := range s.cfg.Catalog.Models() {
+		if !p.AllowsModel(m.Name) {
+			continue
+		}
+		var created int64
+		if v := s.vocabs[m.Name]; v != nil {
+			created = v.created
+		}
+		out.Data = append(out.Data, openAIModel{
+			ID: m.Name, Object: "model", Created: created, OwnedBy: "bulkhead",
+			ContextWindow: m.ContextWindow, MaxModelLen: m.ContextWindow,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,487 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"github.com/bulkhead-ai/bulkhead/models/chat"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// Limits on request fields.
+const (
+	maxStopSequences = 4
+	maxStopLen       = 256
+)
+
+// genInput is a decoded, validated generation request, whichever API it came
+// from.
+type genInput struct {
+	prompt   string         // text; used as-is when raw
+	messages []chat.Message // a conversation; rendered with the model's template
+	raw      bool           // prompt bypasses the chat template
+
+	stream       bool
+	includeUsage bool // OpenAI stream_options.include_usage
+	maxTokens    int  // 0: the API's default
+	sampling     queue.Sampling
+	stop         []string
+}
+
+// nativeRequest is the Workers AI text-generation body. Unknown fields are
+// ignored, as Workers AI does.
+type nativeRequest struct {
+	Prompt            *string         `json:"prompt"`
+	Messages          []wireMessage   `json:"messages"`
+	Raw               bool            `json:"raw"`
+	Stream            bool            `json:"stream"`
+	MaxTokens         *int            `json:"max_tokens"`
+	Temperature       *float64        `json:"temperature"`
+	TopP              *float64        `json:"top_p"`
+	TopK              *int            `json:"top_k"`
+	Seed              *int64          `json:"seed"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	FrequencyPenalty  *float64        `json:"frequency_penalty"`
+	PresencePenalty   *float64        `json:"presence_penalty"`
+	Stop              json.RawMessage `json:"stop"`
+
+	// Async batch submission (?queueRequest=true) and polling.
+	Requests  []json.RawMessage `json:"requests"`
+	RequestID *string           `json:"request_id"`
+}
+
+// wireMessage is one chat turn as clients send it. Content is a string, or
+// (OpenAI) an array of {"type":"text","text":...} parts.
+type wireMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatRequest is OpenAI's /v1/chat/completions body.
+type chatRequest struct {
+	Model               *string         `json:"model"`
+	Messages            []wireMessage   `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	FrequencyPenalty    *float64        `json:"frequency_penalty"`
+	PresencePenalty     *float64        `json:"presence_penalty"`
+	N                   *int            `json:"n"`
+}
+
+// completionRequest is OpenAI's /v1/completions body.
+type completionRequest struct {
+	Model            *string         `json:"model"`
+	Prompt           json.RawMessage `json:"prompt"`
+	MaxTokens        *int            `json:"max_tokens"`
+	Temperature      *float64        `json:"temperature"`
+	TopP             *float64        `json:"top_p"`
+	Seed             *int64          `json:"seed"`
+	Stop             json.RawMessage `json:"stop"`
+	Stream           bool            `json:"stream"`
+	StreamOptions    *streamOptions  `json:"stream_options"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	N                *int            `json:"n"`
+}
+
+// decodeJSON decodes exactly one JSON object from r into v. Malformed JSON,
+// a value of the wrong type (named by field), an empty body and trailing data
+// are *InputError; an over-long body is the reader's *http.MaxBytesError.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	var extra json.RawMessage
+	switch err := dec.Decode(&extra); {
+	case err == io.EOF:
+		return nil
+	case err == nil:
+		return &InputError{Msg: "unexpected data after the JSON object"}
+	default:
+		return decodeError(err)
+	}
+}
+
+// decodeRaw decodes one already-isolated JSON value (an element of an array).
+func decodeRaw(b []byte, v any, prefix string) error {
+	err := decodeJSON(bytes.NewReader(b), v)
+	var in *InputError
+	if errors.As(err, &in) {
+		in.Field = joinField(prefix, in.Field)
+	}
+	return err
+}
+
+func joinField(prefix, field string) string {
+	switch {
+	case prefix == "":
+		return field
+	case field == "":
+		return prefix
+	}
+	return prefix + "." + field
+}
+
+func decodeError(err error) error {
+	var (
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return err
+	case errors.Is(err, io.EOF):
+		return &InputError{Msg: "request body is empty"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &InputError{Msg: "malformed JSON: unexpected end of input"}
+	case errors.As(err, &se):
+		return &InputError{Msg: fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))}
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return &InputError{Msg: fmt.Sprintf("the body must be a JSON object, not %s", te.Value)}
+		}
+		return &InputError{Field: te.Field, Msg: fmt.Sprintf("must be %s, not %s", typeName(te.Type), te.Value)}
+	}
+	return &InputError{Msg: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+}
+
+func typeName(t reflect.Type) string {
+	if t == nil {
+		return "a different type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return t.String()
+}
+
+// checks collects validation of optional numeric fields.
+func checkFloat(field string, v *float64, lo, hi float64) error {
+	if v == nil {
+		return nil
+	}
+	if math.IsNaN(*v) || *v < lo || *v > hi {
+		return &InputError{Field: field, Msg: fmt.Sprintf("must be between %g and %g, not %g", lo, hi, *v)}
+	}
+	return nil
+}
+
+func checkInt(field string, v *int, lo, hi int) error {
+	if v == nil {
+		return nil
+	}
+	if *v < lo || *v > hi {
+		return &InputError{Field: field, Msg: fmt.Sprintf("must be between %d and %d, not %d", lo, hi, *v)}
+	}
+	return nil
+}
+
+func f32(v *float64) float32 {
+	if v == nil {
+		return 0
+	}
+	return float32(*v)
+}
+
+// parseStop reads "stop": absent, null, a string, or an array of strings.
+func parseStop(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []string
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, &InputError{Field: "stop", Msg: "must be a string or an array of strings"}
+		}
+		list = []string{s}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, &InputError{Field: "stop", Msg: "must be a string or an array of strings"}
+	}
+	if len(list) > maxStopSequences {
+		return nil, &InputError{Field: "stop", Msg: fmt.Sprintf("at most %d stop sequences, not %d", maxStopSequences, len(list))}
+	}
+	for i, s := range list {
+		if s == "" || len(s) > maxStopLen {
+			return nil, &InputError{Field: fmt.Sprintf("stop[%d]", i), Msg: fmt.Sprintf("must be 1 to %d bytes", maxStopLen)}
+		}
+	}
+	return list, nil
+}
+
+// parseMessages converts wire messages to chat turns. OpenAI's "developer"
+// role is a system message; content may be a string or text parts.
+func parseMessages(msgs []wireMessage) ([]chat.Message, error) {
+	if len(msgs) == 0 {
+		return nil, &InputError{Field: "messages", Msg: "must hold at least one message"}
+	}
+	out := make([]chat.Message, len(msgs))
+	for i, m := range msgs {
+		role := m.Role
+		switch role {
+		case chat.RoleSystem, chat.RoleUser, chat.RoleAssistant:
+		case "developer":
+			role = chat.RoleSystem
+		default:
+			return nil, &InputError{Field: fmt.Sprintf("messages[%d].role", i),
+				Msg: fmt.Sprintf("must be system, user or assistant, not %q", m.Role)}
+		}
+		text, err := parseContent(m.Content)
+		if err != nil {
+			return nil, &InputError{Field: fmt.Sprintf("messages[%d].content", i), Msg: err.Error()}
+		}
+		out[i] = chat.Message{Role: role, Content: text}
+	}
+	return out, nil
+}
+
+type contentPart struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+func parseContent(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", errors.New("is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", errors.New("must be a string or an array of text parts")
+		}
+		return s, nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("must be a string or an array of text parts")
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", fmt.Errorf("part %d: only {\"type\":\"text\",\"text\":...} parts are supported", j)
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}
+
+// nativeInput validates a native body (not an async batch or poll).
+func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
+	in := &genInput{raw: req.Raw, stream: req.Stream}
+	fail := func(err error) (*genInput, error) {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			ie.Field = joinField(prefix, ie.Field)
+		}
+		return nil, err
+	}
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		return fail(&InputError{Msg: "give either prompt or messages, not both"})
+	case req.Prompt != nil:
+		if *req.Prompt == "" {
+			return fail(&InputError{Field: "prompt", Msg: "must not be empty"})
+		}
+		if req.Raw {
+			in.prompt = *req.Prompt
+		} else {
+			in.messages = []chat.Message{{Role: chat.RoleUser, Content: *req.Prompt}}
+		}
+	case req.Messages != nil:
+		if req.Raw {
+			return fail(&InputError{Field: "raw", Msg: "raw needs prompt, not messages"})
+		}
+		msgs, err := parseMessages(req.Messages)
+		if err != nil {
+			return fail(err)
+		}
+		in.messages = msgs
+	default:
+		return fail(&InputError{Msg: "one of prompt or messages is required"})
+	}
+	for _, err := range []error{
+		checkInt("max_tokens", req.MaxTokens, 1, math.MaxInt32),
+		checkFloat("temperature", req.Temperature, 0, 5),
+		checkFloat("top_p", req.TopP, 0, 1),
+		checkInt("top_k", req.TopK, 0, 50),
+		checkFloat("repetition_penalty", req.RepetitionPenalty, 0, 2),
+		checkFloat("frequency_penalty", req.FrequencyPenalty, -2, 2),
+		checkFloat("presence_penalty", req.PresencePenalty, -2, 2),
+	} {
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if req.Seed != nil && *req.Seed < 0 {
+		return fail(&InputError{Field: "seed", Msg: "must not be negative"})
+	}
+	stop, err := parseStop(req.Stop)
+	if err != nil {
+		return fail(err)
+	}
+	in.stop = stop
+	if req.MaxTokens != nil {
+		in.maxTokens = *req.MaxTokens
+	}
+	in.sampling = queue.Sampling{
+		Temperature:       f32(req.Temperature),
+		TopP:              f32(req.TopP),
+		RepetitionPenalty: f32(req.RepetitionPenalty),
+		FrequencyPenalty:  f32(req.FrequencyPenalty),
+		PresencePenalty:   f32(req.PresencePenalty),
+	}
+	if req.TopK != nil {
+		in.sampling.TopK = *req.TopK
+	}
+	if req.Seed != nil {
+		in.sampling.Seed = uint64(*req.Seed)
+	}
+	return in, nil
+}
+
+// openAICommon validates the fields chat and completion requests share.
+func openAICommon(in *genInput, maxTokens, n *int, temp, topP, freq, pres *float64, seed *int64,
+	stop json.RawMessage, stream bool, opts *streamOptions) error {
+	for _, err := range []error{
+		checkInt("max_tokens", maxTokens, 1, math.MaxInt32),
+		checkInt("n", n, 1, 1),
+		checkFloat("temperature", temp, 0, 2),
+		checkFloat("top_p", topP, 0, 1),
+		checkFloat("frequency_penalty", freq, -2, 2),
+		checkFloat("presence_penalty", pres, -2, 2),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	st, err := parseStop(stop)
+	if err != nil {
+		return err
+	}
+	if opts != nil && !stream {
+		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
+	}
+	in.stop = st
+	in.stream = stream
+	in.includeUsage = opts != nil && opts.IncludeUsage
+	if maxTokens != nil {
+		in.maxTokens = *maxTokens
+	}
+	in.sampling = queue.Sampling{
+		Temperature:      f32(temp),
+		TopP:             f32(topP),
+		FrequencyPenalty: f32(freq),
+		PresencePenalty:  f32(pres),
+	}
+	if seed != nil {
+		in.sampling.Seed = uint64(*seed) // OpenAI accepts any integer; negative ones map one-to-one
+	}
+	return nil
+}
+
+func requireModel(model *string) (string, error) {
+	if model == nil || *model == "" {
+		return "", &InputError{Field: "model", Msg: "is required"}
+	}
+	return *model, nil
+}
+
+// chatInput validates an OpenAI chat completion body and returns the model.
+func chatInput(req *chatRequest) (string, *genInput, error) {
+	model, err := requireModel(req.Model)
+	if err != nil {
+		return "", nil, err
+	}
+	in := &genInput{}
+	maxTokens := req.MaxTokens
+	if req.MaxCompletionTokens != nil {
+		if err := checkInt("max_completion_tokens", req.MaxCompletionTokens, 1, math.MaxInt32); err != nil {
+			return "", nil, err
+		}
+		maxTokens = req.MaxCompletionTokens
+	}
+	if err := openAICommon(in, maxTokens, req.N, req.Temperature, req.TopP, req.FrequencyPenalty,
+		req.PresencePenalty, req.Seed, req.Stop, req.Stream, req.StreamOptions); err != nil {
+		return "", nil, err
+	}
+	if req.Messages == nil {
+		return "", nil, &InputError{Field: "messages", Msg: "is required"}
+	}
+	msgs, err := parseMessages(req.Messages)
+	if err != nil {
+		return "", nil, err
+	}
+	in.messages = msgs
+	return model, in, nil
+}
+
+// completionInput validates an OpenAI completion body. The prompt is a string
+// or an array holding exactly one string; it is used as-is (no template).
+func completionInput(req *completionRequest) (string, *genInput, error) {
+	model, err := requireModel(req.Model)
+	if err != nil {
+		return "", nil, err
+	}
+	in := &genInput{raw: true}
+	if err := openAICommon(in, req.MaxTokens, req.N, req.Temperature, req.TopP, req.FrequencyPenalty,
+		req.PresencePenalty, req.Seed, req.Stop, req.Stream, req.StreamOptions); err != nil {
+		return "", nil, err
+	}
+	raw := bytes.TrimSpace(req.Prompt)
+	var prompt string
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return "", nil, &InputError{Field: "prompt", Msg: "is required"}
+	case raw[0] == '"':
+		if err := json.Unmarshal(raw, &prompt); err != nil {
+			return "", nil, &InputError{Field: "prompt", Msg: "must be a string"}
+		}
+	default:
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil || len(list) != 1 {
+			return "", nil, &InputError{Field: "prompt", Msg: "must be a string or an array of exactly one string"}
+		}
+		prompt = list[0]
+	}
+	if prompt == "" {
+		return "", nil, &InputError{Field: "prompt", Msg: "must not be empty"}
+	}
+	in.prompt = prompt
+	return model, in, nil
+}

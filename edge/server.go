@@ -1,0 +1,208 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// Authenticator verifies a request's credentials. edge/auth.Verifier
+// implements it; errors wrap auth.ErrUnauthenticated or auth.ErrForbidden.
+type Authenticator interface {
+	Authenticate(r *http.Request) (auth.Principal, error)
+}
+
+// Limiter admits a tenant's request against its quotas and is told what the
+// request cost when it ends. edge/quota.Quota implements it.
+type Limiter interface {
+	Acquire(ctx context.Context, tenant string) (release func(usage quota.Usage), err error)
+}
+
+// Queue publishes jobs and reads their replies. queue.Client implements it.
+type Queue interface {
+	Submit(ctx context.Context, job *queue.Job) (*queue.Replies, error)
+	Cancel(id string) error
+	SubmitAsync(ctx context.Context, job *queue.Job) error
+	AsyncStatus(ctx context.Context, id string) (*queue.AsyncResult, error)
+}
+
+var _ Queue = (*queue.Client)(nil)
+
+// Defaults for zero Config fields.
+const (
+	DefaultRequestTimeout   = 2 * time.Minute
+	DefaultMaxBodyBytes     = 1 << 20
+	DefaultMaxTokens        = 256
+	DefaultMaxBatchRequests = 32
+	// replyGrace is how long past a job's deadline the edge keeps waiting for
+	// the worker's own timeout frame before giving up itself.
+	replyGrace = 5 * time.Second
+)
+
+// Config configures a Server. Zero values take the defaults noted.
+type Config struct {
+	Catalog *catalog.Catalog // required
+	Auth    Authenticator    // required
+	Quota   Limiter          // required
+	Queue   Queue            // required; a *queue.Client
+
+	RequestTimeout   time.Duration // a job's deadline after it is accepted; default 2m
+	MaxBodyBytes     int64         // request body limit; default 1 MiB
+	DefaultMaxTokens int           // native max_tokens when absent; default 256
+	MaxBatchRequests int           // requests in one async batch; default 32
+}
+
+func (c *Config) fill() error {
+	switch {
+	case c.Catalog == nil:
+		return fmt.Errorf("%w: Catalog is nil", ErrInvalidConfig)
+	case c.Auth == nil:
+		return fmt.Errorf("%w: Auth is nil", ErrInvalidConfig)
+	case c.Quota == nil:
+		return fmt.Errorf("%w: Quota is nil", ErrInvalidConfig)
+	case c.Queue == nil:
+		return fmt.Errorf("%w: Queue is nil", ErrInvalidConfig)
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("%w: RequestTimeout %v is negative", ErrInvalidConfig, c.RequestTimeout)
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.DefaultMaxTokens < 0:
+		return fmt.Errorf("%w: DefaultMaxTokens %d is negative", ErrInvalidConfig, c.DefaultMaxTokens)
+	case c.MaxBatchRequests < 0:
+		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrInvalidConfig, c.MaxBatchRequests)
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.DefaultMaxTokens == 0 {
+		c.DefaultMaxTokens = DefaultMaxTokens
+	}
+	if c.MaxBatchRequests == 0 {
+		c.MaxBatchRequests = DefaultMaxBatchRequests
+	}
+	return nil
+}
+
+// Server serves the native and OpenAI APIs. It holds no per-request state;
+// each handler's work ends when it returns.
+type Server struct {
+	log    *slog.Logger
+	cfg    Config
+	vocabs map[string]*vocab // by catalog name; read-only after New
+	mux    *http.ServeMux
+}
+
+// New validates cfg and loads every catalog model's tokenizer and chat
+// template for admission. A model whose file has no usable tokenizer stops
+// startup.
+func New(log *slog.Logger, cfg Config) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Server{log: log, cfg: cfg, vocabs: make(map[string]*vocab)}
+	models := cfg.Catalog.Models()
+	if len(models) == 0 {
+		return nil, fmt.Errorf("%w: the catalog has no models", ErrInvalidConfig)
+	}
+	for _, m := range models {
+		if m.ContextWindow <= 0 {
+			return nil, fmt.Errorf("%w: model %q has context window %d", ErrInvalidConfig, m.Name, m.ContextWindow)
+		}
+		v, err := loadVocab(log, m.Name, m.Path)
+		if err != nil {
+			return nil, err
+		}
+		s.vocabs[m.Name] = v
+	}
+	s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler for every route.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+const accountPrefix = "/client/v4/accounts/{account_id}"
+
+func (s *Server) routes() {
+	mux := http.NewServeMux()
+	for _, prefix := range []string{"", accountPrefix} {
+		mux.HandleFunc("POST "+prefix+"/ai/run/{model...}", s.handleRun)
+		mux.HandleFunc("GET "+prefix+"/ai/models/search", s.handleModelsSearch)
+		v1 := "/v1"
+		if prefix != "" {
+			v1 = prefix + "/ai/v1"
+		}
+		mux.HandleFunc("POST "+v1+"/chat/completions", s.handleChat)
+		mux.HandleFunc("POST "+v1+"/completions", s.handleCompletions)
+		mux.HandleFunc("GET "+v1+"/models", s.handleModels)
+	}
+	mux.HandleFunc("/", s.handleNoRoute)
+	s.mux = mux
+}
+
+func (s *Server) handleNoRoute(w http.ResponseWriter, r *http.Request) {
+	e := newError(rowNotFound, "No route for "+r.Method+" "+r.URL.Path, nil)
+	if isOpenAIPath(r.URL.Path) {
+		writeOpenAIError(w, e)
+		return
+	}
+	writeNativeError(w, e)
+}
+
+func isOpenAIPath(p string) bool {
+	return strings.HasPrefix(p, "/v1/") || strings.Contains(p, "/ai/v1/")
+}
+
+// authenticate verifies the caller, checks that an account id in the path
+// names the token's tenant, and that the token grants one of scopes.
+func (s *Server) authenticate(r *http.Request, scopes ...string) (auth.Principal, error) {
+	p, err := s.cfg.Auth.Authenticate(r)
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if acct := r.PathValue("account_id"); acct != "" && acct != p.Tenant {
+		return auth.Principal{}, ErrAccountMismatch
+	}
+	for _, sc := range scopes {
+		if p.HasScope(sc) {
+			return p, nil
+		}
+	}
+	return auth.Principal{}, p.RequireScope(scopes[0])
+}
+
+// lookupModel finds a model the principal may use.
+func (s *Server) lookupModel(p auth.Principal, name string) (*catalog.Model, *vocab, error) {
+	m, ok := s.cfg.Catalog.Lookup(name)
+	v := s.vocabs[name]
+	if !ok || v == nil {
+		return nil, nil, &ModelError{Name: name, Err: ErrUnknownModel}
+	}
+	if !p.AllowsModel(name) {
+		return nil, nil, &ModelError{Name: name, Err: ErrModelForbidden}
+	}
+	return m, v, nil
+}
+
+// newID returns a fresh request id: 16 random bytes in hex.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
