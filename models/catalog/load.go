@@ -1,7 +1,6 @@
 package catalog
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 )
 
 // Limits on what a catalog may hold. They bound the work of parsing a file and
@@ -79,23 +80,15 @@ func Load(path string) (*Catalog, error) {
 // Parse decodes and validates a catalog from YAML without touching the model
 // files: relative paths are joined to dir, and ContextWindow stays 0 where the
 // file leaves it out until Resolve reads the trained context. Unknown keys,
-// duplicate keys, values of the wrong type, an empty model list and more than
-// one YAML document are errors.
+// duplicate keys, values of the wrong type, an empty model list, more than one
+// YAML document and YAML anchors or aliases are errors.
 func Parse(data []byte, dir string) (*Catalog, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%w: file is over %d bytes", ErrInvalid, MaxFileBytes)
 	}
-	var doc file
-	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.DisallowUnknownField())
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
-		}
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, yaml.FormatError(err, false, true))
-	}
-	var extra any
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: the file must hold exactly one YAML document", ErrInvalid)
+	doc, err := decode(data)
+	if err != nil {
+		return nil, err
 	}
 	if len(doc.Models) == 0 {
 		return nil, fmt.Errorf("%w: models: the list is empty", ErrInvalid)
@@ -115,6 +108,55 @@ func Parse(data []byte, dir string) (*Catalog, error) {
 		return nil, err
 	}
 	return newCatalog(models), nil
+}
+
+// decode parses the YAML of a catalog file. Anchors and aliases are refused:
+// nested aliases expand exponentially (a "billion laughs" file of a few
+// hundred bytes), and a catalog has no need of them.
+func decode(data []byte) (*file, error) {
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, yaml.FormatError(err, false, true))
+	}
+	var body ast.Node
+	for _, d := range f.Docs {
+		if d == nil || d.Body == nil {
+			continue
+		}
+		if body != nil {
+			return nil, fmt.Errorf("%w: the file must hold exactly one YAML document", ErrInvalid)
+		}
+		body = d.Body
+	}
+	if body == nil {
+		return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
+	}
+	var ref refFinder
+	ast.Walk(&ref, body)
+	if ref.found != nil {
+		p := ref.found.GetToken().Position
+		return nil, fmt.Errorf("%w: line %d column %d: YAML anchors and aliases are not supported in a catalog", ErrInvalid, p.Line, p.Column)
+	}
+	doc := new(file)
+	if err := yaml.NodeToValue(body, doc, yaml.DisallowUnknownField()); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, yaml.FormatError(err, false, true))
+	}
+	return doc, nil
+}
+
+// refFinder records the first anchor or alias node it visits.
+type refFinder struct{ found ast.Node }
+
+func (r *refFinder) Visit(n ast.Node) ast.Visitor {
+	if r.found != nil {
+		return nil
+	}
+	switch n.(type) {
+	case *ast.AnchorNode, *ast.AliasNode:
+		r.found = n
+		return nil
+	}
+	return r
 }
 
 func (e *entry) model(i int, dir string) (*Model, error) {

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -79,6 +80,17 @@ func TestParseFieldErrors(t *testing.T) {
 	}
 }
 
+// aliasBomb is a few hundred bytes that expand to 10^levels list items if
+// aliases are followed: Parse must refuse it without expanding it.
+func aliasBomb(levels int) string {
+	y := "models:\n  - name: a\n    path: b\n    properties: {}\n    kv_pool_tokens: &a0 [1,1,1,1,1,1,1,1,1,1]\n"
+	for i := 1; i < levels; i++ {
+		p := fmt.Sprintf("*a%d", i-1)
+		y += fmt.Sprintf("  - name: n%d\n    path: b\n    kv_pool_tokens: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(p+",", 10), ","))
+	}
+	return y
+}
+
 // countFieldErrors counts the FieldErrors in a tree of joined errors.
 func countFieldErrors(err error) int {
 	if _, ok := err.(*FieldError); ok {
@@ -114,6 +126,9 @@ func TestParseDocumentErrors(t *testing.T) {
 		{"two documents", one + "---\n" + one, "exactly one YAML document"},
 		{"not YAML", "models: [\n", ""},
 		{"too large", one + "# " + strings.Repeat("x", MaxFileBytes) + "\n", "over 1048576 bytes"},
+		{"anchor and alias", "models:\n  - &m {name: a, path: x.gguf}\n  - *m\n", "anchors and aliases are not supported"},
+		{"merge key", "models:\n  - &m {name: a, path: x.gguf}\n  - <<: *m\n    name: b\n", "line 2 column 5"},
+		{"alias bomb", aliasBomb(9), "anchors and aliases are not supported"},
 		{"too many models", "models:\n" + strings.Repeat("  - {name: a, path: b}\n", MaxModels+1), "limit 1024"},
 	}
 	for _, tc := range tests {
