@@ -1,0 +1,187 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+)
+
+// TestMain fails the run if goroutines outlive the tests: workers, engines,
+// servers and subscriptions must all have stopped.
+func TestMain(m *testing.M) {
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				fmt.Fprintf(os.Stderr, "goroutine leak: %d running, %d before the tests\n%s", runtime.NumGoroutine(), before, buf)
+				code = 1
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	os.Exit(code)
+}
+
+const model = "@cf/test/stories260k"
+
+// sharedPath returns a file under the repository's sibling ../shared, failing
+// the test (naming the path) when it is missing.
+func sharedPath(t testing.TB, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("test data missing: %s (the shared/ folder must sit beside the repository): %v", p, err)
+	}
+	return p
+}
+
+func checkFor(t testing.TB, within time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type env struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *queue.Client
+}
+
+func startNATS(t *testing.T) *env {
+	t.Helper()
+	srv, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.Setup(ctx, js, queue.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := queue.NewClient(nc, js).WithIdleTimeout(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{nc: nc, js: js, client: c}
+}
+
+// startEngine runs an engine on stories260K until the test ends, then checks
+// every KV page is back in the pool.
+func startEngine(t *testing.T, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	m, err := engine.Load(sharedPath(t, "models/stories260K.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if cfg.Threads == 0 {
+		cfg.Threads = 1
+	}
+	e, err := engine.New(nil, m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background()) }()
+	t.Cleanup(func() {
+		e.Close()
+		<-done
+		if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+			t.Errorf("KV pages leaked: %d of %d free", free, total)
+		}
+	})
+	return e
+}
+
+// startWorker runs a worker until stop is called (or the test ends); stop
+// returns Run's error.
+func startWorker(t *testing.T, ev *env, cfg Config) (stop func() error) {
+	t.Helper()
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = 100 * time.Millisecond
+	}
+	if cfg.BusyDelay == 0 {
+		cfg.BusyDelay = 50 * time.Millisecond
+	}
+	w, err := New(nil, ev.nc, ev.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var stopped bool
+	var runErr error
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			runErr = <-done
+		}
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+var jobSeq int
+
+func newJob(t *testing.T, prompt string, maxTokens int) *queue.Job {
+	jobSeq++
+	id := fmt.Sprintf("%s-%d", queue.ModelToken(t.Name()), jobSeq)
+	return &queue.Job{
+		ID: id, Tenant: "tenant-a", Model: model, Prompt: prompt, AddBOS: true,
+		MaxTokens: maxTokens, Reply: queue.ReplySubject(id), Deadline: time.Now().Add(time.Minute),
+	}
+}
+
+// collect reads a reply stream to its end and returns the frames and the
+// error that ended it (io.EOF after a final or error frame).
+func collect(t *testing.T, r *queue.Replies) ([]*queue.Frame, error) {
+	t.Helper()
+	var out []*queue.Frame
+	for {
+		f, err := r.Next(context.Background())
+		if err != nil {
+			return out, err
+		}
+		out = append(out, f)
+	}
+}
