@@ -160,7 +160,10 @@ func (c *Catalog) EffectiveContext(name string) (int, bool) {
 // Clamp lowers the context window advertised for name to window, for a worker
 // whose KV pool cannot hold a request at the full window. It only ever lowers:
 // a window at or above the current one changes nothing. Later lookups see the
-// new window; *Model values obtained before are not changed.
+// new window; *Model values obtained before are not changed. Clamp a resolved
+// catalog (Load and FromFlags return one): on an unresolved entry without a
+// window the clamp becomes its configured window, which Resolve then checks
+// against the trained context.
 func (c *Catalog) Clamp(name string, window int) error {
 	if window <= 0 {
 		return fmt.Errorf("%w: clamp %q to %d tokens: the window must be positive", ErrInvalid, name, window)
