@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
@@ -141,7 +143,10 @@ type Error struct {
 	Row     Row
 	Message string
 	Param   string
-	Err     error // the cause, for logs; never rendered
+	// RetryAfter, when positive, is sent as a Retry-After header (quota
+	// refusals that know when a retry may succeed).
+	RetryAfter time.Duration
+	Err        error // the cause, for logs; never rendered
 }
 
 func (e *Error) Error() string {
@@ -197,11 +202,11 @@ func Classify(err error) *Error {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return newError(rowUnauthenticated, "", err)
 	case errors.Is(err, quota.ErrBudgetExhausted):
-		return newError(rowQuotaExhausted, "", err)
+		return withRetry(newError(rowQuotaExhausted, "", err), err)
 	case errors.Is(err, quota.ErrRateLimited):
-		return newError(rowRateLimited, "", err)
+		return withRetry(newError(rowRateLimited, "", err), err)
 	case errors.Is(err, quota.ErrConcurrency):
-		return newError(rowConcurrency, "", err)
+		return withRetry(newError(rowConcurrency, "", err), err)
 	case errors.Is(err, quota.ErrUnavailable):
 		return newError(rowUnavailable, "", err)
 	case errors.Is(err, queue.ErrQueueFull):
@@ -218,6 +223,14 @@ func Classify(err error) *Error {
 	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
 	// only that the server failed; the cause goes to the log.
 	return newError(rowInternal, "", err)
+}
+
+func withRetry(e *Error, err error) *Error {
+	var le *quota.LimitError
+	if errors.As(err, &le) {
+		e.RetryAfter = le.RetryAfter
+	}
+	return e
 }
 
 // classifyFrame maps a worker's error frame. The worker's message is shown:
@@ -304,9 +317,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeNativeError(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	writeJSON(w, e.Row.Status, e.native())
 }
 
 func writeOpenAIError(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	writeJSON(w, e.Row.OpenAIStatus, e.openAI())
+}
+
+func setRetryAfter(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
 }

@@ -36,7 +36,11 @@ type Queue interface {
 	AsyncStatus(ctx context.Context, id string) (*queue.AsyncResult, error)
 }
 
-var _ Queue = (*queue.Client)(nil)
+var (
+	_ Queue         = (*queue.Client)(nil)
+	_ Limiter       = (*quota.Quota)(nil)
+	_ Authenticator = (*auth.Verifier)(nil)
+)
 
 // Defaults for zero Config fields.
 const (
