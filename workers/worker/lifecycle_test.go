@@ -1,0 +1,284 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+)
+
+// TestCancel cancels a job after its first frame: the stream ends with an
+// aborted frame and the engine frees the job's KV pages.
+func TestCancel(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	total := e.KV().TotalPages()
+	// Greedy stories260K may reach end-of-text before the cancel lands; try a
+	// few prompts and require one abort.
+	aborted := false
+	for _, prompt := range []string{"Once upon a time", "Lily wanted to", "The little dog", "Hello"} {
+		job := newJob(t, prompt, e.Context()-16)
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := r.Next(context.Background())
+		if err != nil || f.Kind != queue.KindToken {
+			t.Fatalf("first frame %+v, %v", f, err)
+		}
+		if err := ev.client.Cancel(job.ID); err != nil {
+			t.Fatal(err)
+		}
+		frames, err := collect(t, r)
+		r.Close()
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("stream ended with %v", err)
+		}
+		last := frames[len(frames)-1]
+		switch {
+		case last.Kind == queue.KindError && last.Error.Kind == queue.ErrKindAborted:
+			aborted = true
+		case last.Kind == queue.KindFinal && last.Finish == "stop":
+			t.Logf("%q finished (%d tokens) before the cancel", prompt, last.Usage.CompletionTokens)
+		default:
+			t.Fatalf("last frame %+v %+v", last, last.Error)
+		}
+		checkFor(t, 5*time.Second, func() error {
+			if free := e.KV().FreePages(); free != total {
+				return fmt.Errorf("%d of %d KV pages free after the job", free, total)
+			}
+			return nil
+		})
+		if aborted {
+			break
+		}
+	}
+	if !aborted {
+		t.Fatal("no job was aborted by its cancel")
+	}
+}
+
+func TestAsync(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	ctx := context.Background()
+	job := newJob(t, "Once upon a time", 24)
+	job.Reply = ""
+	if err := ev.client.SubmitAsync(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ev.client.AsyncStatus(ctx, job.ID)
+	if err != nil || st.Status != queue.StatusQueued {
+		t.Fatalf("before any worker: %+v, %v; want queued", st, err)
+	}
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	ids := e.Model().Tokenizer.Encode(job.Prompt, true, false)
+	want, err := e.Generate(ctx, engine.Request{Owner: kvcache.Owner{Namespace: "ref", Request: "r"}, Prompt: ids, MaxTokens: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, func() error {
+		st, err = ev.client.AsyncStatus(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if st.Status != queue.StatusDone {
+			return fmt.Errorf("status %s", st.Status)
+		}
+		return nil
+	})
+	if st.Text != want.Text || st.Finish != want.Finish || st.Usage.CompletionTokens != len(want.CompletionTokens) || st.Tenant != job.Tenant {
+		t.Errorf("result %+v, want text %q finish %s", st, want.Text, want.Finish)
+	}
+}
+
+// TestShutdownDrains stops a worker while a job runs: the job still ends with
+// its final frame and Run returns only after it.
+func TestShutdownDrains(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	stop := startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	job := newJob(t, "Once upon a time", 200)
+	r, err := ev.client.Submit(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f, err := r.Next(context.Background()); err != nil || f.Kind != queue.KindToken {
+		t.Fatalf("first frame %+v, %v", f, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	frames, err := collect(t, r)
+	if !errors.Is(err, io.EOF) || frames[len(frames)-1].Kind != queue.KindFinal {
+		t.Fatalf("after shutdown: %d frames then %v", len(frames), err)
+	}
+}
+
+// TestShutdownRequeues stops a worker whose job is still waiting inside the
+// engine after the grace period: the job is requeued, not failed, and the next
+// worker runs it.
+func TestShutdownRequeues(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{MaxBatch: 1, QueueSize: 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	load, err := e.Submit(ctx, longRequest(e, "load"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-load
+	stop := startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Grace: 100 * time.Millisecond})
+	job := newJob(t, "Once upon a time", 8)
+	r, err := ev.client.Submit(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	res, err := queue.OpenResults(context.Background(), ev.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, func() error { // the worker holds the job
+		rec, _, err := res.Get(context.Background(), job.ID)
+		if err != nil {
+			return err
+		}
+		if rec.Status != queue.StatusRunning {
+			return fmt.Errorf("status %s", rec.Status)
+		}
+		return nil
+	})
+	// The engine notices a cancelled request only when it could admit it, so
+	// free the batch once the grace period is over.
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while its job was still inside the engine", err)
+	case <-time.After(300 * time.Millisecond): // past the grace period
+	}
+	cancel()
+	for range load {
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := res.Get(context.Background(), job.ID)
+	if err != nil || rec.Status != queue.StatusQueued || rec.Streamed {
+		t.Fatalf("record after shutdown %+v, %v; want queued, not streamed", rec, err)
+	}
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	frames, err := collect(t, r)
+	if !errors.Is(err, io.EOF) || frames[len(frames)-1].Kind != queue.KindFinal {
+		t.Fatalf("requeued job: %d frames then %v", len(frames), err)
+	}
+	if rec, _, _ := res.Get(context.Background(), job.ID); rec.Attempts != 2 {
+		t.Errorf("job ran %d times, want 2 claims", rec.Attempts)
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	ok := map[string]*engine.Engine{model: e}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no models", Config{}},
+		{"nil engine", Config{Models: map[string]*engine.Engine{model: nil}}},
+		{"empty name", Config{Models: map[string]*engine.Engine{"": e}}},
+		{"negative concurrency", Config{Models: ok, Concurrency: -1}},
+		{"heartbeat not below ack wait", Config{Models: ok, HeartbeatEvery: 30 * time.Second}},
+		{"heartbeat beyond custom ack wait", Config{Models: ok, HeartbeatEvery: 5 * time.Second, Consumer: queue.ConsumerConfig{AckWait: 2 * time.Second}}},
+		{"negative grace", Config{Models: ok, Grace: -1}},
+		{"negative busy delay", Config{Models: ok, BusyDelay: -1}},
+		{"negative fetch wait", Config{Models: ok, FetchWait: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(nil, ev.nc, ev.js, tc.cfg); !errors.Is(err, ErrConfig) {
+				t.Errorf("New(%+v) = %v, want ErrConfig", tc.cfg, err)
+			}
+		})
+	}
+	t.Run("no connection", func(t *testing.T) {
+		if _, err := New(nil, nil, ev.js, Config{Models: ok}); !errors.Is(err, ErrConfig) {
+			t.Errorf("New without a connection = %v", err)
+		}
+	})
+	t.Run("run twice", func(t *testing.T) {
+		w, err := New(nil, ev.nc, ev.js, Config{Models: ok, FetchWait: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		checkFor(t, 5*time.Second, func() error {
+			_, err := ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
+			return err
+		})
+		if err := w.Run(ctx); !errors.Is(err, ErrRunning) {
+			t.Errorf("second Run = %v, want ErrRunning", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+// TestSharedConsumer: two workers serving one model share its durable
+// consumer, and every job is answered exactly once.
+func TestSharedConsumer(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	usage := countUsage(t, ev.nc)
+	cfg := Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 2}
+	startWorker(t, ev, cfg)
+	startWorker(t, ev, cfg)
+	var rs []*queue.Replies
+	var jobs []*queue.Job
+	for range 6 {
+		job := newJob(t, "The sun", 12)
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rs, jobs = append(rs, r), append(jobs, job)
+	}
+	for i, r := range rs {
+		frames, err := collect(t, r)
+		if !errors.Is(err, io.EOF) || frames[len(frames)-1].Kind != queue.KindFinal {
+			t.Fatalf("job %d: %d frames then %v", i, len(frames), err)
+		}
+	}
+	checkFor(t, 5*time.Second, func() error {
+		for _, j := range jobs {
+			if n := len(usage.get(j.ID)); n != 1 {
+				return fmt.Errorf("%s: %d usage events", j.ID, n)
+			}
+		}
+		return nil
+	})
+	info, err := ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info.CachedInfo().Config; c.AckPolicy != jetstream.AckExplicitPolicy || c.MaxDeliver != 3 || !strings.HasPrefix(c.Durable, "worker-") {
+		t.Errorf("consumer config %+v", c)
+	}
+}
