@@ -282,3 +282,43 @@ func TestSharedConsumer(t *testing.T) {
 		t.Errorf("consumer config %+v", c)
 	}
 }
+
+// TestDeadlineMidRun: a job whose deadline passes while it generates ends with
+// a timeout frame, never a final one, and frees its pages.
+func TestDeadlineMidRun(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	// Sampled output may reach end of text before the deadline; try a few
+	// seeds and require one timeout.
+	for seed := range uint64(4) {
+		job := newJob(t, "Once upon a time", e.Context()-16)
+		job.Sampling = queue.Sampling{Temperature: 0.8, Seed: seed}
+		job.Deadline = time.Now().Add(time.Second)
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames, err := collect(t, r)
+		r.Close()
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("stream ended with %v", err)
+		}
+		checkFor(t, 5*time.Second, func() error {
+			if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+				return fmt.Errorf("%d of %d pages free", free, total)
+			}
+			return nil
+		})
+		last := frames[len(frames)-1]
+		if last.Kind == queue.KindFinal && last.Finish == "stop" {
+			t.Logf("seed %d reached end of text (%d tokens) before the deadline", seed, last.Usage.CompletionTokens)
+			continue
+		}
+		if last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindTimeout || len(frames) < 2 {
+			t.Fatalf("%d frames, last %+v %+v; want tokens then a timeout", len(frames), last, last.Error)
+		}
+		return
+	}
+	t.Fatal("no job ran into its deadline")
+}
