@@ -1,0 +1,15 @@
+// Package quota enforces per-tenant limits in Redis: requests per minute (a
+// sliding one-minute window), concurrent requests (leases that expire, so a
+// crashed edge cannot hold slots forever) and a daily neuron budget that
+// resets at 00:00 UTC.
+//
+// It owns the keys under "bulkhead:quota:{<tenant>}:" and the two Lua scripts
+// that read and write them: one checks every limit and takes a slot
+// atomically, the other gives the slot back and adds the neurons used.
+//
+// It must never admit a request past a limit because of a race between edges
+// (every check-and-take is one script), never let a Redis outage pass silently
+// (fail closed with ErrUnavailable unless FailOpen is configured, and then it
+// logs), and never take the tenant from anything but its caller, which got it
+// from a verified token.
+package quota
