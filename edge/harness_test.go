@@ -62,7 +62,7 @@ func sharedDir(t testing.TB) string {
 // Model names the harness serves.
 const (
 	modelStories = "@cf/test/stories-260k" // stories260K: no chat template
-	modelLlama3  = "@cf/test/llama3-vocab" // llama-bpe vocab: Llama 3 template; no worker
+	modelQwen    = "@cf/test/qwen2-vocab"  // qwen2 vocab: ChatML template; admission only
 	modelIdle    = "@cf/test/idle"         // stories260K; no worker consumes its jobs
 )
 
@@ -172,12 +172,10 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	shared := sharedDir(t)
 	stories := filepath.Join(shared, "models", "stories260K.gguf")
-	llama3 := filepath.Join(shared, "tokenizer", "ggml-vocab-llama-bpe.gguf")
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories, modelIdle + "=" + stories})
 	if err != nil {
 		t.Fatalf("catalog: %v", err)
 	}
-	_ = llama3
 
 	ns, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
