@@ -7,6 +7,12 @@
 // that read and write them: one checks every limit and takes a slot
 // atomically, the other gives the slot back and adds the neurons used.
 //
+// Time comes from the caller's clock (Config.Now), not Redis's: edges with
+// skewed clocks see the one-minute window and the UTC day boundary shifted by
+// their skew. The daily budget is checked at admission and charged at release
+// (to the day of admission), so a tenant can overshoot it by the cost of the
+// requests already in flight when it runs out.
+//
 // It must never admit a request past a limit because of a race between edges
 // (every check-and-take is one script), never let a Redis outage pass silently
 // (fail closed with ErrUnavailable unless FailOpen is configured, and then it
