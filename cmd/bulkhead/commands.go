@@ -27,6 +27,11 @@ func commands() []command {
 		{"generate", "generate text from a prompt with a GGUF model", runGenerate},
 		{"models", "model tools: `models synth` writes a random-weight model of a real shape", runModels},
 		{"bench", "benchmarks: `bench engine` measures prefill and decode tokens/s", runBench},
+		{"dev", "run everything in one process: NATS, edge, a worker per model, Redis", runDev},
+		{"edge", "run the HTTP edge (Workers AI and OpenAI APIs)", runEdgeCmd},
+		{"worker", "run a worker that serves jobs from NATS on the engine", runWorkerCmd},
+		{"nats", "run a standalone NATS server with JetStream", runNATS},
+		{"token", "mint a tenant token with the dev signing key", runToken},
 	}
 }
 

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/edge"
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// defaultDataDir is where dev keeps its JetStream store and signing key.
+func defaultDataDir() string {
+	if d, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(d, "bulkhead")
+	}
+	return ".bulkhead"
+}
+
+func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("nats", stderr)
+	listen := fs.String("listen", "127.0.0.1:4222", "client listen address")
+	store := fs.String("store-dir", filepath.Join(defaultDataDir(), "jetstream"), "JetStream storage directory")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	host, portText, err := net.SplitHostPort(*listen)
+	if err != nil {
+		return fmt.Errorf("%w: --listen: %v", errUsage, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return fmt.Errorf("%w: --listen port %q", errUsage, portText)
+	}
+	srv, err := queue.StartServer(queue.ServerConfig{Host: host, Port: port, StoreDir: *store})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	fmt.Fprintf(stdout, "NATS with JetStream listening at %s (store %s)\n", srv.ClientURL(), *store)
+	<-ctx.Done()
+	return nil
+}
+
+func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("token", stderr)
+	tenant := fs.String("tenant", "", "tenant (account) id: the token's sub")
+	scope := fs.String("scope", auth.ScopeRun, `space-separated scopes: ai:run, ai:read, billing:read`)
+	models := fs.String("models", "", "comma-separated model allowlist (empty: all models)")
+	ttl := fs.Duration("ttl", time.Hour, "lifetime")
+	dir := fs.String("key-dir", defaultDataDir(), "directory holding the dev signing key that `bulkhead dev` created")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := require(fs, "tenant"); err != nil {
+		return err
+	}
+	key, err := auth.LoadOrCreateDevKey(*dir)
+	if err != nil {
+		return err
+	}
+	var allow []string
+	if *models != "" {
+		allow = strings.Split(*models, ",")
+	}
+	tok, err := key.Mint(*tenant, strings.Fields(*scope), allow, *ttl)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, tok)
+	return err
+}
+
+func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlags("worker", stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
+	role := fs.String("role", "unified", "worker role: unified (prefill and decode)")
+	var cf catalogFlags
+	var ef engineFlags
+	cf.register(fs)
+	ef.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *role != "unified" {
+		return fmt.Errorf("%w: --role %q is not supported yet (unified only)", errUsage, *role)
+	}
+	log := newLogger(stderr)
+	cat, err := cf.load()
+	if err != nil {
+		return err
+	}
+	if cat == nil {
+		return fmt.Errorf("%w: give --model NAME=PATH.gguf or --catalog FILE", errUsage)
+	}
+	if err := ef.applyContext(cat); err != nil {
+		return err
+	}
+	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	engines, stop, err := ef.engines(runCtx, log, cat)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return runWorker(ctx, log, nc, js, engines, ef.concurrency)
+}
+
+func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlags("edge", stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
+	var cf catalogFlags
+	var ef edgeFlags
+	cf.register(fs)
+	ef.register(fs, true)
+	window := fs.Int("context", 0, "context window to advertise for every model (0: the catalog's)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log := newLogger(stderr)
+	cat, err := cf.load()
+	if err != nil {
+		return err
+	}
+	if cat == nil {
+		return fmt.Errorf("%w: give --model NAME=PATH.gguf or --catalog FILE", errUsage)
+	}
+	if err := (&engineFlags{context: *window}).applyContext(cat); err != nil {
+		return err
+	}
+	verifier, err := ef.verifier(nil)
+	if err != nil {
+		return err
+	}
+	var rdb redis.UniversalClient
+	if ef.redisURL != "" {
+		opt, err := redis.ParseURL(ef.redisURL)
+		if err != nil {
+			return fmt.Errorf("%w: --redis: %v", errUsage, err)
+		}
+		c := redis.NewClient(opt)
+		defer c.Close()
+		rdb = c
+	}
+	q, err := ef.quota(log, rdb)
+	if err != nil {
+		return err
+	}
+	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-edge")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	srv, err := edge.New(log.With("node", "edge"), edge.Config{
+		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js),
+		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
+	})
+	if err != nil {
+		return err
+	}
+	err = serveEdge(ctx, log, srv, ef.listen, nil)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
