@@ -2,10 +2,11 @@
 GO ?= go
 BIN := bin/bulkhead
 SHARED ?= ../shared
-# A model to run when MODEL is not given: a random-weight one made by `models synth`.
-SYNTH := bin/synth-stories15m-q8_0.gguf
-MODEL ?= $(SYNTH)
-PROMPT ?= Once upon a time
+# make run serves the platform (`bulkhead dev`): MODEL=path.gguf registers a model
+# as MODEL_NAME; with no MODEL, dev serves a built-in random-weight model.
+MODEL ?=
+MODEL_NAME ?= @cf/tinyllamas/stories260k
+ARGS ?=
 
 .PHONY: build run test vet bench fuzz clean deps
 
@@ -19,13 +20,8 @@ deps:
 build:
 	$(GO) build -o $(BIN) ./cmd/bulkhead
 
-$(SYNTH): build
-	$(BIN) models synth --arch llama --shape stories15m --type q8_0 --seed 1 --out $@
-
-# run generates from MODEL (default: a random-weight model, so its text is noise;
-# try MODEL=$(SHARED)/models/stories260K.gguf for real stories).
-run: build $(if $(filter $(SYNTH),$(MODEL)),$(SYNTH))
-	$(BIN) generate --model $(MODEL) --prompt "$(PROMPT)" --max-tokens 64
+run: build
+	$(BIN) dev $(if $(MODEL),--model '$(MODEL_NAME)=$(MODEL)') $(ARGS)
 
 vet:
 	$(GO) vet ./...
