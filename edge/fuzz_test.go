@@ -1,0 +1,98 @@
+package edge
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"testing"
+)
+
+// checkDecoded holds for any body: decoding either fails with an input error
+// or yields a request that validation accepts or refuses with one.
+func checkDecoded(t *testing.T, err error) {
+	t.Helper()
+	var in *InputError
+	var mbe *http.MaxBytesError
+	if err != nil && !errors.As(err, &in) && !errors.As(err, &mbe) {
+		t.Fatalf("error of unexpected type %T: %v", err, err)
+	}
+	if err != nil && Classify(err).Row.Status != 400 {
+		t.Fatalf("a body error is not a 400: %v", err)
+	}
+}
+
+func FuzzNativeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt":"Once upon a time"}`,
+		`{"messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":5}`,
+		`{"prompt":"x","raw":true,"stop":["a","b"],"temperature":0.5,"seed":3}`,
+		`{"requests":[{"prompt":"a"}]}`,
+		`{"request_id":"0123"}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
+		`{"prompt":1}`, `[]`, `{`, ``, `{"max_tokens":1e99}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req nativeRequest
+		err := decodeJSON(bytes.NewReader(body), &req)
+		checkDecoded(t, err)
+		if err != nil {
+			return
+		}
+		in, err := nativeInput(&req, "")
+		checkDecoded(t, err)
+		if err != nil {
+			return
+		}
+		switch {
+		case in.maxTokens < 0:
+			t.Fatalf("negative max_tokens %d", in.maxTokens)
+		case in.raw && in.prompt == "":
+			t.Fatal("raw request without prompt")
+		case !in.raw && len(in.messages) == 0:
+			t.Fatal("templated request without messages")
+		case len(in.stop) > maxStopSequences:
+			t.Fatalf("%d stop sequences", len(in.stop))
+		}
+		for i, raw := range req.Requests {
+			var one nativeRequest
+			checkDecoded(t, decodeRaw(raw, &one, "requests"))
+			_ = i
+		}
+	})
+}
+
+func FuzzChatRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","messages":[{"role":"developer","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","messages":[],"n":2,"stop":"x","max_completion_tokens":3}`,
+		`{"model":"m","prompt":["a"],"max_tokens":2}`,
+		`{"model":5}`, `null`, `{"messages":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req chatRequest
+		err := decodeJSON(bytes.NewReader(body), &req)
+		checkDecoded(t, err)
+		if err == nil {
+			_, in, err := chatInput(&req)
+			checkDecoded(t, err)
+			if err == nil && (len(in.messages) == 0 || in.raw) {
+				t.Fatalf("accepted chat request without messages: %+v", in)
+			}
+		}
+		var creq completionRequest
+		err = decodeJSON(bytes.NewReader(body), &creq)
+		checkDecoded(t, err)
+		if err == nil {
+			_, in, err := completionInput(&creq)
+			checkDecoded(t, err)
+			if err == nil && (in.prompt == "" || !in.raw) {
+				t.Fatalf("accepted completion request without prompt: %+v", in)
+			}
+		}
+	})
+}
