@@ -1,6 +1,8 @@
 package quota
 
 import (
+	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+
 	"bytes"
 	"context"
 	"errors"
@@ -372,15 +374,15 @@ func TestAtomicity(t *testing.T) {
 // TestRedisDown covers fail-closed and fail-open, both for a Redis that was
 // never there and for one that goes away.
 func TestRedisDown(t *testing.T) {
-	closed, err := freePort()
+	closed, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := startRedis()
+	own, err := redistest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer own.stop()
+	defer own.Stop()
 	cfg := Config{RequestsPerMinute: 100, MaxConcurrent: 10, DailyNeurons: 100, Timeout: 500 * time.Millisecond}
 	client := func(addr string) *redis.Client {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
@@ -415,13 +417,13 @@ func TestRedisDown(t *testing.T) {
 		}
 	})
 	t.Run("goes down", func(t *testing.T) {
-		rdb := client(own.addr)
+		rdb := client(own.Addr())
 		q := newQuota(t, rdb, cfg)
 		release, err := q.Acquire(context.Background(), "acme")
 		if err != nil {
 			t.Fatalf("Acquire while up: %v", err)
 		}
-		own.stop()
+		own.Stop()
 		release(Usage{Neurons: 1}) // logged to the discard logger
 		if _, err := q.Acquire(context.Background(), "acme"); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Acquire after stop = %v, want ErrUnavailable", err)
