@@ -322,3 +322,46 @@ func TestDeadlineMidRun(t *testing.T) {
 	}
 	t.Fatal("no job ran into its deadline")
 }
+
+// TestHeartbeat: a job that runs longer than the consumer's AckWait is not
+// redelivered while its worker keeps marking it in progress.
+func TestHeartbeat(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	startWorker(t, ev, Config{
+		Models:         map[string]*engine.Engine{model: e},
+		HeartbeatEvery: 100 * time.Millisecond,
+		Consumer:       queue.ConsumerConfig{AckWait: time.Second},
+	})
+	for seed := range uint64(4) {
+		job := newJob(t, "Once upon a time", e.Context()-16)
+		job.Sampling = queue.Sampling{Temperature: 0.8, Seed: seed}
+		job.Deadline = time.Now().Add(2500 * time.Millisecond)
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames, err := collect(t, r)
+		r.Close()
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("stream ended with %v", err)
+		}
+		last := frames[len(frames)-1]
+		if last.Kind == queue.KindFinal {
+			t.Logf("seed %d finished (%d tokens) before the deadline", seed, last.Usage.CompletionTokens)
+			continue
+		}
+		if last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindTimeout {
+			t.Fatalf("last frame %+v %+v; want a timeout (a redelivery would end it as lost mid-stream)", last, last.Error)
+		}
+		res, err := queue.OpenResults(context.Background(), ev.js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, _, err := res.Get(context.Background(), job.ID); err != nil || rec.Attempts != 1 {
+			t.Fatalf("record %+v, %v; want one claim", rec, err)
+		}
+		return
+	}
+	t.Fatal("no job outlived the AckWait")
+}
