@@ -55,10 +55,9 @@ func FuzzNativeRequest(f *testing.F) {
 		case len(in.stop) > maxStopSequences:
 			t.Fatalf("%d stop sequences", len(in.stop))
 		}
-		for i, raw := range req.Requests {
+		for _, raw := range req.Requests {
 			var one nativeRequest
 			checkDecoded(t, decodeRaw(raw, &one, "requests"))
-			_ = i
 		}
 	})
 }
