@@ -158,6 +158,7 @@ func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalo
 // streams exist.
 func connect(ctx context.Context, log *slog.Logger, url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)

@@ -314,13 +314,19 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) admit(active []*sequence) []*sequence {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for len(e.waiting) > 0 && len(active) < e.cfg.MaxBatch {
-		s := e.waiting[0]
+	// Requests cancelled while waiting leave now, wherever they are in line.
+	kept := e.waiting[:0]
+	for _, s := range e.waiting {
 		if err := s.ctx.Err(); err != nil {
-			e.waiting = e.waiting[1:]
 			s.finish(Event{Err: err})
 			continue
 		}
+		kept = append(kept, s)
+	}
+	clear(e.waiting[len(kept):])
+	e.waiting = kept
+	for len(e.waiting) > 0 && len(active) < e.cfg.MaxBatch {
+		s := e.waiting[0]
 		kv := e.kv.NewSequence(s.req.Owner)
 		if err := kv.Reserve(len(s.req.Prompt) + s.req.MaxTokens); err != nil {
 			if errors.Is(err, kvcache.ErrPoolExhausted) && len(active) > 0 {
