@@ -103,50 +103,55 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
-// cluster is edge, NATS and two workers as separate processes, with a real
-// redis-server for quotas.
+// cluster is NATS and two workers as separate processes, a real
+// redis-server, and edges started on demand.
 type cluster struct {
-	edgeURL string
-	key     *auth.DevKey
-	workers []*process
+	bin, natsURL, model string
+	key                 *auth.DevKey
+	redis               *redistest.Server
+	workers             []*process
 }
 
 const clusterModel = "@cf/tinyllamas/stories260k"
 
-func startCluster(t *testing.T, edgeArgs ...string) *cluster {
+func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-process cluster test skipped in -short mode")
 	}
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	model := sharedPath(t, "models/stories260K.gguf")
-	rs, err := redistest.Start()
-	if err != nil {
+	c := &cluster{bin: buildBinary(t, dir), model: sharedPath(t, "models/stories260K.gguf")}
+	var err error
+	if c.redis, err = redistest.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rs.Stop)
-	key, err := auth.LoadOrCreateDevKey(filepath.Join(dir, "keys"))
-	if err != nil {
+	t.Cleanup(c.redis.Stop)
+	if c.key, err = auth.LoadOrCreateDevKey(filepath.Join(dir, "keys")); err != nil {
 		t.Fatal(err)
 	}
 	natsAddr := freeAddr(t)
-	ns := start(t, "nats", bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"))
+	ns := start(t, "nats", c.bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"))
 	waitFor(t, 30*time.Second, "NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") })
-	natsURL := "nats://" + natsAddr
-	c := &cluster{key: key}
+	c.natsURL = "nats://" + natsAddr
 	for i := range 2 {
-		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d", i), bin, "worker", "--nats", natsURL,
-			"--model", clusterModel+"="+model, "--threads", "1", "--kv-poison"))
+		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d", i), c.bin, "worker", "--nats", c.natsURL,
+			"--model", clusterModel+"="+c.model, "--threads", "1", "--kv-poison"))
 	}
-	edgeAddr := freeAddr(t)
-	args := append([]string{"edge", "--nats", natsURL, "--listen", edgeAddr, "--model", clusterModel + "=" + model,
-		"--redis", "redis://" + rs.Addr() + "/0", "--jwks", key.JWKSPath()}, edgeArgs...)
-	start(t, "edge", bin, args...)
-	c.edgeURL = "http://" + edgeAddr
-	tok := c.token(t, "acme")
-	waitFor(t, 60*time.Second, "the edge to answer", func() bool {
-		req, _ := http.NewRequest("GET", c.edgeURL+"/ai/models/search", nil)
+	return c
+}
+
+// edge starts an edge process with extra flags and returns its base URL once
+// it answers.
+func (c *cluster) edge(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	all := append([]string{"edge", "--nats", c.natsURL, "--listen", addr, "--model", clusterModel + "=" + c.model,
+		"--redis", "redis://" + c.redis.Addr() + "/0", "--jwks", c.key.JWKSPath()}, args...)
+	start(t, name, c.bin, all...)
+	url := "http://" + addr
+	tok := c.token(t, "probe")
+	waitFor(t, 60*time.Second, name+" to answer", func() bool {
+		req, _ := http.NewRequest("GET", url+"/ai/models/search", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -155,7 +160,7 @@ func startCluster(t *testing.T, edgeArgs ...string) *cluster {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	return c
+	return url
 }
 
 func (c *cluster) token(t *testing.T, tenant string) string {
@@ -168,9 +173,9 @@ func (c *cluster) token(t *testing.T, tenant string) string {
 }
 
 // post sends a JSON body and returns the status and the body.
-func (c *cluster) post(t *testing.T, token, path, body string) (int, []byte) {
+func post(t *testing.T, token, url, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest("POST", c.edgeURL+path, strings.NewReader(body))
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +198,7 @@ func (c *cluster) post(t *testing.T, token, path, body string) (int, []byte) {
 // them, native and OpenAI, streaming and not.
 func TestClusterOfProcesses(t *testing.T) {
 	c := startCluster(t)
+	edgeURL := c.edge(t, "edge")
 	tok := c.token(t, "acme")
 	const want = ", there was a little girl named Lily. She loved to play outside in the park."
 
@@ -202,7 +208,7 @@ func TestClusterOfProcesses(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				status, body := c.post(t, tok, "/ai/run/"+clusterModel, `{"prompt":"Once upon a time","raw":true,"max_tokens":20,"temperature":0}`)
+				status, body := post(t, tok, edgeURL+"/ai/run/"+clusterModel, `{"prompt":"Once upon a time","raw":true,"max_tokens":20,"temperature":0}`)
 				var got struct {
 					Result struct {
 						Response string `json:"response"`
@@ -224,7 +230,7 @@ func TestClusterOfProcesses(t *testing.T) {
 		wg.Wait()
 	})
 	t.Run("native stream", func(t *testing.T) {
-		status, body := c.post(t, tok, "/ai/run/"+clusterModel, `{"prompt":"Once upon a time","raw":true,"max_tokens":20,"temperature":0,"stream":true}`)
+		status, body := post(t, tok, edgeURL+"/ai/run/"+clusterModel, `{"prompt":"Once upon a time","raw":true,"max_tokens":20,"temperature":0,"stream":true}`)
 		if status != 200 {
 			t.Fatalf("status %d: %s", status, body)
 		}
@@ -253,13 +259,126 @@ func TestClusterOfProcesses(t *testing.T) {
 		}
 	})
 	t.Run("openai", func(t *testing.T) {
-		status, body := c.post(t, tok, "/v1/completions", `{"model":"`+clusterModel+`","prompt":"Once upon a time","max_tokens":20,"temperature":0}`)
+		status, body := post(t, tok, edgeURL+"/v1/completions", `{"model":"`+clusterModel+`","prompt":"Once upon a time","max_tokens":20,"temperature":0}`)
 		if status != 200 || !strings.Contains(string(body), `"text_completion"`) || !strings.Contains(string(body), "little girl") {
 			t.Fatalf("status %d: %s", status, body)
 		}
-		status, body = c.post(t, tok, "/v1/chat/completions", `{"model":"`+clusterModel+`","messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`)
+		status, body = post(t, tok, edgeURL+"/v1/chat/completions", `{"model":"`+clusterModel+`","messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`)
 		if status != 200 || !strings.Contains(string(body), "chat.completion.chunk") || !strings.HasSuffix(strings.TrimSpace(string(body)), "data: [DONE]") {
 			t.Fatalf("status %d: %s", status, body)
+		}
+	})
+}
+
+// TestClusterErrors reproduces the edge's error rows against the running
+// system: real edge, NATS, workers and redis-server processes.
+func TestClusterErrors(t *testing.T) {
+	c := startCluster(t)
+	// A second model on its own worker that takes one sequence at a time and
+	// queues one more, so it is easy to make busy.
+	const busyModel = "@cf/tinyllamas/busy"
+	start(t, "worker-busy", c.bin, "worker", "--nats", c.natsURL, "--model", busyModel+"="+c.model,
+		"--threads", "1", "--max-batch", "1", "--engine-queue", "1")
+	open := c.edge(t, "edge-open", "--model", busyModel+"="+c.model)
+	limited := c.edge(t, "edge-limited", "--quota-rpm", "3", "--quota-daily-neurons", "0.5", "--request-timeout", "150ms")
+	run := "/ai/run/" + clusterModel
+
+	type row struct {
+		name, token, url, body string
+		status, code           int
+		message                string
+	}
+	readOnly, err := c.key.Mint("acme", []string{"ai:read"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := c.token(t, "acme")
+	long := strings.Repeat("Once upon a time there was a dog. ", 400)
+	rows := []row{
+		{"no token", "", open + run, `{"prompt":"hi"}`, 401, 10000, ""},
+		{"forged token", acme[:len(acme)-4] + "AAAA", open + run, `{"prompt":"hi"}`, 401, 10000, ""},
+		{"missing scope", readOnly, open + run, `{"prompt":"hi"}`, 403, 9109, ""},
+		{"account mismatch", acme, open + "/client/v4/accounts/other/ai/run/" + clusterModel, `{"prompt":"hi"}`, 403, 9109, ""},
+		{"unknown model", acme, open + "/ai/run/@cf/nope/nothing", `{"prompt":"hi"}`, 400, 5007, "@cf/nope/nothing"},
+		{"malformed JSON", acme, open + run, `{"prompt":`, 400, 5004, ""},
+		{"wrong type", acme, open + run, `{"prompt":"hi","max_tokens":"many"}`, 400, 5004, "max_tokens"},
+		{"prompt too long", acme, open + run, `{"prompt":"` + long + `","raw":true}`, 413, 3006, "context window is 2048 tokens"},
+		{"timeout", c.token(t, "slow"), limited + run, `{"prompt":"Once upon a time","raw":true,"max_tokens":2000,"temperature":1,"seed":3}`, 408, 3007, ""},
+	}
+	verify := func(t *testing.T, status int, body []byte, r row) {
+		t.Helper()
+		var got struct {
+			Success bool `json:"success"`
+			Errors  []struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"errors"`
+		}
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatalf("status %d, body %s: %v", status, body, err)
+		}
+		if status != r.status || got.Success || len(got.Errors) != 1 || got.Errors[0].Code != r.code ||
+			!strings.Contains(got.Errors[0].Message, r.message) || got.Errors[0].Message == "" {
+			t.Fatalf("status %d, body %s; want %d with code %d mentioning %q", status, body, r.status, r.code, r.message)
+		}
+	}
+	check := func(t *testing.T, r row) {
+		t.Helper()
+		status, body := post(t, r.token, r.url, r.body)
+		verify(t, status, body, r)
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) { check(t, r) })
+	}
+
+	t.Run("rate limited", func(t *testing.T) {
+		tok := c.token(t, "rate")
+		for i := range 3 {
+			if status, body := post(t, tok, limited+run, `{"prompt":"hi","max_tokens":1}`); status != 200 {
+				t.Fatalf("request %d within the limit: %d %s", i, status, body)
+			}
+		}
+		check(t, row{token: tok, url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 429, code: 3037})
+	})
+	t.Run("daily neurons exhausted", func(t *testing.T) {
+		tok := c.token(t, "budget")
+		for i := range 2 { // each costs about 0.38 neurons of the 0.5 budget
+			if status, body := post(t, tok, limited+run, `{"prompt":"Once upon a time","raw":true,"max_tokens":20}`); status != 200 {
+				t.Fatalf("request %d within the budget: %d %s", i, status, body)
+			}
+		}
+		check(t, row{token: tok, url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 429, code: 3036})
+	})
+	t.Run("capacity exceeded with rejectIfBusy", func(t *testing.T) {
+		// Two long generations fill the busy worker's batch slot and queue slot.
+		for range 2 {
+			go func() {
+				req, _ := http.NewRequest("POST", open+"/ai/run/"+busyModel, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000}`))
+				req.Header.Set("Authorization", "Bearer "+acme)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			status, body := post(t, acme, open+"/ai/run/"+busyModel+"?rejectIfBusy=true", `{"prompt":"hi","max_tokens":1}`)
+			if status == 429 {
+				verify(t, status, body, row{status: 429, code: 3040})
+				return
+			}
+			if status != 200 || time.Now().After(deadline) {
+				t.Fatalf("rejectIfBusy on a busy worker: %d %s", status, body)
+			}
+		}
+	})
+	t.Run("redis down fails closed", func(t *testing.T) {
+		c.redis.Stop()
+		check(t, row{token: c.token(t, "late"), url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 503, code: 3043})
+		// The edge without quotas does not need Redis and keeps serving.
+		if status, body := post(t, acme, open+run, `{"prompt":"hi","max_tokens":2}`); status != 200 {
+			t.Fatalf("edge without quotas: %d %s", status, body)
 		}
 	})
 }
