@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -350,19 +351,24 @@ func TestClusterErrors(t *testing.T) {
 		check(t, row{token: tok, url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 429, code: 3036})
 	})
 	t.Run("capacity exceeded with rejectIfBusy", func(t *testing.T) {
-		// Two long generations fill the busy worker's batch slot and queue slot.
-		for range 2 {
-			go func() {
-				req, _ := http.NewRequest("POST", open+"/ai/run/"+busyModel, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000}`))
-				req.Header.Set("Authorization", "Bearer "+acme)
-				if resp, err := http.DefaultClient.Do(req); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			}()
+		// Long generations keep the busy worker's batch slot and queue slot full;
+		// one that ends early (end of story) is replaced.
+		var inflight atomic.Int32
+		longRun := func() {
+			defer inflight.Add(-1)
+			req, _ := http.NewRequest("POST", open+"/ai/run/"+busyModel, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000}`))
+			req.Header.Set("Authorization", "Bearer "+acme)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
 		}
 		deadline := time.Now().Add(20 * time.Second)
 		for {
+			for inflight.Load() < 2 {
+				inflight.Add(1)
+				go longRun()
+			}
 			status, body := post(t, acme, open+"/ai/run/"+busyModel+"?rejectIfBusy=true", `{"prompt":"hi","max_tokens":1}`)
 			if status == 429 {
 				verify(t, status, body, row{status: 429, code: 3040})
