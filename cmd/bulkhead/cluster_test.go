@@ -144,11 +144,16 @@ func startCluster(t *testing.T) *cluster {
 // edge starts an edge process with extra flags and returns its base URL once
 // it answers.
 func (c *cluster) edge(t *testing.T, name string, args ...string) string {
+	url, _ := c.edgeProcess(t, name, args...)
+	return url
+}
+
+func (c *cluster) edgeProcess(t *testing.T, name string, args ...string) (string, *process) {
 	t.Helper()
 	addr := freeAddr(t)
 	all := append([]string{"edge", "--nats", c.natsURL, "--listen", addr, "--model", clusterModel + "=" + c.model,
 		"--redis", "redis://" + c.redis.Addr() + "/0", "--jwks", c.key.JWKSPath()}, args...)
-	start(t, name, c.bin, all...)
+	p := start(t, name, c.bin, all...)
 	url := "http://" + addr
 	tok := c.token(t, "probe")
 	waitFor(t, 60*time.Second, name+" to answer", func() bool {
@@ -161,7 +166,7 @@ func (c *cluster) edge(t *testing.T, name string, args ...string) string {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	return url
+	return url, p
 }
 
 func (c *cluster) token(t *testing.T, tenant string) string {
@@ -199,7 +204,7 @@ func post(t *testing.T, token, url, body string) (int, []byte) {
 // them, native and OpenAI, streaming and not.
 func TestClusterOfProcesses(t *testing.T) {
 	c := startCluster(t)
-	edgeURL := c.edge(t, "edge")
+	edgeURL, edgeProc := c.edgeProcess(t, "edge")
 	tok := c.token(t, "acme")
 	const want = ", there was a little girl named Lily. She loved to play outside in the park."
 
@@ -267,6 +272,35 @@ func TestClusterOfProcesses(t *testing.T) {
 		status, body = post(t, tok, edgeURL+"/v1/chat/completions", `{"model":"`+clusterModel+`","messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`)
 		if status != 200 || !strings.Contains(string(body), "chat.completion.chunk") || !strings.HasSuffix(strings.TrimSpace(string(body)), "data: [DONE]") {
 			t.Fatalf("status %d: %s", status, body)
+		}
+	})
+	t.Run("async survives an edge restart", func(t *testing.T) {
+		status, body := post(t, tok, edgeURL+"/ai/run/"+clusterModel+"?queueRequest=true",
+			`{"requests":[{"prompt":"Once upon a time","raw":true,"max_tokens":20},{"prompt":"Lily wanted to","raw":true,"max_tokens":8}]}`)
+		var queued struct {
+			Result struct {
+				Status    string `json:"status"`
+				RequestID string `json:"request_id"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(body, &queued); err != nil || status != 200 || queued.Result.Status != "queued" {
+			t.Fatalf("queueRequest: %d %s", status, body)
+		}
+		// The edge that took the request goes away; another one answers the poll.
+		_ = edgeProc.cmd.Process.Signal(syscall.SIGTERM)
+		<-edgeProc.done
+		other := c.edge(t, "edge-2")
+		var last []byte
+		waitFor(t, 30*time.Second, "the async results", func() bool {
+			_, last = post(t, tok, other+"/ai/run/"+clusterModel, `{"request_id":"`+queued.Result.RequestID+`"}`)
+			return strings.Contains(string(last), `"status":"done"`)
+		})
+		if !strings.Contains(string(last), "little girl") || strings.Count(string(last), `"success":true`) < 3 {
+			t.Fatalf("async results %s", last)
+		}
+		// Another tenant cannot read them.
+		if status, body := post(t, c.token(t, "mallory"), other+"/ai/run/"+clusterModel, `{"request_id":"`+queued.Result.RequestID+`"}`); status != 404 {
+			t.Fatalf("another tenant's poll: %d %s", status, body)
 		}
 	})
 }
