@@ -1,0 +1,192 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPublishCapacityAndCapacities(t *testing.T) {
+	const model = "@cf/test/model"
+	tests := []struct {
+		name    string
+		publish []Capacity
+		want    []int // sorted windows Capacities(model) returns
+		wantErr error // from the last publish
+	}{
+		{"none", nil, nil, nil},
+		{"one worker", []Capacity{{model, 256, "w1"}}, []int{256}, nil},
+		{"two workers", []Capacity{{model, 2048, "w1"}, {model, 256, "w2"}}, []int{256, 2048}, nil},
+		{"a worker republishes a new window", []Capacity{{model, 2048, "w1"}, {model, 512, "w1"}}, []int{512}, nil},
+		{"other models do not count", []Capacity{{model, 1024, "w1"}, {"@cf/test/other", 16, "w1"}}, []int{1024}, nil},
+		{"a model whose name extends another's", []Capacity{{model, 1024, "w1"}, {model + "x", 16, "w1"}}, []int{1024}, nil},
+		{"zero window refused", []Capacity{{model, 0, "w1"}}, nil, ErrBadMessage},
+		{"no worker refused", []Capacity{{model, 64, ""}}, nil, ErrBadMessage},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := startEnv(t, StreamConfig{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var err error
+			for _, c := range tc.publish {
+				err = PublishCapacity(ctx, env.js, c.Model, c.Context, c.Worker)
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("publish: %v, want %v", err, tc.wantErr)
+			}
+			got, err := Capacities(ctx, env.js, model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Capacities = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetupCapacityRefusesShortTTL(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	if _, err := SetupCapacity(context.Background(), env.js, 10*time.Millisecond); !errors.Is(err, ErrConfig) {
+		t.Fatalf("SetupCapacity(10ms) = %v, want ErrConfig", err)
+	}
+}
+
+// watchLog collects what WatchCapacity applies.
+type watchLog struct {
+	mu   sync.Mutex
+	last map[string]int
+	n    int
+}
+
+func (l *watchLog) apply(m map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last, l.n = m, l.n+1
+}
+
+func (l *watchLog) is(want map[string]int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if fmt.Sprint(l.last) != fmt.Sprint(want) {
+		return fmt.Errorf("watch applied %v, want %v", l.last, want)
+	}
+	return nil
+}
+
+func TestWatchCapacity(t *testing.T) {
+	const a, b = "@cf/test/a", "@cf/test/b"
+	env := startEnv(t, StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A short TTL so a dead worker ages out within the test.
+	if _, err := SetupCapacity(ctx, env.js, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := PublishCapacity(ctx, env.js, a, 2048, "before"); err != nil {
+		t.Fatal(err)
+	}
+	var log watchLog
+	wctx, stop := context.WithCancel(ctx)
+	w, err := WatchCapacity(wctx, env.js, log.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); w.Wait() }()
+	if err := log.is(map[string]int{a: 2048}); err != nil {
+		t.Fatalf("before WatchCapacity returned: %v", err)
+	}
+
+	// A worker that keeps its records alive while the other ages out.
+	kctx, stopKeep := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- KeepCapacity(kctx, env.js, "alive", map[string]int{a: 1024, b: 256}, nil) }()
+	steps := []struct {
+		name string
+		do   func() error
+		want map[string]int
+	}{
+		{"the live worker's windows lower the minimum", func() error { return nil }, map[string]int{a: 1024, b: 256}},
+		{"a smaller window from a new worker", func() error { return PublishCapacity(ctx, env.js, b, 128, "small") }, map[string]int{a: 1024, b: 128}},
+		{"withdrawn workers stop counting", func() error {
+			return errors.Join(WithdrawCapacity(ctx, env.js, b, "small"), WithdrawCapacity(ctx, env.js, a, "before"))
+		}, map[string]int{a: 1024, b: 256}},
+		{"a stopped keeper withdraws its records", func() error { stopKeep(); return <-kept }, map[string]int{}},
+		{"a worker that will die publishes", func() error { return PublishCapacity(ctx, env.js, b, 64, "dies") }, map[string]int{b: 64}},
+		{"the dead worker ages out", func() error { return nil }, map[string]int{}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if err := s.do(); err != nil {
+				t.Fatal(err)
+			}
+			checkFor(t, 10*time.Second, func() error { return log.is(s.want) })
+		})
+	}
+}
+
+// TestKeepCapacityOutlivesTTL shows a kept record is still there after several
+// TTLs: the keeper republishes before it ages out.
+func TestKeepCapacityOutlivesTTL(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := SetupCapacity(ctx, env.js, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	kctx, stop := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- KeepCapacity(kctx, env.js, "w", map[string]int{"m": 300}, nil) }()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := Capacities(ctx, env.js, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, []int{300}) {
+			t.Fatalf("Capacities = %v while the keeper runs, want [300]", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	if err := <-kept; err != nil {
+		t.Fatal(err)
+	}
+	got, err := Capacities(ctx, env.js, "m")
+	if err != nil || len(got) != 0 {
+		t.Fatalf("after the keeper stopped: %v, %v; want none", got, err)
+	}
+}
+
+// FuzzDecodeCapacity: any bucket value either decodes to a record that
+// validates (a model, a worker, a positive window) or is refused.
+func FuzzDecodeCapacity(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"@cf/a/b","context":256,"worker":"w1"}`,
+		`{"model":"m","context":0,"worker":"w"}`,
+		`{"model":"m","context":-5,"worker":"w"}`,
+		`{"model":"","context":5,"worker":"w"}`,
+		`{"context":"256"}`,
+		`null`, ``, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeCapacity(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("error %v does not wrap ErrBadMessage", err)
+			}
+			return
+		}
+		if c.Model == "" || c.Worker == "" || c.Context <= 0 {
+			t.Fatalf("accepted an invalid record %+v", c)
+		}
+	})
+}
