@@ -14,8 +14,16 @@
 // sequence did not write itself, so a request can never attend to KV left in a
 // reused page by someone else, whether or not freed pages are scrubbed.
 //
+// For the prefill/decode handoff a sequence's pages can be exported
+// (ExportPage: one byte format, whose CRC-64 is PageChecksum) and imported into
+// a sequence of another pool with the same Layout (ImportPage, ImportVerified).
+// Import checks the bytes strictly against the layout and the sequence's state
+// before storing anything; imported slots then count as written by the
+// importing sequence, and by no one else.
+//
 // This package must never truncate a sequence, hand out a shorter placeholder or
 // grow the pool when memory runs out: an allocation that cannot be satisfied is
-// an *AllocError and allocates nothing. It must never let a page be reachable
+// an *AllocError and allocates nothing. It must never store a page it has not
+// fully validated, nor import into slots a sequence already wrote. It must never let a page be reachable
 // by two sequences at once, and must never import anything above models/.
 package kvcache

@@ -28,6 +28,13 @@ var (
 	ErrNotOwner = errors.New("kvcache: page not owned by this sequence")
 	// ErrFreed reports use of a sequence after Free.
 	ErrFreed = errors.New("kvcache: sequence already freed")
+	// ErrBadPage reports imported page data that does not match the pool's
+	// layout: wrong length, a written count out of range, counts that differ
+	// between layers, or more slots than the sequence reserved.
+	ErrBadPage = errors.New("kvcache: bad page data")
+	// ErrChecksum reports imported page data whose CRC-64 is not the expected
+	// one. Errors wrapping it wrap ErrBadPage too.
+	ErrChecksum = errors.New("kvcache: page checksum mismatch")
 )
 
 // AllocError is returned when a reservation cannot be satisfied. Nothing was

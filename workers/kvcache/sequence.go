@@ -1,9 +1,7 @@
 package kvcache
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/crc64"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -209,47 +207,5 @@ func (s *Sequence) Free() {
 	clear(s.written)
 }
 
-var crcTable = crc64.MakeTable(crc64.ECMA)
-
-// PageChecksum returns a CRC-64 (ECMA) of the written data of the sequence's
-// i-th page: for each layer in order, the written slot count as a little-endian
-// uint32, then the written K halves, then the written V halves, each half
-// little-endian. Two pages with the same written contents have the same sum
-// whatever their page ids.
-func (s *Sequence) PageChecksum(i int) (uint64, error) {
-	if s.freed {
-		return 0, ErrFreed
-	}
-	if i < 0 || i >= len(s.pages) {
-		return 0, fmt.Errorf("%w: page index %d not in [0, %d)", ErrInvalidArgument, i, len(s.pages))
-	}
-	p := s.pool
-	id := int(s.pages[i])
-	if got := p.pageSeq[id].Load(); got != s.id {
-		return 0, fmt.Errorf("%w: page %d (index %d) belongs to sequence %d, not %d", ErrNotOwner, id, i, got, s.id)
-	}
-	var buf [512]byte
-	var crc uint64
-	off := id * p.pageStride
-	for l := range p.layers {
-		w := p.pageWritten[id*p.layers+l].Load()
-		binary.LittleEndian.PutUint32(buf[:4], w)
-		crc = crc64.Update(crc, crcTable, buf[:4])
-		m := int(w) * p.kvDim
-		crc = crcHalves(crc, buf[:], p.k[l][off:off+m])
-		crc = crcHalves(crc, buf[:], p.v[l][off:off+m])
-	}
-	return crc, nil
-}
-
-func crcHalves(crc uint64, buf []byte, h []uint16) uint64 {
-	for len(h) > 0 {
-		n := min(len(h), len(buf)/2)
-		for j, x := range h[:n] {
-			binary.LittleEndian.PutUint16(buf[2*j:], x)
-		}
-		crc = crc64.Update(crc, crcTable, buf[:2*n])
-		h = h[n:]
-	}
-	return crc
-}
+// Pool returns the pool the sequence draws its pages from.
+func (s *Sequence) Pool() *Pool { return s.pool }
