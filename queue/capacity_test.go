@@ -143,6 +143,12 @@ func TestKeepCapacityOutlivesTTL(t *testing.T) {
 	kctx, stop := context.WithCancel(ctx)
 	kept := make(chan error, 1)
 	go func() { kept <- KeepCapacity(kctx, env.js, "w", map[string]int{"m": 300}, nil) }()
+	checkFor(t, 10*time.Second, func() error {
+		if got, err := Capacities(ctx, env.js, "m"); err != nil || !slices.Equal(got, []int{300}) {
+			return fmt.Errorf("Capacities = %v, %v; want [300] once the keeper has published", got, err)
+		}
+		return nil
+	})
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		got, err := Capacities(ctx, env.js, "m")
