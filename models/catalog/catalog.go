@@ -114,14 +114,21 @@ type Model struct {
 
 // Catalog is a validated set of models. It is safe for concurrent use.
 type Catalog struct {
-	mu     sync.RWMutex // guards models and byName; the *Model values are immutable
+	mu     sync.RWMutex // guards every field; the *Model values are immutable
 	models []*Model     // in file (or flag) order
 	byName map[string]int
+
+	// For a model under a LimitContext limit: the limit, and the catalog's
+	// own window (configured or trained, lowered by Clamp) that the limit
+	// hides and that removing it restores. Models without a limit have no
+	// entry in either map.
+	limit map[string]int
+	own   map[string]int
 }
 
 // newCatalog builds a catalog from validated models with unique names.
 func newCatalog(models []*Model) *Catalog {
-	c := &Catalog{models: models, byName: make(map[string]int, len(models))}
+	c := &Catalog{models: models, byName: make(map[string]int, len(models)), limit: map[string]int{}, own: map[string]int{}}
 	for i, m := range models {
 		c.byName[m.Name] = i
 	}
@@ -174,12 +181,66 @@ func (c *Catalog) Clamp(name string, window int) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownModel, name)
 	}
-	old := c.models[i]
-	if old.ContextWindow != 0 && window >= old.ContextWindow {
+	if own, limited := c.own[name]; limited {
+		if window < own {
+			c.own[name] = window
+			c.setWindow(i, min(window, c.limit[name]))
+		}
 		return nil
 	}
-	m := *old
+	if old := c.models[i]; old.ContextWindow != 0 && window >= old.ContextWindow {
+		return nil
+	}
+	c.setWindow(i, window)
+	return nil
+}
+
+// LimitContext sets a live limit on the context window advertised for name:
+// the smallest window that the workers serving it now can hold, as they
+// publish it. The advertised window becomes the smaller of the limit and the
+// catalog's own window (the configured or trained one, lowered by any Clamp).
+// Unlike a Clamp the limit may rise again as workers come and go, but never
+// lifts the window above the catalog's own; a limit of 0 removes it and
+// restores the own window. Limit a resolved catalog.
+func (c *Catalog) LimitContext(name string, limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("%w: limit %q to %d tokens: the limit must not be negative", ErrInvalid, name, limit)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.byName[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownModel, name)
+	}
+	own, limited := c.own[name]
+	if !limited {
+		own = c.models[i].ContextWindow
+	}
+	if own <= 0 {
+		return fmt.Errorf("%w: limit %q: the model has no context window yet (resolve the catalog first)", ErrInvalid, name)
+	}
+	window := own
+	if limit > 0 {
+		if c.own == nil {
+			c.own, c.limit = map[string]int{}, map[string]int{}
+		}
+		window = min(own, limit)
+		c.own[name], c.limit[name] = own, limit
+	} else {
+		delete(c.own, name)
+		delete(c.limit, name)
+	}
+	c.setWindow(i, window)
+	return nil
+}
+
+// setWindow replaces model i's entry with one advertising window, leaving
+// *Model values handed out before unchanged. c.mu must be held for writing.
+func (c *Catalog) setWindow(i, window int) {
+	if c.models[i].ContextWindow == window {
+		return
+	}
+	m := *c.models[i]
 	m.ContextWindow = window
 	c.models[i] = &m
-	return nil
 }

@@ -13,6 +13,12 @@
 // immutable snapshots: Clamp replaces a model's entry rather than changing it
 // in place, so a caller must look a model up again to see a clamp.
 //
+// A model's advertised context window only ever falls below what the file or
+// flags give: Clamp lowers it for good (a local KV pool too small for it), and
+// LimitContext lowers it for as long as the smallest live worker cannot hold
+// more (the edge follows workers' published windows). No call raises a window
+// above the catalog's own.
+//
 // The package must never run a model, read tensor data, hold a connection or
 // import anything above models/.
 package catalog
