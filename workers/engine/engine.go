@@ -205,20 +205,35 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	s := newSequence(ctx, e.model, req, smp)
+	if err := e.enqueue(s, nil); err != nil {
+		return nil, err
+	}
+	return s.events, nil
+}
+
+// enqueue appends s to the wait queue, or refuses it when the engine is
+// closed or the queue is full. ready, if not nil, runs with the lock held once
+// s is known to be accepted and before the scheduler can see it; when it
+// reports false, s is not queued (it has ended already) and enqueue still
+// returns nil.
+func (e *Engine) enqueue(s *sequence, ready func() bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if len(e.waiting) >= e.cfg.QueueSize {
-		return nil, ErrQueueFull
+		return ErrQueueFull
+	}
+	if ready != nil && !ready() {
+		return nil
 	}
 	e.waiting = append(e.waiting, s)
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
-	return s.events, nil
+	return nil
 }
 
 // check refuses what can never be served, before anything is queued.
@@ -327,16 +342,18 @@ func (e *Engine) admit(active []*sequence) []*sequence {
 	e.waiting = kept
 	for len(e.waiting) > 0 && len(active) < e.cfg.MaxBatch {
 		s := e.waiting[0]
-		kv := e.kv.NewSequence(s.req.Owner)
-		if err := kv.Reserve(len(s.req.Prompt) + s.req.MaxTokens); err != nil {
-			if errors.Is(err, kvcache.ErrPoolExhausted) && len(active) > 0 {
-				break // wait for running sequences to free pages
+		if s.kv == nil { // a resumed sequence arrives with its KV
+			kv := e.kv.NewSequence(s.req.Owner)
+			if err := kv.Reserve(s.reserve()); err != nil {
+				if errors.Is(err, kvcache.ErrPoolExhausted) && len(active) > 0 {
+					break // wait for running sequences to free pages
+				}
+				e.waiting = e.waiting[1:]
+				s.finish(Event{Err: fmt.Errorf("engine: reserving KV: %w", err)})
+				continue
 			}
-			e.waiting = e.waiting[1:]
-			s.finish(Event{Err: fmt.Errorf("engine: reserving KV: %w", err)})
-			continue
+			s.kv = kv
 		}
-		s.kv = kv
 		e.waiting = e.waiting[1:]
 		active = append(active, s)
 	}
@@ -380,7 +397,12 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			s.prefilled += len(c.tokens)
 		}
 		if c.logits {
-			s.next(logits[li])
+			if s.handoff {
+				s.first = s.sampler.Sample(logits[li], s.history)
+				s.finished = finishPrefilled
+			} else {
+				s.next(logits[li])
+			}
 			li++
 		}
 	}

@@ -27,6 +27,22 @@ type sequence struct {
 	failed    error
 	hitStop   bool // a stop sequence ended the output
 	ended     bool
+
+	// handoff marks a Prefill: the sequence reserves KV for the prompt only,
+	// samples first after it, and ends keeping its KV for the caller.
+	handoff bool
+	first   int32
+}
+
+// finishPrefilled is the internal finish reason of a Prefill that completed.
+const finishPrefilled = "prefilled"
+
+// reserve is the number of KV positions the sequence needs.
+func (s *sequence) reserve() int {
+	if s.handoff {
+		return len(s.req.Prompt)
+	}
+	return len(s.req.Prompt) + s.req.MaxTokens
 }
 
 func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler) *sequence {
@@ -43,7 +59,12 @@ func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler
 
 // next samples a token from logits and emits it.
 func (s *sequence) next(logits []float32) {
-	tok := s.sampler.Sample(logits, s.history)
+	s.accept(s.sampler.Sample(logits, s.history))
+}
+
+// accept appends tok to the output and emits it, ending the sequence on an
+// end-of-generation token, a stop sequence or max tokens.
+func (s *sequence) accept(tok int32) {
 	s.history = append(s.history, tok)
 	s.generated++
 	if !s.req.IgnoreEOS && s.model.Tokenizer.IsEOG(tok) {
@@ -68,6 +89,13 @@ func (s *sequence) finish(ev Event) {
 		return
 	}
 	s.ended = true
+	if s.handoff && ev.Err == nil {
+		// A completed Prefill: the KV now belongs to the caller.
+		ev.Usage = Usage{PromptTokens: len(s.req.Prompt)}
+		s.events <- ev
+		close(s.events)
+		return
+	}
 	if s.kv != nil {
 		s.kv.Free()
 	}

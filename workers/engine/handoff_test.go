@@ -1,0 +1,461 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+	"github.com/bulkhead-ai/bulkhead/workers/sample"
+)
+
+// collect drains a request's events into a Result, failing on an error event.
+func collect(t *testing.T, events <-chan Event, prompt []int32) *Result {
+	t.Helper()
+	res := &Result{PromptTokens: prompt}
+	for ev := range events {
+		if ev.Err != nil {
+			t.Errorf("event error: %v", ev.Err)
+			continue
+		}
+		if !ev.Done {
+			res.CompletionTokens = append(res.CompletionTokens, ev.Token)
+		}
+		res.Text += ev.Text
+		if ev.Done {
+			res.Finish = ev.Finish
+		}
+	}
+	return res
+}
+
+// transfer moves a prefilled prompt's KV from p's pool into a new sequence of
+// dst reserved for req, page by page through the exported bytes, and checks
+// that every page's checksum survives the trip. It releases p.
+func transfer(t *testing.T, p *Prefilled, dst *Engine, req Request) *kvcache.Sequence {
+	t.Helper()
+	defer p.Release()
+	if p.Seq.Len() != len(req.Prompt) || p.PromptTokens != len(req.Prompt) {
+		t.Fatalf("prefilled %d positions (PromptTokens %d) for a %d-token prompt", p.Seq.Len(), p.PromptTokens, len(req.Prompt))
+	}
+	seq, err := dst.NewSequenceFor(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range kvcache.PagesForTokens(len(req.Prompt), p.Seq.Pool().PageSize()) {
+		data, err := p.Seq.ExportPage(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := p.Seq.PageChecksum(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kvcache.Checksum(data) != sum {
+			t.Fatalf("page %d: checksum of the exported bytes differs from PageChecksum", i)
+		}
+		if err := seq.ImportPage(i, data); err != nil {
+			seq.Free()
+			t.Fatalf("ImportPage(%d): %v", i, err)
+		}
+		if got, _ := seq.PageChecksum(i); got != sum {
+			seq.Free()
+			t.Fatalf("page %d: checksum %#x after import, %#x before", i, got, sum)
+		}
+	}
+	return seq
+}
+
+func checkBaseline(t *testing.T, engines ...*Engine) {
+	t.Helper()
+	for i, e := range engines {
+		if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+			t.Errorf("engine %d: %d of %d KV pages free", i, free, total)
+		}
+	}
+}
+
+// TestPrefillExportImportResume: for every golden prompt, 64 tokens generated
+// on one unified engine equal a Prefill on engine A, its pages exported and
+// imported into engine B's pool, and a Resume on B. The prompts prefill
+// concurrently on A (chunked, batched together); B's pool was dirtied first.
+func TestPrefillExportImportResume(t *testing.T) {
+	m := loadStories(t)
+	cases := loadGolden(t)
+	const n = 64
+	unified := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	a := startEngine(t, m, Config{Threads: 2, Poison: true, PageSize: 4, ChunkSize: 3, MaxBatch: 4})
+	b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4, KVTokens: 4096})
+	// Dirty B's pool: other tenants write and free pages first.
+	for _, c := range cases[:3] {
+		r := greedy(c.PromptTokens, 40)
+		r.Owner = kvcache.Owner{Namespace: "other", Request: "dirt"}
+		if _, err := b.Generate(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := make([]*Result, len(cases))
+	for i, c := range cases {
+		res, err := unified.Generate(context.Background(), greedy(c.PromptTokens, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = res
+	}
+	pre := make([]*Prefilled, len(cases))
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() { pre[i], errs[i] = a.Prefill(context.Background(), greedy(c.PromptTokens, n)) })
+	}
+	wg.Wait()
+	for i, c := range cases {
+		t.Run(c.Prompt, func(t *testing.T) {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			req := greedy(c.PromptTokens, n)
+			seq := transfer(t, pre[i], b, req)
+			events, err := b.Resume(context.Background(), req, seq, pre[i].First)
+			if err != nil {
+				seq.Free()
+				t.Fatal(err)
+			}
+			got := collect(t, events, req.Prompt)
+			if j := firstDiff(got.CompletionTokens, want[i].CompletionTokens); j >= 0 {
+				t.Fatalf("token %d differs after the handoff:\n got %v\nwant %v", j, got.CompletionTokens, want[i].CompletionTokens)
+			}
+			if got.Text != want[i].Text || got.Finish != want[i].Finish {
+				t.Errorf("text %q finish %q, unified %q %q", got.Text, got.Finish, want[i].Text, want[i].Finish)
+			}
+		})
+	}
+	checkBaseline(t, a, b, unified)
+}
+
+// TestHandoffSampled: with a seeded sampler the split run draws the same
+// random stream as the unified one.
+func TestHandoffSampled(t *testing.T) {
+	m := loadStories(t)
+	prompt := loadGolden(t)[0].PromptTokens
+	e := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	d := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	for _, tc := range []struct {
+		name string
+		p    sample.Params
+	}{
+		{"whole vocabulary", sample.Params{Temperature: 0.9, Seed: 7}},
+		{"top-k and top-p", sample.Params{Temperature: 1.2, TopK: 20, TopP: 0.9, Seed: 11}},
+		{"penalties", sample.Params{Temperature: 0.8, RepetitionPenalty: 1.3, Seed: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := greedy(prompt, 40)
+			req.Sampling = tc.p
+			want, err := e.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := e.Prefill(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := transfer(t, p, d, req)
+			events, err := d.Resume(context.Background(), req, seq, p.First)
+			if err != nil {
+				seq.Free()
+				t.Fatal(err)
+			}
+			got := collect(t, events, prompt)
+			if !equal(got.CompletionTokens, want.CompletionTokens) {
+				t.Fatalf("sampled tokens differ after the handoff:\n got %v\nwant %v", got.CompletionTokens, want.CompletionTokens)
+			}
+		})
+	}
+	checkBaseline(t, e, d)
+}
+
+// TestImportRefusesDamagedPages: a page with a flipped byte fails its
+// checksum, and one truncated or with an inflated count is refused by
+// ImportPage; nothing is written, and the request never reaches Resume.
+func TestImportRefusesDamagedPages(t *testing.T) {
+	m := loadStories(t)
+	a := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	req := greedy(loadGolden(t)[3].PromptTokens, 8) // 10 tokens: pages of 4, 4, 2
+	p, err := a.Prefill(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	last, err := p.Seq.ExportPage(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := p.Seq.PageChecksum(2)
+	count := func(b []byte, c uint32) []byte {
+		b = slices.Clone(b)
+		per := len(b) / m.Hyper.Layers
+		for l := range m.Hyper.Layers {
+			binary.LittleEndian.PutUint32(b[l*per:], c)
+		}
+		return b
+	}
+	flip := func(at int) []byte { b := slices.Clone(last); b[at] ^= 0x10; return b }
+	tests := []struct {
+		name   string
+		data   []byte
+		verify bool // compare against the sender's checksum first
+		want   error
+	}{
+		{"flipped K byte", flip(4), true, kvcache.ErrChecksum},
+		{"flipped V byte", flip(len(last) - 1), true, kvcache.ErrChecksum},
+		{"flipped count byte", flip(0), false, kvcache.ErrBadPage},
+		{"truncated", last[:len(last)-2], false, kvcache.ErrBadPage},
+		{"truncated to a count", last[:4], false, kvcache.ErrBadPage},
+		{"inflated count", count(last, 3), false, kvcache.ErrBadPage},
+		{"count beyond the page", count(last, 5), false, kvcache.ErrBadPage},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := transferPages(t, p, b, req, 2)
+			defer seq.Free()
+			var err error
+			if tc.verify {
+				err = seq.ImportVerified(2, tc.data, sum)
+			} else {
+				err = seq.ImportPage(2, tc.data)
+			}
+			if !errors.Is(err, tc.want) || !errors.Is(err, kvcache.ErrBadPage) {
+				t.Fatalf("import = %v, want %v", err, tc.want)
+			}
+			if seq.Len() != 8 {
+				t.Fatalf("Len = %d after a refused import, want 8", seq.Len())
+			}
+			for l := range m.Hyper.Layers {
+				if w, _ := b.KV().PageWritten(seq.Pages()[2], l); w != 0 {
+					t.Fatalf("refused page has %d slots written at layer %d", w, l)
+				}
+			}
+			if _, err := b.Resume(context.Background(), req, seq, p.First); !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("Resume with the last page refused: %v, want ErrInvalidRequest", err)
+			}
+		})
+	}
+	p.Release()
+	checkBaseline(t, a, b)
+}
+
+// transferPages imports the first pages pages of p into a new sequence of dst.
+func transferPages(t *testing.T, p *Prefilled, dst *Engine, req Request, pages int) *kvcache.Sequence {
+	t.Helper()
+	seq, err := dst.NewSequenceFor(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pages {
+		data, err := p.Seq.ExportPage(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := seq.ImportPage(i, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return seq
+}
+
+// TestResumeRefused: Resume checks the sequence it is given before any token.
+func TestResumeRefused(t *testing.T) {
+	m := loadStories(t)
+	a := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	req := greedy(loadGolden(t)[3].PromptTokens, 8) // 10 tokens
+	p, err := a.Prefill(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	other := req
+	other.Owner = kvcache.Owner{Namespace: "someone-else", Request: "r"}
+	shortCap := b.KV().NewSequence(req.Owner)
+	if err := shortCap.Reserve(len(req.Prompt)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		data, _ := p.Seq.ExportPage(i)
+		if err := shortCap.ImportPage(i, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer shortCap.Free()
+	longer := greedy(append(slices.Clone(req.Prompt), 5), 8)
+	tests := []struct {
+		name  string
+		req   Request
+		seq   func(t *testing.T) *kvcache.Sequence
+		first int32
+	}{
+		{"one page missing", req, func(t *testing.T) *kvcache.Sequence { return transferPages(t, p, b, req, 2) }, p.First},
+		{"no pages", req, func(t *testing.T) *kvcache.Sequence { return transferPages(t, p, b, req, 0) }, p.First},
+		{"sequence of another pool", req, func(t *testing.T) *kvcache.Sequence { return nil }, p.First},
+		{"another tenant's request", other, func(t *testing.T) *kvcache.Sequence { return transferPages(t, p, b, req, 3) }, p.First},
+		{"room for the prompt only", req, func(t *testing.T) *kvcache.Sequence { return shortCap }, p.First},
+		{"prompt longer than the KV", longer, func(t *testing.T) *kvcache.Sequence {
+			s, err := b.NewSequenceFor(longer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				data, _ := p.Seq.ExportPage(i)
+				if err := s.ImportPage(i, data); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return s
+		}, p.First},
+		{"first token out of vocabulary", req, func(t *testing.T) *kvcache.Sequence { return transferPages(t, p, b, req, 3) }, int32(m.Hyper.Vocab)},
+		{"negative first token", req, func(t *testing.T) *kvcache.Sequence { return transferPages(t, p, b, req, 3) }, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := tc.seq(t)
+			if seq == nil {
+				seq = p.Seq // lives in a's pool
+			} else if seq != shortCap {
+				defer seq.Free()
+			}
+			events, err := b.Resume(context.Background(), tc.req, seq, tc.first)
+			if !errors.Is(err, ErrInvalidRequest) || events != nil {
+				t.Fatalf("Resume = %v (events %v), want ErrInvalidRequest and no stream", err, events != nil)
+			}
+		})
+	}
+	t.Run("freed sequence", func(t *testing.T) {
+		seq := transferPages(t, p, b, req, 3)
+		seq.Free()
+		if _, err := b.Resume(context.Background(), req, seq, p.First); !errors.Is(err, ErrInvalidRequest) {
+			t.Fatalf("Resume of a freed sequence = %v, want ErrInvalidRequest", err)
+		}
+	})
+	t.Run("the full sequence is accepted", func(t *testing.T) {
+		seq := transferPages(t, p, b, req, 3)
+		events, err := b.Resume(context.Background(), req, seq, p.First)
+		if err != nil {
+			seq.Free()
+			t.Fatal(err)
+		}
+		if res := collect(t, events, req.Prompt); len(res.CompletionTokens) == 0 || res.CompletionTokens[0] != p.First {
+			t.Fatalf("completion %v does not start with the prefilled token %d", res.CompletionTokens, p.First)
+		}
+	})
+	p.Release()
+	shortCap.Free()
+	checkBaseline(t, a, b)
+}
+
+// TestResumeEndsOnFirst: a first token that is the end of generation, or a
+// max_tokens of 1, ends the request at once and frees the sequence.
+func TestResumeEndsOnFirst(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	prompt := loadGolden(t)[0].PromptTokens
+	eos := int32(-1)
+	for id := range int32(m.Hyper.Vocab) {
+		if m.Tokenizer.IsEOG(id) {
+			eos = id
+			break
+		}
+	}
+	if eos < 0 {
+		t.Fatal("model has no end-of-generation token")
+	}
+	tests := []struct {
+		name       string
+		maxTokens  int
+		first      int32
+		wantFinish string
+	}{
+		{"max tokens 1", 1, prompt[1], "length"},
+		{"end of generation", 10, eos, "stop"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := greedy(prompt, tc.maxTokens)
+			p, err := e.Prefill(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := transfer(t, p, e, req)
+			events, err := e.Resume(context.Background(), req, seq, tc.first)
+			if err != nil {
+				seq.Free()
+				t.Fatal(err)
+			}
+			res := collect(t, events, prompt)
+			if !equal(res.CompletionTokens, []int32{tc.first}) || res.Finish != tc.wantFinish {
+				t.Fatalf("completion %v finish %q, want [%d] %q", res.CompletionTokens, res.Finish, tc.first, tc.wantFinish)
+			}
+			checkBaseline(t, e)
+		})
+	}
+}
+
+// TestPrefillRefused: Prefill admits as Submit does, reserving nothing for a
+// request it refuses, and frees its pages when cancelled.
+func TestPrefillRefused(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 64, KVTokens: 64})
+	small := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 2048, KVTokens: 32, AllowSmallPool: true})
+	tests := []struct {
+		name  string
+		e     *Engine
+		req   Request
+		want  error
+		limit int
+	}{
+		{"prompt over context", e, greedy(make([]int32, 70), 1), ErrContextLength, 64},
+		{"prompt plus max tokens over context", e, greedy(make([]int32, 60), 5), ErrContextLength, 64},
+		{"over the pool", small, greedy(make([]int32, 30), 5), ErrExceedsPool, 32},
+		{"no tenant", e, Request{Prompt: []int32{1}, MaxTokens: 1}, ErrInvalidRequest, 0},
+		{"empty prompt", e, greedy(nil, 1), ErrInvalidRequest, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.e.Prefill(context.Background(), tc.req)
+			if !errors.Is(err, tc.want) || p != nil {
+				t.Fatalf("Prefill = %v, %v; want %v", p, err, tc.want)
+			}
+			var le *LengthError
+			if tc.limit > 0 && (!errors.As(err, &le) || le.Limit != tc.limit || le.PromptTokens != len(tc.req.Prompt)) {
+				t.Fatalf("error %v, want a LengthError naming %d prompt tokens and the limit %d", err, len(tc.req.Prompt), tc.limit)
+			}
+			if used := tc.e.KV().UsedPages(); used != 0 {
+				t.Fatalf("%d KV pages allocated for a refused prefill", used)
+			}
+		})
+	}
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		p, err := e.Prefill(ctx, greedy([]int32{1, 403, 407}, 4))
+		if !errors.Is(err, context.Canceled) || p != nil {
+			t.Fatalf("Prefill with a cancelled context = %v, %v; want context.Canceled", p, err)
+		}
+		checkBaseline(t, e)
+	})
+	t.Run("reserves the prompt only", func(t *testing.T) {
+		p, err := e.Prefill(context.Background(), greedy(make([]int32, 20), 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Seq.Cap() != 20 || p.Seq.Len() != 20 {
+			t.Errorf("prefilled sequence Cap %d Len %d, want 20 and 20", p.Seq.Cap(), p.Seq.Len())
+		}
+		p.Release()
+		p.Release() // idempotent
+		checkBaseline(t, e)
+	})
+}
