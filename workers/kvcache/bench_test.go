@@ -207,3 +207,76 @@ func BenchmarkFreePageCold(b *testing.B) {
 		})
 	}
 }
+
+// fullPage returns a sequence of p holding one full page (all layers), for the
+// page export and import benchmarks.
+func fullPage(b *testing.B, p *Pool) *Sequence {
+	kvDim := p.KVDim()
+	n := p.PageSize()
+	k := make([]float32, n*kvDim)
+	v := make([]float32, n*kvDim)
+	for i := range k {
+		k[i], v[i] = float32(i%977)*0.01, -float32(i%613)*0.02
+	}
+	s := p.NewSequence(tenant)
+	if err := s.Reserve(n); err != nil {
+		b.Fatal(err)
+	}
+	for l := range p.Layers() {
+		if err := s.WriteRows(l, 0, k, v, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
+// BenchmarkExportPage serializes one full page of smollm2-135m's shape
+// (30 layers x 16 slots x 192 halves, K and V: 368,760 bytes).
+func BenchmarkExportPage(b *testing.B) {
+	p := newTestPool(b, smolCfg(1))
+	s := fullPage(b, p)
+	defer s.Free()
+	b.SetBytes(int64(p.Layout().PageBytes(p.PageSize())))
+	for b.Loop() {
+		if _, err := s.ExportPage(0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPageChecksum sums the same page without building its bytes.
+func BenchmarkPageChecksum(b *testing.B) {
+	p := newTestPool(b, smolCfg(1))
+	s := fullPage(b, p)
+	defer s.Free()
+	b.SetBytes(int64(p.Layout().PageBytes(p.PageSize())))
+	for b.Loop() {
+		if _, err := s.PageChecksum(0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkImportPage validates and stores the same page into a fresh
+// sequence (the Reserve and Free are part of each iteration).
+func BenchmarkImportPage(b *testing.B) {
+	src := newTestPool(b, smolCfg(1))
+	s := fullPage(b, src)
+	data, err := s.ExportPage(0)
+	s.Free()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := newTestPool(b, smolCfg(1))
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		d := p.NewSequence(tenant)
+		if err := d.Reserve(p.PageSize()); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.ImportPage(0, data); err != nil {
+			b.Fatal(err)
+		}
+		d.Free()
+	}
+}

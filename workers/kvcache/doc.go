@@ -24,6 +24,7 @@
 // This package must never truncate a sequence, hand out a shorter placeholder or
 // grow the pool when memory runs out: an allocation that cannot be satisfied is
 // an *AllocError and allocates nothing. It must never store a page it has not
-// fully validated, nor import into slots a sequence already wrote. It must never let a page be reachable
-// by two sequences at once, and must never import anything above models/.
+// fully validated, nor import into slots a sequence already wrote. It must
+// never let a page be reachable by two sequences at once, and must never import
+// anything above models/.
 package kvcache
