@@ -422,3 +422,33 @@ func TestClusterErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestCanaryAgainstCluster runs `bulkhead canary` against the multi-process
+// cluster with NaN-poisoned worker pools: no foreign markers, no response that
+// differs from its quiet reference, every over-long prompt refused.
+func TestCanaryAgainstCluster(t *testing.T) {
+	c := startCluster(t)
+	edgeURL := c.edge(t, "edge")
+	stdout, stderr, code := bulkhead(t, "canary", "--edge", edgeURL, "--key-dir", filepath.Dir(c.key.JWKSPath()),
+		"--tenants", "4", "--requests", "40", "--concurrency", "6", "--oversize-fraction", "0.2", "--max-tokens", "16", "--json")
+	if code != 0 {
+		t.Fatalf("canary exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var rep struct {
+		Tenants []struct {
+			Checked  int `json:"responses_checked"`
+			Oversize int `json:"oversize_sent"`
+		} `json:"tenants"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	checked, oversize := 0, 0
+	for _, tr := range rep.Tenants {
+		checked += tr.Checked
+		oversize += tr.Oversize
+	}
+	if len(rep.Tenants) != 4 || checked != 32 || oversize != 8 {
+		t.Fatalf("report %s: want 4 tenants, 32 responses checked and 8 over-long prompts", stdout)
+	}
+}

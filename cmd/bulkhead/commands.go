@@ -32,6 +32,7 @@ func commands() []command {
 		{"worker", "run a worker that serves jobs from NATS on the engine", runWorkerCmd},
 		{"nats", "run a standalone NATS server with JetStream", runNATS},
 		{"token", "mint a tenant token with the dev signing key", runToken},
+		{"canary", "check a running edge for cross-tenant leaks with canary tenants", runCanary},
 	}
 }
 

@@ -440,3 +440,38 @@ func (c *Client) ChatCompletionStream(ctx context.Context, req ChatRequest) (*St
 	}
 	return &Stream{body: resp.Body, r: bufio.NewReader(resp.Body), openAI: true}, nil
 }
+
+// Model is one entry of the OpenAI-compatible model list.
+type Model struct {
+	ID            string `json:"id"`
+	ContextWindow int    `json:"context_window"`
+	MaxModelLen   int    `json:"max_model_len"`
+}
+
+// Models lists the models the token may use (GET /v1/models).
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.openAIURL("models"), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, parseError(resp.StatusCode, data)
+	}
+	var out struct {
+		Data []Model `json:"data"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("client: decoding model list: %w", err)
+	}
+	return out.Data, nil
+}

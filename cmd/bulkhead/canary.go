@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/edge/canary"
+	"github.com/bulkhead-ai/bulkhead/edge/client"
+)
+
+// errCanaryFailed makes the exit status non-zero when a run finds a problem.
+var errCanaryFailed = errors.New("canary found problems")
+
+func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("canary", stderr)
+	edgeURL := fs.String("edge", "http://127.0.0.1:8787", "edge base URL")
+	model := fs.String("model", "", "model to call (default: the first the canary tenant may use)")
+	tenants := fs.Int("tenants", 8, "canary tenants (with --key-dir: minted as canary-0, canary-1, ...)")
+	requests := fs.Int("requests", 400, "requests in the load phase, all tenants together")
+	concurrency := fs.Int("concurrency", 8, "requests in flight in the load phase")
+	oversize := fs.Float64("oversize-fraction", 0.2, "share of prompts longer than the context window (must be refused)")
+	maxTokens := fs.Int("max-tokens", 24, "tokens generated per request")
+	seed := fs.Uint64("seed", 1, "seed for the prompts")
+	keyDir := fs.String("key-dir", "", "mint tenant tokens with the dev key in this directory")
+	tokens := fs.String("tokens", "", "file of `tenant token` lines, one per canary tenant (for production edges)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ts, err := canaryTenants(*edgeURL, *keyDir, *tokens, *tenants)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if *model == "" {
+		models, err := ts[0].Client.Models(ctx)
+		if err != nil {
+			return err
+		}
+		if len(models) == 0 {
+			return fmt.Errorf("the edge serves no model to tenant %s", ts[0].ID)
+		}
+		*model = models[0].ID
+	}
+	rep, err := canary.Run(ctx, canary.Config{
+		Model: *model, Tenants: ts, Requests: *requests, Concurrency: *concurrency,
+		OversizeFraction: *oversize, MaxTokens: *maxTokens, Seed: *seed,
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "canary: model %s, context window %d\n", rep.Model, rep.ContextWindow)
+		fmt.Fprintf(stdout, "%-12s %8s %7s %9s %8s %8s %7s\n", "tenant", "checked", "differ", "oversize", "refused", "foreign", "errors")
+		for _, t := range rep.Tenants {
+			fmt.Fprintf(stdout, "%-12s %8d %7d %9d %8d %8d %7d\n", t.Tenant, t.Checked, t.Differ, t.Oversize, t.OversizeRefused, t.Leaks, t.Errors)
+			for _, p := range t.Problems {
+				fmt.Fprintf(stdout, "  ! %s\n", p)
+			}
+		}
+	}
+	if !rep.OK() {
+		return errCanaryFailed
+	}
+	return nil
+}
+
+// canaryTenants builds the tenants' clients from minted or given tokens.
+func canaryTenants(edgeURL, keyDir, tokenFile string, n int) ([]canary.Tenant, error) {
+	var out []canary.Tenant
+	switch {
+	case keyDir != "" && tokenFile != "":
+		return nil, fmt.Errorf("%w: give --key-dir or --tokens, not both", errUsage)
+	case keyDir != "":
+		key, err := auth.LoadOrCreateDevKey(keyDir)
+		if err != nil {
+			return nil, err
+		}
+		for i := range n {
+			id := fmt.Sprintf("canary-%d", i)
+			tok, err := key.Mint(id, []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, canary.Tenant{ID: id, Client: client.New(edgeURL, tok)})
+		}
+	case tokenFile != "":
+		f, err := os.Open(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 64<<10)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+				continue
+			}
+			if len(fields) != 2 {
+				return nil, fmt.Errorf("%w: %s: want `tenant token` lines", errUsage, tokenFile)
+			}
+			out = append(out, canary.Tenant{ID: fields[0], Client: client.New(edgeURL, fields[1])})
+		}
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: give --key-dir (dev) or --tokens FILE", errUsage)
+	}
+	return out, nil
+}

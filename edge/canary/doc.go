@@ -1,0 +1,15 @@
+// Package canary checks a running Bulkhead edge for cross-tenant leaks, the
+// way an operator would against production: through the public API only, with
+// its own canary tenants, a bounded number of small greedy requests and a
+// bounded concurrency.
+//
+// Each tenant's prompts carry unique markers. Every prompt that fits is first
+// run alone (the quiet reference), then again under concurrent load; greedy
+// output must be identical, because stale or foreign KV would change it. Every
+// response is searched for other tenants' markers. A fraction of prompts are
+// longer than the model's context window and must be refused with the
+// prompt-too-long error, never served.
+//
+// It must never send anything but inference requests for its own tenants, and
+// never more than the configured number.
+package canary
