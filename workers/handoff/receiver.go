@@ -153,20 +153,18 @@ func (f *fetch) run(ctx context.Context, sink func(int, []byte) error) error {
 }
 
 // ask sends requests until the window is full or everything is asked for.
+// Answers held for later pages count against the window, which bounds them;
+// but when all of it is held that way and nothing is outstanding, the rest of
+// the current page is asked for anyway, or the transfer could not progress.
+// That answer fills the page buffer, not the window.
 func (f *fetch) ask() error {
-	for len(f.wait)+len(f.ahead) < f.cfg.Window {
-		var s span
-		switch {
-		case len(f.rest) > 0:
-			s, f.rest = f.rest[0], f.rest[1:]
-		case f.next.page < len(f.m.Pages):
-			size := f.m.Pages[f.next.page].Bytes
-			s = span{f.next.page, f.next.offset, min(f.cfg.MaxChunk, size-f.next.offset)}
-			f.next.offset += s.n
-			if f.next.offset == size {
-				f.next = span{page: f.next.page + 1}
-			}
-		default:
+	for {
+		full := len(f.wait)+len(f.ahead) >= f.cfg.Window
+		if full && len(f.wait) > 0 {
+			return nil
+		}
+		s, ok := f.pick(full)
+		if !ok {
 			if len(f.wait) == 0 {
 				return fmt.Errorf("%w: transfer %s: page %d incomplete with nothing left to ask for",
 					ErrTransfer, f.m.TransferID, f.cur)
@@ -183,7 +181,36 @@ func (f *fetch) ask() error {
 		}
 		f.wait = append(f.wait, inflight{s, time.Now()})
 	}
-	return nil
+}
+
+// pick takes the next span to ask for: the earliest remainder of a short
+// answer, else the next bytes never asked for. With onlyCur it takes only a
+// span of the current page.
+func (f *fetch) pick(onlyCur bool) (span, bool) {
+	if len(f.rest) > 0 {
+		k := 0
+		for i, r := range f.rest {
+			if r.page < f.rest[k].page || r.page == f.rest[k].page && r.offset < f.rest[k].offset {
+				k = i
+			}
+		}
+		s := f.rest[k]
+		if onlyCur && s.page != f.cur {
+			return span{}, false
+		}
+		f.rest = append(f.rest[:k], f.rest[k+1:]...)
+		return s, true
+	}
+	if f.next.page >= len(f.m.Pages) || onlyCur && f.next.page != f.cur {
+		return span{}, false
+	}
+	size := f.m.Pages[f.next.page].Bytes
+	s := span{f.next.page, f.next.offset, min(f.cfg.MaxChunk, size-f.next.offset)}
+	f.next.offset += s.n
+	if f.next.offset == size {
+		f.next = span{page: f.next.page + 1}
+	}
+	return s, true
 }
 
 // receive waits for the next answer, up to the oldest request's deadline.
