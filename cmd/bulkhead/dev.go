@@ -59,6 +59,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := wf.applyContext(cat); err != nil {
 		return err
 	}
+	// Engines for every model, before anything else starts: a KV pool too
+	// small for the context refuses start-up here, or (--clamp-context) clamps
+	// the window in cat, which the edge below advertises and admits by.
+	engineCtx, stopEngines := context.WithCancel(context.Background())
+	defer stopEngines()
+	engines, closeEngines, err := wf.engines(engineCtx, log, cat)
+	if err != nil {
+		return err
+	}
+	defer closeEngines()
 
 	// NATS with JetStream, in process.
 	ns, err := queue.StartServer(queue.ServerConfig{Port: *natsListen, StoreDir: filepath.Join(*dataDir, "jetstream")})
@@ -98,19 +108,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	// Workers: engines for every model, then the job loop.
-	engineCtx, stopEngines := context.WithCancel(context.Background())
-	defer stopEngines()
-	engines, closeEngines, err := wf.engines(engineCtx, log, cat)
-	if err != nil {
-		return err
-	}
-	defer closeEngines()
+	// Workers: the job loop over the engines.
 	wnc, wjs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-worker")
 	if err != nil {
 		return err
 	}
 	defer wnc.Close()
+	capCtx, stopCap := context.WithCancel(context.Background())
+	waitCap := publishCapacity(capCtx, log, wjs, workerID(), engines)
+	defer func() { stopCap(); waitCap() }()
 	workerCtx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- runWorker(workerCtx, log, wnc, wjs, engines, wf.concurrency) }()
@@ -122,6 +128,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer enc.Close()
+	// Workers joining this NATS from elsewhere may hold less than dev's own.
+	followCtx, stopFollow := context.WithCancel(context.Background())
+	waitFollow, err := followCapacity(followCtx, log, ejs, cat)
+	if err != nil {
+		stopFollow()
+		return err
+	}
+	defer func() { stopFollow(); waitFollow() }()
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs),
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,

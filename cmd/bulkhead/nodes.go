@@ -61,6 +61,7 @@ type engineFlags struct {
 	threads     int
 	kvTokens    int
 	context     int
+	clamp       bool
 	maxBatch    int
 	queueSize   int
 	concurrency int
@@ -72,6 +73,7 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&e.threads, "threads", 0, "kernel threads per model (0: all cores)")
 	fs.IntVar(&e.kvTokens, "kv-pool-tokens", 0, "KV pool size in tokens per model (0: the catalog's, else one full context window)")
 	fs.IntVar(&e.context, "context", 0, "context window to advertise for every model (0: the catalog's)")
+	fs.BoolVar(&e.clamp, "clamp-context", false, "when a model's KV pool cannot hold one request at its context window, advertise the pool's size instead of refusing to start")
 	fs.IntVar(&e.maxBatch, "max-batch", 16, "sequences decoded together per model")
 	fs.IntVar(&e.queueSize, "engine-queue", 64, "requests waiting for a batch slot per model")
 	fs.IntVar(&e.concurrency, "concurrency", 32, "jobs a worker runs at once, all models")
@@ -96,7 +98,10 @@ func (e *engineFlags) applyContext(cat *catalog.Catalog) error {
 }
 
 // engines loads every catalog model and runs an engine for each until ctx
-// ends. stop closes them and waits.
+// ends. stop closes them and waits. A model whose KV pool cannot hold one
+// request at its advertised context window is refused (a *poolError naming the
+// numbers), or with --clamp-context its window is clamped in cat to the pool's
+// size, so that everything built on cat advertises the window served.
 func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalog.Catalog) (map[string]*engine.Engine, func(), error) {
 	var scrub kvcache.ScrubMode
 	switch e.scrub {
@@ -128,8 +133,13 @@ func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalo
 			return nil, nil, fmt.Errorf("model %s: %w", cm.Name, err)
 		}
 		models = append(models, m)
+		window, err := e.fitContext(log, cat, cm, m.Hyper)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
 		cfg := engine.Config{
-			Threads: e.threads, Context: cm.ContextWindow, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
+			Threads: e.threads, Context: window, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
 			Poison: e.poison, Scrub: scrub, KVTokens: cm.KVPoolTokens, KVBytes: cm.KVPoolBytes,
 		}
 		if e.kvTokens > 0 {
@@ -148,7 +158,7 @@ func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalo
 				log.Error("engine stopped", "model", cm.Name, "err", err)
 			}
 		}()
-		log.Info("model ready", "model", cm.Name, "path", cm.Path, "context", cm.ContextWindow,
+		log.Info("model ready", "model", cm.Name, "path", cm.Path, "context", en.Context(),
 			"kv_pool_tokens", en.KV().TotalPages()*en.KV().PageSize())
 	}
 	return out, stop, nil

@@ -109,11 +109,8 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err := ef.applyContext(cat); err != nil {
 		return err
 	}
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+	// Engines first: a KV pool too small for the context refuses start-up
+	// before the worker touches NATS.
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	engines, stop, err := ef.engines(runCtx, log, cat)
@@ -121,6 +118,16 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 		return err
 	}
 	defer stop()
+	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	// Edges follow the windows published here; the records go when the
+	// worker stops, before its connection closes.
+	capCtx, stopCap := context.WithCancel(context.Background())
+	waitCap := publishCapacity(capCtx, log, js, workerID(), engines)
+	defer func() { stopCap(); waitCap() }()
 	return runWorker(ctx, log, nc, js, engines, ef.concurrency)
 }
 
@@ -169,6 +176,14 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	// Advertise no more than the live workers can hold.
+	followCtx, stopFollow := context.WithCancel(context.Background())
+	waitFollow, err := followCapacity(followCtx, log, js, cat)
+	if err != nil {
+		stopFollow()
+		return err
+	}
+	defer func() { stopFollow(); waitFollow() }()
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js),
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
