@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -374,6 +373,64 @@ func TestFetchWindow(t *testing.T) {
 	}
 }
 
+func TestFetchOutOfOrderAnswers(t *testing.T) {
+	url := startNATS(t)
+	fx := newFixture(t, 23, smolLayout, 40)
+	m := fx.manifest(t)
+	raw := newRawSender(t, connect(t, url), m.TransferID, fx.pages)
+	var got collector
+	const window = 4
+	early := 0 // answers sent before an earlier page's
+	f := fetchAsync(t, connect(t, url), m, ReceiverConfig{Window: window, MaxChunk: 150_000}, got.sink)
+	// Hold every window's requests, then answer them last first, so answers
+	// for later pages arrive before the page being assembled is complete.
+	for {
+		var msgs []*nats.Msg
+		var reqs []request
+	collect:
+		for len(msgs) < window {
+			select {
+			case msg := <-raw.reqs:
+				req, err := decodeRequest(msg.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if req.op == opDone {
+					if err, _ := f.wait(t, 5*time.Second); err != nil {
+						t.Fatalf("Fetch: %v", err)
+					}
+					if len(got.pages) != len(fx.pages) {
+						t.Fatalf("sink saw %d pages, want %d", len(got.pages), len(fx.pages))
+					}
+					for i := range fx.pages {
+						if !bytes.Equal(got.pages[i], fx.pages[i]) {
+							t.Fatalf("page %d differs", i)
+						}
+					}
+					if early == 0 {
+						t.Fatal("no answer ever arrived ahead of its page")
+					}
+					return
+				}
+				msgs, reqs = append(msgs, msg), append(reqs, req)
+			case <-time.After(100 * time.Millisecond):
+				if len(msgs) == 0 {
+					t.Fatal("no request and no done")
+				}
+				break collect // the receiver asked for all it may now
+			}
+		}
+		for i := 1; i < len(reqs); i++ {
+			if reqs[i].page > reqs[0].page {
+				early++
+			}
+		}
+		for i := len(msgs) - 1; i >= 0; i-- {
+			raw.answer(t, msgs[i], reqs[i])
+		}
+	}
+}
+
 func TestSenderGone(t *testing.T) {
 	url := startNATS(t)
 	const timeout = 400 * time.Millisecond
@@ -572,6 +629,3 @@ func TestSenderAnswersBadRequests(t *testing.T) {
 		t.Fatalf("Serve = %v after done", err)
 	}
 }
-
-// ExampleFetch would need a NATS server; the flow is in docs/handoff.md.
-var _ = fmt.Sprint
