@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
@@ -39,6 +38,7 @@ type forward struct {
 type attnScratch struct {
 	q16    []uint16
 	scores []float32
+	w16    []uint16 // softmax weights rounded to half
 }
 
 func newForward(m *Model, pool *kernels.Pool) *forward {
@@ -204,7 +204,7 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 // they weight V.
 func (fw *forward) attention(chunks []*chunk, views []kvcache.View, T int) {
 	h := fw.m.Hyper
-	qd, hd := h.Heads*h.HeadDim, h.HeadDim
+	qd, hd, kvd := h.Heads*h.HeadDim, h.HeadDim, h.KVDim()
 	group := h.Heads / h.KVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	items := T * h.Heads
@@ -226,15 +226,28 @@ func (fw *forward) attention(chunks []*chunk, views []kvcache.View, T int) {
 					sc.scores = make([]float32, n, n+n/2)
 				}
 				scores := sc.scores[:n]
+				if cap(sc.w16) < n {
+					sc.w16 = make([]uint16, n, cap(sc.scores))
+				}
 				kernels.F32ToF16s(sc.q16, fw.q[r*qd+head*hd:r*qd+(head+1)*hd])
-				g := head / group
-				for t := 0; t < n; t++ {
-					scores[t] = kernels.DotF16(sc.q16, view.K(t)[g*hd:(g+1)*hd]) * scale
+				koff := head / group * hd // this head's K/V columns in a row
+				// Walk the view page by page: rows of a page are contiguous.
+				for p, t := 0, 0; t < n; p++ {
+					kp, m := view.KPage(p), view.PageLen(p)
+					for j := 0; j < m && t < n; j, t = j+1, t+1 {
+						scores[t] = kernels.DotF16(sc.q16, kp[j*kvd+koff:j*kvd+koff+hd]) * scale
+					}
 				}
 				kernels.Softmax(scores)
-				for t := 0; t < n; t++ {
-					w := gguf.F16ToF32(gguf.F32ToF16(scores[t]))
-					kernels.AxpyF16(out, w, view.V(t)[g*hd:(g+1)*hd])
+				// llama.cpp rounds the weights to half before they weight V.
+				w16 := sc.w16[:n]
+				kernels.F32ToF16s(w16, scores)
+				kernels.F16ToF32s(scores, w16)
+				for p, t := 0, 0; t < n; p++ {
+					vp, m := view.VPage(p), view.PageLen(p)
+					for j := 0; j < m && t < n; j, t = j+1, t+1 {
+						kernels.AxpyF16(out, scores[t], vp[j*kvd+koff:j*kvd+koff+hd])
+					}
 				}
 			}
 		}

@@ -110,9 +110,13 @@ func Softmax(x []float32) {
 	if len(x) == 0 {
 		return
 	}
+	// A plain comparison, not the max builtin: max's NaN and signed-zero
+	// handling costs more than the rest of the loop.
 	m := float32(math.Inf(-1))
 	for _, v := range x {
-		m = max(m, v)
+		if v > m {
+			m = v
+		}
 	}
 	var sum float64
 	for i, v := range x {
