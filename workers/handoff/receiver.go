@@ -16,6 +16,7 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	DefaultMaxPageBytes   = 64 << 20
 	maxWindow             = 64
+	maxPageBytes          = 1<<31 - 1 // offsets travel as uint32
 )
 
 // ReceiverConfig configures the decode side of a transfer. Zero values take
@@ -32,7 +33,7 @@ type ReceiverConfig struct {
 	// DefaultRequestTimeout. Past it the sender is taken for gone.
 	RequestTimeout time.Duration
 	// MaxPageBytes is the largest page Fetch buffers; default
-	// DefaultMaxPageBytes.
+	// DefaultMaxPageBytes, at most 2 GiB less one byte.
 	MaxPageBytes int
 }
 
@@ -56,8 +57,8 @@ func (c *ReceiverConfig) fill() error {
 		return fmt.Errorf("%w: MaxChunk %d out of range [1, %d]", ErrConfig, c.MaxChunk, maxWireChunk)
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("%w: RequestTimeout %v", ErrConfig, c.RequestTimeout)
-	case c.MaxPageBytes < 1:
-		return fmt.Errorf("%w: MaxPageBytes %d", ErrConfig, c.MaxPageBytes)
+	case c.MaxPageBytes < 1 || c.MaxPageBytes > maxPageBytes:
+		return fmt.Errorf("%w: MaxPageBytes %d out of range [1, %d]", ErrConfig, c.MaxPageBytes, maxPageBytes)
 	}
 	return nil
 }

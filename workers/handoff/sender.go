@@ -82,7 +82,7 @@ func NewSender(nc *nats.Conn, m *Manifest, pages [][]byte, cfg SenderConfig) (*S
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	if err := m.check(int(^uint32(0) >> 1)); err != nil {
+	if err := m.check(maxPageBytes); err != nil {
 		return nil, err
 	}
 	if len(pages) != len(m.Pages) {

@@ -243,6 +243,7 @@ func TestFetchRefuses(t *testing.T) {
 		{"negative window", m, ReceiverConfig{Window: -1}, ErrConfig},
 		{"chunk over NATS payload", m, ReceiverConfig{MaxChunk: 1 << 20}, ErrConfig},
 		{"negative timeout", m, ReceiverConfig{RequestTimeout: -1}, ErrConfig},
+		{"page limit past uint32 offsets", m, ReceiverConfig{MaxPageBytes: 1 << 32}, ErrConfig},
 		{"page over the buffer limit", m, ReceiverConfig{MaxPageBytes: 1000}, ErrManifest},
 		{"no manifest", nil, ReceiverConfig{}, ErrManifest},
 		{"no pages", &Manifest{TransferID: "x"}, ReceiverConfig{}, ErrManifest},
