@@ -131,8 +131,11 @@ func followCapacity(ctx context.Context, log *slog.Logger, js jetstream.JetStrea
 				log.Error("limiting the context window", "model", m.Name, "err", err)
 				continue
 			}
-			if now, _ := cat.EffectiveContext(m.Name); now != before {
-				log.Warn("advertised context window follows the live workers", "model", m.Name, "was", before, "now", now)
+			switch now, _ := cat.EffectiveContext(m.Name); {
+			case now < before:
+				log.Warn("advertised context window lowered to the smallest live worker's", "model", m.Name, "was", before, "now", now)
+			case now > before:
+				log.Info("advertised context window raised: the smaller workers are gone", "model", m.Name, "was", before, "now", now)
 			}
 		}
 	})

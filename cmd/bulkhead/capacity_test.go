@@ -182,10 +182,9 @@ func httpJSON(t *testing.T, method, url, token, body string, out any) int {
 	return resp.StatusCode
 }
 
-// advertised returns the window an edge advertises for model in
-// /ai/models/search (context_window) and /v1/models (context_window,
-// max_model_len), failing the test when they disagree.
-func advertised(t *testing.T, base, token, model string) int {
+// windows returns the windows an edge advertises for model: context_window
+// in /ai/models/search, then context_window and max_model_len in /v1/models.
+func windows(t *testing.T, base, token, model string) [3]int {
 	t.Helper()
 	var search struct {
 		Result []struct {
@@ -209,25 +208,39 @@ func advertised(t *testing.T, base, token, model string) int {
 	if code := httpJSON(t, "GET", base+"/v1/models", token, "", &list); code != 200 {
 		t.Fatalf("/v1/models: status %d", code)
 	}
-	native := ""
+	out := [3]int{-1, -1, -1}
 	for _, m := range search.Result {
 		for _, p := range m.Properties {
 			if m.Name == model && p.PropertyID == "context_window" {
-				native = p.Value
+				if _, err := fmt.Sscan(p.Value, &out[0]); err != nil {
+					t.Fatalf("/ai/models/search context_window %q: %v", p.Value, err)
+				}
 			}
 		}
 	}
 	for _, m := range list.Data {
-		if m.ID != model {
-			continue
+		if m.ID == model {
+			out[1], out[2] = m.ContextWindow, m.MaxModelLen
 		}
-		if m.MaxModelLen != m.ContextWindow || native != fmt.Sprint(m.ContextWindow) {
-			t.Fatalf("windows disagree: /ai/models/search %q, /v1/models context_window %d, max_model_len %d", native, m.ContextWindow, m.MaxModelLen)
-		}
-		return m.ContextWindow
 	}
-	t.Fatalf("/v1/models does not list %s", model)
-	return 0
+	return out
+}
+
+// advertised returns the window an edge advertises for model, failing the
+// test unless /ai/models/search and /v1/models (context_window and
+// max_model_len) all give it.
+func advertised(t *testing.T, base, token, model string) int {
+	t.Helper()
+	w := windows(t, base, token, model)
+	if w[0] != w[1] || w[1] != w[2] || w[0] <= 0 {
+		t.Fatalf("windows disagree or are missing: /ai/models/search %d, /v1/models context_window %d, max_model_len %d", w[0], w[1], w[2])
+	}
+	return w[0]
+}
+
+// advertisesAll reports whether every endpoint advertises want.
+func advertisesAll(t *testing.T, base, token, model string, want int) bool {
+	return windows(t, base, token, model) == [3]int{want, want, want}
 }
 
 // longPrompt is text of about 300 stories260K tokens: under the trained 2048
@@ -419,7 +432,7 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 			if err := s.do(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 30*time.Second, fmt.Sprintf("the edge to advertise %d", s.want), func() bool { return advertised(t, base, tok, clampModel) == s.want })
+			waitFor(t, 30*time.Second, fmt.Sprintf("the edge to advertise %d", s.want), func() bool { return advertisesAll(t, base, tok, clampModel, s.want) })
 		})
 	}
 	t.Run("admission follows the window", func(t *testing.T) {
@@ -428,7 +441,7 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 		if err := queue.PublishCapacity(ctx, js, clampModel, 256, "small"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "the edge to advertise 256", func() bool { return advertised(t, base, tok, clampModel) == 256 })
+		waitFor(t, 30*time.Second, "the edge to advertise 256", func() bool { return advertisesAll(t, base, tok, clampModel, 256) })
 		if status, code := runStatus(t, base, tok, clampModel, long); status != 413 || code != 3006 {
 			t.Fatalf("status %d code %d, want 413 code 3006", status, code)
 		}

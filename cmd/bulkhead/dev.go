@@ -108,12 +108,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	// Workers: the job loop over the engines.
+	// Both connections set the streams up before the worker creates its
+	// consumers: nats-server races a stream update against a consumer
+	// creation on the same stream.
 	wnc, wjs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-worker")
 	if err != nil {
 		return err
 	}
 	defer wnc.Close()
+	enc, ejs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-edge")
+	if err != nil {
+		return err
+	}
+	defer enc.Close()
+
+	// Workers: the job loop over the engines.
 	capCtx, stopCap := context.WithCancel(context.Background())
 	waitCap := publishCapacity(capCtx, log, wjs, workerID(), engines)
 	defer func() { stopCap(); waitCap() }()
@@ -123,11 +132,6 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer func() { stopWorker(); <-workerDone }()
 
 	// Edge.
-	enc, ejs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-edge")
-	if err != nil {
-		return err
-	}
-	defer enc.Close()
 	// Workers joining this NATS from elsewhere may hold less than dev's own.
 	followCtx, stopFollow := context.WithCancel(context.Background())
 	waitFollow, err := followCapacity(followCtx, log, ejs, cat)
