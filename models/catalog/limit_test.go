@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"sync"
 	"testing"
 )
 
@@ -78,4 +79,41 @@ func TestLimitContext(t *testing.T) {
 			t.Fatalf("a *Model looked up before the limit changed to %d", before.ContextWindow)
 		}
 	})
+}
+
+// TestLimitConcurrentUse runs limits, clamps and lookups together; the race
+// detector checks the locking, and the window never leaves its bounds.
+func TestLimitConcurrentUse(t *testing.T) {
+	c := testCatalog()
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			for i := range 200 {
+				switch g {
+				case 0:
+					if err := c.LimitContext("@cf/a/one", 100+i%7*300); err != nil {
+						t.Error(err)
+						return
+					}
+				case 1:
+					if err := c.Clamp("@cf/a/one", 2048-i); err != nil {
+						t.Error(err)
+						return
+					}
+				default:
+					if m, ok := c.Lookup("@cf/a/one"); !ok || m.ContextWindow < 100 || m.ContextWindow > 2048 {
+						t.Errorf("Lookup during limits: %v, %v", m, ok)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.LimitContext("@cf/a/one", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.EffectiveContext("@cf/a/one"); got != 2048-199 {
+		t.Errorf("window after the limit lifted = %d, want the clamped %d", got, 2048-199)
+	}
 }
