@@ -7,7 +7,12 @@
 // Edge side: Client.Submit subscribes to a job's reply subject, then publishes
 // the job (Nats-Msg-Id = job id) on its model's subject; Replies returns the
 // frames in seq order and reports gaps and silent streams. Worker side:
-// EnsureConsumer, Results.Claim and Replier. Every queue is bounded: the jobs
+// EnsureConsumer, Results.Claim and Replier. Disaggregated serving: a
+// prefill worker publishes a Handover (the job and its KV manifest, opaque
+// here) on DecodeSubject with PublishHandover, and decode workers take it
+// through EnsureDecodeConsumer; both claim the same job record, and
+// Replier.FailIfHeld lets either end it only while its claim is current.
+// Every queue is bounded: the jobs
 // stream refuses new jobs when full (ErrQueueFull), reply subscriptions cap
 // their pending frames, the results bucket has a size and a TTL.
 //

@@ -172,3 +172,33 @@ func (r *Replier) publish(f *Frame) error {
 	}
 	return nil
 }
+
+// FailIfHeld ends the job with an error frame as Fail does, but records the
+// failure first, by compare-and-set: if another worker has claimed the job
+// since this Replier last wrote its record (a decode worker after the prefill
+// worker that handed the job over, or the reverse), it returns ErrLostClaim
+// and sends nothing. Workers that share a job across a hand-over use it so
+// that at most one of them ends the stream.
+func (r *Replier) FailIfHeld(ctx context.Context, kind ErrorKind, msg string) error {
+	if r.end {
+		return ErrEnded
+	}
+	fe := &FrameError{Kind: kind, Message: msg}
+	rec := *r.rec
+	rec.Status = StatusFailed
+	rec.Error = fe
+	rec.Text = ""
+	rev, err := r.res.Update(ctx, &rec, r.rev)
+	if errors.Is(err, ErrConflict) {
+		r.end = true
+		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
+	}
+	if err != nil {
+		return err
+	}
+	r.rec, r.rev, r.end = &rec, rev, true
+	if r.job.Reply == "" {
+		return nil
+	}
+	return r.publish(&Frame{Kind: KindError, Error: fe})
+}

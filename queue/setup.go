@@ -23,6 +23,9 @@ type StreamConfig struct {
 	Memory          bool          // keep jobs and results in memory instead of files
 	Replicas        int           // default 1
 
+	MaxDecodeJobs  int64 // prefilled jobs waiting for a decode worker, all models; default 1000
+	MaxDecodeBytes int64 // bytes held by the decode stream; default 64 MiB
+
 	ResultsTTL      time.Duration // how long async results and job markers live; default 24h
 	ResultsMaxBytes int64         // bytes held by the results bucket; default 256 MiB
 }
@@ -43,6 +46,12 @@ func (c *StreamConfig) fill() error {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if c.MaxDecodeJobs == 0 {
+		c.MaxDecodeJobs = 1000
+	}
+	if c.MaxDecodeBytes == 0 {
+		c.MaxDecodeBytes = 64 << 20
+	}
 	if c.ResultsTTL == 0 {
 		c.ResultsTTL = 24 * time.Hour
 	}
@@ -62,6 +71,10 @@ func (c *StreamConfig) fill() error {
 		return fmt.Errorf("%w: Duplicates %v must lie in [0, MaxAge]", ErrConfig, c.Duplicates)
 	case c.Replicas < 0:
 		return fmt.Errorf("%w: Replicas %d", ErrConfig, c.Replicas)
+	case c.MaxDecodeJobs < 0:
+		return fmt.Errorf("%w: MaxDecodeJobs %d", ErrConfig, c.MaxDecodeJobs)
+	case c.MaxDecodeBytes < 0:
+		return fmt.Errorf("%w: MaxDecodeBytes %d", ErrConfig, c.MaxDecodeBytes)
 	case c.ResultsTTL < 0:
 		return fmt.Errorf("%w: ResultsTTL %v", ErrConfig, c.ResultsTTL)
 	case c.ResultsMaxBytes < 0:
@@ -71,8 +84,9 @@ func (c *StreamConfig) fill() error {
 }
 
 // Setup creates or updates the jobs stream (work-queue retention on "jobs.>",
-// bounded, refusing new jobs when full) and the results bucket. It is
-// idempotent: every node may call it at start-up.
+// bounded, refusing new jobs when full), the decode hand-over stream (the
+// same on "decode.>") and the results bucket. It is idempotent: every node
+// may call it at start-up.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
 	if err := cfg.fill(); err != nil {
 		return err
@@ -100,6 +114,21 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 		return fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        DecodeStream,
+		Description: "Bulkhead prefilled jobs waiting for a decode worker, one subject per model",
+		Subjects:    []string{DecodePrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     cfg.MaxDecodeJobs,
+		MaxBytes:    cfg.MaxDecodeBytes,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.Duplicates,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("queue: stream %s: %w", DecodeStream, err)
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      ResultsBucket,
