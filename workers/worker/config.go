@@ -7,7 +7,45 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/handoff"
 )
+
+// Role is what part of a request a worker runs.
+type Role string
+
+// Worker roles.
+const (
+	// RoleUnified runs whole requests: it takes jobs.<model>, prefills and
+	// decodes on one engine. The zero Role means RoleUnified.
+	RoleUnified Role = "unified"
+	// RolePrefill takes jobs.<model>, runs the prompt, and hands the request
+	// and its KV pages to a decode worker (decode.<model> and a transfer).
+	RolePrefill Role = "prefill"
+	// RoleDecode takes decode.<model>, verifies and pulls the KV pages, and
+	// generates the answer.
+	RoleDecode Role = "decode"
+)
+
+// ParseRole reads a role name; the empty string is RoleUnified.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case "":
+		return RoleUnified, nil
+	case RoleUnified, RolePrefill, RoleDecode:
+		return r, nil
+	}
+	return "", fmt.Errorf("%w: role %q is not unified, prefill or decode", ErrConfig, s)
+}
+
+// HandoffConfig configures the KV transfers of the prefill and decode roles.
+type HandoffConfig struct {
+	// Sender is the prefill side: its StartTimeout bounds how long a prefilled
+	// request waits for a decode worker to start pulling it.
+	Sender handoff.SenderConfig
+	// Receiver is the decode side. A zero MaxPageBytes means the size of one
+	// full page of the engine's own pool: nothing larger is ever buffered.
+	Receiver handoff.ReceiverConfig
+}
 
 // ErrConfig reports a worker configuration that cannot run.
 var ErrConfig = errors.New("worker: invalid config")
@@ -15,6 +53,10 @@ var ErrConfig = errors.New("worker: invalid config")
 // Config configures a Worker. Zero values take the defaults noted; negative
 // values are refused.
 type Config struct {
+	// Role is the part of each request this worker runs; default RoleUnified.
+	Role Role
+	// Handoff configures KV transfers (prefill and decode roles only).
+	Handoff HandoffConfig
 	// Models maps catalog names to running engines (the caller runs them).
 	Models map[string]*engine.Engine
 	// Concurrency bounds the jobs in flight at once, all models together;
@@ -37,6 +79,12 @@ type Config struct {
 }
 
 func (c *Config) fill() error {
+	if c.Role == "" {
+		c.Role = RoleUnified
+	}
+	if _, err := ParseRole(string(c.Role)); err != nil {
+		return err
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
 	}

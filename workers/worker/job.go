@@ -30,8 +30,9 @@ type refusal struct {
 	msg  string
 }
 
-// handle runs one delivery of a job to its end: a frame stream, a refusal, a
-// requeue, or nothing (already finished, or another worker holds it).
+// handle runs one delivery of a job to its end: a frame stream, a hand-over
+// to a decode worker (prefill role), a refusal, a requeue, or nothing
+// (already finished, or another worker holds it).
 func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
 	ctx = queue.ExtractTrace(ctx, msg.Headers())
 	log := w.log.With("model", model)
@@ -43,26 +44,8 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 	log = log.With("job", job.ID, "tenant", job.Tenant)
 	// Records outlive a shutdown: write them even after ctx is cancelled.
 	kctx := context.WithoutCancel(ctx)
-	rp, claim, err := res.Claim(kctx, w.nc, job)
-	if err != nil {
-		log.Warn("claiming job; will retry", "err", err)
-		w.settle(log, msg.NakWithDelay(w.cfg.BusyDelay))
-		return
-	}
-	switch claim {
-	case queue.ClaimFinished:
-		log.Info("job already finished; not running it again")
-		w.settle(log, msg.Ack())
-		return
-	case queue.ClaimLostMidStream:
-		log.Warn("job redelivered after its worker sent frames; failing it")
-		w.fail(kctx, log, rp, queue.ErrKindInternal, "worker lost mid-stream")
-		w.settle(log, msg.Ack())
-		return
-	}
-	if job.Model != model {
-		w.fail(kctx, log, rp, queue.ErrKindUnknownModel, fmt.Sprintf("job for model %q arrived on the subject of %q", job.Model, model))
-		w.settle(log, msg.Term())
+	rp := w.claim(kctx, log, res, job, model, msg)
+	if rp == nil {
 		return
 	}
 	req, ref := admit(job, eng)
@@ -71,7 +54,40 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 		w.settle(log, msg.Ack())
 		return
 	}
+	if w.cfg.Role == RolePrefill {
+		w.prefill(ctx, kctx, log, res, rp, job, eng, req, msg)
+		return
+	}
 	w.run(ctx, kctx, log, rp, job, eng, req, msg)
+}
+
+// claim applies the redelivery rule (queue.Results.Claim) to a delivery of
+// job and returns the Replier to run it with, or nil once it has settled msg
+// (already finished, lost mid-stream, wrong model, or the claim failed).
+func (w *Worker) claim(kctx context.Context, log *slog.Logger, res *queue.Results, job *queue.Job, model string, msg jetstream.Msg) *queue.Replier {
+	rp, claim, err := res.Claim(kctx, w.nc, job)
+	if err != nil {
+		log.Warn("claiming job; will retry", "err", err)
+		w.settle(log, msg.NakWithDelay(w.cfg.BusyDelay))
+		return nil
+	}
+	switch claim {
+	case queue.ClaimFinished:
+		log.Info("job already finished; not running it again")
+		w.settle(log, msg.Ack())
+		return nil
+	case queue.ClaimLostMidStream:
+		log.Warn("job redelivered after its worker sent frames; failing it")
+		w.fail(kctx, log, rp, queue.ErrKindInternal, "worker lost mid-stream")
+		w.settle(log, msg.Ack())
+		return nil
+	}
+	if job.Model != model {
+		w.fail(kctx, log, rp, queue.ErrKindUnknownModel, fmt.Sprintf("job for model %q arrived on the subject of %q", job.Model, model))
+		w.settle(log, msg.Term())
+		return nil
+	}
+	return rp
 }
 
 // admit checks a job against the engine's own limits and builds its request.
@@ -140,6 +156,16 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, rp *queue.Repl
 		return
 	}
 
+	w.stream(rctx, kctx, abort, log, rp, job, events, msg, true)
+}
+
+// stream sends a running request's events as reply frames and then ends the
+// job: a final frame and a usage event, or an error frame, or (when
+// canRequeue and nothing went out yet) a requeue after a shutdown. It marks
+// msg in progress meanwhile and settles it. Unified and decode workers both
+// stream through it.
+func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFunc, log *slog.Logger, rp *queue.Replier,
+	job *queue.Job, events <-chan engine.Event, msg jetstream.Msg, canRequeue bool) {
 	stopBeat := w.heartbeat(log, msg)
 	var (
 		final     *engine.Event
@@ -166,7 +192,7 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, rp *queue.Repl
 		log.Warn("another worker claimed the job; leaving it", "err", streamErr)
 	case streamErr != nil:
 		log.Error("streaming reply", "err", streamErr)
-		if rp.Streamed() {
+		if rp.Streamed() || !canRequeue {
 			w.fail(kctx, log, rp, queue.ErrKindInternal, "worker could not send the reply")
 			w.settle(log, msg.Ack())
 		} else {
@@ -181,7 +207,7 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, rp *queue.Repl
 		w.settle(log, msg.Ack())
 	default:
 		cause := context.Cause(rctx)
-		if (errors.Is(cause, errShutdown) || errors.Is(endErr, engine.ErrClosed)) && !rp.Streamed() {
+		if canRequeue && (errors.Is(cause, errShutdown) || errors.Is(endErr, engine.ErrClosed)) && !rp.Streamed() {
 			w.requeue(kctx, log, rp, msg, 0)
 			return
 		}
@@ -235,9 +261,21 @@ func (w *Worker) heartbeat(log *slog.Logger, msg jetstream.Msg) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// fail ends the job with an error frame. Prefill and decode workers share
+// each job's record across the hand-over, so they fail it only while their
+// claim is current (Replier.FailIfHeld): at most one of them ends the stream.
 func (w *Worker) fail(ctx context.Context, log *slog.Logger, rp *queue.Replier, kind queue.ErrorKind, text string) {
 	log.Info("job refused or failed", "kind", kind, "reason", text)
-	if err := rp.Fail(ctx, kind, text); err != nil {
+	var err error
+	if w.cfg.Role == RoleUnified {
+		err = rp.Fail(ctx, kind, text)
+	} else {
+		err = rp.FailIfHeld(ctx, kind, text)
+	}
+	switch {
+	case errors.Is(err, queue.ErrLostClaim):
+		log.Info("the job moved on to another worker; not failing it here", "err", err)
+	case err != nil:
 		log.Error("sending error frame", "err", err)
 	}
 }
@@ -266,8 +304,14 @@ func (w *Worker) refuseUndecodable(log *slog.Logger, msg jetstream.Msg, derr err
 	log.Warn("refusing undecodable job", "err", derr)
 	var partial struct {
 		Reply string `json:"reply"`
+		Job   struct {
+			Reply string `json:"reply"`
+		} `json:"job"` // a decode hand-over
 	}
-	if json.Unmarshal(msg.Data(), &partial) == nil && partial.Reply != "" {
+	if json.Unmarshal(msg.Data(), &partial) == nil && partial.Reply == "" {
+		partial.Reply = partial.Job.Reply
+	}
+	if partial.Reply != "" {
 		b, err := queue.EncodeFrame(&queue.Frame{Seq: 1, Kind: queue.KindError,
 			Error: &queue.FrameError{Kind: queue.ErrKindInvalidInput, Message: derr.Error()}})
 		if err == nil {

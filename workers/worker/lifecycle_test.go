@@ -324,13 +324,13 @@ func TestHeartbeat(t *testing.T) {
 	e := startEngine(t, engine.Config{})
 	startWorker(t, ev, Config{
 		Models:         map[string]*engine.Engine{model: e},
-		HeartbeatEvery: 100 * time.Millisecond,
-		Consumer:       queue.ConsumerConfig{AckWait: time.Second},
+		HeartbeatEvery: 50 * time.Millisecond,
+		Consumer:       queue.ConsumerConfig{AckWait: 300 * time.Millisecond},
 	})
 	for seed := range uint64(4) {
 		job := newJob(t, "Once upon a time", e.Context()-16)
 		job.Sampling = queue.Sampling{Temperature: 0.8, Seed: seed}
-		job.Deadline = time.Now().Add(2500 * time.Millisecond)
+		job.Deadline = time.Now().Add(1200 * time.Millisecond)
 		r, err := ev.client.Submit(context.Background(), job)
 		if err != nil {
 			t.Fatal(err)

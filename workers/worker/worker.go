@@ -43,7 +43,8 @@ func New(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*
 	return &Worker{log: log, nc: nc, js: js, cfg: cfg}, nil
 }
 
-// Run creates (or joins) one durable consumer per model and runs jobs until
+// Run creates (or joins) one durable consumer per model (on the jobs stream,
+// or on the decode stream for RoleDecode) and runs jobs until
 // ctx ends. It then stops fetching, waits up to Config.Grace for in-flight
 // jobs, cancels the rest, waits for them to end and returns nil. Errors
 // setting up consumers are returned at once.
@@ -61,14 +62,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		cons jetstream.Consumer
 	}
 	var models []served
+	ensure, handle := queue.EnsureConsumer, w.handle
+	if w.cfg.Role == RoleDecode {
+		ensure, handle = queue.EnsureDecodeConsumer, w.handleDecode
+	}
 	for name, eng := range w.cfg.Models {
-		c, err := queue.EnsureConsumer(ctx, w.js, name, w.cfg.Consumer)
+		c, err := ensure(ctx, w.js, name, w.cfg.Consumer)
 		if err != nil {
 			return err
 		}
 		models = append(models, served{name, eng, c})
 	}
-	w.log.Info("worker running", "models", len(models), "concurrency", w.cfg.Concurrency)
+	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "concurrency", w.cfg.Concurrency)
 
 	// Jobs outlive ctx by the grace period, so they run under their own context.
 	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -80,7 +85,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.fetch(ctx, m.cons, slots, func(msg jetstream.Msg) {
 				jobs.Go(func() {
 					defer func() { <-slots }()
-					w.handle(jobCtx, res, m.name, m.eng, msg)
+					handle(jobCtx, res, m.name, m.eng, msg)
 				})
 			})
 		})
