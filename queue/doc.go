@@ -12,9 +12,8 @@
 // here) on DecodeSubject with PublishHandover, and decode workers take it
 // through EnsureDecodeConsumer; both claim the same job record, and
 // Replier.FailIfHeld lets either end it only while its claim is current.
-// Every queue is bounded: the jobs
-// stream refuses new jobs when full (ErrQueueFull), reply subscriptions cap
-// their pending frames, the results bucket has a size and a TTL.
+// Every queue is bounded: the jobs and decode streams refuse new messages
+// when full (ErrQueueFull), reply subscriptions cap their pending frames, the results bucket has a size and a TTL.
 //
 // It carries data; it never decides policy (admission, quotas, scheduling) and
 // never imports edge/ or workers/.
