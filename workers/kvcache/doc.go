@@ -21,10 +21,25 @@
 // before storing anything; imported slots then count as written by the
 // importing sequence, and by no one else.
 //
+// The pool also keeps a per-tenant prefix cache of full pages. A sequence
+// whose request opted in may publish its leading full pages (PublishPrefix);
+// they keep their contents, become read-only and pass to the cache, owned by
+// the sequence's namespace. A later sequence of the same namespace, for the
+// same model and the same leading tokens, starts from them (AttachPrefix).
+// Entries are keyed by a SHA-256 chain whose root hashes the namespace and the
+// model, so equal prompts of two tenants never share a key; the namespace
+// always comes from the sequence's Owner, never from an argument, and is
+// checked again on the entry and in View. Cached pages are reference counted;
+// only idle ones are evicted (least recently used first, when a reservation
+// finds the free list short, or by FlushPrefixes), and eviction cleans them
+// like any freed page before reuse.
+//
 // This package must never truncate a sequence, hand out a shorter placeholder or
 // grow the pool when memory runs out: an allocation that cannot be satisfied is
 // an *AllocError and allocates nothing. It must never store a page it has not
-// fully validated, nor import into slots a sequence already wrote. It must
-// never let a page be reachable by two sequences at once, and must never import
-// anything above models/.
+// fully validated, nor import into slots a sequence already wrote, and must
+// never import anything above models/. A page is writable by one sequence at
+// most, and readable only by the sequence that owns it or, once cached, by
+// sequences of the namespace that published it: no lookup, attach or view may
+// ever cross namespaces.
 package kvcache

@@ -80,7 +80,8 @@ func (s *Sequence) PageChecksum(i int) (uint64, error) {
 }
 
 // ownedPage returns the id of the sequence's i-th page after checking that
-// the sequence still owns it.
+// the sequence may read it: it owns the page, or holds it as a shared prefix
+// page of its namespace.
 func (s *Sequence) ownedPage(i int) (int, error) {
 	if s.freed {
 		return 0, ErrFreed
@@ -89,7 +90,7 @@ func (s *Sequence) ownedPage(i int) (int, error) {
 		return 0, fmt.Errorf("%w: page index %d not in [0, %d)", ErrInvalidArgument, i, len(s.pages))
 	}
 	id := int(s.pages[i])
-	if got := s.pool.pageSeq[id].Load(); got != s.id {
+	if got := s.pool.pageSeq[id].Load(); got != s.id && !s.sharedReadable(i, int32(id)) {
 		return 0, fmt.Errorf("%w: page %d (index %d) belongs to sequence %d, not %d", ErrNotOwner, id, i, got, s.id)
 	}
 	return id, nil
@@ -148,6 +149,9 @@ func (s *Sequence) ImportPage(i int, data []byte) error {
 	id, err := s.ownedPage(i)
 	if err != nil {
 		return err
+	}
+	if got := p.pageSeq[id].Load(); got != s.id {
+		return fmt.Errorf("%w: import into page %d (index %d) of sequence %d", ErrNotOwner, id, i, got)
 	}
 	pos0 := i * p.pageSize
 	for l, w := range s.written {

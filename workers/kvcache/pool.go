@@ -29,20 +29,29 @@ type Pool struct {
 	k, v [][]uint16
 
 	// Per-page state read without the lock on the hot path.
-	// pageSeq[p] is the id of the sequence owning page p, 0 while free; it is
-	// stored only with mu held. pageWritten[p*layers+l] counts the slots of
-	// page p the owner has written at layer l; it is stored by the owning
-	// sequence, and reset to 0 with mu held when the page is freed.
+	// pageSeq[p] is the id of the sequence owning page p, cacheSeq while the
+	// prefix cache holds it, 0 while free; it is stored only with mu held.
+	// pageWritten[p*layers+l] counts the slots of page p the owner has
+	// written at layer l; it is stored by the owning sequence, and reset to 0
+	// when the page is freed (with mu held) or evicted from the cache (by
+	// scrubVictims, when no sequence can reach the page). A cached page is
+	// full at every layer and its counts do not change.
 	pageSeq     []atomic.Uint64
 	pageWritten []atomic.Uint32
+	// pageEntry[p] is the prefix-cache entry holding page p (whose pageSeq is
+	// then cacheSeq), nil otherwise; stored only with mu held.
+	pageEntry []atomic.Pointer[prefixEntry]
 
 	nextSeq atomic.Uint64 // last sequence id handed out; ids start at 1
 
-	// mu guards free (the stack of free page ids) and owners (each allocated
-	// page's Owner, zero while free), and serializes every change of pageSeq.
+	// mu guards free (the stack of free page ids), owners (each allocated
+	// page's Owner, zero while free) and prefix (the cache's index, LRU list,
+	// reference counts and counters), and serializes every change of pageSeq
+	// and pageEntry. It is the package's only lock.
 	mu     sync.Mutex
 	free   []int32
 	owners []Owner
+	prefix prefixCache
 }
 
 // New builds a pool, allocating all of its pages now. Every free page is zero,
@@ -68,9 +77,11 @@ func New(cfg Config) (*Pool, error) {
 		v:           make([][]uint16, c.Layers),
 		pageSeq:     make([]atomic.Uint64, c.Pages),
 		pageWritten: make([]atomic.Uint32, c.Pages*c.Layers),
+		pageEntry:   make([]atomic.Pointer[prefixEntry], c.Pages),
 		free:        make([]int32, c.Pages),
 		owners:      make([]Owner, c.Pages),
 	}
+	p.prefix.init()
 	for l := range c.Layers {
 		p.k[l] = make([]uint16, perLayer)
 		p.v[l] = make([]uint16, perLayer)
@@ -120,14 +131,15 @@ func (p *Pool) MaxTokens() int { return p.cfg.Pages * p.pageSize }
 // BytesPerPage is the memory one page takes.
 func (p *Pool) BytesPerPage() int64 { return 4 * int64(p.layers) * int64(p.pageStride) }
 
-// FreePages is the number of pages not held by any sequence.
+// FreePages is the number of pages on the free list: held by no sequence and
+// not by the prefix cache either.
 func (p *Pool) FreePages() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.free)
 }
 
-// UsedPages is the number of pages held by sequences.
+// UsedPages is the number of pages held by sequences or the prefix cache.
 func (p *Pool) UsedPages() int { return p.TotalPages() - p.FreePages() }
 
 // PageOwner returns the owner of page id and true while it is allocated, or
@@ -156,14 +168,28 @@ func (p *Pool) PageWritten(id, layer int) (int, error) {
 	return int(p.pageWritten[id*p.layers+layer].Load()), nil
 }
 
-// alloc moves need pages from the free list to s, all or nothing.
+// alloc moves need pages to s, all or nothing, evicting idle cached pages
+// when the free list runs short.
 func (p *Pool) alloc(s *Sequence, need int) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if need > len(p.free) {
-		return &AllocError{Need: need, Free: len(p.free)}
+	if avail := len(p.free) + p.prefix.lruLen; need > avail {
+		p.mu.Unlock()
+		return &AllocError{Need: need, Free: avail}
 	}
-	for range need {
+	victims := p.allocLocked(s, need)
+	p.mu.Unlock()
+	p.scrubVictims(victims)
+	return nil
+}
+
+// allocLocked moves need pages to s: free pages first, then idle cached
+// pages, least recently used first. The caller has checked that there are
+// enough, holds p.mu, and must pass the returned (evicted) pages to
+// scrubVictims before s can use them. Evicted pages are cleaned outside the
+// lock: they belong to s already, and s is inside Reserve.
+func (p *Pool) allocLocked(s *Sequence, need int) []int32 {
+	fromFree := min(need, len(p.free))
+	for range fromFree {
 		id := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
 		if prev := p.pageSeq[id].Load(); prev != 0 {
@@ -178,14 +204,24 @@ func (p *Pool) alloc(s *Sequence, need int) error {
 		p.owners[id] = s.owner
 		s.pages = append(s.pages, id)
 	}
-	return nil
+	victims := p.evictLocked(need - fromFree)
+	for _, id := range victims {
+		p.pageSeq[id].Store(s.id)
+		p.owners[id] = s.owner
+		s.pages = append(s.pages, id)
+	}
+	return victims
 }
 
-// release cleans s's pages per the pool's mode and returns them to the free list.
+// release cleans s's own pages per the pool's mode and returns them to the
+// free list; for its shared prefix pages it drops its reference instead.
 func (p *Pool) release(s *Sequence) {
 	// Clean outside the lock: the pages still belong to s, so nobody else can
 	// reach them, and other sequences' reservations are not held up.
-	for _, id := range s.pages {
+	for i, id := range s.pages {
+		if s.Shared(i) {
+			continue
+		}
 		if got := p.pageSeq[id].Load(); got != s.id {
 			panic(fmt.Sprintf("kvcache: broken invariant: sequence %d frees page %d owned by sequence %d", s.id, id, got))
 		}
@@ -193,14 +229,34 @@ func (p *Pool) release(s *Sequence) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range s.pages {
+	for i, id := range s.pages {
+		if s.Shared(i) {
+			continue
+		}
 		for l := range p.layers {
 			p.pageWritten[int(id)*p.layers+l].Store(0)
 		}
-		p.owners[id] = Owner{}
-		p.pageSeq[id].Store(0)
-		p.free = append(p.free, id)
+		p.freeLocked(id)
 	}
+	// Shared pages are released deepest first, so a chain's root ends up the
+	// most recently used and its tail is evicted first.
+	for i := len(s.pages) - 1; i >= 0; i-- {
+		if !s.Shared(i) {
+			continue
+		}
+		if e := p.pageEntry[s.pages[i]].Load(); e != s.shared[i] {
+			panic(fmt.Sprintf("kvcache: broken invariant: sequence %d releases cached page %d it does not hold", s.id, s.pages[i]))
+		}
+		p.unrefLocked(s.shared[i])
+	}
+}
+
+// freeLocked returns a clean page with zero written counts to the free list.
+// p.mu must be held.
+func (p *Pool) freeLocked(id int32) {
+	p.owners[id] = Owner{}
+	p.pageSeq[id].Store(0)
+	p.free = append(p.free, id)
 }
 
 // clean poisons or zeroes the written slots of page id at every layer. Slots

@@ -15,7 +15,10 @@ type Sequence struct {
 	pages    []int32 // page ids; position pos lives in pages[pos/PageSize]
 	reserved int     // tokens reserved; len(pages) == PagesForTokens(reserved)
 	written  []int   // per layer: positions [0, written[l]) are written
-	freed    bool
+	// shared[i], when i < len(shared) and it is not nil, is the prefix-cache
+	// entry of pages[i]: a read-only page the sequence attached or published.
+	shared []*prefixEntry
+	freed  bool
 }
 
 // NewSequence starts an empty sequence for owner. It holds no pages until
@@ -56,7 +59,7 @@ func (s *Sequence) Written(layer int) int {
 }
 
 // Pages returns a copy of the ids of the pages the sequence holds, in position
-// order.
+// order, shared prefix pages included.
 func (s *Sequence) Pages() []int {
 	out := make([]int, len(s.pages))
 	for i, id := range s.pages {
@@ -131,6 +134,11 @@ func (s *Sequence) WriteRows(layer, pos0 int, k, v []float32, n int) error {
 		id := int(s.pages[pos>>p.pageShift])
 		slot := pos & mask
 		rows := min(p.pageSize-slot, n-r) // rows that land in this page
+		if got := p.pageSeq[id].Load(); got != s.id {
+			// Append-only writes never reach a full shared page; refuse
+			// anyway rather than trust that.
+			return fmt.Errorf("%w: write to page %d (index %d) of sequence %d", ErrNotOwner, id, pos>>p.pageShift, got)
+		}
 		off := (id<<p.pageShift + slot) * p.kvDim
 		m := rows * p.kvDim
 		toF16(dk[off:off+m], k[r*p.kvDim:r*p.kvDim+m])
@@ -151,7 +159,10 @@ func toF16(dst []uint16, src []float32) {
 
 // View checks that this sequence owns every page covering positions [0, n) and
 // wrote every one of those slots at layer, and returns unchecked accessors for
-// them. It does not allocate. The View is valid until the sequence is freed.
+// them. A page the sequence holds as a shared prefix page counts as its own
+// only while the prefix cache holds it, under the entry the sequence took, for
+// the sequence's own namespace. It does not allocate. The View is valid until
+// the sequence is freed.
 func (s *Sequence) View(layer, n int) (View, error) {
 	if s.freed {
 		return View{}, ErrFreed
@@ -174,7 +185,7 @@ func (s *Sequence) View(layer, n int) (View, error) {
 		panic(fmt.Sprintf("kvcache: broken invariant: %d positions reserved in %d pages", s.reserved, len(s.pages)))
 	}
 	for i, id := range s.pages[:np] {
-		if got := p.pageSeq[id].Load(); got != s.id {
+		if got := p.pageSeq[id].Load(); got != s.id && !s.sharedReadable(i, id) {
 			return View{}, fmt.Errorf("%w: page %d (index %d) belongs to sequence %d, not %d", ErrNotOwner, id, i, got, s.id)
 		}
 		want := min(p.pageSize, n-i*p.pageSize)
@@ -193,9 +204,11 @@ func (s *Sequence) View(layer, n int) (View, error) {
 	}, nil
 }
 
-// Free returns every page to the pool, zeroing or poisoning what was written
-// per the pool's config, and clears their owner and written counts. It is
-// idempotent; afterwards the sequence refuses every call with ErrFreed.
+// Free returns every page of its own to the pool, zeroing or poisoning what
+// was written per the pool's config, and clears their owner and written
+// counts. Shared prefix pages stay cached: Free drops the sequence's
+// reference, and the last one makes the page evictable. It is idempotent;
+// afterwards the sequence refuses every call with ErrFreed.
 func (s *Sequence) Free() {
 	if s.freed {
 		return
@@ -203,6 +216,7 @@ func (s *Sequence) Free() {
 	s.freed = true
 	s.pool.release(s)
 	s.pages = nil
+	s.shared = nil
 	s.reserved = 0
 	clear(s.written)
 }
