@@ -70,6 +70,7 @@ func checkFor(t testing.TB, within time.Duration, f func() error) {
 }
 
 type env struct {
+	url    string
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	client *queue.Client
@@ -100,7 +101,23 @@ func startNATS(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{nc: nc, js: js, client: c}
+	return &env{url: srv.ClientURL(), nc: nc, js: js, client: c}
+}
+
+// conn returns an env on a connection of its own to ev's server, closed at
+// the end of the test (or earlier by the test, to make a worker "die").
+func (ev *env) conn(t *testing.T) *env {
+	t.Helper()
+	nc, err := nats.Connect(ev.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{url: ev.url, nc: nc, js: js, client: queue.NewClient(nc, js)}
 }
 
 // startEngine runs an engine on stories260K until the test ends, then checks
