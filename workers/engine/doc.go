@@ -14,7 +14,17 @@
 // (NewSequenceFor reserves it) and refuses one that does not hold exactly the
 // prompt, for this tenant, with room to decode.
 //
+// A request with CachePrefix set uses its tenant's prefix cache in the KV
+// pool: admission attaches the longest run of the prompt's full pages that
+// the request's namespace cached for this model's weights (never the page
+// holding the last prompt token, which must be computed for the first
+// logits), prefill starts after them, and once the prompt is written its full
+// pages are published for the namespace's later requests. Usage.CachedTokens
+// says how many prompt tokens were attached rather than computed. Requests
+// without CachePrefix neither look up nor publish.
+//
 // It must never truncate a prompt, substitute a placeholder, or continue a
 // sequence whose KV could not be reserved: those are errors for that sequence.
-// It must never resume from a sequence whose prefill did not complete.
+// It must never resume from a sequence whose prefill did not complete, and
+// must never take a cache namespace from anywhere but Request.Owner.
 package engine

@@ -116,6 +116,13 @@ type Request struct {
 	Stop      []string // stop sequences; the stop text is not returned
 	// IgnoreEOS keeps generating past end-of-generation tokens (benchmarks).
 	IgnoreEOS bool
+	// CachePrefix opts the request in to its tenant's prefix cache: the
+	// prompt's leading full pages are looked up in Owner.Namespace's cache
+	// (for this model's weights) and reused when found, and once the prompt
+	// is prefilled its full pages are published there for the namespace's
+	// later requests. Without it the request neither reads nor publishes.
+	// Like Owner, it is the verified caller's choice, carried in the job.
+	CachePrefix bool
 }
 
 // Event is one item on a request's stream: a token, or the final event (Done
@@ -133,6 +140,9 @@ type Event struct {
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// CachedTokens is how many of the PromptTokens came from the tenant's
+	// prefix cache instead of being computed (0 without CachePrefix).
+	CachedTokens int
 }
 
 // Engine schedules requests for one model with continuous batching.
@@ -343,8 +353,8 @@ func (e *Engine) admit(active []*sequence) []*sequence {
 	for len(e.waiting) > 0 && len(active) < e.cfg.MaxBatch {
 		s := e.waiting[0]
 		if s.kv == nil { // a resumed sequence arrives with its KV
-			kv := e.kv.NewSequence(s.req.Owner)
-			if err := kv.Reserve(s.reserve()); err != nil {
+			kv, err := e.reserve(s)
+			if err != nil {
 				if errors.Is(err, kvcache.ErrPoolExhausted) && len(active) > 0 {
 					break // wait for running sequences to free pages
 				}
@@ -358,6 +368,41 @@ func (e *Engine) admit(active []*sequence) []*sequence {
 		active = append(active, s)
 	}
 	return active
+}
+
+// reserve allocates s's KV, all or nothing. With CachePrefix it starts from
+// the longest run of the prompt's full pages that the tenant's cache holds
+// for this model, never including the page of the last prompt token (that
+// token must be computed to get the first logits), and prefill then starts
+// after the cached positions.
+func (e *Engine) reserve(s *sequence) (*kvcache.Sequence, error) {
+	kv := e.kv.NewSequence(s.req.Owner)
+	if !s.req.CachePrefix {
+		if err := kv.Reserve(s.reserve()); err != nil {
+			kv.Free()
+			return nil, err
+		}
+		return kv, nil
+	}
+	ps := e.kv.PageSize()
+	n := len(s.req.Prompt)
+	cached, err := kv.AttachPrefix(e.model.Digest, s.req.Prompt[:(n-1)/ps*ps], s.reserve())
+	if err != nil {
+		kv.Free()
+		return nil, err
+	}
+	s.prefilled, s.cached = cached, cached
+	return kv, nil
+}
+
+// publish offers the prompt's full pages to the tenant's prefix cache once
+// they are all written. A failure costs only future hits: it is logged.
+func (e *Engine) publish(s *sequence) {
+	ps := e.kv.PageSize()
+	n := len(s.req.Prompt)
+	if _, err := s.kv.PublishPrefix(e.model.Digest, s.req.Prompt[:n/ps*ps]); err != nil {
+		e.log.Warn("prefix cache publish failed", "request", s.req.Owner.Request, "err", err)
+	}
 }
 
 // step runs one forward pass over the batch: decoding sequences contribute their
@@ -395,6 +440,9 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		}
 		if s.prefilled < len(s.req.Prompt) {
 			s.prefilled += len(c.tokens)
+			if s.prefilled == len(s.req.Prompt) && s.req.CachePrefix {
+				e.publish(s)
+			}
 		}
 		if c.logits {
 			if s.handoff {

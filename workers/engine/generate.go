@@ -11,6 +11,9 @@ type Result struct {
 	CompletionTokens []int32
 	Text             string
 	Finish           string
+	// CachedTokens is how many prompt tokens came from the prefix cache;
+	// the rest were computed.
+	CachedTokens int
 }
 
 // Generate submits req and waits for it to finish. It returns an error, never
@@ -34,6 +37,7 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 		text.WriteString(ev.Text)
 		if ev.Done {
 			res.Finish = ev.Finish
+			res.CachedTokens = ev.Usage.CachedTokens
 		}
 	}
 	res.Text = text.String()

@@ -17,6 +17,10 @@ type Prefilled struct {
 	Seq          *kvcache.Sequence
 	First        int32 // the first generated token, sampled with the request's params
 	PromptTokens int
+	// CachedTokens is how many prompt positions came from the tenant's prefix
+	// cache (CachePrefix): Seq holds them as shared, read-only pages, which
+	// export like any other.
+	CachedTokens int
 }
 
 // Release frees the KV pages. It is idempotent. It must not be called after
@@ -63,7 +67,7 @@ func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
 	if !last.Done || last.Finish != finishPrefilled || s.kv == nil {
 		panic(fmt.Sprintf("engine: broken invariant: prefill ended with %+v", last))
 	}
-	p := &Prefilled{Seq: s.kv, First: s.first, PromptTokens: len(req.Prompt)}
+	p := &Prefilled{Seq: s.kv, First: s.first, PromptTokens: len(req.Prompt), CachedTokens: s.cached}
 	if err := ctx.Err(); err != nil {
 		p.Release()
 		return nil, err

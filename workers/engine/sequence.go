@@ -22,6 +22,7 @@ type sequence struct {
 
 	history   []int32 // prompt then generated tokens
 	prefilled int     // prompt tokens whose KV is written
+	cached    int     // of those, tokens attached from the prefix cache
 	generated int
 	finished  string // finish reason once done
 	failed    error
@@ -91,7 +92,7 @@ func (s *sequence) finish(ev Event) {
 	s.ended = true
 	if s.handoff && ev.Err == nil {
 		// A completed Prefill: the KV now belongs to the caller.
-		ev.Usage = Usage{PromptTokens: len(s.req.Prompt)}
+		ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CachedTokens: s.cached}
 		s.events <- ev
 		close(s.events)
 		return
@@ -106,7 +107,7 @@ func (s *sequence) finish(ev Event) {
 		}
 		ev.Text = text
 	}
-	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated}
+	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated, CachedTokens: s.cached}
 	s.events <- ev
 	close(s.events)
 }
