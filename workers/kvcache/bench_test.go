@@ -280,3 +280,84 @@ func BenchmarkImportPage(b *testing.B) {
 		d.Free()
 	}
 }
+
+// BenchmarkEvictPage reserves one page on a pool whose only page is an idle
+// cached one, so every reservation evicts it (cleaning per the mode), then
+// writes and republishes it: the difference between the modes is the
+// per-page cost of cleaning a page as it moves to a new owner.
+func BenchmarkEvictPage(b *testing.B) {
+	for _, m := range []struct {
+		name   string
+		scrub  ScrubMode
+		poison bool
+	}{{"never", ScrubNever, false}, {"scrub", ScrubOnFree, false}, {"poison", ScrubOnFree, true}} {
+		b.Run(m.name, func(b *testing.B) {
+			cfg := smolCfg(1)
+			cfg.Scrub, cfg.Poison = m.scrub, m.poison
+			p := newTestPool(b, cfg)
+			b.SetBytes(p.BytesPerPage())
+			tokens := make([]int32, p.PageSize())
+			for b.Loop() {
+				s := p.NewSequence(tenant)
+				if err := s.Reserve(p.PageSize()); err != nil {
+					b.Fatal(err)
+				}
+				id := s.pages[0]
+				for l := range p.layers { // mark it written without the cost of writing
+					p.pageWritten[int(id)*p.layers+l].Store(uint32(p.pageSize))
+					s.written[l] = p.pageSize
+				}
+				tokens[0]++ // a new key each time: the old entry is evicted, not hit
+				if _, err := s.PublishPrefix("m", tokens); err != nil {
+					b.Fatal(err)
+				}
+				s.Free()
+			}
+			if st := p.PrefixStats(); st.Evicted < uint64(b.N)-1 {
+				b.Fatalf("%d evictions in %d iterations", st.Evicted, b.N)
+			}
+			p.FlushPrefixes()
+		})
+	}
+}
+
+// BenchmarkAttachPrefix512 is the lookup an opted-in request pays at
+// admission for a 512-token prompt: hashing 32 blocks and looking them up,
+// on a hit (31 pages attached) and on a miss (another tenant).
+func BenchmarkAttachPrefix512(b *testing.B) {
+	p := newTestPool(b, Config{Layers: 1, KVHeads: 1, HeadDim: 1, Pages: 128, Scrub: ScrubNever})
+	tokens := make([]int32, 512)
+	for i := range tokens {
+		tokens[i] = int32(i * 7 % 32000)
+	}
+	pub := p.NewSequence(tenant)
+	if err := pub.Reserve(512); err != nil {
+		b.Fatal(err)
+	}
+	for l := range p.Layers() {
+		if err := pub.WriteRows(l, 0, make([]float32, 512), make([]float32, 512), 512); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pub.PublishPrefix("m", tokens); err != nil {
+		b.Fatal(err)
+	}
+	pub.Free()
+	for _, bc := range []struct {
+		name  string
+		owner Owner
+		want  int
+	}{{"hit", tenant, 496}, {"miss", Owner{Namespace: "other"}, 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				s := p.NewSequence(bc.owner)
+				n, err := s.AttachPrefix("m", tokens[:496], 513)
+				if err != nil || n != bc.want {
+					b.Fatalf("AttachPrefix = %d, %v", n, err)
+				}
+				s.Free()
+			}
+		})
+	}
+	p.FlushPrefixes()
+}
