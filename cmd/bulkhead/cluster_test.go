@@ -104,7 +104,7 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
-// cluster is NATS and two workers as separate processes, a real
+// cluster is NATS and worker processes (two unified ones by default), a real
 // redis-server, and edges started on demand.
 type cluster struct {
 	bin, natsURL, model string
@@ -116,6 +116,13 @@ type cluster struct {
 const clusterModel = "@cf/tinyllamas/stories260k"
 
 func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	return startClusterRoles(t, "unified", "unified")
+}
+
+// startClusterRoles is startCluster with one worker process per role given
+// (unified, prefill or decode).
+func startClusterRoles(t *testing.T, roles ...string) *cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-process cluster test skipped in -short mode")
@@ -134,9 +141,9 @@ func startCluster(t *testing.T) *cluster {
 	ns := start(t, "nats", c.bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"))
 	waitFor(t, 30*time.Second, "NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") })
 	c.natsURL = "nats://" + natsAddr
-	for i := range 2 {
-		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d", i), c.bin, "worker", "--nats", c.natsURL,
-			"--model", clusterModel+"="+c.model, "--threads", "1", "--kv-poison"))
+	for i, role := range roles {
+		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.bin, "worker", "--nats", c.natsURL,
+			"--model", clusterModel+"="+c.model, "--threads", "1", "--kv-poison", "--role", role))
 	}
 	return c
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/edge"
@@ -17,6 +19,8 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/synth"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 // SyntheticModel is the name dev serves its built-in random-weight model under:
@@ -27,6 +31,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlags("dev", stderr)
 	dataDir := fs.String("data-dir", defaultDataDir(), "where dev keeps its JetStream store, signing key and built-in model")
 	natsListen := fs.Int("nats-port", -1, "port of the embedded NATS server (-1: any free port)")
+	disagg := fs.Bool("disaggregated", false, "run prefill and decode workers apart, each with its own engines and KV pools, handing each request's KV over NATS")
+	nPrefill := fs.Int("prefill-workers", 1, "prefill workers with --disaggregated")
+	nDecode := fs.Int("decode-workers", 1, "decode workers with --disaggregated")
 	var cf catalogFlags
 	var ef edgeFlags
 	var wf engineFlags
@@ -35,6 +42,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	wf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	roles := []worker.Role{worker.RoleUnified}
+	if *disagg {
+		if *nPrefill < 1 || *nDecode < 1 {
+			return fmt.Errorf("%w: --prefill-workers %d and --decode-workers %d must be at least 1", errUsage, *nPrefill, *nDecode)
+		}
+		roles = nil
+		for range *nPrefill {
+			roles = append(roles, worker.RolePrefill)
+		}
+		for range *nDecode {
+			roles = append(roles, worker.RoleDecode)
+		}
 	}
 	log := newLogger(stderr)
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
@@ -59,16 +79,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := wf.applyContext(cat); err != nil {
 		return err
 	}
-	// Engines for every model, before anything else starts: a KV pool too
-	// small for the context refuses start-up here, or (--clamp-context) clamps
-	// the window in cat, which the edge below advertises and admits by.
+	// Engines for every model and every worker (each its own KV pools),
+	// before anything else starts: a KV pool too small for the context
+	// refuses start-up here, or (--clamp-context) clamps the window in cat,
+	// which the edge below advertises and admits by.
 	engineCtx, stopEngines := context.WithCancel(context.Background())
 	defer stopEngines()
-	engines, closeEngines, err := wf.engines(engineCtx, log, cat)
-	if err != nil {
-		return err
+	engineSets := make([]map[string]*engine.Engine, len(roles))
+	for i := range roles {
+		engines, closeEngines, err := wf.engines(engineCtx, log, cat)
+		if err != nil {
+			return err
+		}
+		defer closeEngines()
+		engineSets[i] = engines
 	}
-	defer closeEngines()
 
 	// NATS with JetStream, in process.
 	ns, err := queue.StartServer(queue.ServerConfig{Port: *natsListen, StoreDir: filepath.Join(*dataDir, "jetstream")})
@@ -108,28 +133,40 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	// Both connections set the streams up before the worker creates its
+	// Every connection sets the streams up before any worker creates its
 	// consumers: nats-server races a stream update against a consumer
-	// creation on the same stream.
-	wnc, wjs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-worker")
-	if err != nil {
-		return err
+	// creation on the same stream. Each worker has its own connection.
+	type conn struct {
+		nc *nats.Conn
+		js jetstream.JetStream
 	}
-	defer wnc.Close()
+	conns := make([]conn, len(roles))
+	for i, role := range roles {
+		nc, js, err := connect(ctx, log, ns.ClientURL(), fmt.Sprintf("bulkhead-dev-%s-worker-%d", role, i))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		conns[i] = conn{nc, js}
+	}
 	enc, ejs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-edge")
 	if err != nil {
 		return err
 	}
 	defer enc.Close()
 
-	// Workers: the job loop over the engines.
-	capCtx, stopCap := context.WithCancel(context.Background())
-	waitCap := publishCapacity(capCtx, log, wjs, workerID(), engines)
-	defer func() { stopCap(); waitCap() }()
-	workerCtx, stopWorker := context.WithCancel(context.Background())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- runWorker(workerCtx, log, wnc, wjs, engines, wf.concurrency) }()
-	defer func() { stopWorker(); <-workerDone }()
+	// Workers: the job loops over their engines.
+	for i, role := range roles {
+		capCtx, stopCap := context.WithCancel(context.Background())
+		waitCap := publishCapacity(capCtx, log, conns[i].js, workerID(), engineSets[i])
+		defer func() { stopCap(); waitCap() }()
+		workerCtx, stopWorker := context.WithCancel(context.Background())
+		workerDone := make(chan error, 1)
+		go func() {
+			workerDone <- runWorker(workerCtx, log.With("worker", i), conns[i].nc, conns[i].js, engineSets[i], wf.concurrency, role)
+		}()
+		defer func() { stopWorker(); <-workerDone }()
+	}
 
 	// Edge.
 	// Workers joining this NATS from elsewhere may hold less than dev's own.

@@ -18,6 +18,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
@@ -87,7 +88,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlags("worker", stderr)
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
-	role := fs.String("role", "unified", "worker role: unified (prefill and decode)")
+	roleName := fs.String("role", "unified", "worker role: unified (whole requests), prefill (runs prompts, hands their KV to decode workers) or decode (verifies handed-over KV and generates)")
 	var cf catalogFlags
 	var ef engineFlags
 	cf.register(fs)
@@ -95,8 +96,9 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *role != "unified" {
-		return fmt.Errorf("%w: --role %q is not supported yet (unified only)", errUsage, *role)
+	role, err := worker.ParseRole(*roleName)
+	if err != nil {
+		return fmt.Errorf("%w: --role: %v", errUsage, err)
 	}
 	log := newLogger(stderr)
 	cat, err := cf.load()
@@ -128,7 +130,7 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	capCtx, stopCap := context.WithCancel(context.Background())
 	waitCap := publishCapacity(capCtx, log, js, workerID(), engines)
 	defer func() { stopCap(); waitCap() }()
-	return runWorker(ctx, log, nc, js, engines, ef.concurrency)
+	return runWorker(ctx, log, nc, js, engines, ef.concurrency, role)
 }
 
 func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {

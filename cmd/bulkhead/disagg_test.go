@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+)
+
+// greedyPrompts are golden prompts of stories260K.
+var greedyPrompts = []string{"Once upon a time", "Lily wanted to", "One day, a boy named Tim", "She was very happy because", "Hello"}
+
+type runResult struct {
+	Response string
+	Prompt   int
+	Comp     int
+}
+
+// greedyRun posts a greedy native run and returns its response and usage.
+func greedyRun(t *testing.T, base, tok, prompt string, maxTokens int) runResult {
+	t.Helper()
+	p, _ := json.Marshal(prompt)
+	status, body := post(t, tok, base+"/ai/run/"+clusterModel,
+		fmt.Sprintf(`{"prompt":%s,"raw":true,"max_tokens":%d,"temperature":0}`, p, maxTokens))
+	var got struct {
+		Result struct {
+			Response string `json:"response"`
+			Usage    struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		} `json:"result"`
+		Success bool `json:"success"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || status != 200 || !got.Success {
+		t.Fatalf("%q: status %d, %s", prompt, status, body)
+	}
+	return runResult{got.Result.Response, got.Result.Usage.PromptTokens, got.Result.Usage.CompletionTokens}
+}
+
+// TestDisaggregatedClusterOfProcesses: NATS, a prefill worker and a decode
+// worker as separate OS processes (each with its own KV pool, pages crossing
+// NATS between them), behind an edge: greedy completions equal those of a
+// cluster of unified workers, concurrent requests included.
+func TestDisaggregatedClusterOfProcesses(t *testing.T) {
+	uni := startClusterRoles(t, "unified")
+	uniURL := uni.edge(t, "unified-edge")
+	split := startClusterRoles(t, "prefill", "decode")
+	splitURL := split.edge(t, "split-edge")
+	utok, stok := uni.token(t, "acme"), split.token(t, "acme")
+
+	want := make([]runResult, len(greedyPrompts))
+	for i, p := range greedyPrompts {
+		want[i] = greedyRun(t, uniURL, utok, p, 48)
+	}
+	got := make([]runResult, len(greedyPrompts))
+	var wg sync.WaitGroup
+	for i, p := range greedyPrompts {
+		wg.Go(func() { got[i] = greedyRun(t, splitURL, stok, p, 48) })
+	}
+	wg.Wait()
+	for i, p := range greedyPrompts {
+		if got[i] != want[i] || got[i].Response == "" {
+			t.Errorf("%q: disaggregated %+v, unified %+v", p, got[i], want[i])
+		}
+	}
+	for _, w := range split.workers {
+		if strings.Contains(w.out.String(), "level=ERROR") {
+			t.Errorf("%s logged an error:\n%s", w.name, w.out.String())
+		}
+	}
+}
+
+// TestDevDisaggregated: dev --disaggregated with two prefill and two decode
+// workers serves the same greedy completions as plain dev.
+func TestDevDisaggregated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("dev cluster test skipped in -short mode")
+	}
+	model := sharedPath(t, "models/stories260K.gguf")
+	serve := func(name string, args ...string) (string, string) {
+		dir := t.TempDir()
+		addr := freeAddr(t)
+		all := append([]string{"dev", "--data-dir", dir, "--listen", addr, "--model", clusterModel + "=" + model,
+			"--threads", "1", "--kv-poison"}, args...)
+		dev := startNode(t, all...)
+		waitFor(t, time.Minute, name+" to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") })
+		key, err := auth.LoadOrCreateDevKey(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := key.Mint("acme", []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "http://" + addr, tok
+	}
+	uniURL, utok := serve("dev")
+	splitURL, stok := serve("dev --disaggregated", "--disaggregated", "--prefill-workers", "2", "--decode-workers", "2")
+	for _, p := range greedyPrompts {
+		want := greedyRun(t, uniURL, utok, p, 32)
+		got := greedyRun(t, splitURL, stok, p, 32)
+		if got != want || got.Response == "" {
+			t.Errorf("%q: disaggregated %+v, unified %+v", p, got, want)
+		}
+	}
+	t.Run("bad worker counts", func(t *testing.T) {
+		_, stderr, code := bulkhead(t, "dev", "--disaggregated", "--decode-workers", "0")
+		if code != 2 || !strings.Contains(stderr, "--decode-workers 0") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+	t.Run("bad role", func(t *testing.T) {
+		_, stderr, code := bulkhead(t, "worker", "--role", "both", "--model", clusterModel+"="+model)
+		if code != 2 || !strings.Contains(stderr, `role "both"`) {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+}
