@@ -68,6 +68,9 @@ func TestDisaggregatedClusterOfProcesses(t *testing.T) {
 			t.Errorf("%q: disaggregated %+v, unified %+v", p, got[i], want[i])
 		}
 	}
+	if n := strings.Count(split.workers[0].out.String(), "handed over to a decode worker"); n != len(greedyPrompts) {
+		t.Errorf("the prefill worker logged %d hand-overs, want %d", n, len(greedyPrompts))
+	}
 	for _, w := range split.workers {
 		if strings.Contains(w.out.String(), "level=ERROR") {
 			t.Errorf("%s logged an error:\n%s", w.name, w.out.String())
@@ -82,7 +85,7 @@ func TestDevDisaggregated(t *testing.T) {
 		t.Skip("dev cluster test skipped in -short mode")
 	}
 	model := sharedPath(t, "models/stories260K.gguf")
-	serve := func(name string, args ...string) (string, string) {
+	serve := func(name string, args ...string) (string, string, *node) {
 		dir := t.TempDir()
 		addr := freeAddr(t)
 		all := append([]string{"dev", "--data-dir", dir, "--listen", addr, "--model", clusterModel + "=" + model,
@@ -97,16 +100,19 @@ func TestDevDisaggregated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return "http://" + addr, tok
+		return "http://" + addr, tok, dev
 	}
-	uniURL, utok := serve("dev")
-	splitURL, stok := serve("dev --disaggregated", "--disaggregated", "--prefill-workers", "2", "--decode-workers", "2")
+	uniURL, utok, _ := serve("dev")
+	splitURL, stok, split := serve("dev --disaggregated", "--disaggregated", "--prefill-workers", "2", "--decode-workers", "2")
 	for _, p := range greedyPrompts {
 		want := greedyRun(t, uniURL, utok, p, 32)
 		got := greedyRun(t, splitURL, stok, p, 32)
 		if got != want || got.Response == "" {
 			t.Errorf("%q: disaggregated %+v, unified %+v", p, got, want)
 		}
+	}
+	if n := strings.Count(split.stderr.String(), "handed over to a decode worker"); n != len(greedyPrompts) {
+		t.Errorf("dev logged %d hand-overs, want %d", n, len(greedyPrompts))
 	}
 	t.Run("bad worker counts", func(t *testing.T) {
 		_, stderr, code := bulkhead(t, "dev", "--disaggregated", "--decode-workers", "0")
