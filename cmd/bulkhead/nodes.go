@@ -193,7 +193,7 @@ func connect(ctx context.Context, log *slog.Logger, url, name string) (*nats.Con
 
 // runWorker serves jobs for the engines in role until ctx ends, then drains.
 func runWorker(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, engines map[string]*engine.Engine, concurrency int, role worker.Role) error {
-	w, err := worker.New(log.With("node", "worker", "role", role), nc, js, worker.Config{Role: role, Models: engines, Concurrency: concurrency})
+	w, err := worker.New(log.With("node", "worker"), nc, js, worker.Config{Role: role, Models: engines, Concurrency: concurrency})
 	if err != nil {
 		return err
 	}

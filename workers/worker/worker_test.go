@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -141,6 +142,21 @@ func TestRunsOnce(t *testing.T) {
 	}
 
 	t.Run("redelivered finished job", func(t *testing.T) {
+		// The final frame goes out before the record says done: wait for it.
+		res, err := queue.OpenResults(ctx, ev.js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFor(t, 5*time.Second, func() error {
+			rec, _, err := res.Get(ctx, job.ID)
+			if err != nil {
+				return err
+			}
+			if rec.Status != queue.StatusDone {
+				return fmt.Errorf("record status %s", rec.Status)
+			}
+			return nil
+		})
 		// A redelivery looks like the same job arriving again; publish it
 		// without a message id so the stream's de-duplication does not hide it.
 		sub, err := ev.nc.SubscribeSync(job.Reply)
