@@ -4,6 +4,26 @@
 // tokenizer, runs each job on that model's engine (which batches all running
 // jobs together), and streams reply frames, async results and usage events.
 //
+// Roles (Config.Role). A unified worker runs whole requests. A prefill worker
+// takes jobs.<model>, admits them exactly as a unified one (an over-long
+// prompt is refused, never truncated or replaced by a placeholder), runs the
+// prompt (engine.Prefill), exports every KV page, builds the handoff manifest,
+// offers the pages (handoff.NewSender, subscribed before anything is
+// published), publishes a queue.Handover on decode.<model> and serves the
+// transfer; the prompt's pages go back to its pool however that ends. A
+// decode worker takes decode.<model>, tokenizes the prompt itself, verifies
+// the manifest against what it knows (request, tenant, model, weights digest,
+// its own tokens and pool layout) before it allocates anything, reserves
+// exactly prompt + max_tokens, pulls every page through handoff.Fetch into
+// the sequence (each checked against its CRC-64 on import), and only after
+// Fetch returned nil resumes the request and streams it through the same
+// event-to-frame loop as a unified worker. A failed, partial or refused
+// hand-over ends the request with an error frame ("KV handoff failed: ...")
+// and frees the pages on both sides; it never reaches engine.Resume. Both
+// sides share the job's record in the results bucket and fail it only while
+// their claim is current (queue.Replier.FailIfHeld), so the client gets one
+// stream: tokens then a final frame, or one error frame.
+//
 // Redelivery rule: a job runs again only if no frame of it reached the reply
 // subject; a job that already finished is acked and not rerun; a job whose
 // earlier worker died after sending frames ends with ErrKindInternal ("worker
