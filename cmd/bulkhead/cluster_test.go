@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -392,32 +391,42 @@ func TestClusterErrors(t *testing.T) {
 		check(t, row{token: tok, url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 429, code: 3036})
 	})
 	t.Run("capacity exceeded with rejectIfBusy", func(t *testing.T) {
-		// Long generations keep the busy worker's batch slot and queue slot full;
-		// one that ends early (end of story) is replaced.
-		var inflight atomic.Int32
-		longRun := func() {
-			defer inflight.Add(-1)
-			req, _ := http.NewRequest("POST", open+"/ai/run/"+busyModel, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000}`))
-			req.Header.Set("Authorization", "Bearer "+acme)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+		// Four long generations that may not wait arrive together at a worker
+		// that runs one sequence and queues one more: the others are refused.
+		type answer struct {
+			status int
+			body   []byte
+		}
+		answers := make(chan answer, 4)
+		for range 4 {
+			go func() {
+				req, _ := http.NewRequest("POST", open+"/ai/run/"+busyModel+"?rejectIfBusy=true",
+					strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000}`))
+				req.Header.Set("Authorization", "Bearer "+acme)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					answers <- answer{status: -1, body: []byte(err.Error())}
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				answers <- answer{resp.StatusCode, b}
+			}()
+		}
+		refused := 0
+		for range 4 {
+			a := <-answers
+			switch a.status {
+			case 200:
+			case 429:
+				verify(t, a.status, a.body, row{status: 429, code: 3040})
+				refused++
+			default:
+				t.Fatalf("status %d: %s", a.status, a.body)
 			}
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			for inflight.Load() < 2 {
-				inflight.Add(1)
-				go longRun()
-			}
-			status, body := post(t, acme, open+"/ai/run/"+busyModel+"?rejectIfBusy=true", `{"prompt":"hi","max_tokens":1}`)
-			if status == 429 {
-				verify(t, status, body, row{status: 429, code: 3040})
-				return
-			}
-			if status != 200 || time.Now().After(deadline) {
-				t.Fatalf("rejectIfBusy on a busy worker: %d %s", status, body)
-			}
+		if refused == 0 {
+			t.Fatal("four concurrent rejectIfBusy requests to a worker with room for two: none refused")
 		}
 	})
 	t.Run("redis down fails closed", func(t *testing.T) {
