@@ -234,7 +234,9 @@ func (h *harness) startWorker(ctx context.Context) {
 	wctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		_ = msg.Ack()
+		// Wait for the server to take the ack: the stream holds one job per
+		// model, and the next case's job must find the slot free.
+		_ = msg.DoubleAck(wctx)
 		job, err := queue.DecodeJob(msg.Data())
 		if err != nil {
 			h.t.Errorf("worker: %v", err)
