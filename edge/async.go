@@ -190,18 +190,18 @@ func (s *Server) pollAsync(w http.ResponseWriter, r *http.Request, p auth.Princi
 		writeJSON(w, http.StatusOK, success(out))
 		return
 	}
-	total := nativeUsage{}
+	var total queue.Usage
 	out.Responses = make([]asyncResponse, n)
 	for i, res := range results {
 		one := asyncResponse{ID: i}
 		switch {
 		case res.Status == asyncDone && res.Usage != nil:
-			u := toNativeUsage(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+			u := toNativeUsage(*res.Usage)
 			one.Success, one.Finish = true, res.Finish
 			one.Result = &nativeResult{Response: res.Text, Usage: &u}
-			total.PromptTokens += u.PromptTokens
-			total.CompletionTokens += u.CompletionTokens
-			total.TotalTokens += u.TotalTokens
+			total.PromptTokens += res.Usage.PromptTokens
+			total.CompletionTokens += res.Usage.CompletionTokens
+			total.CachedTokens += res.Usage.CachedTokens
 		default: // failed, or done without usage (a broken record)
 			var e *Error
 			if res.Error != nil {
@@ -213,6 +213,7 @@ func (s *Server) pollAsync(w http.ResponseWriter, r *http.Request, p auth.Princi
 		}
 		out.Responses[i] = one
 	}
-	out.Usage = &total
+	sum := toNativeUsage(total)
+	out.Usage = &sum
 	writeJSON(w, http.StatusOK, success(out))
 }

@@ -89,8 +89,9 @@ func (s *Server) refuse(r *http.Request, err error) *Error {
 	return e
 }
 
-// newJob builds the job for an admitted request. The tenant is the verified
-// principal's.
+// newJob builds the job for an admitted request. The tenant, which is also
+// the prefix cache's namespace, is the verified principal's; the body only
+// opts in to the cache.
 func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitted, in *genInput, r *http.Request) *queue.Job {
 	return &queue.Job{
 		ID:           id,
@@ -104,6 +105,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Sampling:     in.sampling,
 		Stop:         in.stop,
 		RejectIfBusy: r.URL.Query().Get("rejectIfBusy") == "true",
+		CachePrefix:  in.cachePrefix,
 		Reply:        queue.ReplySubject(id),
 		Deadline:     time.Now().Add(s.cfg.RequestTimeout),
 	}

@@ -10,17 +10,38 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // nativeUsage is the usage object of Workers AI answers.
 type nativeUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
 }
 
-func toNativeUsage(prompt, completion int) nativeUsage {
-	return nativeUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+// promptTokensDetails breaks the prompt tokens down, in OpenAI's shape; both
+// APIs send it only when some prompt tokens came from the prefix cache.
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// cachedDetails is the prompt_tokens_details of cached prompt tokens, or nil
+// when there are none.
+func cachedDetails(cached int) *promptTokensDetails {
+	if cached <= 0 {
+		return nil
+	}
+	return &promptTokensDetails{CachedTokens: cached}
+}
+
+func toNativeUsage(u queue.Usage) nativeUsage {
+	return nativeUsage{
+		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		TotalTokens:         u.PromptTokens + u.CompletionTokens,
+		PromptTokensDetails: cachedDetails(u.CachedTokens),
+	}
 }
 
 // nativeResult is result of a finished text generation.
@@ -39,7 +60,7 @@ type nativeFormat struct{}
 func (nativeFormat) writeError(w http.ResponseWriter, e *Error) { writeNativeError(w, e) }
 
 func (nativeFormat) writeResult(w http.ResponseWriter, res *result) {
-	u := toNativeUsage(res.usage.PromptTokens, res.usage.CompletionTokens)
+	u := toNativeUsage(res.usage)
 	writeJSON(w, http.StatusOK, success(nativeResult{Response: res.text, Usage: &u}))
 }
 
@@ -50,7 +71,7 @@ func (nativeFormat) streamText(sw *sse, _ *result, text string) error {
 }
 
 func (nativeFormat) streamEnd(sw *sse, res *result) error {
-	u := toNativeUsage(res.usage.PromptTokens, res.usage.CompletionTokens)
+	u := toNativeUsage(res.usage)
 	if err := sw.json("", nativeResult{Response: "", Usage: &u}); err != nil {
 		return err
 	}

@@ -9,16 +9,18 @@ import (
 
 // OpenAI response shapes.
 type openAIUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
 }
 
 func usageOf(res *result) *openAIUsage {
 	return &openAIUsage{
-		PromptTokens:     res.usage.PromptTokens,
-		CompletionTokens: res.usage.CompletionTokens,
-		TotalTokens:      res.usage.PromptTokens + res.usage.CompletionTokens,
+		PromptTokens:        res.usage.PromptTokens,
+		CompletionTokens:    res.usage.CompletionTokens,
+		TotalTokens:         res.usage.PromptTokens + res.usage.CompletionTokens,
+		PromptTokensDetails: cachedDetails(res.usage.CachedTokens),
 	}
 }
 

@@ -33,6 +33,7 @@ type genInput struct {
 	maxTokens    int  // 0: the API's default
 	sampling     queue.Sampling
 	stop         []string
+	cachePrefix  bool // opt in to the tenant's prefix cache (queue.Job.CachePrefix)
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -51,6 +52,7 @@ type nativeRequest struct {
 	FrequencyPenalty  *float64        `json:"frequency_penalty"`
 	PresencePenalty   *float64        `json:"presence_penalty"`
 	Stop              json.RawMessage `json:"stop"`
+	CachePrefix       bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache
 
 	// Async batch submission (?queueRequest=true) and polling.
 	Requests  []json.RawMessage `json:"requests"`
@@ -83,6 +85,7 @@ type chatRequest struct {
 	FrequencyPenalty    *float64        `json:"frequency_penalty"`
 	PresencePenalty     *float64        `json:"presence_penalty"`
 	N                   *int            `json:"n"`
+	CachePrefix         bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
 }
 
 // completionRequest is OpenAI's /v1/completions body.
@@ -99,6 +102,7 @@ type completionRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	N                *int            `json:"n"`
+	CachePrefix      bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
 }
 
 // decodeJSON decodes exactly one JSON object from r into v. Malformed JSON,
@@ -303,7 +307,7 @@ func parseContent(raw json.RawMessage) (string, error) {
 
 // nativeInput validates a native body (not an async batch or poll).
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
-	in := &genInput{raw: req.Raw, stream: req.Stream}
+	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: req.CachePrefix}
 	fail := func(err error) (*genInput, error) {
 		var ie *InputError
 		if errors.As(err, &ie) {
@@ -428,7 +432,7 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	in := &genInput{}
+	in := &genInput{cachePrefix: req.CachePrefix}
 	maxTokens := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		if err := checkInt("max_completion_tokens", req.MaxCompletionTokens, 1, math.MaxInt32); err != nil {
@@ -458,7 +462,7 @@ func completionInput(req *completionRequest) (string, *genInput, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	in := &genInput{raw: true}
+	in := &genInput{raw: true, cachePrefix: req.CachePrefix}
 	if err := openAICommon(in, req.MaxTokens, req.N, req.Temperature, req.TopP, req.FrequencyPenalty,
 		req.PresencePenalty, req.Seed, req.Stop, req.Stream, req.StreamOptions); err != nil {
 		return "", nil, err

@@ -29,6 +29,11 @@ type Sampling struct {
 // body. Prompt is the final prompt text (chat template already applied); the
 // worker tokenizes it itself and checks admission again, so PromptTokens (the
 // edge's count) is only a cross-check.
+//
+// CachePrefix opts the request in to its tenant's prefix cache: the worker
+// reuses the KV of the leading full pages this prompt shares with earlier
+// prompts of the same Tenant, and publishes this prompt's pages for later
+// ones. The cache namespace is always Tenant; tenants never share.
 type Job struct {
 	ID           string    `json:"id"`     // request id; also the Nats-Msg-Id for de-duplication
 	Tenant       string    `json:"tenant"` // tenant namespace (JWT sub)
@@ -41,9 +46,10 @@ type Job struct {
 	Sampling     Sampling  `json:"sampling"`
 	Stop         []string  `json:"stop,omitempty"`
 	RejectIfBusy bool      `json:"reject_if_busy,omitempty"`
-	Async        bool      `json:"async,omitempty"` // results go to the results store, not only the reply subject
-	Reply        string    `json:"reply"`           // subject for reply frames
-	Deadline     time.Time `json:"deadline"`        // the worker gives up (ErrKindTimeout) after this
+	CachePrefix  bool      `json:"cache_prefix,omitempty"` // opt in to Tenant's prefix cache (see above)
+	Async        bool      `json:"async,omitempty"`        // results go to the results store, not only the reply subject
+	Reply        string    `json:"reply"`                  // subject for reply frames
+	Deadline     time.Time `json:"deadline"`               // the worker gives up (ErrKindTimeout) after this
 }
 
 // Validate checks what every consumer of a job relies on.
@@ -111,6 +117,9 @@ const (
 type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
+	// CachedTokens is how many of the PromptTokens were served from the
+	// tenant's prefix cache instead of being computed (Job.CachePrefix).
+	CachedTokens int `json:"cached_tokens,omitempty"`
 }
 
 // FrameError is the error a KindError frame carries.

@@ -1,0 +1,265 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// fakeCachedTokens is what the cache-aware fake worker reports as served
+// from the prefix cache when a job opted in.
+const fakeCachedTokens = 7
+
+// replyCached answers like reply("Hello", " world"), reporting
+// fakeCachedTokens cached prompt tokens when the job opted in to the cache.
+func replyCached(ctx context.Context, h *harness, job *queue.Job, rp *queue.Replier) {
+	if err := rp.Token(ctx, "Hello", []int32{1}); err != nil {
+		return
+	}
+	u := queue.Usage{PromptTokens: job.PromptTokens, CompletionTokens: 2}
+	if job.CachePrefix {
+		u.CachedTokens = fakeCachedTokens
+	}
+	if err := rp.Final(ctx, " world", "stop", u); err != nil && ctx.Err() == nil {
+		h.t.Errorf("final frame: %v", err)
+	}
+}
+
+func TestCachePrefixReachesJob(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	native := "/ai/run/" + modelStories
+	chatBody := func(extra string) string {
+		return `{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}]` + extra + `}`
+	}
+	complBody := func(extra string) string {
+		return `{"model":"` + modelStories + `","prompt":"Once"` + extra + `}`
+	}
+	cases := []struct {
+		name, path, body string
+		want             bool
+	}{
+		{"native default off", native, `{"prompt":"Once"}`, false},
+		{"native on", native, `{"prompt":"Once","cache_prefix":true}`, true},
+		{"native explicit off", native, `{"prompt":"Once","cache_prefix":false}`, false},
+		{"native null", native, `{"prompt":"Once","cache_prefix":null}`, false},
+		{"native messages on", native, `{"messages":[{"role":"user","content":"Hi"}],"cache_prefix":true}`, true},
+		{"native raw stream on", native, `{"prompt":"Once","raw":true,"stream":true,"cache_prefix":true}`, true},
+		{"chat default off", "/v1/chat/completions", chatBody(""), false},
+		{"chat on", "/v1/chat/completions", chatBody(`,"cache_prefix":true`), true},
+		{"completions default off", "/v1/completions", complBody(""), false},
+		{"completions on", "/v1/completions", complBody(`,"cache_prefix":true`), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.jobCount()
+			status, _, b := h.do("POST", c.path, "alice", c.body)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %s", status, b)
+			}
+			if h.jobCount() != before+1 {
+				t.Fatalf("jobs %d, want %d", h.jobCount(), before+1)
+			}
+			job := h.lastJob()
+			if job.CachePrefix != c.want || job.Tenant != "alice" {
+				t.Errorf("job cache_prefix %v tenant %q, want %v for alice", job.CachePrefix, job.Tenant, c.want)
+			}
+		})
+	}
+	t.Run("namespace is the token's, never the body's", func(t *testing.T) {
+		status, _, b := h.do("POST", native, "bob",
+			`{"prompt":"Once","cache_prefix":true,"tenant":"alice","namespace":"alice","account_id":"alice"}`)
+		if status != http.StatusOK {
+			t.Fatalf("status %d: %s", status, b)
+		}
+		if job := h.lastJob(); !job.CachePrefix || job.Tenant != "bob" {
+			t.Errorf("job cache_prefix %v tenant %q, want true for bob", job.CachePrefix, job.Tenant)
+		}
+	})
+	t.Run("async batch per request", func(t *testing.T) {
+		before := h.jobCount()
+		status, _, b := h.do("POST", native+"?queueRequest=true", "alice",
+			`{"requests":[{"prompt":"one","cache_prefix":true},{"prompt":"two"}]}`)
+		if status != http.StatusOK {
+			t.Fatalf("status %d: %s", status, b)
+		}
+		waitFor(t, "two async jobs", func() bool { return h.jobCount() == before+2 })
+		h.mu.Lock()
+		got := map[string]bool{}
+		for _, j := range h.jobs[before:] {
+			got[j.Prompt] = j.CachePrefix
+		}
+		h.mu.Unlock()
+		want := map[string]bool{"user: one\nassistant:": true, "user: two\nassistant:": false}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("cache_prefix by prompt %v, want %v", got, want)
+		}
+	})
+}
+
+func TestCachePrefixWrongType(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	native := "/ai/run/" + modelStories
+	cases := []struct {
+		name, path, body string
+		field            string // the field the refusal names
+	}{
+		{"native string", native, `{"prompt":"Once","cache_prefix":"true"}`, "cache_prefix"},
+		{"native number", native, `{"prompt":"Once","cache_prefix":1}`, "cache_prefix"},
+		{"native object", native, `{"prompt":"Once","cache_prefix":{}}`, "cache_prefix"},
+		{"native batch", native + "?queueRequest=true", `{"requests":[{"prompt":"a"},{"prompt":"b","cache_prefix":"yes"}]}`,
+			"requests[1].cache_prefix"},
+		{"chat", "/v1/chat/completions",
+			`{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}],"cache_prefix":"yes"}`, "cache_prefix"},
+		{"completions", "/v1/completions", `{"model":"` + modelStories + `","prompt":"Once","cache_prefix":[true]}`, "cache_prefix"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.jobCount()
+			status, _, b := h.do("POST", c.path, "alice", c.body)
+			if status != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", status, b)
+			}
+			want := c.field + ": must be a boolean"
+			if strings.HasPrefix(c.path, "/v1/") {
+				typ, _, msg := openAIErr(t, b)
+				param, _ := mustJSON(t, b)["error"].(map[string]any)["param"].(string)
+				if typ != "invalid_request_error" || !strings.Contains(msg, want) || param != c.field {
+					t.Errorf("got %s %q param %q, want invalid_request_error %q param %q", typ, msg, param, want, c.field)
+				}
+			} else if code, msg := nativeErr(t, b); code != 5004 || !strings.Contains(msg, want) {
+				t.Errorf("got %d %q, want 5004 naming %q", code, msg, want)
+			}
+			if h.jobCount() != before {
+				t.Errorf("a refused request was enqueued")
+			}
+		})
+	}
+}
+
+// usageAt digs the usage object out of a response: path names the keys from
+// the top; for a stream, the last event that has a usage object is used.
+func usageAt(t *testing.T, body []byte, stream bool, path ...string) map[string]any {
+	t.Helper()
+	docs := [][]byte{body}
+	if stream {
+		docs = nil
+		for _, ev := range parseSSE(t, body) {
+			if ev.data != "[DONE]" && strings.Contains(ev.data, `"usage":{`) {
+				docs = append(docs, []byte(ev.data))
+			}
+		}
+		if len(docs) == 0 {
+			t.Fatalf("no event carries usage: %s", body)
+		}
+		docs = docs[len(docs)-1:]
+	}
+	var v any = mustJSON(t, docs[0])
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("no %v in %s", path, body)
+		}
+		v = m[k]
+	}
+	u, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("no usage object at %v in %s", path, body)
+	}
+	return u
+}
+
+func TestCachedTokensInUsage(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.setBehaviour(replyCached)
+	native := "/ai/run/" + modelStories
+	cases := []struct {
+		name, path, body string
+		stream           bool
+		usagePath        []string
+	}{
+		{"native", native, `{"prompt":"Once"%s}`, false, []string{"result", "usage"}},
+		{"native stream", native, `{"prompt":"Once","stream":true%s}`, true, []string{"usage"}},
+		{"chat", "/v1/chat/completions",
+			`{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}]%s}`, false, []string{"usage"}},
+		{"chat stream", "/v1/chat/completions",
+			`{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}%s}`,
+			true, []string{"usage"}},
+		{"completions", "/v1/completions", `{"model":"` + modelStories + `","prompt":"Once"%s}`, false, []string{"usage"}},
+		{"completions stream", "/v1/completions",
+			`{"model":"` + modelStories + `","prompt":"Once","stream":true,"stream_options":{"include_usage":true}%s}`,
+			true, []string{"usage"}},
+	}
+	for _, c := range cases {
+		for _, on := range []bool{true, false} {
+			name, extra := c.name+"/cache_prefix", `,"cache_prefix":true`
+			if !on {
+				name, extra = c.name+"/default", ""
+			}
+			t.Run(name, func(t *testing.T) {
+				status, _, b := h.do("POST", c.path, "alice", strings.Replace(c.body, "%s", extra, 1))
+				if status != http.StatusOK {
+					t.Fatalf("status %d: %s", status, b)
+				}
+				job := h.lastJob()
+				u := usageAt(t, b, c.stream, c.usagePath...)
+				if u["prompt_tokens"] != float64(job.PromptTokens) || u["completion_tokens"] != 2.0 {
+					t.Errorf("usage %v", u)
+				}
+				details, present := u["prompt_tokens_details"]
+				switch {
+				case on && !reflect.DeepEqual(details, map[string]any{"cached_tokens": float64(fakeCachedTokens)}):
+					t.Errorf("prompt_tokens_details %v, want cached_tokens %d: %s", details, fakeCachedTokens, b)
+				case !on && present:
+					t.Errorf("prompt_tokens_details %v without cached tokens: %s", details, b)
+				}
+			})
+		}
+	}
+	t.Run("async poll", func(t *testing.T) {
+		status, _, b := h.do("POST", native+"?queueRequest=true", "alice",
+			`{"requests":[{"prompt":"one","cache_prefix":true},{"prompt":"two"},{"prompt":"three","cache_prefix":true}]}`)
+		if status != http.StatusOK {
+			t.Fatalf("submit: %d %s", status, b)
+		}
+		var sub struct {
+			Result asyncResult `json:"result"`
+		}
+		if err := json.Unmarshal(b, &sub); err != nil {
+			t.Fatal(err)
+		}
+		var done struct {
+			Result asyncResult `json:"result"`
+		}
+		waitFor(t, "the batch to finish", func() bool {
+			_, _, body := h.do("POST", native, "alice", `{"request_id":"`+sub.Result.RequestID+`"}`)
+			done.Result = asyncResult{}
+			_ = json.Unmarshal(body, &done)
+			return done.Result.Status == asyncDone
+		})
+		r := done.Result
+		if len(r.Responses) != 3 {
+			t.Fatalf("responses %+v", r)
+		}
+		for i, want := range []int{fakeCachedTokens, 0, fakeCachedTokens} {
+			one := r.Responses[i]
+			if !one.Success || one.Result == nil || one.Result.Usage == nil {
+				t.Fatalf("response %d: %+v", i, one)
+			}
+			got := 0
+			if d := one.Result.Usage.PromptTokensDetails; d != nil {
+				got = d.CachedTokens
+			}
+			if got != want {
+				t.Errorf("response %d cached_tokens %d, want %d", i, got, want)
+			}
+		}
+		if r.Usage == nil || r.Usage.PromptTokensDetails == nil || r.Usage.PromptTokensDetails.CachedTokens != 2*fakeCachedTokens {
+			t.Errorf("batch usage %+v, want cached_tokens %d", r.Usage, 2*fakeCachedTokens)
+		}
+	})
+}
