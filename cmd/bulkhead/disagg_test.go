@@ -127,3 +127,54 @@ func TestDevDisaggregated(t *testing.T) {
 		}
 	})
 }
+
+// TestCanaryDisaggregated is issue 4's acceptance run: `bulkhead canary` with 8
+// tenants, 400 requests, concurrency 8 and 20% over-long prompts against
+// `dev --disaggregated`, whose NaN-poisoned pools are small enough that pages
+// are reused many times over. It must report no foreign text, no response that
+// differs from its quiet reference, and every over-long prompt refused.
+func TestCanaryDisaggregated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("canary run skipped in -short mode")
+	}
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	addr := freeAddr(t)
+	dev := start(t, "dev", bin, "dev", "--data-dir", dir, "--listen", addr,
+		"--model", clusterModel+"="+sharedPath(t, "models/stories260K.gguf"),
+		"--disaggregated", "--prefill-workers", "2", "--decode-workers", "2",
+		"--context", "512", "--kv-pool-tokens", "1024", "--kv-poison", "--threads", "1")
+	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(dev.out.String(), "serving") })
+
+	stdout, stderr, code := bulkhead(t, "canary", "--edge", "http://"+addr, "--key-dir", dir,
+		"--tenants", "8", "--requests", "400", "--concurrency", "8", "--oversize-fraction", "0.2", "--json")
+	if code != 0 {
+		t.Fatalf("canary exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var rep struct {
+		ContextWindow int `json:"context_window"`
+		Tenants       []struct {
+			Checked  int `json:"responses_checked"`
+			Differ   int `json:"responses_differ"`
+			Oversize int `json:"oversize_sent"`
+			Refused  int `json:"oversize_refused"`
+			Foreign  int `json:"foreign_text"`
+		} `json:"tenants"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var checked, oversize, refused int
+	for _, tr := range rep.Tenants {
+		checked += tr.Checked
+		oversize += tr.Oversize
+		refused += tr.Refused
+		if tr.Differ != 0 || tr.Foreign != 0 {
+			t.Errorf("tenant report %+v", tr)
+		}
+	}
+	if rep.ContextWindow != 512 || len(rep.Tenants) != 8 || checked != 320 || oversize != 80 || refused != 80 {
+		t.Fatalf("report %s: want window 512, 8 tenants, 320 responses checked, 80 over-long prompts all refused", stdout)
+	}
+	t.Logf("canary: %d responses checked against their references, %d over-long refused", checked, refused)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -102,6 +103,10 @@ func (c *Config) fill(h Hyper) error {
 	}
 	return nil
 }
+
+// admitRetry is how often a loop with an empty batch and waiting requests
+// looks again for pages freed outside the batch.
+const admitRetry = 5 * time.Millisecond
 
 // ErrInvalidConfig reports a configuration that cannot be served.
 var ErrInvalidConfig = errors.New("engine: invalid config")
@@ -308,15 +313,24 @@ func (e *Engine) Run(ctx context.Context) error {
 		active = e.admit(active)
 		if len(active) == 0 {
 			e.mu.Lock()
-			closed := e.closed
+			closed, blocked := e.closed, len(e.waiting) > 0
 			e.mu.Unlock()
 			if closed {
 				return nil
+			}
+			// Requests waiting with an empty batch wait for pages held outside
+			// it (prefilled sequences being handed over, imported ones not yet
+			// resumed); those are freed without a word to this loop, so look
+			// again shortly.
+			var retry <-chan time.Time
+			if blocked {
+				retry = time.After(admitRetry)
 			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-e.wake:
+			case <-retry:
 			}
 			continue
 		}
@@ -355,8 +369,11 @@ func (e *Engine) admit(active []*sequence) []*sequence {
 		if s.kv == nil { // a resumed sequence arrives with its KV
 			kv, err := e.reserve(s)
 			if err != nil {
-				if errors.Is(err, kvcache.ErrPoolExhausted) && len(active) > 0 {
-					break // wait for running sequences to free pages
+				// The request fits an empty pool (check made sure), so while
+				// anyone holds pages, waiting will get it in: running
+				// sequences, and prefilled or imported ones held by callers.
+				if errors.Is(err, kvcache.ErrPoolExhausted) && (len(active) > 0 || e.kv.UsedPages() > 0) {
+					break
 				}
 				e.waiting = e.waiting[1:]
 				s.finish(Event{Err: fmt.Errorf("engine: reserving KV: %w", err)})

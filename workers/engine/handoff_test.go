@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
@@ -458,4 +459,39 @@ func TestPrefillRefused(t *testing.T) {
 		p.Release() // idempotent
 		checkBaseline(t, e)
 	})
+}
+
+// TestWaitsForHandedOffPages: a request that finds the pool held by a
+// prefilled sequence awaiting hand-over waits for it instead of failing, and
+// runs once the pages come back.
+func TestWaitsForHandedOffPages(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Context: 256, KVTokens: 256, Poison: true})
+	long := make([]int32, 200)
+	for i := range long {
+		long[i] = int32(3 + i%400)
+	}
+	held, err := e.Prefill(context.Background(), greedy(long, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := e.Submit(context.Background(), greedy([]int32{1, 403, 407}, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("got %+v while the pool was held; want the request to wait", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+	held.Release()
+	var last Event
+	n := 0
+	for ev := range events {
+		last = ev
+		n++
+	}
+	if last.Err != nil || !last.Done || n < 2 {
+		t.Fatalf("after the release: %d events, last %+v", n, last)
+	}
 }
