@@ -64,6 +64,11 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, rp *queue.R
 		end(ref.kind, ref.msg)
 		return
 	}
+	// The prompt's KV comes from the manifest: the prefill worker used the
+	// tenant's prefix cache if the job asked; this engine neither looks up
+	// nor publishes. Its usage reports no cached tokens: the hand-over does
+	// not carry the prefill side's count.
+	req.CachePrefix = false
 	m, err := handoff.DecodeManifest(raw)
 	if err != nil {
 		end(queue.ErrKindInternal, "KV handoff failed: "+err.Error())

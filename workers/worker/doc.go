@@ -24,6 +24,13 @@
 // their claim is current (queue.Replier.FailIfHeld), so the client gets one
 // stream: tokens then a final frame, or one error frame.
 //
+// Prefix cache. A job with CachePrefix runs with engine.Request.CachePrefix
+// on unified and prefill workers: the engine reuses the prompt's leading full
+// pages from the cache of the job's tenant (never another's) and publishes
+// them for the tenant's later jobs; the final frame's usage says how many
+// prompt tokens came from the cache. A decode worker neither looks up nor
+// publishes, and reports none (the hand-over does not carry the count).
+//
 // Redelivery rule: a job runs again only if no frame of it reached the reply
 // subject; a job that already finished is acked and not rerun; a job whose
 // earlier worker died after sending frames ends with ErrKindInternal ("worker

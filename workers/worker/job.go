@@ -91,7 +91,9 @@ func (w *Worker) claim(kctx context.Context, log *slog.Logger, res *queue.Result
 }
 
 // admit checks a job against the engine's own limits and builds its request.
-// It never truncates: a prompt that does not fit is refused.
+// It never truncates: a prompt that does not fit is refused. The request's
+// owner, which is also its prefix cache namespace, is the job's tenant (the
+// edge's verified principal); job.CachePrefix only opts in.
 func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if !time.Now().Before(job.Deadline) {
 		return engine.Request{}, &refusal{queue.ErrKindTimeout, "deadline passed before the job started"}
@@ -115,11 +117,12 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
 	}
 	return engine.Request{
-		Owner:     kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
-		Prompt:    prompt,
-		MaxTokens: job.MaxTokens,
-		Sampling:  params,
-		Stop:      job.Stop,
+		Owner:       kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
+		Prompt:      prompt,
+		MaxTokens:   job.MaxTokens,
+		Sampling:    params,
+		Stop:        job.Stop,
+		CachePrefix: job.CachePrefix,
 	}, nil
 }
 
@@ -199,7 +202,8 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 			w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
 		}
 	case final != nil:
-		u := queue.Usage{PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens}
+		u := queue.Usage{PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens,
+			CachedTokens: final.Usage.CachedTokens}
 		if err := rp.Final(kctx, final.Text, final.Finish, u); err != nil {
 			log.Error("sending final frame", "err", err)
 		}

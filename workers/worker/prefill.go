@@ -61,7 +61,7 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 	if err != nil {
 		w.failHandOver(kctx, log, res, rp, job, err, context.Cause(rctx))
 	} else {
-		log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens)
+		log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens, "cached_tokens", p.CachedTokens)
 	}
 	w.settle(log, msg.Ack())
 }

@@ -1,0 +1,162 @@
+package worker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+)
+
+// flushPrefixesAtEnd empties the engines' prefix caches when the test ends,
+// before startEngine's check that every page is back: cached pages are held
+// by the cache, not leaked. It polls, as a request's pages go back to the
+// pool a moment after its final frame.
+func flushPrefixesAtEnd(t *testing.T, engines ...*engine.Engine) {
+	t.Helper()
+	t.Cleanup(func() {
+		checkFor(t, 10*time.Second, func() error {
+			for i, e := range engines {
+				e.KV().FlushPrefixes()
+				if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+					return fmt.Errorf("engine %d: %d of %d KV pages free after flushing the prefix cache", i, free, total)
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// cachedRun is one request of a prefix cache scenario, run in order.
+type cachedRun struct {
+	name        string
+	tenant      string
+	cachePrefix bool
+	hit         bool // the final frame reports the prompt's cacheable tokens as cached
+}
+
+// TestPrefixCacheUnified: a unified worker passes the job's cache_prefix to
+// the engine and reports the cached prompt tokens in the final frame, with
+// the same greedy text as an uncached run; the cache is the job tenant's
+// alone, and a job without cache_prefix neither reads nor publishes.
+func TestPrefixCacheUnified(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{Poison: true}) // 16-token pages
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	flushPrefixesAtEnd(t, e)
+
+	prompt, n := longPrompt(t, e, 40)
+	ps := e.KV().PageSize()
+	// The engine attaches whole pages and never the last prompt token's.
+	cacheable := (n - 1) / ps * ps
+	if cacheable < 2*ps {
+		t.Fatalf("prompt of %d tokens covers %d full pages before its last token; want at least 2", n, cacheable/ps)
+	}
+	ref := submit(t, ev, jobFor(t, prompt, "tenant-a", false))
+	if ref.last.Kind != queue.KindFinal || ref.last.Usage.CachedTokens != 0 || ref.last.Usage.CompletionTokens == 0 {
+		t.Fatalf("reference run: %+v", ref.last)
+	}
+	if st := e.KV().PrefixStats(); st.Published != 0 || st.Hits+st.Misses != 0 {
+		t.Fatalf("a job without cache_prefix used the prefix cache: %+v", st)
+	}
+
+	runs := []cachedRun{
+		{"A opted out again", "tenant-a", false, false},
+		{"A first opt-in is cold", "tenant-a", true, false},
+		{"A second opt-in hits", "tenant-a", true, true},
+		{"B same prompt misses A's cache", "tenant-b", true, false},
+		{"A opted out reads nothing", "tenant-a", false, false},
+		{"B second opt-in hits its own", "tenant-b", true, true},
+		{"A third opt-in hits", "tenant-a", true, true},
+	}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			before := e.KV().PrefixStats()
+			got := submit(t, ev, jobFor(t, prompt, r.tenant, r.cachePrefix))
+			if got.last.Kind != queue.KindFinal {
+				t.Fatalf("last frame %+v", got.last)
+			}
+			want := 0
+			if r.hit {
+				want = cacheable
+			}
+			u := got.last.Usage
+			if u.CachedTokens != want || u.PromptTokens != n {
+				t.Errorf("usage %+v: %d cached of %d prompt tokens, want %d of %d", u, u.CachedTokens, u.PromptTokens, want, n)
+			}
+			if got.text != ref.text || got.last.Finish != ref.last.Finish || u.CompletionTokens != ref.last.Usage.CompletionTokens {
+				t.Errorf("answer %q (%s, %d tokens), uncached %q (%s, %d tokens)",
+					got.text, got.last.Finish, u.CompletionTokens, ref.text, ref.last.Finish, ref.last.Usage.CompletionTokens)
+			}
+			after := e.KV().PrefixStats()
+			if looked := after.Hits + after.Misses - before.Hits - before.Misses; r.cachePrefix != (looked == 1) {
+				t.Errorf("cache_prefix %v, but the engine looked up the cache %d times", r.cachePrefix, looked)
+			}
+			if !r.cachePrefix && after.Published != before.Published {
+				t.Errorf("a job without cache_prefix published %d pages", after.Published-before.Published)
+			}
+		})
+	}
+}
+
+// TestPrefixCachePrefill: a prefill worker passes cache_prefix to its
+// engine, which hits the tenant's cache on the second run; the decode worker
+// streams the same text and, not knowing the prefill side's count, reports no
+// cached tokens.
+func TestPrefixCachePrefill(t *testing.T) {
+	ev := startNATS(t)
+	s := startSplit(t, ev, engine.Config{}, engine.Config{}, Config{}, Config{})
+	flushPrefixesAtEnd(t, s.pre, s.dec)
+	prompt, n := longPrompt(t, s.pre, 40)
+
+	ref := submit(t, ev, jobFor(t, prompt, "tenant-a", false))
+	if ref.last.Kind != queue.KindFinal || ref.last.Usage.CompletionTokens == 0 {
+		t.Fatalf("reference run: %+v", ref.last)
+	}
+	runs := []struct {
+		name        string
+		tenant      string
+		cachePrefix bool
+		hitPages    bool // the prefill engine attached cached pages
+	}{
+		{"A opted out", "tenant-a", false, false},
+		{"A first opt-in is cold", "tenant-a", true, false},
+		{"A second opt-in hits", "tenant-a", true, true},
+		{"B misses A's cache", "tenant-b", true, false},
+	}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			before := s.pre.KV().PrefixStats()
+			got := submit(t, ev, jobFor(t, prompt, r.tenant, r.cachePrefix))
+			if got.last.Kind != queue.KindFinal {
+				t.Fatalf("last frame %+v", got.last)
+			}
+			if got.text != ref.text || got.last.Usage.PromptTokens != n {
+				t.Errorf("answer %q with %d prompt tokens, uncached %q with %d", got.text, got.last.Usage.PromptTokens, ref.text, n)
+			}
+			if got.last.Usage.CachedTokens != 0 {
+				t.Errorf("decode reported %d cached tokens; the hand-over carries no count", got.last.Usage.CachedTokens)
+			}
+			after := s.pre.KV().PrefixStats()
+			if looked := after.Hits + after.Misses - before.Hits - before.Misses; r.cachePrefix != (looked == 1) {
+				t.Errorf("cache_prefix %v, but the prefill engine looked up the cache %d times", r.cachePrefix, looked)
+			}
+			if hit := after.HitPages > before.HitPages; hit != r.hitPages {
+				t.Errorf("prefill engine attached %d cached pages, want hit=%v", after.HitPages-before.HitPages, r.hitPages)
+			}
+			if st := s.dec.KV().PrefixStats(); st != (kvcache.PrefixStats{}) {
+				t.Errorf("the decode engine used its prefix cache: %+v", st)
+			}
+		})
+	}
+}
+
+// jobFor is newJob for tenant, greedy, 24 tokens, opting in to the prefix
+// cache or not.
+func jobFor(t *testing.T, prompt, tenant string, cachePrefix bool) *queue.Job {
+	j := newJob(t, prompt, 24)
+	j.Tenant, j.CachePrefix = tenant, cachePrefix
+	return j
+}
