@@ -87,7 +87,11 @@ func TestCachePrefixReachesJob(t *testing.T) {
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %s", status, b)
 		}
-		waitFor(t, "two async jobs", func() bool { return h.jobCount() == before+2 })
+		// Let the batch finish: the fake worker must not be stopped mid-job.
+		asyncDoneResult(t, h, b)
+		if h.jobCount() != before+2 {
+			t.Fatalf("jobs %d, want %d", h.jobCount(), before+2)
+		}
 		h.mu.Lock()
 		got := map[string]bool{}
 		for _, j := range h.jobs[before:] {
@@ -139,6 +143,28 @@ func TestCachePrefixWrongType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// asyncDoneResult polls (as alice) the batch whose submit answer is
+// submitted until it is done, and returns the final poll's result.
+func asyncDoneResult(t *testing.T, h *harness, submitted []byte) asyncResult {
+	t.Helper()
+	var sub struct {
+		Result asyncResult `json:"result"`
+	}
+	if err := json.Unmarshal(submitted, &sub); err != nil || sub.Result.RequestID == "" {
+		t.Fatalf("submit answer %s: %v", submitted, err)
+	}
+	var done struct {
+		Result asyncResult `json:"result"`
+	}
+	waitFor(t, "the batch to finish", func() bool {
+		_, _, body := h.do("POST", "/ai/run/"+modelStories, "alice", `{"request_id":"`+sub.Result.RequestID+`"}`)
+		done.Result = asyncResult{}
+		_ = json.Unmarshal(body, &done)
+		return done.Result.Status == asyncDone
+	})
+	return done.Result
 }
 
 // usageAt digs the usage object out of a response: path names the keys from
@@ -226,22 +252,7 @@ func TestCachedTokensInUsage(t *testing.T) {
 		if status != http.StatusOK {
 			t.Fatalf("submit: %d %s", status, b)
 		}
-		var sub struct {
-			Result asyncResult `json:"result"`
-		}
-		if err := json.Unmarshal(b, &sub); err != nil {
-			t.Fatal(err)
-		}
-		var done struct {
-			Result asyncResult `json:"result"`
-		}
-		waitFor(t, "the batch to finish", func() bool {
-			_, _, body := h.do("POST", native, "alice", `{"request_id":"`+sub.Result.RequestID+`"}`)
-			done.Result = asyncResult{}
-			_ = json.Unmarshal(body, &done)
-			return done.Result.Status == asyncDone
-		})
-		r := done.Result
+		r := asyncDoneResult(t, h, b)
 		if len(r.Responses) != 3 {
 			t.Fatalf("responses %+v", r)
 		}

@@ -30,6 +30,7 @@ func FuzzNativeRequest(f *testing.F) {
 		`{"request_id":"0123"}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
 		`{"prompt":1}`, `[]`, `{`, ``, `{"max_tokens":1e99}`,
+		`{"prompt":"x","cache_prefix":true}`, `{"prompt":"x","cache_prefix":"yes"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -54,6 +55,8 @@ func FuzzNativeRequest(f *testing.F) {
 			t.Fatal("templated request without messages")
 		case len(in.stop) > maxStopSequences:
 			t.Fatalf("%d stop sequences", len(in.stop))
+		case in.cachePrefix != req.CachePrefix:
+			t.Fatalf("cache_prefix %v decoded, %v validated", req.CachePrefix, in.cachePrefix)
 		}
 		for _, raw := range req.Requests {
 			var one nativeRequest
