@@ -3,15 +3,16 @@ package edge
 import (
 	"bytes"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // BenchmarkAdmission is the edge's per-request CPU work before enqueue:
 // decode and validate the body, render the prompt, count its tokens.
 func BenchmarkAdmission(b *testing.B) {
-	v, err := loadVocab(slog.New(slog.DiscardHandler), modelQwen, filepath.Join(sharedDir(b), "tokenizer", "ggml-vocab-qwen2.gguf"))
+	v, err := loadVocab(slog.New(slog.DiscardHandler), modelQwen, refdata.Path(b, "tokenizer/ggml-vocab-qwen2.gguf"))
 	if err != nil {
 		b.Fatal(err)
 	}

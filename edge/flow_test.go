@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/chat"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -178,8 +178,7 @@ func TestCancelOnDisconnect(t *testing.T) {
 }
 
 func TestChatTemplateAdmission(t *testing.T) {
-	shared := sharedDir(t)
-	path := filepath.Join(shared, "tokenizer", "ggml-vocab-qwen2.gguf")
+	path := refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf")
 	cat, err := catalog.FromFlags([]string{modelQwen + "=" + path})
 	if err != nil {
 		t.Fatalf("catalog: %v", err)

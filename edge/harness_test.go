@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -45,20 +45,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// sharedDir is the reference data beside the repository (../shared).
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(wd, "..", "..", "shared")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("reference data missing: %s: %v", dir, err)
-	}
-	return dir
 }
 
 // Model names the harness serves.
@@ -176,8 +162,7 @@ type harnessOpts struct {
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
-	shared := sharedDir(t)
-	stories := filepath.Join(shared, "models", "stories260K.gguf")
+	stories := refdata.Path(t, "models/stories260K.gguf")
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories, modelIdle + "=" + stories})
 	if err != nil {
 		t.Fatalf("catalog: %v", err)

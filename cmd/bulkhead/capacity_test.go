@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -28,7 +29,7 @@ const clampModel = "@cf/test/stories260k"
 // bytesPerPage is one KV page of stories260K: K and V, every layer, f16.
 func bytesPerPage(t *testing.T) int64 {
 	t.Helper()
-	m, err := engine.Load(sharedPath(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func bytesPerPage(t *testing.T) int64 {
 }
 
 func TestPoolPages(t *testing.T) {
-	m, err := engine.Load(sharedPath(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestPoolPages(t *testing.T) {
 // than the context window: each refuses to start, exit 1, naming the model,
 // the pool's tokens and the window.
 func TestPoolTooSmallRefusesStart(t *testing.T) {
-	model := sharedPath(t, "models/stories260K.gguf")
+	model := refdata.Path(t, "models/stories260K.gguf")
 	dir := t.TempDir()
 	catFile := filepath.Join(dir, "catalog.yaml")
 	yaml := fmt.Sprintf("models:\n  - name: %q\n    path: %s\n    context_window: 1024\n    kv_pool_bytes: %d\n", clampModel, model, 10*bytesPerPage(t))
@@ -247,7 +248,7 @@ func advertisesAll(t *testing.T, base, token, model string, want int) bool {
 // window, over a 256-token pool.
 func longPrompt(t *testing.T) string {
 	t.Helper()
-	m, err := engine.Load(sharedPath(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func runStatus(t *testing.T, base, token, model, body string) (int, int) {
 // --clamp-context: it serves, advertises 256 everywhere, refuses a 300-token
 // prompt at the edge with 413/3006 and serves one that fits.
 func TestDevClampContext(t *testing.T) {
-	model := sharedPath(t, "models/stories260K.gguf")
+	model := refdata.Path(t, "models/stories260K.gguf")
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	dev := startNode(t, "dev", "--data-dir", dir, "--listen", addr, "--model", clampModel+"="+model,
@@ -346,7 +347,7 @@ func testNATS(t *testing.T) (string, jetstream.JetStream) {
 // runs and withdraws it when it stops.
 func TestWorkerPublishesCapacity(t *testing.T) {
 	url, js := testNATS(t)
-	model := sharedPath(t, "models/stories260K.gguf")
+	model := refdata.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	capacities := func() []int {
@@ -377,7 +378,7 @@ func TestWorkerPublishesCapacity(t *testing.T) {
 // worker window, never above its own.
 func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 	url, js := testNATS(t)
-	model := sharedPath(t, "models/stories260K.gguf")
+	model := refdata.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	key, err := auth.LoadOrCreateDevKey(t.TempDir())
@@ -451,7 +452,7 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 // TestFitContext checks the start-up check alone: the window served, the
 // error's numbers, and the clamp landing in the catalog with a WARN line.
 func TestFitContext(t *testing.T) {
-	path := sharedPath(t, "models/stories260K.gguf")
+	path := refdata.Path(t, "models/stories260K.gguf")
 	m, err := engine.Load(path)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // buildBinary compiles bulkhead once per test run into dir.
@@ -127,7 +128,7 @@ func startClusterRoles(t *testing.T, roles ...string) *cluster {
 		t.Skip("multi-process cluster test skipped in -short mode")
 	}
 	dir := t.TempDir()
-	c := &cluster{bin: buildBinary(t, dir), model: sharedPath(t, "models/stories260K.gguf")}
+	c := &cluster{bin: buildBinary(t, dir), model: refdata.Path(t, "models/stories260K.gguf")}
 	var err error
 	if c.redis, err = redistest.Start(); err != nil {
 		t.Fatal(err)

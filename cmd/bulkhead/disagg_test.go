@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // greedyPrompts are golden prompts of stories260K.
@@ -84,7 +85,7 @@ func TestDevDisaggregated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("dev cluster test skipped in -short mode")
 	}
-	model := sharedPath(t, "models/stories260K.gguf")
+	model := refdata.Path(t, "models/stories260K.gguf")
 	serve := func(name string, args ...string) (string, string, *node) {
 		dir := t.TempDir()
 		addr := freeAddr(t)
@@ -141,7 +142,7 @@ func TestCanaryDisaggregated(t *testing.T) {
 	bin := buildBinary(t, dir)
 	addr := freeAddr(t)
 	dev := start(t, "dev", bin, "dev", "--data-dir", dir, "--listen", addr,
-		"--model", clusterModel+"="+sharedPath(t, "models/stories260K.gguf"),
+		"--model", clusterModel+"="+refdata.Path(t, "models/stories260K.gguf"),
 		"--disaggregated", "--prefill-workers", "2", "--decode-workers", "2",
 		"--context", "512", "--kv-pool-tokens", "1024", "--kv-poison", "--threads", "1")
 	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(dev.out.String(), "serving") })

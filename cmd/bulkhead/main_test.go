@@ -9,21 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// sharedPath returns a file under the repository's sibling ../shared, failing
-// the test (naming the path) when it is missing.
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("test data missing: %s (the shared/ folder must sit beside the repository): %v", p, err)
-	}
-	return p
-}
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
+)
 
 // bulkhead runs the command line in-process and returns stdout, stderr and the
 // exit code.
@@ -35,8 +23,8 @@ func bulkhead(t testing.TB, args ...string) (string, string, int) {
 }
 
 func TestGenerateJSONMatchesLlamaCpp(t *testing.T) {
-	model := sharedPath(t, "models/stories260K.gguf")
-	b, err := os.ReadFile(sharedPath(t, "models/golden/stories260K-greedy.json"))
+	model := refdata.Path(t, "models/stories260K.gguf")
+	b, err := os.ReadFile(refdata.Path(t, "models/golden/stories260K-greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +68,7 @@ func TestGenerateJSONMatchesLlamaCpp(t *testing.T) {
 func TestTokenizeConformance(t *testing.T) {
 	for _, vocab := range []string{"llama-spm", "llama-bpe", "qwen2", "gpt-2"} {
 		t.Run(vocab, func(t *testing.T) {
-			model := sharedPath(t, "tokenizer/ggml-vocab-"+vocab+".gguf")
+			model := refdata.Path(t, "tokenizer/ggml-vocab-"+vocab+".gguf")
 			inp, err := os.ReadFile(model + ".inp")
 			if err != nil {
 				t.Fatal(err)
@@ -119,7 +107,7 @@ func TestTokenizeConformance(t *testing.T) {
 }
 
 func TestTokenizeAddsBOS(t *testing.T) {
-	stdout, stderr, code := bulkhead(t, "tokenize", "--model", sharedPath(t, "models/stories260K.gguf"), "--text", "Once upon a time", "--json")
+	stdout, stderr, code := bulkhead(t, "tokenize", "--model", refdata.Path(t, "models/stories260K.gguf"), "--text", "Once upon a time", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -188,7 +176,7 @@ func TestUsageErrors(t *testing.T) {
 func TestFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("BULKHEAD_MAX_TOKENS", "3")
 	t.Setenv("BULKHEAD_TEMPERATURE", "0")
-	stdout, stderr, code := bulkhead(t, "generate", "--model", sharedPath(t, "models/stories260K.gguf"), "--prompt", "Once upon a time", "--json")
+	stdout, stderr, code := bulkhead(t, "generate", "--model", refdata.Path(t, "models/stories260K.gguf"), "--prompt", "Once upon a time", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

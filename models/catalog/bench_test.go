@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // BenchmarkLookup is the edge's per-request path: find the model, read its
@@ -44,7 +46,7 @@ func BenchmarkParseExample(b *testing.B) {
 }
 
 func BenchmarkResolveStories260K(b *testing.B) {
-	c, err := FromFlags([]string{"s=" + sharedPath(b, "models/stories260K.gguf")})
+	c, err := FromFlags([]string{"s=" + refdata.Path(b, "models/stories260K.gguf")})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // TestResolveStories260K reads the trained context of a real model file.
 func TestResolveStories260K(t *testing.T) {
-	path := sharedPath(t, "models/stories260K.gguf")
+	path := refdata.Path(t, "models/stories260K.gguf")
 	tests := []struct {
 		name       string
 		window     string // context_window value, "" to leave it out

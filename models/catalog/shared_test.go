@@ -8,21 +8,6 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
 
-// sharedPath returns the absolute path of a file under the reference data
-// directory, the repository's sibling ../shared (../../../shared from this
-// package), failing the test when it is missing.
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("reference data %s is missing: %v", p, err)
-	}
-	return p
-}
-
 // writeGGUF writes a tensor-less GGUF file holding only the metadata the
 // catalog reads. An empty arch leaves general.architecture out; a zero ctx
 // leaves <arch>.context_length out.

@@ -9,18 +9,13 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
-
-// sharedDir is the reference data beside the repository.
-const sharedDir = "../../../shared"
 
 // qwen2GGUF returns the real tokenizer.chat_template of the Qwen2 vocab file.
 func qwen2GGUF(t testing.TB) string {
 	t.Helper()
-	path := filepath.Join(sharedDir, "tokenizer", "ggml-vocab-qwen2.gguf")
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("reference data missing: %s (%v)", path, err)
-	}
+	path := refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf")
 	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)

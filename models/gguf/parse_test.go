@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // smallFile is a valid GGUF image with a little of everything: scalar, string,
@@ -94,7 +96,7 @@ func FuzzParse(f *testing.F) {
 // many offsets through its tensor data: each prefix must be refused with
 // ErrNotGGUF or ErrCorrupt, never accepted and never a panic.
 func TestParseTruncated(t *testing.T) {
-	full, err := os.ReadFile(sharedPath(t, "models/stories260K.gguf"))
+	full, err := os.ReadFile(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

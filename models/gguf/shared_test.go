@@ -1,29 +1,16 @@
 package gguf
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
-)
 
-// sharedPath returns the path of a file under the reference data directory, the
-// repository's sibling ../shared (../../../shared from this package), failing
-// the test when it is missing.
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p := filepath.Join("..", "..", "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		abs, _ := filepath.Abs(p)
-		t.Fatalf("reference data %s is missing: %v", abs, err)
-	}
-	return p
-}
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
+)
 
 // openShared opens a GGUF file from the reference data and closes it at the end
 // of the test.
 func openShared(t testing.TB, rel string) *File {
 	t.Helper()
-	f, err := Open(sharedPath(t, rel))
+	f, err := Open(refdata.Path(t, rel))
 	if err != nil {
 		t.Fatalf("Open(%s): %v", rel, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // copyToWriter rebuilds f in a Writer: same keys in the same order, same tensors.
@@ -199,7 +201,7 @@ func TestWriterRewriteIsByteIdentical(t *testing.T) {
 		"models/synth/stories15m-shape-f32.gguf",
 	} {
 		t.Run(filepath.Base(rel), func(t *testing.T) {
-			orig, err := os.ReadFile(sharedPath(t, rel))
+			orig, err := os.ReadFile(refdata.Path(t, rel))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +231,7 @@ func TestWriteFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile(sharedPath(t, "models/stories260K.gguf"))
+	want, err := os.ReadFile(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

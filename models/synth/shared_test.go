@@ -2,23 +2,17 @@ package synth
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
-// openShared opens a file of the reference data, the repository's sibling
-// ../shared (../../../shared from this package), failing when it is missing.
+// openShared opens a file of the reference data (see refdata.Path) and closes
+// it at the end of the test.
 func openShared(t *testing.T, rel string) *gguf.File {
 	t.Helper()
-	p := filepath.Join("..", "..", "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		abs, _ := filepath.Abs(p)
-		t.Fatalf("reference data %s is missing: %v", abs, err)
-	}
-	f, err := gguf.Open(p)
+	f, err := gguf.Open(refdata.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 func benchVocabs() []string {
@@ -13,7 +15,7 @@ func benchVocabs() []string {
 
 func benchLoad(b *testing.B, name string) *Tokenizer {
 	if name == "stories260K" {
-		return load(b, filepath.Join(sharedDir(b), "models", "stories260K.gguf"))
+		return load(b, refdata.Path(b, "models/stories260K.gguf"))
 	}
 	return loadVocab(b, name)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // referenceClean is llama.cpp's clean_up_tokenization_spaces written as its
@@ -160,7 +162,7 @@ func TestStreamDecoder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var tk *Tokenizer
 			if name == "stories260K" {
-				tk = load(t, sharedDir(t)+"/models/stories260K.gguf")
+				tk = load(t, refdata.Path(t, "models/stories260K.gguf"))
 			} else {
 				tk = loadVocab(t, name)
 			}

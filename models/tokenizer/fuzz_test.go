@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 // FuzzEncode encodes arbitrary text with every reference vocabulary and checks
@@ -26,7 +26,7 @@ func FuzzEncode(f *testing.F) {
 	for _, name := range vocabFiles {
 		toks = append(toks, loadVocab(f, name))
 	}
-	toks = append(toks, load(f, filepath.Join(sharedDir(f), "models", "stories260K.gguf")))
+	toks = append(toks, load(f, refdata.Path(f, "models/stories260K.gguf")))
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, tk := range toks {
 			for _, special := range []bool{false, true} {

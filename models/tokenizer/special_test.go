@@ -1,15 +1,16 @@
 package tokenizer
 
 import (
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
 
 func TestStories260K(t *testing.T) {
-	tk := load(t, filepath.Join(sharedDir(t), "models", "stories260K.gguf"))
+	tk := load(t, refdata.Path(t, "models/stories260K.gguf"))
 	if tk.VocabSize() != 512 || tk.Model() != "llama" {
 		t.Fatalf("vocab %d model %q, want 512 llama", tk.VocabSize(), tk.Model())
 	}

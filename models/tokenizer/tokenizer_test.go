@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,20 +9,8 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 )
-
-// sharedDir is the reference data directory beside the repository.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "shared"))
-	if err != nil {
-		t.Fatalf("shared dir: %v", err)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("reference data %s is missing: %v", dir, err)
-	}
-	return dir
-}
 
 // vocabFiles are the conformance vocabularies in shared/tokenizer.
 var vocabFiles = []string{"ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-qwen2", "ggml-vocab-gpt-2"}
@@ -50,7 +37,7 @@ func load(t testing.TB, path string) *Tokenizer {
 
 func loadVocab(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	return load(t, filepath.Join(sharedDir(t), "tokenizer", name+".gguf"))
+	return load(t, refdata.Path(t, "tokenizer/"+name+".gguf"))
 }
 
 type conformanceCase struct {
@@ -62,7 +49,7 @@ type conformanceCase struct {
 // "\n__ggml_vocab_test__\n"; each output line holds the ids of one input.
 func readCases(t testing.TB, name string) []conformanceCase {
 	t.Helper()
-	base := filepath.Join(sharedDir(t), "tokenizer", name+".gguf")
+	base := refdata.Path(t, "tokenizer/"+name+".gguf")
 	inp, err := os.ReadFile(base + ".inp")
 	if err != nil {
 		t.Fatalf("read inputs: %v", err)

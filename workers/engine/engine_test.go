@@ -5,28 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
-
-// sharedPath returns a file under the repository's sibling ../shared, failing
-// the test (naming the path) when it is missing.
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("test data missing: %s (the shared/ folder must sit beside the repository): %v", p, err)
-	}
-	return p
-}
 
 type goldenCase struct {
 	Prompt           string  `json:"prompt"`
@@ -38,7 +24,7 @@ type goldenCase struct {
 
 func loadGolden(t testing.TB) []goldenCase {
 	t.Helper()
-	b, err := os.ReadFile(sharedPath(t, "models/golden/stories260K-greedy.json"))
+	b, err := os.ReadFile(refdata.Path(t, "models/golden/stories260K-greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +42,7 @@ func loadGolden(t testing.TB) []goldenCase {
 
 func loadStories(t testing.TB) *Model {
 	t.Helper()
-	m, err := Load(sharedPath(t, "models/stories260K.gguf"))
+	m, err := Load(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
@@ -79,7 +80,7 @@ type goldenCase struct {
 
 func goldenPrompts(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(sharedPath(t, "models/golden/stories260K-greedy.json"))
+	b, err := os.ReadFile(refdata.Path(t, "models/golden/stories260K-greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

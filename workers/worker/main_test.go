@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
@@ -39,20 +39,6 @@ func TestMain(m *testing.M) {
 }
 
 const model = "@cf/test/stories260k"
-
-// sharedPath returns a file under the repository's sibling ../shared, failing
-// the test (naming the path) when it is missing.
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("test data missing: %s (the shared/ folder must sit beside the repository): %v", p, err)
-	}
-	return p
-}
 
 func checkFor(t testing.TB, within time.Duration, f func() error) {
 	t.Helper()
@@ -124,7 +110,7 @@ func (ev *env) conn(t *testing.T) *env {
 // every KV page is back in the pool.
 func startEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	m, err := engine.Load(sharedPath(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
