@@ -3,6 +3,8 @@ package handoff
 import (
 	"context"
 	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
 // BenchmarkTransfer moves 32 full smollm2-135m pages (512 prompt tokens) from
@@ -10,8 +12,8 @@ import (
 // connection, with the default window and chunk size. Fetch's CRC-64 check of
 // every page is counted.
 func BenchmarkTransfer(b *testing.B) {
-	url := startNATS(b)
-	snc, rnc := connect(b, url), connect(b, url)
+	url := queuetest.Server(b).ClientURL()
+	snc, rnc := queuetest.Conn(b, url), queuetest.Conn(b, url)
 	fx := newFixture(b, 30, smolLayout, 32*smolLayout.PageSize)
 	total := 0
 	for _, p := range fx.pages {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
@@ -18,7 +19,7 @@ var _ = kvcache.Layout(Layout{})
 // manifest against its own pool's layout, fetches, and imports every page
 // with the checksum the manifest announced; the imported KV reads back equal.
 func TestKVCacheHandoff(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	cfg := kvcache.Config{Layers: 3, KVHeads: 2, HeadDim: 8, PageSize: 4, Pages: 8}
 	src, err := kvcache.New(cfg)
 	if err != nil {
@@ -65,7 +66,7 @@ func TestKVCacheHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewSender(connect(t, url), m, pages, SenderConfig{})
+	s, err := NewSender(queuetest.Conn(t, url), m, pages, SenderConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestKVCacheHandoff(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = Fetch(ctx, connect(t, url), m, ReceiverConfig{MaxChunk: 200}, func(i int, page []byte) error {
+	err = Fetch(ctx, queuetest.Conn(t, url), m, ReceiverConfig{MaxChunk: 200}, func(i int, page []byte) error {
 		return decode.ImportVerified(i, page, m.Pages[i].Checksum)
 	})
 	if err != nil {

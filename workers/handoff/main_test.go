@@ -1,91 +1,15 @@
 package handoff
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
 // TestMain fails the run if goroutines outlive the tests: senders, fetches,
 // subscriptions, connections and servers must all be gone.
-func TestMain(m *testing.M) {
-	before := liveGoroutines()
-	code := m.Run()
-	if code == 0 {
-		if err := waitGoroutines(before, 10*time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func waitGoroutines(want int, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		n := liveGoroutines()
-		if n <= want {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			return fmt.Errorf("goroutine leak: %d running, %d before the tests\n%s", n, want, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// liveGoroutines counts goroutines, leaving out the fuzzing engine's signal
-// watcher, which lives as long as the process.
-func liveGoroutines() int {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.HasPrefix(g, "goroutine ") && !strings.Contains(g, "os/signal.signal_recv") {
-			count++
-		}
-	}
-	return count
-}
-
-// startNATS runs an embedded NATS server on a random port for the test.
-func startNATS(t testing.TB) string {
-	t.Helper()
-	srv, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv.ClientURL()
-}
-
-// connect opens a client connection closed at cleanup.
-func connect(t testing.TB, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
+func TestMain(m *testing.M) { queuetest.Main(m) }
 
 // smolLayout is smollm2-135m's KV page: 30 layers, 3 KV heads of 64, 16
 // tokens per page.

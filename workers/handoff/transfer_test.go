@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
 // serving is a Sender running in its own goroutine.
@@ -67,7 +69,7 @@ func (c *collector) seen() []int {
 }
 
 func TestTransferRoundTrip(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	for _, tc := range []struct {
 		name   string
 		layout Layout
@@ -86,7 +88,7 @@ func TestTransferRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newFixture(t, 10, tc.layout, tc.tokens)
 			m := fx.manifest(t)
-			s, err := NewSender(connect(t, url), m, fx.pages, tc.send)
+			s, err := NewSender(queuetest.Conn(t, url), m, fx.pages, tc.send)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +96,7 @@ func TestTransferRoundTrip(t *testing.T) {
 			var got collector
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := Fetch(ctx, connect(t, url), m, tc.recv, got.sink); err != nil {
+			if err := Fetch(ctx, queuetest.Conn(t, url), m, tc.recv, got.sink); err != nil {
 				t.Fatalf("Fetch: %v", err)
 			}
 			if err := sv.wait(t, 5*time.Second); err != nil {
@@ -113,7 +115,7 @@ func TestTransferRoundTrip(t *testing.T) {
 }
 
 func TestTransferCorruption(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	for _, tc := range []struct {
 		name    string
 		cfg     SenderConfig
@@ -173,7 +175,7 @@ func TestTransferCorruption(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newFixture(t, 11, smolLayout, 40)
 			m := fx.manifest(t)
-			s, err := NewSender(connect(t, url), m, fx.pages, tc.cfg)
+			s, err := NewSender(queuetest.Conn(t, url), m, fx.pages, tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +184,7 @@ func TestTransferCorruption(t *testing.T) {
 			}
 			sv := serve(t, s)
 			var got collector
-			err = Fetch(context.Background(), connect(t, url), m, ReceiverConfig{Window: 1}, got.sink)
+			err = Fetch(context.Background(), queuetest.Conn(t, url), m, ReceiverConfig{Window: 1}, got.sink)
 			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errSub) {
 				t.Fatalf("Fetch = %v, want %v mentioning %q", err, tc.err, tc.errSub)
 			}
@@ -197,7 +199,7 @@ func TestTransferCorruption(t *testing.T) {
 }
 
 func TestNewSenderRefuses(t *testing.T) {
-	nc := connect(t, startNATS(t))
+	nc := queuetest.Conn(t, queuetest.Server(t).ClientURL())
 	fx := newFixture(t, 12, tinyLayout, 10)
 	m := fx.manifest(t)
 	for _, tc := range []struct {
@@ -229,7 +231,7 @@ func TestNewSenderRefuses(t *testing.T) {
 }
 
 func TestFetchRefuses(t *testing.T) {
-	nc := connect(t, startNATS(t))
+	nc := queuetest.Conn(t, queuetest.Server(t).ClientURL())
 	fx := newFixture(t, 13, smolLayout, 20)
 	m := fx.manifest(t)
 	never := func(int, []byte) error { t.Fatal("sink called"); return nil }
@@ -337,12 +339,12 @@ func (f *fetching) wait(t *testing.T, within time.Duration) (error, time.Duratio
 }
 
 func TestFetchWindow(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	fx := newFixture(t, 14, smolLayout, 40)
 	m := fx.manifest(t)
-	raw := newRawSender(t, connect(t, url), m.TransferID, fx.pages)
+	raw := newRawSender(t, queuetest.Conn(t, url), m.TransferID, fx.pages)
 	var got collector
-	f := fetchAsync(t, connect(t, url), m, ReceiverConfig{Window: 3, MaxChunk: 10_000}, got.sink)
+	f := fetchAsync(t, queuetest.Conn(t, url), m, ReceiverConfig{Window: 3, MaxChunk: 10_000}, got.sink)
 
 	var held []*nats.Msg
 	var reqs []request
@@ -375,14 +377,14 @@ func TestFetchWindow(t *testing.T) {
 }
 
 func TestFetchOutOfOrderAnswers(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	fx := newFixture(t, 23, smolLayout, 40)
 	m := fx.manifest(t)
-	raw := newRawSender(t, connect(t, url), m.TransferID, fx.pages)
+	raw := newRawSender(t, queuetest.Conn(t, url), m.TransferID, fx.pages)
 	var got collector
 	const window = 4
 	early := 0 // answers sent before an earlier page's
-	f := fetchAsync(t, connect(t, url), m, ReceiverConfig{Window: window, MaxChunk: 150_000}, got.sink)
+	f := fetchAsync(t, queuetest.Conn(t, url), m, ReceiverConfig{Window: window, MaxChunk: 150_000}, got.sink)
 	// Hold every window's requests, then answer them last first, so answers
 	// for later pages arrive before the page being assembled is complete.
 	for {
@@ -433,14 +435,14 @@ func TestFetchOutOfOrderAnswers(t *testing.T) {
 }
 
 func TestSenderGone(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	const timeout = 400 * time.Millisecond
 	t.Run("sender cancelled after 3 chunks", func(t *testing.T) {
 		fx := newFixture(t, 15, smolLayout, 40)
 		m := fx.manifest(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		s, err := NewSender(connect(t, url), m, fx.pages, SenderConfig{MaxChunk: 64 << 10, served: func(n int) {
+		s, err := NewSender(queuetest.Conn(t, url), m, fx.pages, SenderConfig{MaxChunk: 64 << 10, served: func(n int) {
 			if n == 3 {
 				cancel()
 			}
@@ -451,7 +453,7 @@ func TestSenderGone(t *testing.T) {
 		serveErr := make(chan error, 1)
 		go func() { serveErr <- s.Serve(ctx) }()
 		var got collector
-		f := fetchAsync(t, connect(t, url), m, ReceiverConfig{Window: 2, RequestTimeout: timeout}, got.sink)
+		f := fetchAsync(t, queuetest.Conn(t, url), m, ReceiverConfig{Window: 2, RequestTimeout: timeout}, got.sink)
 		err, took := f.wait(t, 10*time.Second)
 		if !errors.Is(err, ErrTransfer) || took > timeout+2*time.Second {
 			t.Fatalf("Fetch = %v after %v, want ErrTransfer within %v", err, took, timeout)
@@ -466,9 +468,9 @@ func TestSenderGone(t *testing.T) {
 	t.Run("sender stops answering", func(t *testing.T) {
 		fx := newFixture(t, 16, smolLayout, 40)
 		m := fx.manifest(t)
-		raw := newRawSender(t, connect(t, url), m.TransferID, fx.pages)
+		raw := newRawSender(t, queuetest.Conn(t, url), m.TransferID, fx.pages)
 		var got collector
-		f := fetchAsync(t, connect(t, url), m, ReceiverConfig{Window: 1, RequestTimeout: timeout}, got.sink)
+		f := fetchAsync(t, queuetest.Conn(t, url), m, ReceiverConfig{Window: 1, RequestTimeout: timeout}, got.sink)
 		for range 2 {
 			msg, req := raw.next(t, 5*time.Second)
 			raw.answer(t, msg, req)
@@ -492,7 +494,7 @@ func TestSenderGone(t *testing.T) {
 		fx := newFixture(t, 17, tinyLayout, 5)
 		m := fx.manifest(t)
 		start := time.Now()
-		err := Fetch(context.Background(), connect(t, url), m, ReceiverConfig{RequestTimeout: 5 * time.Second}, (&collector{}).sink)
+		err := Fetch(context.Background(), queuetest.Conn(t, url), m, ReceiverConfig{RequestTimeout: 5 * time.Second}, (&collector{}).sink)
 		if !errors.Is(err, ErrTransfer) || time.Since(start) > 6*time.Second {
 			t.Fatalf("Fetch = %v after %v, want ErrTransfer", err, time.Since(start))
 		}
@@ -500,8 +502,8 @@ func TestSenderGone(t *testing.T) {
 	t.Run("duplicate answer", func(t *testing.T) {
 		fx := newFixture(t, 18, smolLayout, 40)
 		m := fx.manifest(t)
-		raw := newRawSender(t, connect(t, url), m.TransferID, fx.pages)
-		f := fetchAsync(t, connect(t, url), m, ReceiverConfig{Window: 1, MaxChunk: 1000}, (&collector{}).sink)
+		raw := newRawSender(t, queuetest.Conn(t, url), m.TransferID, fx.pages)
+		f := fetchAsync(t, queuetest.Conn(t, url), m, ReceiverConfig{Window: 1, MaxChunk: 1000}, (&collector{}).sink)
 		msg, req := raw.next(t, 5*time.Second)
 		raw.answer(t, msg, req)
 		raw.answer(t, msg, req)
@@ -513,17 +515,17 @@ func TestSenderGone(t *testing.T) {
 }
 
 func TestReceiverGone(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	const idle = 300 * time.Millisecond
 	t.Run("receiver connection dies mid-transfer", func(t *testing.T) {
 		fx := newFixture(t, 19, smolLayout, 40)
 		m := fx.manifest(t)
-		s, err := NewSender(connect(t, url), m, fx.pages, SenderConfig{IdleTimeout: idle})
+		s, err := NewSender(queuetest.Conn(t, url), m, fx.pages, SenderConfig{IdleTimeout: idle})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sv := serve(t, s)
-		rnc := connect(t, url)
+		rnc := queuetest.Conn(t, url)
 		err = Fetch(context.Background(), rnc, m, ReceiverConfig{}, func(int, []byte) error {
 			rnc.Close() // the decode worker dies after importing page 0
 			return nil
@@ -543,7 +545,7 @@ func TestReceiverGone(t *testing.T) {
 		fx := newFixture(t, 20, tinyLayout, 5)
 		m := fx.manifest(t)
 		start := time.Now()
-		err := Serve(context.Background(), connect(t, url), m, fx.pages, SenderConfig{StartTimeout: idle, IdleTimeout: time.Minute})
+		err := Serve(context.Background(), queuetest.Conn(t, url), m, fx.pages, SenderConfig{StartTimeout: idle, IdleTimeout: time.Minute})
 		if !errors.Is(err, ErrAbandoned) {
 			t.Fatalf("Serve = %v, want ErrAbandoned", err)
 		}
@@ -572,14 +574,14 @@ func TestReceiverGone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newFixture(t, 21, smolLayout, 40)
 			m := fx.manifest(t)
-			s, err := NewSender(connect(t, url), m, fx.pages, SenderConfig{IdleTimeout: time.Minute})
+			s, err := NewSender(queuetest.Conn(t, url), m, fx.pages, SenderConfig{IdleTimeout: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
 			sv := serve(t, s)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := Fetch(ctx, connect(t, url), m, ReceiverConfig{}, tc.sink(cancel)); !errors.Is(err, tc.want) {
+			if err := Fetch(ctx, queuetest.Conn(t, url), m, ReceiverConfig{}, tc.sink(cancel)); !errors.Is(err, tc.want) {
 				t.Fatalf("Fetch = %v, want %v", err, tc.want)
 			}
 			// The sender hears the abort at once, not after its idle minute.
@@ -591,15 +593,15 @@ func TestReceiverGone(t *testing.T) {
 }
 
 func TestSenderAnswersBadRequests(t *testing.T) {
-	url := startNATS(t)
+	url := queuetest.Server(t).ClientURL()
 	fx := newFixture(t, 22, tinyLayout, 10)
 	m := fx.manifest(t)
-	s, err := NewSender(connect(t, url), m, fx.pages, SenderConfig{IdleTimeout: time.Minute})
+	s, err := NewSender(queuetest.Conn(t, url), m, fx.pages, SenderConfig{IdleTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sv := serve(t, s)
-	nc := connect(t, url)
+	nc := queuetest.Conn(t, url)
 	for _, tc := range []struct {
 		name   string
 		data   []byte
