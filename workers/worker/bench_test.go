@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
@@ -69,20 +70,8 @@ func benchPrompt(e *engine.Engine, n int) string {
 }
 
 func benchNATS(b *testing.B) *env {
-	srv, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := queuetest.Server(b)
+	nc, js := queuetest.JetStream(b, srv.ClientURL())
 	if err := queue.Setup(context.Background(), js, queue.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}

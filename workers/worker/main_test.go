@@ -3,9 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"os"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,29 +11,13 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
 // TestMain fails the run if goroutines outlive the tests: workers, engines,
 // servers and subscriptions must all have stopped.
-func TestMain(m *testing.M) {
-	before := liveGoroutines()
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(10 * time.Second)
-		for liveGoroutines() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				fmt.Fprintf(os.Stderr, "goroutine leak: %d running, %d before the tests\n%s", liveGoroutines(), before, buf)
-				code = 1
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { queuetest.Main(m) }
 
 const model = "@cf/test/stories260k"
 
@@ -64,20 +45,8 @@ type env struct {
 
 func startNATS(t *testing.T) *env {
 	t.Helper()
-	srv, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := queuetest.Server(t)
+	nc, js := queuetest.JetStream(t, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := queue.Setup(ctx, js, queue.StreamConfig{}); err != nil {
@@ -94,15 +63,7 @@ func startNATS(t *testing.T) *env {
 // the end of the test (or earlier by the test, to make a worker "die").
 func (ev *env) conn(t *testing.T) *env {
 	t.Helper()
-	nc, err := nats.Connect(ev.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := queuetest.JetStream(t, ev.url)
 	return &env{url: ev.url, nc: nc, js: js, client: queue.NewClient(nc, js)}
 }
 
@@ -188,25 +149,4 @@ func collect(t *testing.T, r *queue.Replies) ([]*queue.Frame, error) {
 		}
 		out = append(out, f)
 	}
-}
-
-// liveGoroutines counts goroutines, leaving out the signal watcher the fuzzing
-// engine starts (it lives for the whole process).
-func liveGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.HasPrefix(g, "goroutine ") && !strings.Contains(g, "os/signal.signal_recv") {
-			count++
-		}
-	}
-	return count
 }
