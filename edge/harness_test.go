@@ -25,6 +25,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
 func TestMain(m *testing.M) {
@@ -168,20 +169,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		t.Fatalf("catalog: %v", err)
 	}
 
-	ns, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("nats: %v", err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := queuetest.JetStream(t, queuetest.Server(t).ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := queue.Setup(ctx, js, queue.StreamConfig{Memory: true, MaxJobsPerModel: o.maxPerModel}); err != nil {

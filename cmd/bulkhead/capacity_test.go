@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
@@ -326,20 +326,8 @@ func TestDevClampContext(t *testing.T) {
 // testNATS starts an embedded NATS server and a JetStream client.
 func testNATS(t *testing.T) (string, jetstream.JetStream) {
 	t.Helper()
-	ns, err := queue.StartServer(queue.ServerConfig{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := queuetest.Server(t)
+	_, js := queuetest.JetStream(t, ns.ClientURL())
 	return ns.ClientURL(), js
 }
 
