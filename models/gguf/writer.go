@@ -488,60 +488,27 @@ func (e *encoder) array(v Value) error {
 		e.u64(uint64(len(a)))
 		e.buf.Write(a)
 	case []int8:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u8(uint8(x))
-		}
+		putArray(e, a, func(x int8) { e.u8(uint8(x)) })
 	case []bool:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u8(b2u8(x))
-		}
+		putArray(e, a, func(x bool) { e.u8(b2u8(x)) })
 	case []uint16:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u16(x)
-		}
+		putArray(e, a, e.u16)
 	case []int16:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u16(uint16(x))
-		}
+		putArray(e, a, func(x int16) { e.u16(uint16(x)) })
 	case []uint32:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u32(x)
-		}
+		putArray(e, a, e.u32)
 	case []int32:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u32(uint32(x))
-		}
+		putArray(e, a, func(x int32) { e.u32(uint32(x)) })
 	case []float32:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u32(math.Float32bits(x))
-		}
+		putArray(e, a, func(x float32) { e.u32(math.Float32bits(x)) })
 	case []uint64:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u64(x)
-		}
+		putArray(e, a, e.u64)
 	case []int64:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u64(uint64(x))
-		}
+		putArray(e, a, func(x int64) { e.u64(uint64(x)) })
 	case []float64:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.u64(math.Float64bits(x))
-		}
+		putArray(e, a, func(x float64) { e.u64(math.Float64bits(x)) })
 	case []string:
-		e.u64(uint64(len(a)))
-		for _, x := range a {
-			e.str(x)
-		}
+		putArray(e, a, e.str)
 	case []Value:
 		e.u64(uint64(len(a)))
 		for _, x := range a {
@@ -553,4 +520,12 @@ func (e *encoder) array(v Value) error {
 		return fmt.Errorf("cannot encode %T", v.V)
 	}
 	return nil
+}
+
+// putArray writes a's length, then each element with put.
+func putArray[T any](e *encoder, a []T, put func(T)) {
+	e.u64(uint64(len(a)))
+	for _, x := range a {
+		put(x)
+	}
 }
