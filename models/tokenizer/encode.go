@@ -223,6 +223,38 @@ func mergeSymbols(syms []symbol, b bigram) {
 	}
 }
 
+// mergeAll merges adjacent symbols of syms, the best-keyed pair first (see
+// bigram), until no adjacent pair is left that key accepts; key gives a pair's
+// key and whether it may merge at all. q is emptied and reused as the heap.
+func (q *bigramQueue) mergeAll(syms []symbol, key func(a, b symbol) (float64, bool)) {
+	if cap(*q) < len(syms) {
+		*q = make(bigramQueue, 0, len(syms))
+	}
+	*q = (*q)[:0]
+	try := func(l, r int32) {
+		if l < 0 || r < 0 {
+			return
+		}
+		a, b := syms[l], syms[r]
+		if k, ok := key(a, b); ok {
+			q.push(bigram{key: k, left: l, right: r, size: a.n + b.n})
+		}
+	}
+	for i := int32(1); i < int32(len(syms)); i++ {
+		try(i-1, i)
+	}
+	for len(*q) > 0 {
+		b := q.pop()
+		l, r := syms[b.left], syms[b.right]
+		if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
+			continue // stale
+		}
+		mergeSymbols(syms, b)
+		try(syms[b.left].prev, b.left)
+		try(b.left, syms[b.left].next)
+	}
+}
+
 // spmState holds the buffers of one SentencePiece encoding.
 type spmState struct {
 	syms []symbol
@@ -234,35 +266,14 @@ type spmState struct {
 // each symbol as a token or as byte-fallback tokens.
 func (s *spmState) encode(t *Tokenizer, text string, out []int32) []int32 {
 	s.syms = splitSymbols(text, s.syms)
-	if cap(s.q) < len(s.syms) {
-		s.q = make(bigramQueue, 0, len(s.syms))
-	}
-	s.q = s.q[:0]
 	syms := s.syms
-	try := func(l, r int32) {
-		if l < 0 || r < 0 {
-			return
-		}
-		a, b := syms[l], syms[r]
+	s.q.mergeAll(syms, func(a, b symbol) (float64, bool) {
 		id, ok := t.toID[text[a.start:a.start+a.n+b.n]]
 		if !ok {
-			return
+			return 0, false
 		}
-		s.q.push(bigram{key: float64(t.scores[id]), left: l, right: r, size: a.n + b.n})
-	}
-	for i := int32(1); i < int32(len(syms)); i++ {
-		try(i-1, i)
-	}
-	for len(s.q) > 0 {
-		b := s.q.pop()
-		l, r := syms[b.left], syms[b.right]
-		if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
-			continue // stale
-		}
-		mergeSymbols(syms, b)
-		try(syms[b.left].prev, b.left)
-		try(b.left, syms[b.left].next)
-	}
+		return float64(t.scores[id]), true
+	})
 	if len(syms) == 0 {
 		return out
 	}
@@ -318,35 +329,11 @@ func (s *bpeState) mergeWord(t *Tokenizer, word string, out []int32) []int32 {
 		}
 	}
 	s.syms = splitSymbols(word, s.syms)
-	if cap(s.q) < len(s.syms) {
-		s.q = make(bigramQueue, 0, len(s.syms))
-	}
-	s.q = s.q[:0]
 	syms := s.syms
-	try := func(l, r int32) {
-		if l < 0 || r < 0 {
-			return
-		}
-		a, b := syms[l], syms[r]
+	s.q.mergeAll(syms, func(a, b symbol) (float64, bool) {
 		rank, ok := t.merges[[2]string{word[a.start : a.start+a.n], word[b.start : b.start+b.n]}]
-		if !ok {
-			return
-		}
-		s.q.push(bigram{key: -float64(rank), left: l, right: r, size: a.n + b.n})
-	}
-	for i := int32(1); i < int32(len(syms)); i++ {
-		try(i-1, i)
-	}
-	for len(s.q) > 0 {
-		b := s.q.pop()
-		l, r := syms[b.left], syms[b.right]
-		if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
-			continue // stale
-		}
-		mergeSymbols(syms, b)
-		try(syms[b.left].prev, b.left)
-		try(b.left, syms[b.left].next)
-	}
+		return -float64(rank), ok
+	})
 	if len(syms) == 0 {
 		return out
 	}
