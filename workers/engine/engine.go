@@ -36,6 +36,9 @@ func (e *LengthError) Error() string {
 	if e.kind == ErrExceedsPool {
 		what = "KV pool capacity"
 	}
+	if e.MaxTokens == 0 { // a prefill holds only the prompt
+		return fmt.Sprintf("%v: %d prompt tokens > %s of %d tokens", e.kind, e.PromptTokens, what, e.Limit)
+	}
 	return fmt.Sprintf("%v: %d prompt tokens + %d max tokens > %s of %d tokens",
 		e.kind, e.PromptTokens, e.MaxTokens, what, e.Limit)
 }
@@ -212,7 +215,7 @@ func (e *Engine) KV() *kvcache.Pool { return e.kv }
 // channel, which is closed after the final event. Cancelling ctx ends the
 // request at the next step with ctx's error.
 func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) {
-	if err := e.check(req); err != nil {
+	if err := e.check(req, true); err != nil {
 		return nil, err
 	}
 	smp, err := sample.New(req.Sampling)
@@ -252,7 +255,9 @@ func (e *Engine) enqueue(s *sequence, ready func() bool) error {
 }
 
 // check refuses what can never be served, before anything is queued.
-func (e *Engine) check(req Request) error {
+// holdsCompletion says whether this engine will hold the completion's KV too
+// (false for a prefill that hands the prompt's KV over).
+func (e *Engine) check(req Request, holdsCompletion bool) error {
 	n := len(req.Prompt)
 	switch {
 	case n == 0:
@@ -270,8 +275,12 @@ func (e *Engine) check(req Request) error {
 	if n+req.MaxTokens > e.cfg.Context {
 		return &LengthError{PromptTokens: n, MaxTokens: req.MaxTokens, Limit: e.cfg.Context, kind: ErrContextLength}
 	}
-	if capTokens := e.kv.TotalPages() * e.kv.PageSize(); n+req.MaxTokens > capTokens {
-		return &LengthError{PromptTokens: n, MaxTokens: req.MaxTokens, Limit: capTokens, kind: ErrExceedsPool}
+	need, completion := n, 0
+	if holdsCompletion {
+		need, completion = n+req.MaxTokens, req.MaxTokens
+	}
+	if capTokens := e.kv.TotalPages() * e.kv.PageSize(); need > capTokens {
+		return &LengthError{PromptTokens: n, MaxTokens: completion, Limit: capTokens, kind: ErrExceedsPool}
 	}
 	return nil
 }

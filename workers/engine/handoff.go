@@ -43,7 +43,8 @@ func (p *Prefilled) Release() {
 // cancelled or the engine closes first, its pages are freed and the error is
 // returned; a non-nil *Prefilled is returned only with a nil error.
 func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
-	if err := e.check(req); err != nil {
+	// The context window counts the completion; this pool holds only the prompt.
+	if err := e.check(req, false); err != nil {
 		return nil, err
 	}
 	smp, err := sample.New(req.Sampling)
@@ -80,7 +81,7 @@ func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
 // req.Owner. The caller fills it (ImportPage) and passes it to Resume, or
 // frees it. req is admitted as Submit would admit it first.
 func (e *Engine) NewSequenceFor(req Request) (*kvcache.Sequence, error) {
-	if err := e.check(req); err != nil {
+	if err := e.check(req, true); err != nil {
 		return nil, err
 	}
 	seq := e.kv.NewSequence(req.Owner)
@@ -103,7 +104,7 @@ func (e *Engine) NewSequenceFor(req Request) (*kvcache.Sequence, error) {
 // Once Resume returns a channel the engine owns seq and frees it when the
 // request ends, however it ends.
 func (e *Engine) Resume(ctx context.Context, req Request, seq *kvcache.Sequence, first int32) (<-chan Event, error) {
-	if err := e.check(req); err != nil {
+	if err := e.check(req, true); err != nil {
 		return nil, err
 	}
 	if err := e.checkResume(req, seq, first); err != nil {

@@ -404,8 +404,10 @@ func TestResumeEndsOnFirst(t *testing.T) {
 	}
 }
 
-// TestPrefillRefused: Prefill admits as Submit does, reserving nothing for a
-// request it refuses, and frees its pages when cancelled.
+// TestPrefillRefused: Prefill admits as Submit does, except that its pool
+// must hold only the prompt (the completion's KV lives on the decode side),
+// reserving nothing for a request it refuses, and frees its pages when
+// cancelled.
 func TestPrefillRefused(t *testing.T) {
 	m := loadStories(t)
 	e := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 64, KVTokens: 64})
@@ -419,7 +421,7 @@ func TestPrefillRefused(t *testing.T) {
 	}{
 		{"prompt over context", e, greedy(make([]int32, 70), 1), ErrContextLength, 64},
 		{"prompt plus max tokens over context", e, greedy(make([]int32, 60), 5), ErrContextLength, 64},
-		{"over the pool", small, greedy(make([]int32, 30), 5), ErrExceedsPool, 32},
+		{"prompt over the pool", small, greedy(make([]int32, 40), 5), ErrExceedsPool, 32},
 		{"no tenant", e, Request{Prompt: []int32{1}, MaxTokens: 1}, ErrInvalidRequest, 0},
 		{"empty prompt", e, greedy(nil, 1), ErrInvalidRequest, 0},
 	}
@@ -493,5 +495,22 @@ func TestWaitsForHandedOffPages(t *testing.T) {
 	}
 	if last.Err != nil || !last.Done || n < 2 {
 		t.Fatalf("after the release: %d events, last %+v", n, last)
+	}
+}
+
+// TestPrefillPoolHoldsOnlyThePrompt: a prompt that fits the prefill pool is
+// prefilled even when prompt + max_tokens would not fit it; Submit on the same
+// pool refuses that request.
+func TestPrefillPoolHoldsOnlyThePrompt(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 2048, KVTokens: 32, AllowSmallPool: true})
+	req := greedy([]int32{1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295}, 20)
+	p, err := e.Prefill(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Prefill of a 30-token prompt into a 32-token pool: %v", err)
+	}
+	p.Release()
+	if _, err := e.Submit(context.Background(), req); !errors.Is(err, ErrExceedsPool) {
+		t.Fatalf("Submit of 30 + 20 tokens on a 32-token pool: %v, want ErrExceedsPool", err)
 	}
 }
