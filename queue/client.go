@@ -125,14 +125,28 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	return nil
 }
 
-// Cancel tells the worker running request id that its client has gone; the
-// worker ends it with an aborted frame. Cancelling an unknown or finished
-// request does nothing.
+// cancelRecordTimeout bounds how long Cancel waits to record a cancel.
+const cancelRecordTimeout = 5 * time.Second
+
+// Cancel says that request id's client has gone. It first records the cancel
+// in the results bucket (Results.Cancel), so that a job still waiting in the
+// stream, or being claimed, is never run, and then tells the worker running
+// it, if any, which ends it with an aborted frame. Recording waits at most
+// cancelRecordTimeout; the signal is published even when recording fails.
+// Cancelling an unknown or finished request does nothing harmful.
 func (c *Client) Cancel(id string) error {
-	if err := c.nc.Publish(CancelSubject(id), nil); err != nil {
-		return fmt.Errorf("queue: cancelling %s: %w", id, err)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelRecordTimeout)
+	defer cancel()
+	// The marker goes first: a worker subscribes to the signal and then reads
+	// the marker, so it either sees the marker or receives the signal.
+	res, rerr := c.openResults(ctx)
+	if rerr == nil {
+		rerr = res.Cancel(ctx, id)
 	}
-	return nil
+	if err := c.nc.Publish(CancelSubject(id), nil); err != nil {
+		return errors.Join(rerr, fmt.Errorf("queue: cancelling %s: %w", id, err))
+	}
+	return rerr
 }
 
 // SubmitAsync records the job as queued in the results bucket, then publishes

@@ -288,17 +288,23 @@ func TestClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name   string
-		rec    *AsyncResult // nil: no record
-		want   Claim
-		frames int // frames the claimant's Fail sends
+		name      string
+		rec       *AsyncResult // nil: no record
+		cancelled bool         // Results.Cancel before the claim
+		want      Claim
+		frames    int // frames the claimant's Fail sends
 	}{
-		{"new", nil, ClaimRun, 1},
-		{"queued async", &AsyncResult{Status: StatusQueued}, ClaimRun, 1},
-		{"running, nothing sent", &AsyncResult{Status: StatusRunning, Attempts: 1}, ClaimRun, 1},
-		{"running, streamed", &AsyncResult{Status: StatusRunning, Streamed: true}, ClaimLostMidStream, 1},
-		{"done", &AsyncResult{Status: StatusDone}, ClaimFinished, 0},
-		{"failed", &AsyncResult{Status: StatusFailed}, ClaimFinished, 0},
+		{"new", nil, false, ClaimRun, 1},
+		{"queued async", &AsyncResult{Status: StatusQueued}, false, ClaimRun, 1},
+		{"running, nothing sent", &AsyncResult{Status: StatusRunning, Attempts: 1}, false, ClaimRun, 1},
+		{"running, streamed", &AsyncResult{Status: StatusRunning, Streamed: true}, false, ClaimLostMidStream, 1},
+		{"done", &AsyncResult{Status: StatusDone}, false, ClaimFinished, 0},
+		{"failed", &AsyncResult{Status: StatusFailed}, false, ClaimFinished, 0},
+		{"cancelled, no record", nil, true, ClaimFinished, 0},
+		{"cancelled, queued async", &AsyncResult{Status: StatusQueued}, true, ClaimFinished, 0},
+		{"cancelled, running, nothing sent", &AsyncResult{Status: StatusRunning, Attempts: 1}, true, ClaimFinished, 0},
+		{"cancelled, running, streamed", &AsyncResult{Status: StatusRunning, Streamed: true}, true, ClaimFinished, 0},
+		{"cancelled, done", &AsyncResult{Status: StatusDone}, true, ClaimFinished, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := testJob(ModelToken("claim " + tc.name))
@@ -308,6 +314,12 @@ func TestClaim(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if tc.cancelled {
+				if err := res.Cancel(ctx, job.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, before, _ := res.Get(ctx, job.ID)
 			sub, err := env.nc.SubscribeSync(job.Reply)
 			if err != nil {
 				t.Fatal(err)
@@ -320,6 +332,12 @@ func TestClaim(t *testing.T) {
 			if rp == nil {
 				if claim != ClaimFinished {
 					t.Fatal("no replier for a job to run or fail")
+				}
+				if _, after, _ := res.Get(ctx, job.ID); after != before {
+					t.Errorf("a finished claim moved the record from revision %d to %d", before, after)
+				}
+				if m, err := sub.NextMsg(50 * time.Millisecond); err == nil {
+					t.Errorf("a finished claim sent %s", m.Data)
 				}
 				return
 			}
@@ -451,4 +469,76 @@ func TestStartServer(t *testing.T) {
 		s.Shutdown()
 		s.Shutdown()
 	})
+}
+
+// TestCancelRecorded: Client.Cancel leaves a durable marker (even for an id
+// with no record yet) and still publishes the signal for a running job,
+// without moving the job's record, so the worker holding the claim keeps it
+// and ends the stream itself; a later delivery is not run.
+func TestCancelRecorded(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(env.nc, env.js)
+	for _, tc := range []struct {
+		name  string
+		claim bool // a worker claimed the job before the cancel
+	}{
+		{"waiting job", false},
+		{"running job", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testJob(ModelToken("cancel " + tc.name))
+			signal, err := env.nc.SubscribeSync(CancelSubject(job.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer signal.Unsubscribe()
+			var rp *Replier
+			if tc.claim {
+				var claim Claim
+				rp, claim, err = res.Claim(ctx, env.nc, job)
+				if err != nil || claim != ClaimRun {
+					t.Fatalf("Claim = %v, %v", claim, err)
+				}
+			}
+			if got, err := res.Cancelled(ctx, job.ID); err != nil || got {
+				t.Fatalf("Cancelled before Cancel = %v, %v", got, err)
+			}
+			for range 2 { // cancelling again is harmless
+				if err := c.Cancel(job.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, err := res.Cancelled(ctx, job.ID); err != nil || !got {
+				t.Fatalf("Cancelled after Cancel = %v, %v", got, err)
+			}
+			if _, err := signal.NextMsg(5 * time.Second); err != nil {
+				t.Fatalf("no cancel signal: %v", err)
+			}
+			_, _, err = res.Get(ctx, job.ID)
+			if tc.claim {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rp.Token(ctx, "x", nil); err != nil {
+					t.Errorf("the running claim after Cancel: %v", err)
+				}
+				if err := rp.Fail(ctx, ErrKindAborted, "the request was cancelled"); err != nil {
+					t.Errorf("ending the running claim: %v", err)
+				}
+			} else if !errors.Is(err, ErrNotFound) {
+				t.Errorf("Cancel wrote a job record: %v", err)
+			}
+			if _, claim, err := res.Claim(ctx, env.nc, job); err != nil || claim != ClaimFinished {
+				t.Errorf("a delivery after Cancel: Claim = %v, %v; want finished", claim, err)
+			}
+		})
+	}
+	if got, err := res.Cancelled(ctx, "never-cancelled"); err != nil || got {
+		t.Errorf("Cancelled of another id = %v, %v", got, err)
+	}
 }

@@ -1,8 +1,9 @@
 // Package queue is the wire between Bulkhead's nodes: NATS subjects, the job
 // and reply-frame codecs, JetStream stream and consumer setup, the embedded
-// NATS server, the results bucket (async results and the per-job marker that
-// stops a job running twice), cancellation, usage-event subjects and
-// trace-context headers.
+// NATS server, the results bucket (async results, the per-job marker that
+// stops a job running twice, and the cancel marker that stops a cancelled job
+// running at all), cancellation, usage-event subjects and trace-context
+// headers.
 //
 // Edge side: Client.Submit subscribes to a job's reply subject, then publishes
 // the job (Nats-Msg-Id = job id) on its model's subject; Replies returns the

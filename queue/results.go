@@ -51,6 +51,14 @@ func ResultKey(id string) string {
 	return "job_" + hex.EncodeToString(sum[:])
 }
 
+// CancelKey is the results-bucket key of a job id's cancellation marker. It
+// sits beside the job's record (ResultKey) rather than in it, so recording a
+// cancel never moves the record's revision under a worker's claim.
+func CancelKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "cancel_" + hex.EncodeToString(sum[:])
+}
+
 // Results is the results bucket: job records with compare-and-set updates.
 type Results struct {
 	kv jetstream.KeyValue
@@ -115,6 +123,30 @@ func (r *Results) Update(ctx context.Context, res *AsyncResult, rev uint64) (uin
 	return n, nil
 }
 
+// Cancel records that job id was cancelled. The marker outlives the core-NATS
+// cancel signal: a job that was still waiting in the stream, or being
+// claimed, when its cancel was published is never run (Claim treats it as
+// finished, and workers read the marker again once they listen for the
+// signal). Cancelling twice, or an unknown or finished job, is harmless.
+func (r *Results) Cancel(ctx context.Context, id string) error {
+	if _, err := r.kv.Put(ctx, CancelKey(id), []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("queue: recording cancel of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Cancelled reports whether job id was cancelled (Cancel).
+func (r *Results) Cancelled(ctx context.Context, id string) (bool, error) {
+	_, err := r.kv.Get(ctx, CancelKey(id))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("queue: reading cancel marker of %s: %w", id, err)
+	}
+	return true, nil
+}
+
 // Claim says what a worker must do with one delivery of a job.
 type Claim int
 
@@ -122,7 +154,8 @@ type Claim int
 const (
 	// ClaimRun: run the job; the returned Replier holds the claim.
 	ClaimRun Claim = iota + 1
-	// ClaimFinished: the job already ended (done or failed); ack it, send nothing.
+	// ClaimFinished: the job already ended (done or failed) or was cancelled
+	// (nobody waits for it); ack it, send nothing.
 	ClaimFinished
 	// ClaimLostMidStream: an earlier worker sent frames and then went away;
 	// the job cannot be resumed, so end it with an ErrKindInternal error
@@ -148,6 +181,8 @@ func (c Claim) String() string {
 //   - no record, or status queued, or status running with no frame sent yet:
 //     the job is (re)run; the record becomes running (Attempts+1);
 //   - status done or failed: the job is not run again (ClaimFinished);
+//   - otherwise, a cancel marker (Results.Cancel): the client has gone, so
+//     the job is not run at all (ClaimFinished) and its record is left as is;
 //   - status running and a frame was already published on the reply subject:
 //     the client saw part of an answer that cannot be resumed, so the job
 //     ends with an internal error (ClaimLostMidStream).
@@ -158,8 +193,20 @@ func (c Claim) String() string {
 func (r *Results) Claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier, Claim, error) {
 	for range 8 {
 		cur, rev, err := r.Get(ctx, job.ID)
-		switch {
-		case errors.Is(err, ErrNotFound):
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, 0, err
+		}
+		if cur != nil && (cur.Status == StatusDone || cur.Status == StatusFailed) {
+			return nil, ClaimFinished, nil
+		}
+		cancelled, cerr := r.Cancelled(ctx, job.ID)
+		if cerr != nil {
+			return nil, 0, cerr
+		}
+		if cancelled {
+			return nil, ClaimFinished, nil
+		}
+		if cur == nil {
 			rec := &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusRunning, Attempts: 1}
 			rev, err := r.Create(ctx, rec)
 			if errors.Is(err, ErrConflict) {
@@ -169,13 +216,8 @@ func (r *Results) Claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier,
 				return nil, 0, err
 			}
 			return newReplier(nc, r, job, rec, rev), ClaimRun, nil
-		case err != nil:
-			return nil, 0, err
 		}
-		switch {
-		case cur.Status == StatusDone || cur.Status == StatusFailed:
-			return nil, ClaimFinished, nil
-		case cur.Status == StatusRunning && cur.Streamed:
+		if cur.Status == StatusRunning && cur.Streamed {
 			rp := newReplier(nc, r, job, cur, rev)
 			rp.seq = TerminalSeq - 1
 			return rp, ClaimLostMidStream, nil
