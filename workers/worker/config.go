@@ -76,6 +76,10 @@ type Config struct {
 	FetchWait time.Duration
 	// Consumer configures the per-model durable consumers.
 	Consumer queue.ConsumerConfig
+
+	// beforeWatch, if set, runs after a job was claimed and admitted and
+	// before the worker subscribes to its cancel signal (a test hook).
+	beforeWatch func(job *queue.Job)
 }
 
 func (c *Config) fill() error {

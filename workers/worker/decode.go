@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -33,7 +32,7 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 	if rp == nil {
 		return
 	}
-	w.decode(ctx, kctx, log, rp, job, h.Manifest, eng, msg)
+	w.decode(ctx, kctx, log, res, rp, job, h.Manifest, eng, msg)
 }
 
 // decode admits the job again with its own tokenizer, verifies the manifest
@@ -42,7 +41,7 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 // resumes the request and streams it. Any failure frees the sequence and
 // ends the job with an error; no path leads from a failed or partial
 // transfer to Resume.
-func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, rp *queue.Replier, job *queue.Job,
+func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier, job *queue.Job,
 	raw json.RawMessage, eng *engine.Engine, msg jetstream.Msg) {
 	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
 	defer cancelDeadline()
@@ -52,12 +51,16 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, rp *queue.R
 		w.fail(kctx, log, rp, kind, text)
 		w.settle(log, msg.Ack())
 	}
-	sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID), func(*nats.Msg) { abort(errAborted) })
+	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
 	if err != nil {
 		end(queue.ErrKindInternal, "KV handoff failed: subscribing to cancel: "+err.Error())
 		return
 	}
 	defer sub.Unsubscribe()
+	if cancelled {
+		end(queue.ErrKindAborted, "the request was cancelled")
+		return
+	}
 
 	req, ref := admit(job, eng)
 	if ref != nil {

@@ -36,6 +36,13 @@
 // earlier worker died after sending frames ends with ErrKindInternal ("worker
 // lost mid-stream"). See queue.Results.Claim.
 //
+// Cancellation: the edge records a cancel in the results bucket and then
+// publishes it on the job's cancel subject. Claim treats a cancelled job as
+// finished (acked, never run); once claimed, every role subscribes to the
+// cancel subject and then reads the marker again before any engine work, so
+// a cancel that landed between the claim and the subscription ends the job
+// with an aborted frame instead of running it for nobody.
+//
 // It never decides tenants or prices (the tenant comes in the job from the
 // edge's verified token), never truncates a prompt, and never reports a partial
 // answer as success. It does not own the engines: their Run loops belong to

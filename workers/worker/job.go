@@ -58,7 +58,7 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 		w.prefill(ctx, kctx, log, res, rp, job, eng, req, msg)
 		return
 	}
-	w.run(ctx, kctx, log, rp, job, eng, req, msg)
+	w.run(ctx, kctx, log, res, rp, job, eng, req, msg)
 }
 
 // claim applies the redelivery rule (queue.Results.Claim) to a delivery of
@@ -73,7 +73,7 @@ func (w *Worker) claim(kctx context.Context, log *slog.Logger, res *queue.Result
 	}
 	switch claim {
 	case queue.ClaimFinished:
-		log.Info("job already finished; not running it again")
+		log.Info("job already finished or cancelled; not running it")
 		w.settle(log, msg.Ack())
 		return nil
 	case queue.ClaimLostMidStream:
@@ -126,19 +126,56 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	}, nil
 }
 
+// watchCancel subscribes abort to job's cancel signal and then reads the
+// job's cancel marker once more, reporting whether it was cancelled. The edge
+// records the marker before it publishes the signal, and the subscription
+// and the read go out on one connection in that order, so a cancel is either
+// seen here or delivered to abort: none falls between the claim and the
+// subscription. A marker that cannot be read is logged and taken as not
+// cancelled (the signal still works). Only a failed subscription is an error;
+// the caller unsubscribes sub.
+func (w *Worker) watchCancel(kctx context.Context, log *slog.Logger, res *queue.Results, job *queue.Job,
+	abort context.CancelCauseFunc) (sub *nats.Subscription, cancelled bool, err error) {
+	if w.cfg.beforeWatch != nil {
+		w.cfg.beforeWatch(job)
+	}
+	sub, err = w.nc.Subscribe(queue.CancelSubject(job.ID), func(*nats.Msg) { abort(errAborted) })
+	if err != nil {
+		return nil, false, err
+	}
+	cancelled, err = res.Cancelled(kctx, job.ID)
+	if err != nil {
+		log.Warn("reading the job's cancel marker; running it", "err", err)
+		return sub, false, nil
+	}
+	return sub, cancelled, nil
+}
+
+// cancelled ends a job cancelled before it reached the engine: an aborted
+// frame (nobody may be listening) and an ack.
+func (w *Worker) cancelled(kctx context.Context, log *slog.Logger, rp *queue.Replier, msg jetstream.Msg) {
+	w.fail(kctx, log, rp, queue.ErrKindAborted, "the request was cancelled")
+	w.settle(log, msg.Ack())
+}
+
 // run submits an admitted job to the engine and streams its events.
-func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, rp *queue.Replier, job *queue.Job, eng *engine.Engine, req engine.Request, msg jetstream.Msg) {
+func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
+	job *queue.Job, eng *engine.Engine, req engine.Request, msg jetstream.Msg) {
 	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
 	defer cancelDeadline()
 	rctx, abort := context.WithCancelCause(rctx)
 	defer abort(nil)
-	sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID), func(*nats.Msg) { abort(errAborted) })
+	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
 	if err != nil {
 		log.Warn("subscribing to cancel; will retry", "err", err)
 		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
 		return
 	}
 	defer sub.Unsubscribe()
+	if cancelled {
+		w.cancelled(kctx, log, rp, msg)
+		return
+	}
 
 	events, err := eng.Submit(rctx, req)
 	switch {

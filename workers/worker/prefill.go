@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -27,13 +26,17 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 	defer cancelDeadline()
 	rctx, abort := context.WithCancelCause(rctx)
 	defer abort(nil)
-	sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID), func(*nats.Msg) { abort(errAborted) })
+	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
 	if err != nil {
 		log.Warn("subscribing to cancel; will retry", "err", err)
 		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
 		return
 	}
 	defer sub.Unsubscribe()
+	if cancelled {
+		w.cancelled(kctx, log, rp, msg)
+		return
+	}
 
 	stopBeat := w.heartbeat(log, msg)
 	p, err := eng.Prefill(rctx, req)
