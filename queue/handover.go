@@ -38,10 +38,14 @@ func DecodeMsgID(jobID string) string { return jobID + "/decode" }
 // Handover is a job whose prompt has been prefilled, on its way to a decode
 // worker: the original job, unchanged, and the KV hand-over manifest as the
 // prefill worker encoded it. The queue carries the manifest as opaque JSON;
-// the decode worker parses and verifies it.
+// the decode worker parses and verifies it. CachedTokens is how many prompt
+// tokens the prefill worker served from the tenant's prefix cache; it is
+// informational (usage reporting only) and not checked here: the decode
+// worker bounds it by the prompt it tokenized itself.
 type Handover struct {
-	Job      Job             `json:"job"`
-	Manifest json.RawMessage `json:"manifest"`
+	Job          Job             `json:"job"`
+	Manifest     json.RawMessage `json:"manifest"`
+	CachedTokens int             `json:"cached_tokens,omitempty"`
 }
 
 // EncodeHandover is the decode hand-over codec (JSON).

@@ -16,7 +16,7 @@ func TestHandoverCodec(t *testing.T) {
 	dl := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	job := Job{ID: "a", Tenant: "t", Model: "m", Prompt: "p", MaxTokens: 3, Reply: "r", Deadline: dl}
 	t.Run("round trip", func(t *testing.T) {
-		in := &Handover{Job: job, Manifest: json.RawMessage(`{"version":1,"pages":[]}`)}
+		in := &Handover{Job: job, Manifest: json.RawMessage(`{"version":1,"pages":[]}`), CachedTokens: 32}
 		b, err := EncodeHandover(in)
 		if err != nil {
 			t.Fatal(err)
@@ -25,8 +25,9 @@ func TestHandoverCodec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got.Job, in.Job) || string(got.Manifest) != string(in.Manifest) {
-			t.Errorf("round trip\n got %+v %s\nwant %+v %s", got.Job, got.Manifest, in.Job, in.Manifest)
+		if !reflect.DeepEqual(got.Job, in.Job) || string(got.Manifest) != string(in.Manifest) || got.CachedTokens != in.CachedTokens {
+			t.Errorf("round trip\n got %+v %s %d cached\nwant %+v %s %d cached",
+				got.Job, got.Manifest, got.CachedTokens, in.Job, in.Manifest, in.CachedTokens)
 		}
 	})
 	big := `{"x":"` + strings.Repeat("a", MaxManifestBytes) + `"}`

@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/handoff"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
@@ -44,6 +46,7 @@ type cachedRun struct {
 func TestPrefixCacheUnified(t *testing.T) {
 	ev := startNATS(t)
 	e := startEngine(t, engine.Config{Poison: true}) // 16-token pages
+	usage := countUsage(t, ev.nc)
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
 	flushPrefixesAtEnd(t, e)
 
@@ -74,7 +77,8 @@ func TestPrefixCacheUnified(t *testing.T) {
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			before := e.KV().PrefixStats()
-			got := submit(t, ev, jobFor(t, prompt, r.tenant, r.cachePrefix))
+			job := jobFor(t, prompt, r.tenant, r.cachePrefix)
+			got := submit(t, ev, job)
 			if got.last.Kind != queue.KindFinal {
 				t.Fatalf("last frame %+v", got.last)
 			}
@@ -86,6 +90,7 @@ func TestPrefixCacheUnified(t *testing.T) {
 			if u.CachedTokens != want || u.PromptTokens != n {
 				t.Errorf("usage %+v: %d cached of %d prompt tokens, want %d of %d", u, u.CachedTokens, u.PromptTokens, want, n)
 			}
+			wantUsageEvent(t, usage, job, n, want)
 			if got.text != ref.text || got.last.Finish != ref.last.Finish || u.CompletionTokens != ref.last.Usage.CompletionTokens {
 				t.Errorf("answer %q (%s, %d tokens), uncached %q (%s, %d tokens)",
 					got.text, got.last.Finish, u.CompletionTokens, ref.text, ref.last.Finish, ref.last.Usage.CompletionTokens)
@@ -102,14 +107,20 @@ func TestPrefixCacheUnified(t *testing.T) {
 }
 
 // TestPrefixCachePrefill: a prefill worker passes cache_prefix to its
-// engine, which hits the tenant's cache on the second run; the decode worker
-// streams the same text and, not knowing the prefill side's count, reports no
-// cached tokens.
+// engine, which hits the tenant's cache on the second run; the hand-over
+// carries the prefill side's cached count, and the decode worker streams the
+// same text and reports that count in its final frame and usage event.
 func TestPrefixCachePrefill(t *testing.T) {
 	ev := startNATS(t)
+	usage := countUsage(t, ev.nc)
 	s := startSplit(t, ev, engine.Config{}, engine.Config{}, Config{}, Config{})
 	flushPrefixesAtEnd(t, s.pre, s.dec)
 	prompt, n := longPrompt(t, s.pre, 40)
+	ps := s.pre.KV().PageSize()
+	cacheable := (n - 1) / ps * ps // whole pages before the last prompt token
+	if cacheable == 0 {
+		t.Fatalf("prompt of %d tokens covers no full page of %d before its last token", n, ps)
+	}
 
 	ref := submit(t, ev, jobFor(t, prompt, "tenant-a", false))
 	if ref.last.Kind != queue.KindFinal || ref.last.Usage.CompletionTokens == 0 {
@@ -119,7 +130,7 @@ func TestPrefixCachePrefill(t *testing.T) {
 		name        string
 		tenant      string
 		cachePrefix bool
-		hitPages    bool // the prefill engine attached cached pages
+		hitPages    bool // the prefill engine attached cached pages, and decode reports them
 	}{
 		{"A opted out", "tenant-a", false, false},
 		{"A first opt-in is cold", "tenant-a", true, false},
@@ -129,16 +140,22 @@ func TestPrefixCachePrefill(t *testing.T) {
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			before := s.pre.KV().PrefixStats()
-			got := submit(t, ev, jobFor(t, prompt, r.tenant, r.cachePrefix))
+			job := jobFor(t, prompt, r.tenant, r.cachePrefix)
+			got := submit(t, ev, job)
 			if got.last.Kind != queue.KindFinal {
 				t.Fatalf("last frame %+v", got.last)
 			}
 			if got.text != ref.text || got.last.Usage.PromptTokens != n {
 				t.Errorf("answer %q with %d prompt tokens, uncached %q with %d", got.text, got.last.Usage.PromptTokens, ref.text, n)
 			}
-			if got.last.Usage.CachedTokens != 0 {
-				t.Errorf("decode reported %d cached tokens; the hand-over carries no count", got.last.Usage.CachedTokens)
+			want := 0
+			if r.hitPages {
+				want = cacheable
 			}
+			if got.last.Usage.CachedTokens != want {
+				t.Errorf("decode reported %d cached tokens, want %d", got.last.Usage.CachedTokens, want)
+			}
+			wantUsageEvent(t, usage, job, n, want)
 			after := s.pre.KV().PrefixStats()
 			if looked := after.Hits + after.Misses - before.Hits - before.Misses; r.cachePrefix != (looked == 1) {
 				t.Errorf("cache_prefix %v, but the prefill engine looked up the cache %d times", r.cachePrefix, looked)
@@ -151,6 +168,86 @@ func TestPrefixCachePrefill(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecodeBoundsHandedCachedTokens: the cached count in a hand-over comes
+// from another node; a decode worker reports it bounded to [0, prompt tokens]
+// in the final frame and the usage event.
+func TestDecodeBoundsHandedCachedTokens(t *testing.T) {
+	ev := startNATS(t)
+	usage := countUsage(t, ev.nc)
+	de := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
+	startWorker(t, ev.conn(t), Config{Role: RoleDecode, Models: map[string]*engine.Engine{model: de}})
+	src := source{startEngine(t, engine.Config{Poison: true, PageSize: pageSize})}
+	const prompt = "One day, a boy named Tim went to the park with his mom"
+	n := len(de.Model().Tokenizer.Encode(prompt, true, false))
+
+	for _, tc := range []struct {
+		name         string
+		handed, want int
+	}{
+		{"none", 0, 0},
+		{"within the prompt", 8, 8},
+		{"whole prompt", n, n},
+		{"negative", -5, 0},
+		{"beyond the prompt", n + 100, n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := newJob(t, prompt, 8)
+			sc, pages := src.prefill(t, job, job.Tenant, prompt)
+			if len(sc.Prompt) != n {
+				t.Fatalf("the job's prompt has %d tokens, want %d", len(sc.Prompt), n)
+			}
+			m := manifest(t, sc, pages)
+			snd, err := handoff.NewSender(ev.nc, m, pages, handoff.SenderConfig{StartTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveErr := make(chan error, 1)
+			go func() { serveErr <- snd.Serve(context.Background()) }()
+			sub, err := ev.nc.SubscribeSync(job.Reply)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			raw, err := m.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &queue.Handover{Job: *job, Manifest: raw, CachedTokens: tc.handed}
+			if err := queue.PublishHandover(context.Background(), ev.js, h); err != nil {
+				t.Fatal(err)
+			}
+			got := readFrames(t, sub)
+			if err := <-serveErr; err != nil {
+				t.Errorf("sender's Serve: %v", err)
+			}
+			if got.last.Kind != queue.KindFinal {
+				t.Fatalf("last frame %+v, want final", got.last)
+			}
+			if u := got.last.Usage; u.PromptTokens != n || u.CachedTokens != tc.want {
+				t.Errorf("usage %+v for %d handed cached tokens; want %d cached of %d prompt tokens", u, tc.handed, tc.want, n)
+			}
+			wantUsageEvent(t, usage, job, n, tc.want)
+			checkBaseline(t, de, src.e)
+		})
+	}
+}
+
+// wantUsageEvent waits for job's one usage event and checks its prompt and
+// cached token counts.
+func wantUsageEvent(t *testing.T, usage *usageCounter, job *queue.Job, prompt, cached int) {
+	t.Helper()
+	checkFor(t, 5*time.Second, func() error {
+		got := usage.get(job.ID)
+		if len(got) != 1 {
+			return fmt.Errorf("%d usage events for %s, want 1", len(got), job.ID)
+		}
+		if u := got[0]; u.PromptTokens != prompt || u.CachedTokens != cached {
+			t.Errorf("usage event %+v: %d cached of %d prompt tokens, want %d of %d", u, u.CachedTokens, u.PromptTokens, cached, prompt)
+		}
+		return nil
+	})
 }
 
 // jobFor is newJob for tenant, greedy, 24 tokens, opting in to the prefix

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 
@@ -32,7 +31,7 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 	if rp == nil {
 		return
 	}
-	w.decode(ctx, kctx, log, res, rp, job, h.Manifest, eng, msg)
+	w.decode(ctx, kctx, log, res, rp, h, eng, msg)
 }
 
 // decode admits the job again with its own tokenizer, verifies the manifest
@@ -41,8 +40,9 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 // resumes the request and streams it. Any failure frees the sequence and
 // ends the job with an error; no path leads from a failed or partial
 // transfer to Resume.
-func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier, job *queue.Job,
-	raw json.RawMessage, eng *engine.Engine, msg jetstream.Msg) {
+func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
+	h *queue.Handover, eng *engine.Engine, msg jetstream.Msg) {
+	job := &h.Job
 	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
 	defer cancelDeadline()
 	rctx, abort := context.WithCancelCause(rctx)
@@ -69,10 +69,11 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 	}
 	// The prompt's KV comes from the manifest: the prefill worker used the
 	// tenant's prefix cache if the job asked; this engine neither looks up
-	// nor publishes. Its usage reports no cached tokens: the hand-over does
-	// not carry the prefill side's count.
+	// nor publishes. Its usage reports the prefill side's count, which comes
+	// from another node: bounded to the prompt this worker tokenized.
 	req.CachePrefix = false
-	m, err := handoff.DecodeManifest(raw)
+	cached := min(max(h.CachedTokens, 0), len(req.Prompt))
+	m, err := handoff.DecodeManifest(h.Manifest)
 	if err != nil {
 		end(queue.ErrKindInternal, "KV handoff failed: "+err.Error())
 		return
@@ -124,7 +125,7 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 		end(classify(err, context.Cause(rctx)))
 		return
 	}
-	w.stream(rctx, kctx, abort, log, rp, job, events, msg, false)
+	w.stream(rctx, kctx, abort, log, rp, job, events, msg, false, cached)
 }
 
 // decodeFailure maps a failed transfer to an error kind and message.

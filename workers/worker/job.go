@@ -196,16 +196,18 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Res
 		return
 	}
 
-	w.stream(rctx, kctx, abort, log, rp, job, events, msg, true)
+	w.stream(rctx, kctx, abort, log, rp, job, events, msg, true, 0)
 }
 
 // stream sends a running request's events as reply frames and then ends the
 // job: a final frame and a usage event, or an error frame, or (when
 // canRequeue and nothing went out yet) a requeue after a shutdown. It marks
 // msg in progress meanwhile and settles it. Unified and decode workers both
-// stream through it.
+// stream through it. handedCached is added to the engine's cached-token
+// count: the prompt tokens a prefill worker served from its prefix cache
+// (decode role), 0 for a unified worker; the sum never exceeds the prompt.
 func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFunc, log *slog.Logger, rp *queue.Replier,
-	job *queue.Job, events <-chan engine.Event, msg jetstream.Msg, canRequeue bool) {
+	job *queue.Job, events <-chan engine.Event, msg jetstream.Msg, canRequeue bool, handedCached int) {
 	stopBeat := w.heartbeat(log, msg)
 	var (
 		final     *engine.Event
@@ -240,11 +242,11 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 		}
 	case final != nil:
 		u := queue.Usage{PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens,
-			CachedTokens: final.Usage.CachedTokens}
+			CachedTokens: min(final.Usage.CachedTokens+handedCached, final.Usage.PromptTokens)}
 		if err := rp.Final(kctx, final.Text, final.Finish, u); err != nil {
 			log.Error("sending final frame", "err", err)
 		}
-		w.publishUsage(log, job, final)
+		w.publishUsage(log, job, final.Finish, u)
 		w.settle(log, msg.Ack())
 	default:
 		cause := context.Cause(rctx)
@@ -365,11 +367,13 @@ func (w *Worker) refuseUndecodable(log *slog.Logger, msg jetstream.Msg, derr err
 	w.settle(log, msg.TermWithReason("undecodable job"))
 }
 
-func (w *Worker) publishUsage(log *slog.Logger, job *queue.Job, final *engine.Event) {
+// publishUsage publishes the usage event of a job that ended with finish and
+// u, the usage its final frame reported.
+func (w *Worker) publishUsage(log *slog.Logger, job *queue.Job, finish string, u queue.Usage) {
 	b, err := json.Marshal(queue.UsageEvent{
 		Tenant: job.Tenant, Model: job.Model, RequestID: job.ID,
-		PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens,
-		Finish: final.Finish, Time: time.Now().UTC(),
+		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens,
+		Finish: finish, Time: time.Now().UTC(),
 	})
 	if err == nil {
 		err = w.nc.Publish(queue.UsageSubject(job.Tenant), b)

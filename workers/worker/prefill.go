@@ -102,7 +102,7 @@ func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job
 	if err != nil {
 		return err
 	}
-	if err := queue.PublishHandover(rctx, w.js, &queue.Handover{Job: *job, Manifest: raw}); err != nil {
+	if err := queue.PublishHandover(rctx, w.js, &queue.Handover{Job: *job, Manifest: raw, CachedTokens: p.CachedTokens}); err != nil {
 		snd.Close()
 		return err
 	}

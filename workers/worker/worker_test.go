@@ -108,7 +108,8 @@ func TestGreedyMatchesGenerate(t *testing.T) {
 					return errors.New("no usage event")
 				}
 				u := got[0]
-				if u.Tenant != job.Tenant || u.Model != model || u.PromptTokens != len(ids) || u.CompletionTokens != len(want.CompletionTokens) {
+				if u.Tenant != job.Tenant || u.Model != model || u.PromptTokens != len(ids) || u.CompletionTokens != len(want.CompletionTokens) ||
+					u.CachedTokens != 0 {
 					t.Fatalf("usage event %+v", u)
 				}
 				return nil
