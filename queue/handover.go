@@ -103,24 +103,6 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 // EnsureDecodeConsumer creates or updates the durable pull consumer decode
 // workers share for model's decode subject (explicit acks) and returns it.
 func EnsureDecodeConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
-	if model == "" {
-		return nil, fmt.Errorf("%w: empty model name", ErrConfig)
-	}
-	if err := cfg.fill(); err != nil {
-		return nil, err
-	}
-	c, err := js.CreateOrUpdateConsumer(ctx, DecodeStream, jetstream.ConsumerConfig{
-		Durable:       DecodeConsumerName(model),
-		Description:   "decode hand-overs for " + model,
-		FilterSubject: DecodeSubject(model),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		MaxAckPending: cfg.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: decode consumer for %s: %w", model, err)
-	}
-	return c, nil
+	return ensureConsumer(ctx, js, DecodeStream, model, DecodeConsumerName(model), DecodeSubject(model),
+		"decode hand-overs for ", cfg)
 }

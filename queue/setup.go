@@ -180,16 +180,23 @@ func ConsumerName(model string) string { return "worker-" + ModelToken(model) }
 // EnsureConsumer creates or updates the durable pull consumer for model's job
 // subject (explicit acks) and returns it.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	return ensureConsumer(ctx, js, JobsStream, model, ConsumerName(model), JobSubject(model), "jobs for ", cfg)
+}
+
+// ensureConsumer creates or updates a durable pull consumer with explicit
+// acks on stream, filtered to subject, for model.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, model, name, subject, what string,
+	cfg ConsumerConfig) (jetstream.Consumer, error) {
 	if model == "" {
 		return nil, fmt.Errorf("%w: empty model name", ErrConfig)
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	c, err := js.CreateOrUpdateConsumer(ctx, JobsStream, jetstream.ConsumerConfig{
-		Durable:       ConsumerName(model),
-		Description:   "jobs for " + model,
-		FilterSubject: JobSubject(model),
+	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   what + model,
+		FilterSubject: subject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    cfg.MaxDeliver,
@@ -197,7 +204,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, model string, c
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer for %s: %w", model, err)
+		return nil, fmt.Errorf("queue: consumer %s for %s: %w", name, model, err)
 	}
 	return c, nil
 }

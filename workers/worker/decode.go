@@ -43,10 +43,8 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
 	h *queue.Handover, eng *engine.Engine, msg jetstream.Msg) {
 	job := &h.Job
-	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
-	defer cancelDeadline()
-	rctx, abort := context.WithCancelCause(rctx)
-	defer abort(nil)
+	rctx, abort, release := jobContext(ctx, job)
+	defer release()
 	end := func(kind queue.ErrorKind, text string) {
 		w.fail(kctx, log, rp, kind, text)
 		w.settle(log, msg.Ack())

@@ -158,24 +158,46 @@ func (w *Worker) cancelled(kctx context.Context, log *slog.Logger, rp *queue.Rep
 	w.settle(log, msg.Ack())
 }
 
+// jobContext is the context a job's engine work runs under: it ends at the
+// job's deadline, or with a cause when the job is aborted.
+func jobContext(ctx context.Context, job *queue.Job) (context.Context, context.CancelCauseFunc, context.CancelFunc) {
+	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
+	rctx, abort := context.WithCancelCause(rctx)
+	return rctx, abort, func() { abort(nil); cancelDeadline() }
+}
+
+// begin prepares an admitted job that a unified or prefill worker is about to
+// run: its context (see jobContext) is aborted by the job's cancel signal.
+// It reports false, with the job already settled, when the job was cancelled
+// (aborted frame, ack) or the cancel watch could not start (requeued).
+// Otherwise the caller calls stop when the job's work is over.
+func (w *Worker) begin(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
+	job *queue.Job, msg jetstream.Msg) (rctx context.Context, abort context.CancelCauseFunc, stop func(), ok bool) {
+	rctx, abort, release := jobContext(ctx, job)
+	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
+	if err != nil {
+		release()
+		log.Warn("subscribing to cancel; will retry", "err", err)
+		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+		return nil, nil, nil, false
+	}
+	if cancelled {
+		_ = sub.Unsubscribe()
+		release()
+		w.cancelled(kctx, log, rp, msg)
+		return nil, nil, nil, false
+	}
+	return rctx, abort, func() { _ = sub.Unsubscribe(); release() }, true
+}
+
 // run submits an admitted job to the engine and streams its events.
 func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
 	job *queue.Job, eng *engine.Engine, req engine.Request, msg jetstream.Msg) {
-	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
-	defer cancelDeadline()
-	rctx, abort := context.WithCancelCause(rctx)
-	defer abort(nil)
-	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
-	if err != nil {
-		log.Warn("subscribing to cancel; will retry", "err", err)
-		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+	rctx, abort, stop, ok := w.begin(ctx, kctx, log, res, rp, job, msg)
+	if !ok {
 		return
 	}
-	defer sub.Unsubscribe()
-	if cancelled {
-		w.cancelled(kctx, log, rp, msg)
-		return
-	}
+	defer stop()
 
 	events, err := eng.Submit(rctx, req)
 	switch {

@@ -22,21 +22,11 @@ import (
 // request ends with an error frame; msg is acked once the hand-over ended.
 func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
 	job *queue.Job, eng *engine.Engine, req engine.Request, msg jetstream.Msg) {
-	rctx, cancelDeadline := context.WithDeadline(ctx, job.Deadline)
-	defer cancelDeadline()
-	rctx, abort := context.WithCancelCause(rctx)
-	defer abort(nil)
-	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
-	if err != nil {
-		log.Warn("subscribing to cancel; will retry", "err", err)
-		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+	rctx, _, stop, ok := w.begin(ctx, kctx, log, res, rp, job, msg)
+	if !ok {
 		return
 	}
-	defer sub.Unsubscribe()
-	if cancelled {
-		w.cancelled(kctx, log, rp, msg)
-		return
-	}
+	defer stop()
 
 	stopBeat := w.heartbeat(log, msg)
 	p, err := eng.Prefill(rctx, req)
