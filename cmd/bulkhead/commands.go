@@ -25,7 +25,7 @@ func commands() []command {
 	return []command{
 		{"tokenize", "print a text's token ids for a model or vocab-only GGUF file", runTokenize},
 		{"generate", "generate text from a prompt with a GGUF model", runGenerate},
-		{"models", "model tools: `models synth` writes a random-weight model of a real shape", runModels},
+		{"models", "model tools: `models synth|pull|list`", runModels},
 		{"bench", "benchmarks: `bench engine` measures prefill and decode tokens/s", runBench},
 		{"dev", "run everything in one process: NATS, edge, a worker per model, Redis", runDev},
 		{"edge", "run the HTTP edge (Workers AI and OpenAI APIs)", runEdgeCmd},

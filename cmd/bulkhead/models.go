@@ -4,42 +4,28 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
-
-	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/synth"
 )
 
-func runModels(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "synth" {
-		return fmt.Errorf("%w: bulkhead models synth --arch llama --shape NAME --type TYPE --seed S --out FILE", errUsage)
+// modelsCommands are the subcommands of `bulkhead models`.
+func modelsCommands() []command {
+	return []command{
+		{"synth", "write a random-weight model of a real shape (benchmarks and tests)", runModelsSynth},
+		{"pull", "download a GGUF model into the model directory", runModelsPull},
+		{"list", "list the models in the model directory", runModelsList},
 	}
-	var shapes []string
-	for _, s := range synth.Shapes() {
-		shapes = append(shapes, s.Name)
+}
+
+func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		for _, c := range modelsCommands() {
+			if c.name == args[0] {
+				return c.run(ctx, args[1:], stdout, stderr)
+			}
+		}
 	}
-	fs := newFlags("models synth", stderr)
-	arch := fs.String("arch", "llama", "architecture (llama)")
-	shape := fs.String("shape", "", "model shape: "+strings.Join(shapes, ", "))
-	typ := fs.String("type", "f32", "weight type: f32, f16, q8_0, q4_0")
-	seed := fs.Uint64("seed", 0, "random seed; the same seed writes the same bytes")
-	out := fs.String("out", "", "output GGUF file")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
+	msg := "bulkhead models synth|pull|list ..."
+	for _, c := range modelsCommands() {
+		msg += fmt.Sprintf("\n  %-6s %s", c.name, c.summary)
 	}
-	if err := require(fs, "shape", "out"); err != nil {
-		return err
-	}
-	if *arch != "llama" {
-		return fmt.Errorf("%w: --arch %q (only llama)", errUsage, *arch)
-	}
-	t, err := gguf.ParseType(*typ)
-	if err != nil {
-		return fmt.Errorf("%w: --type: %v", errUsage, err)
-	}
-	if err := synth.GenerateFile(synth.Config{Shape: *shape, Type: t, Seed: *seed}, *out); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "wrote %s: random-weight %s %s (seed %d); its text output is meaningless\n", *out, *shape, t, *seed)
-	return err
+	return fmt.Errorf("%w: %s", errUsage, msg)
 }
