@@ -57,3 +57,19 @@ func TestRepoRoot(t *testing.T) {
 		})
 	}
 }
+
+func TestGoldenCompare(t *testing.T) {
+	c := GoldenCase{CompletionTokens: []int32{1, 2, 3}, Margins: []float64{0.5, 0.01, 0.3}}
+	if ex, err := c.Compare([]int32{1, 2, 3}); ex != "" || err != nil {
+		t.Errorf("equal: %q, %v", ex, err)
+	}
+	if ex, err := c.Compare([]int32{1, 9, 9}); ex == "" || err != nil {
+		t.Errorf("near-tie divergence: %q, %v", ex, err)
+	}
+	if _, err := c.Compare([]int32{9, 2, 3}); err == nil {
+		t.Error("divergence at a clear margin was accepted")
+	}
+	if _, err := c.Compare([]int32{1, 2}); err == nil {
+		t.Error("short completion was accepted")
+	}
+}

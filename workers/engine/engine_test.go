@@ -58,6 +58,13 @@ func startEngine(t testing.TB, m *Model, cfg Config) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runEngine(t, e)
+	return e
+}
+
+// runEngine runs e until the test ends and checks that every KV page is back
+// in the pool afterwards.
+func runEngine(t testing.TB, e *Engine) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -69,7 +76,6 @@ func startEngine(t testing.TB, m *Model, cfg Config) *Engine {
 			t.Errorf("KV pages leaked: %d of %d free after the test", free, total)
 		}
 	})
-	return e
 }
 
 func greedy(prompt []int32, n int) Request {
