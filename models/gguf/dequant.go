@@ -39,10 +39,26 @@ func Dequantize(t Type, data []byte, dst []float32) error {
 		dequantQ8_0(data, dst)
 	case TypeQ4_0:
 		dequantQ4_0(data, dst)
+	case TypeQ4_1:
+		dequantQ4_1(data, dst)
+	case TypeQ5_0:
+		dequantQ5_0(data, dst)
+	case TypeQ5_1:
+		dequantQ5_1(data, dst)
+	case TypeIQ4_NL:
+		dequantIQ4NL(data, dst)
+	case TypeQ2_K:
+		dequantQ2K(data, dst)
+	case TypeQ3_K:
+		dequantQ3K(data, dst)
 	case TypeQ4_K:
 		dequantQ4K(data, dst)
+	case TypeQ5_K:
+		dequantQ5K(data, dst)
 	case TypeQ6_K:
 		dequantQ6K(data, dst)
+	case TypeIQ4_XS:
+		dequantIQ4XS(data, dst)
 	default:
 		return fmt.Errorf("%w: no dequantizer for %s", ErrUnsupportedType, t)
 	}
@@ -80,72 +96,82 @@ func dequantQ4_0(data []byte, dst []float32) {
 	}
 }
 
-// scaleMinK4 unpacks sub-block j's 6-bit scale and min from a Q4_K block's 12
-// scale bytes: sub-blocks 0..3 keep theirs in the low 6 bits of bytes j and j+4;
-// sub-blocks 4..7 keep their low 4 bits in byte j+4 (scale low nibble, min high
-// nibble) and their top 2 bits in the top bits of bytes j-4 (scale) and j (min).
-func scaleMinK4(j int, q []byte) (sc, m uint8) {
-	if j < 4 {
-		return q[j] & 63, q[j+4] & 63
-	}
-	return q[j+4]&0xf | (q[j-4]>>6)<<4, q[j+4]>>4 | (q[j]>>6)<<4
-}
-
-// Q4_K super-block of 256: f16 d, f16 dmin, 12 bytes of packed 6-bit scales and
-// mins for 8 sub-blocks of 32, then 128 bytes of nibbles. Each 32 bytes of
-// nibbles hold two sub-blocks: low nibbles the first, high nibbles the second.
-// x = d*scale*q - dmin*min.
-func dequantQ4K(data []byte, dst []float32) {
-	const bs = 2 + 2 + 12 + QKK/2
-	for i := 0; i < len(dst)/QKK; i++ {
+// Q4_1 block: f16 d, f16 m, then 16 bytes of nibbles laid out as in Q4_0;
+// x = q*d + m.
+func dequantQ4_1(data []byte, dst []float32) {
+	const bs = 2 + 2 + QK/2
+	for i := 0; i < len(dst)/QK; i++ {
 		b := (*[bs]byte)(data[i*bs:])
-		y := (*[QKK]float32)(dst[i*QKK:])
+		y := (*[QK]float32)(dst[i*QK:])
 		d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
-		dmin := F16ToF32(binary.LittleEndian.Uint16(b[2:]))
-		scales := b[4:16]
-		qs := b[16:bs]
-		for k := range 4 { // 64 elements, two sub-blocks, per pass
-			sc, m := scaleMinK4(2*k, scales)
-			d1, m1 := d*float32(sc), dmin*float32(m)
-			sc, m = scaleMinK4(2*k+1, scales)
-			d2, m2 := d*float32(sc), dmin*float32(m)
-			q := qs[32*k : 32*k+32]
-			lo, hi := y[64*k:64*k+32], y[64*k+32:64*k+64]
-			for l := range 32 {
-				// Explicit conversions keep each product rounded, as GGML's C
-				// does, instead of letting the compiler fuse a multiply-add.
-				lo[l] = float32(d1*float32(q[l]&0xf)) - m1
-				hi[l] = float32(d2*float32(q[l]>>4)) - m2
-			}
+		m := F16ToF32(binary.LittleEndian.Uint16(b[2:]))
+		q := b[4:bs]
+		for j := range QK / 2 {
+			// The conversion rounds the product before the add (no fusion).
+			y[j] = float32(float32(q[j]&0xf)*d) + m
+			y[j+QK/2] = float32(float32(q[j]>>4)*d) + m
 		}
 	}
 }
 
-// Q6_K super-block of 256: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16
-// int8 scales (one per 16 elements), f16 d. Each half of 128 elements uses 64 low
-// bytes, 32 high bytes and 8 scales; x = d*scale*(q-32).
-func dequantQ6K(data []byte, dst []float32) {
-	const bs = QKK/2 + QKK/4 + QKK/16 + 2
-	for i := 0; i < len(dst)/QKK; i++ {
+// q5High returns the fifth bits of elements j and j+16 of a Q5_0/Q5_1 block,
+// already shifted to bit 4: bit j and bit j+16 of the little-endian qh word.
+func q5High(qh uint32, j int) (h0, h1 uint8) {
+	return uint8(qh>>j<<4) & 0x10, uint8(qh>>(j+12)) & 0x10
+}
+
+// Q5_0 block: f16 d, a 32-bit word of fifth bits (bit j for element j), then
+// nibbles as in Q4_0; x = (q-16)*d.
+func dequantQ5_0(data []byte, dst []float32) {
+	const bs = 2 + 4 + QK/2
+	for i := 0; i < len(dst)/QK; i++ {
 		b := (*[bs]byte)(data[i*bs:])
-		y := (*[QKK]float32)(dst[i*QKK:])
-		d := F16ToF32(binary.LittleEndian.Uint16(b[bs-2:]))
-		for h := range 2 {
-			ql := b[64*h : 64*h+64]
-			qh := b[QKK/2+32*h : QKK/2+32*h+32]
-			sc := b[QKK/2+QKK/4+8*h : QKK/2+QKK/4+8*h+8]
-			yh := y[128*h : 128*h+128]
-			for l := range 32 {
-				is := l / 16
-				q1 := int(ql[l]&0xf|(qh[l]&3)<<4) - 32
-				q2 := int(ql[l+32]&0xf|(qh[l]>>2&3)<<4) - 32
-				q3 := int(ql[l]>>4|(qh[l]>>4&3)<<4) - 32
-				q4 := int(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32
-				yh[l] = d * float32(int8(sc[is])) * float32(q1)
-				yh[l+32] = d * float32(int8(sc[is+2])) * float32(q2)
-				yh[l+64] = d * float32(int8(sc[is+4])) * float32(q3)
-				yh[l+96] = d * float32(int8(sc[is+6])) * float32(q4)
-			}
+		y := (*[QK]float32)(dst[i*QK:])
+		d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
+		qh := binary.LittleEndian.Uint32(b[2:])
+		q := b[6:bs]
+		for j := range QK / 2 {
+			h0, h1 := q5High(qh, j)
+			y[j] = float32(int(q[j]&0xf|h0)-16) * d
+			y[j+QK/2] = float32(int(q[j]>>4|h1)-16) * d
+		}
+	}
+}
+
+// Q5_1 block: f16 d, f16 m, the fifth-bit word, then nibbles; x = q*d + m.
+func dequantQ5_1(data []byte, dst []float32) {
+	const bs = 2 + 2 + 4 + QK/2
+	for i := 0; i < len(dst)/QK; i++ {
+		b := (*[bs]byte)(data[i*bs:])
+		y := (*[QK]float32)(dst[i*QK:])
+		d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
+		m := F16ToF32(binary.LittleEndian.Uint16(b[2:]))
+		qh := binary.LittleEndian.Uint32(b[4:])
+		q := b[8:bs]
+		for j := range QK / 2 {
+			h0, h1 := q5High(qh, j)
+			y[j] = float32(float32(q[j]&0xf|h0)*d) + m
+			y[j+QK/2] = float32(float32(q[j]>>4|h1)*d) + m
+		}
+	}
+}
+
+// IQ4NLValues is GGML's non-linear 4-bit codebook (kvalues_iq4nl), shared by
+// IQ4_NL and IQ4_XS: a nibble selects one of these int8 levels.
+var IQ4NLValues = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// IQ4_NL block: f16 d, then nibbles laid out as in Q4_0, each selecting a
+// codebook level; x = d*level.
+func dequantIQ4NL(data []byte, dst []float32) {
+	const bs = 2 + QK/2
+	for i := 0; i < len(dst)/QK; i++ {
+		b := (*[bs]byte)(data[i*bs:])
+		y := (*[QK]float32)(dst[i*QK:])
+		d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
+		q := b[2:bs]
+		for j := range QK / 2 {
+			y[j] = d * float32(IQ4NLValues[q[j]&0xf])
+			y[j+QK/2] = d * float32(IQ4NLValues[q[j]>>4])
 		}
 	}
 }

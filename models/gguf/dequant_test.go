@@ -309,7 +309,7 @@ func TestDequantizeErrors(t *testing.T) {
 		dst  int
 		want error
 	}{
-		{"unsupported type", TypeQ5_K, 176, 256, ErrUnsupportedType},
+		{"unsupported type", TypeIQ2_XXS, 66, 256, ErrUnsupportedType},
 		{"unknown type", Type(77), 4, 1, ErrUnsupportedType},
 		{"partial block", TypeQ8_0, 34, 31, ErrSize},
 		{"short data", TypeQ4_0, 17, 32, ErrSize},

@@ -133,7 +133,9 @@ func (f *File) Close() error {
 	return syscall.Munmap(m)
 }
 
-// Parse reads a GGUF image held in memory. The returned File aliases b.
+// Parse reads a GGUF image held in memory. The returned File aliases b. A
+// tensor of a type Bulkhead cannot compute with is refused by name with an
+// *UnsupportedTypeError.
 func Parse(b []byte) (*File, error) {
 	r := &reader{b: b}
 	if r.u32() != Magic || r.err != nil {
@@ -195,8 +197,10 @@ func Parse(b []byte) (*File, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: tensor info %d: %v", ErrCorrupt, i, r.err)
 		}
-		if !t.Type.Known() {
-			return nil, fmt.Errorf("%w: tensor %q has %s", ErrUnsupportedType, t.Name, t.Type)
+		if !t.Type.Supported() {
+			// Named by type even when its layout is unknown to us, so the
+			// refusal says what the file holds, not just a number.
+			return nil, &UnsupportedTypeError{Tensor: t.Name, Type: t.Type}
 		}
 		if t.Shape[0]%uint64(t.Type.BlockSize()) != 0 {
 			return nil, fmt.Errorf("%w: tensor %q: row of %d is not a multiple of %s's block", ErrCorrupt, t.Name, t.Shape[0], t.Type)
