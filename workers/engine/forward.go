@@ -28,6 +28,7 @@ type forward struct {
 	x, xn, q, k, v, att, tmp []float32
 	gate, up                 []float32
 	rope                     []float32 // per row: RopeDims/2 (cos, sin) pairs
+	ropeSWA                  []float32 // the same at RopeBaseSWA, for sliding-window layers
 	rowPos                   []int
 	rowChunk                 []int
 	slot                     []attnScratch // one per pool thread
@@ -78,6 +79,9 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 	fw.gate = grow(fw.gate, T*h.FFN)
 	fw.up = grow(fw.up, T*h.FFN)
 	fw.rope = grow(fw.rope, T*h.RopeDims)
+	if h.SWA != nil {
+		fw.ropeSWA = grow(fw.ropeSWA, T*h.RopeDims)
+	}
 	if cap(fw.rowPos) < T {
 		fw.rowPos, fw.rowChunk = make([]int, T), make([]int, T)
 	}
@@ -91,8 +95,15 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 				c.err = fmt.Errorf("%w: token id %d outside vocabulary of %d", ErrInvalidRequest, tok, h.Vocab)
 				tok = 0
 			}
-			fw.m.Embed.Row(int(tok), fw.x[r*h.Embd:(r+1)*h.Embd])
+			x := fw.x[r*h.Embd : (r+1)*h.Embd]
+			fw.m.Embed.Row(int(tok), x)
+			if h.EmbedScale != 0 {
+				kernels.Scale(x, h.EmbedScale)
+			}
 			ropeAngles(fw.rope[r*h.RopeDims:(r+1)*h.RopeDims], fw.rowPos[r], h.RopeBase)
+			if h.SWA != nil {
+				ropeAngles(fw.ropeSWA[r*h.RopeDims:(r+1)*h.RopeDims], fw.rowPos[r], h.RopeBaseSWA)
+			}
 			r++
 		}
 	}
@@ -126,7 +137,14 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 	}
 	fw.pool.MatMul(fw.logits, fw.m.Output, fw.logitRows, nl)
 	for i := 0; i < nl; i++ {
-		out = append(out, fw.logits[i*h.Vocab:(i+1)*h.Vocab])
+		lg := fw.logits[i*h.Vocab : (i+1)*h.Vocab]
+		if fw.m.OutBias != nil {
+			kernels.Add(lg, fw.m.OutBias)
+		}
+		if h.FinalSoftCap != 0 {
+			kernels.SoftCap(lg, h.FinalSoftCap)
+		}
+		out = append(out, lg)
 	}
 	return out
 }
@@ -135,14 +153,59 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 func (fw *forward) layer(l int, chunks []*chunk, T int) {
 	h := fw.m.Hyper
 	L := &fw.m.Layers[l]
-	qd, kvd, E := h.Heads*h.HeadDim, h.KVDim(), h.Embd
+	E := h.Embd
+	fw.qkv(l, T)
+	views := fw.appendKV(l, chunks)
+	fw.attention(l, chunks, views, T)
 
+	fw.pool.MatMul(fw.tmp, L.O, fw.att, T)
+	fw.residual(L.PostAttnNorm, T)
+
+	for r := 0; r < T; r++ {
+		kernels.RMSNorm(fw.xn[r*E:(r+1)*E], fw.x[r*E:(r+1)*E], L.FFNNorm, h.NormEps)
+	}
+	fw.pool.MatMul(fw.gate, L.Gate, fw.xn, T)
+	fw.pool.MatMul(fw.up, L.Up, fw.xn, T)
+	act := fw.gate[:T*h.FFN]
+	if h.GELU {
+		kernels.GeGLU(act, act, fw.up[:T*h.FFN])
+	} else {
+		kernels.SwiGLU(act, act, fw.up[:T*h.FFN])
+	}
+	fw.pool.MatMul(fw.tmp, L.Down, fw.gate, T)
+	fw.residual(L.PostFFNNorm, T)
+}
+
+// residual adds a sub-block's output (fw.tmp) into fw.x, first normalizing it
+// with post when the architecture has post-norms.
+func (fw *forward) residual(post []float32, T int) {
+	h := fw.m.Hyper
+	E := h.Embd
+	if post != nil {
+		for r := 0; r < T; r++ {
+			t := fw.tmp[r*E : (r+1)*E]
+			kernels.RMSNorm(t, t, post, h.NormEps)
+		}
+	}
+	kernels.Add(fw.x[:T*E], fw.tmp[:T*E])
+}
+
+// qkv computes block l's queries, keys and values for all T rows: norm,
+// projections, biases, per-head Q/K norms, RoPE and the query pre-scale.
+func (fw *forward) qkv(l, T int) {
+	h := fw.m.Hyper
+	L := &fw.m.Layers[l]
+	qd, kvd, E, hd := h.QDim(), h.KVDim(), h.Embd, h.HeadDim
 	for r := 0; r < T; r++ {
 		kernels.RMSNorm(fw.xn[r*E:(r+1)*E], fw.x[r*E:(r+1)*E], L.AttnNorm, h.NormEps)
 	}
 	fw.pool.MatMul(fw.q, L.Q, fw.xn, T)
 	fw.pool.MatMul(fw.k, L.K, fw.xn, T)
 	fw.pool.MatMul(fw.v, L.V, fw.xn, T)
+	table := fw.rope
+	if h.SWA != nil && h.SWA[l] {
+		table = fw.ropeSWA
+	}
 	for r := 0; r < T; r++ {
 		q, k, v := fw.q[r*qd:(r+1)*qd], fw.k[r*kvd:(r+1)*kvd], fw.v[r*kvd:(r+1)*kvd]
 		if h.QKVBias {
@@ -150,17 +213,31 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 			kernels.Add(k, L.KBias)
 			kernels.Add(v, L.VBias)
 		}
-		cs := fw.rope[r*h.RopeDims : (r+1)*h.RopeDims]
-		for hd := 0; hd < h.Heads; hd++ {
-			rope(q[hd*h.HeadDim:(hd+1)*h.HeadDim], cs, h.RopeNeox)
+		cs := table[r*h.RopeDims : (r+1)*h.RopeDims]
+		for i := 0; i < h.Heads; i++ {
+			qh := q[i*hd : (i+1)*hd]
+			if L.QNorm != nil {
+				kernels.RMSNorm(qh, qh, L.QNorm, h.NormEps)
+			}
+			rope(qh, cs, h.RopeNeox)
 		}
-		for hd := 0; hd < h.KVHeads; hd++ {
-			rope(k[hd*h.HeadDim:(hd+1)*h.HeadDim], cs, h.RopeNeox)
+		for i := 0; i < h.KVHeads; i++ {
+			kh := k[i*hd : (i+1)*hd]
+			if L.KNorm != nil {
+				kernels.RMSNorm(kh, kh, L.KNorm, h.NormEps)
+			}
+			rope(kh, cs, h.RopeNeox)
+		}
+		if h.QueryScale != 0 {
+			kernels.Scale(q, h.QueryScale)
 		}
 	}
+}
 
-	// Append this layer's K and V for every chunk, then take the views that
-	// attention reads through: a view covers only slots this sequence wrote.
+// appendKV appends block l's K and V for every chunk, then takes the views
+// that attention reads through: a view covers only slots this sequence wrote.
+func (fw *forward) appendKV(l int, chunks []*chunk) []kvcache.View {
+	kvd := fw.m.Hyper.KVDim()
 	views := make([]kvcache.View, len(chunks))
 	r := 0
 	for ci, c := range chunks {
@@ -182,31 +259,26 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 		}
 		r += n
 	}
-
-	fw.attention(chunks, views, T)
-
-	fw.pool.MatMul(fw.tmp, L.O, fw.att, T)
-	kernels.Add(fw.x[:T*E], fw.tmp[:T*E])
-
-	for r := 0; r < T; r++ {
-		kernels.RMSNorm(fw.xn[r*E:(r+1)*E], fw.x[r*E:(r+1)*E], L.FFNNorm, h.NormEps)
-	}
-	fw.pool.MatMul(fw.gate, L.Gate, fw.xn, T)
-	fw.pool.MatMul(fw.up, L.Up, fw.xn, T)
-	kernels.SwiGLU(fw.gate[:T*h.FFN], fw.gate[:T*h.FFN], fw.up[:T*h.FFN])
-	fw.pool.MatMul(fw.tmp, L.Down, fw.gate, T)
-	kernels.Add(fw.x[:T*E], fw.tmp[:T*E])
+	return views
 }
 
-// attention computes causal attention for every (row, head) pair. As in
-// llama.cpp's default (non-flash) path, K and V are half precision, the query is
-// rounded to half before Q·K, and the softmax weights are rounded to half before
-// they weight V.
-func (fw *forward) attention(chunks []*chunk, views []kvcache.View, T int) {
+// attention computes causal attention for every (row, head) pair of block
+// l. As in llama.cpp's default (non-flash) path, K and V are half precision,
+// the query is rounded to half before Q·K, and the softmax weights are rounded
+// to half before they weight V. A sliding-window layer reads only the last
+// Window positions; every layer reads only through its sequence's view.
+func (fw *forward) attention(l int, chunks []*chunk, views []kvcache.View, T int) {
 	h := fw.m.Hyper
-	qd, hd, kvd := h.Heads*h.HeadDim, h.HeadDim, h.KVDim()
+	qd, hd, kvd := h.QDim(), h.HeadDim, h.KVDim()
 	group := h.Heads / h.KVHeads
-	scale := float32(1 / math.Sqrt(float64(hd)))
+	scale := 1 / float32(math.Sqrt(float64(hd)))
+	if h.QueryScale != 0 {
+		scale = 1 // Q was scaled before the product
+	}
+	window := 0
+	if h.SWA != nil && h.SWA[l] {
+		window = h.Window
+	}
 	items := T * h.Heads
 	nslot := len(fw.slot)
 	fw.pool.Run(nslot, func(lo, hi int) {
@@ -220,38 +292,66 @@ func (fw *forward) attention(chunks []*chunk, views []kvcache.View, T int) {
 				if c.err != nil {
 					continue
 				}
-				view := views[fw.rowChunk[r]]
-				n := fw.rowPos[r] + 1 // causal: positions 0..pos
-				if cap(sc.scores) < n {
-					sc.scores = make([]float32, n, n+n/2)
-				}
-				scores := sc.scores[:n]
-				if cap(sc.w16) < n {
-					sc.w16 = make([]uint16, n, cap(sc.scores))
+				// causal: positions t0..pos, t0 > 0 only inside a window
+				pos := fw.rowPos[r]
+				t0 := 0
+				if window > 0 {
+					t0 = max(0, pos-window+1)
 				}
 				kernels.F32ToF16s(sc.q16, fw.q[r*qd+head*hd:r*qd+(head+1)*hd])
-				koff := head / group * hd // this head's K/V columns in a row
-				// Walk the view page by page: rows of a page are contiguous.
-				for p, t := 0, 0; t < n; p++ {
-					kp, m := view.KPage(p), view.PageLen(p)
-					for j := 0; j < m && t < n; j, t = j+1, t+1 {
-						scores[t] = kernels.DotF16(sc.q16, kp[j*kvd+koff:j*kvd+koff+hd]) * scale
-					}
-				}
-				kernels.Softmax(scores)
-				// llama.cpp rounds the weights to half before they weight V.
-				w16 := sc.w16[:n]
-				kernels.F32ToF16s(w16, scores)
-				kernels.F16ToF32s(scores, w16)
-				for p, t := 0, 0; t < n; p++ {
-					vp, m := view.VPage(p), view.PageLen(p)
-					for j := 0; j < m && t < n; j, t = j+1, t+1 {
-						kernels.AxpyF16(out, scores[t], vp[j*kvd+koff:j*kvd+koff+hd])
-					}
-				}
+				sc.attend(out, &views[fw.rowChunk[r]], t0, pos+1, head/group*hd, kvd, scale, h.AttnSoftCap)
 			}
 		}
 	})
+}
+
+// attend computes one head's attention output into out over view positions
+// [t0, n), with the head's K/V columns at koff in each row.
+func (sc *attnScratch) attend(out []float32, view *kvcache.View, t0, n, koff, kvd int, scale, softCap float32) {
+	hd := len(out)
+	m := n - t0
+	if cap(sc.scores) < m {
+		sc.scores = make([]float32, m, m+m/2)
+	}
+	scores := sc.scores[:m]
+	if cap(sc.w16) < m {
+		sc.w16 = make([]uint16, m, cap(sc.scores))
+	}
+	// Walk the view page by page: rows of a page are contiguous.
+	for p, t := 0, 0; t < n; p++ {
+		pl := view.PageLen(p)
+		if t+pl <= t0 {
+			t += pl
+			continue
+		}
+		kp := view.KPage(p)
+		for j := 0; j < pl && t < n; j, t = j+1, t+1 {
+			if t >= t0 {
+				scores[t-t0] = kernels.DotF16(sc.q16, kp[j*kvd+koff:j*kvd+koff+hd]) * scale
+			}
+		}
+	}
+	if softCap != 0 {
+		kernels.SoftCap(scores, softCap)
+	}
+	kernels.Softmax(scores)
+	// llama.cpp rounds the weights to half before they weight V.
+	w16 := sc.w16[:m]
+	kernels.F32ToF16s(w16, scores)
+	kernels.F16ToF32s(scores, w16)
+	for p, t := 0, 0; t < n; p++ {
+		pl := view.PageLen(p)
+		if t+pl <= t0 {
+			t += pl
+			continue
+		}
+		vp := view.VPage(p)
+		for j := 0; j < pl && t < n; j, t = j+1, t+1 {
+			if t >= t0 {
+				kernels.AxpyF16(out, scores[t-t0], vp[j*kvd+koff:j*kvd+koff+hd])
+			}
+		}
+	}
 }
 
 // ropeAngles fills cs with (cos, sin) pairs for position pos, computing the

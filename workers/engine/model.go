@@ -21,35 +21,16 @@ var (
 	ErrBadModel        = errors.New("engine: invalid model")
 )
 
-// Hyper are a model's hyperparameters, read from GGUF metadata.
-type Hyper struct {
-	Arch      string // "llama" or "qwen2"
-	Vocab     int
-	Embd      int
-	Layers    int
-	Heads     int
-	KVHeads   int
-	HeadDim   int
-	RopeDims  int // dimensions rotated per head (rope.dimension_count)
-	FFN       int
-	Context   int // trained context window
-	RopeBase  float32
-	RopeNeox  bool // rotate (i, i+d/2) pairs instead of (2i, 2i+1)
-	NormEps   float32
-	QKVBias   bool
-	TiedEmbed bool
-}
-
-// KVDim is the width of one token's K (or V) row.
-func (h Hyper) KVDim() int { return h.KVHeads * h.HeadDim }
-
 // Layer holds one transformer block's weights.
 type Layer struct {
 	AttnNorm            []float32
 	Q, K, V, O          kernels.Matrix
 	QBias, KBias, VBias []float32 // nil unless Hyper.QKVBias
+	QNorm, KNorm        []float32 // per-head RMSNorm weights (HeadDim), nil unless Hyper.QKNorm
+	PostAttnNorm        []float32 // nil unless Hyper.PostNorms
 	FFNNorm             []float32
 	Gate, Up, Down      kernels.Matrix
+	PostFFNNorm         []float32 // nil unless Hyper.PostNorms
 }
 
 // Model is a loaded model: weights alias the file's mapping.
@@ -60,6 +41,7 @@ type Model struct {
 	Embed     kernels.Matrix // token_embd: Vocab rows of Embd
 	OutNorm   []float32
 	Output    kernels.Matrix // Vocab rows of Embd (== Embed when tied)
+	OutBias   []float32      // output.bias (phi3 variants), nil when absent
 	Layers    []Layer
 	Digest    string // sha256 of the tensor data section, hex; identifies the weights
 
@@ -113,26 +95,12 @@ func fromFile(f *gguf.File) (*Model, error) {
 		m.Output = m.Embed
 		m.Hyper.TiedEmbed = true
 	}
-	kv := h.KVDim()
-	qd := h.Heads * h.HeadDim
+	if f.HasTensor("output.bias") {
+		m.OutBias = l.vector("output.bias", h.Vocab)
+	}
 	m.Layers = make([]Layer, h.Layers)
 	for i := range m.Layers {
-		p := fmt.Sprintf("blk.%d.", i)
-		L := &m.Layers[i]
-		L.AttnNorm = l.vector(p+"attn_norm.weight", h.Embd)
-		L.Q = l.matrix(p+"attn_q.weight", qd, h.Embd)
-		L.K = l.matrix(p+"attn_k.weight", kv, h.Embd)
-		L.V = l.matrix(p+"attn_v.weight", kv, h.Embd)
-		L.O = l.matrix(p+"attn_output.weight", h.Embd, qd)
-		if h.QKVBias {
-			L.QBias = l.vector(p+"attn_q.bias", qd)
-			L.KBias = l.vector(p+"attn_k.bias", kv)
-			L.VBias = l.vector(p+"attn_v.bias", kv)
-		}
-		L.FFNNorm = l.vector(p+"ffn_norm.weight", h.Embd)
-		L.Gate = l.matrix(p+"ffn_gate.weight", h.FFN, h.Embd)
-		L.Up = l.matrix(p+"ffn_up.weight", h.FFN, h.Embd)
-		L.Down = l.matrix(p+"ffn_down.weight", h.Embd, h.FFN)
+		l.layer(&m.Layers[i], fmt.Sprintf("blk.%d.", i), h)
 	}
 	if l.err != nil {
 		return nil, l.err
@@ -140,78 +108,42 @@ func fromFile(f *gguf.File) (*Model, error) {
 	return m, nil
 }
 
-func readHyper(f *gguf.File) (Hyper, error) {
-	arch, _ := f.String("general.architecture")
-	h := Hyper{Arch: arch}
-	switch arch {
-	case "llama":
-	case "qwen2":
-		h.RopeNeox, h.QKVBias = true, true
-	default:
-		return h, fmt.Errorf("%w: %q (supported: llama, qwen2)", ErrUnsupportedArch, arch)
+// layer reads block p's tensors (p is "blk.N.").
+func (l *loader) layer(L *Layer, p string, h Hyper) {
+	kv, qd := h.KVDim(), h.QDim()
+	L.AttnNorm = l.vector(p+"attn_norm.weight", h.Embd)
+	if h.FusedQKV {
+		qkv := l.matrix(p+"attn_qkv.weight", qd+2*kv, h.Embd)
+		L.Q, L.K, L.V = l.rows(qkv, 0, qd), l.rows(qkv, qd, qd+kv), l.rows(qkv, qd+kv, qd+2*kv)
+	} else {
+		L.Q = l.matrix(p+"attn_q.weight", qd, h.Embd)
+		L.K = l.matrix(p+"attn_k.weight", kv, h.Embd)
+		L.V = l.matrix(p+"attn_v.weight", kv, h.Embd)
 	}
-	var err error
-	need := func(key string) int {
-		v, ok := f.Uint(arch + "." + key)
-		if !ok || v == 0 || v > 1<<24 {
-			if err == nil {
-				err = fmt.Errorf("%w: metadata %s.%s missing or out of range", ErrBadModel, arch, key)
-			}
-			return 0
-		}
-		return int(v)
+	L.O = l.matrix(p+"attn_output.weight", h.Embd, qd)
+	if h.QKVBias {
+		L.QBias = l.vector(p+"attn_q.bias", qd)
+		L.KBias = l.vector(p+"attn_k.bias", kv)
+		L.VBias = l.vector(p+"attn_v.bias", kv)
 	}
-	h.Embd = need("embedding_length")
-	h.Layers = need("block_count")
-	h.Heads = need("attention.head_count")
-	h.FFN = need("feed_forward_length")
-	h.Context = need("context_length")
-	if err != nil {
-		return h, err
+	if h.QKNorm {
+		L.QNorm = l.vector(p+"attn_q_norm.weight", h.HeadDim)
+		L.KNorm = l.vector(p+"attn_k_norm.weight", h.HeadDim)
 	}
-	h.KVHeads = h.Heads
-	if v, ok := f.Uint(arch + ".attention.head_count_kv"); ok {
-		h.KVHeads = int(v)
+	L.FFNNorm = l.vector(p+"ffn_norm.weight", h.Embd)
+	if h.FusedQKV {
+		// ffn_up holds the gate rows, then the up rows (llama.cpp's SwiGLU split).
+		up := l.matrix(p+"ffn_up.weight", 2*h.FFN, h.Embd)
+		L.Gate, L.Up = l.rows(up, 0, h.FFN), l.rows(up, h.FFN, 2*h.FFN)
+	} else {
+		L.Gate = l.matrix(p+"ffn_gate.weight", h.FFN, h.Embd)
+		L.Up = l.matrix(p+"ffn_up.weight", h.FFN, h.Embd)
 	}
-	if h.KVHeads == 0 || h.Heads%h.KVHeads != 0 || h.Embd%h.Heads != 0 {
-		return h, fmt.Errorf("%w: %d heads, %d KV heads, width %d do not divide", ErrBadModel, h.Heads, h.KVHeads, h.Embd)
+	L.Down = l.matrix(p+"ffn_down.weight", h.Embd, h.FFN)
+	if h.PostNorms {
+		L.PostAttnNorm = l.vector(p+"post_attention_norm.weight", h.Embd)
+		L.PostFFNNorm = l.vector(p+"post_ffw_norm.weight", h.Embd)
 	}
-	h.HeadDim = h.Embd / h.Heads
-	if v, ok := f.Uint(arch + ".attention.key_length"); ok && int(v) != h.HeadDim {
-		return h, fmt.Errorf("%w: attention.key_length %d != width/heads %d", ErrUnsupportedArch, v, h.HeadDim)
-	}
-	h.RopeDims = h.HeadDim
-	if v, ok := f.Uint(arch + ".rope.dimension_count"); ok {
-		h.RopeDims = int(v)
-	}
-	if h.RopeDims <= 0 || h.RopeDims > h.HeadDim || h.RopeDims%2 != 0 {
-		return h, fmt.Errorf("%w: rope.dimension_count %d for head size %d", ErrBadModel, h.RopeDims, h.HeadDim)
-	}
-	h.RopeBase = 10000
-	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
-		h.RopeBase = float32(v)
-	}
-	if v, ok := f.String(arch + ".rope.scaling.type"); ok && v != "none" && v != "" {
-		if s, _ := f.Float(arch + ".rope.scaling.factor"); s != 0 && s != 1 {
-			return h, fmt.Errorf("%w: rope scaling %q is not supported", ErrUnsupportedArch, v)
-		}
-	}
-	h.NormEps = 1e-5
-	if v, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon"); ok {
-		h.NormEps = float32(v)
-	}
-	if !(h.RopeBase > 0) || !(h.NormEps > 0) {
-		return h, fmt.Errorf("%w: rope base %v, norm epsilon %v", ErrBadModel, h.RopeBase, h.NormEps)
-	}
-	info, _, terr := f.Tensor("token_embd.weight")
-	if terr != nil {
-		return h, fmt.Errorf("%w: %v", ErrBadModel, terr)
-	}
-	if len(info.Shape) != 2 {
-		return h, fmt.Errorf("%w: token_embd.weight has shape %v", ErrBadModel, info.Shape)
-	}
-	h.Vocab = int(info.Shape[1])
-	return h, nil
 }
 
 // loader reads tensors, remembering the first error.
@@ -240,7 +172,7 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 		return kernels.Matrix{}
 	}
 	if !info.Type.Supported() {
-		l.fail(fmt.Errorf("%w: tensor %s has type %s", gguf.ErrUnsupportedType, name, info.Type))
+		l.fail(fmt.Errorf("%w: tensor %s has type %s, which Bulkhead does not support", gguf.ErrUnsupportedType, name, info.Type))
 		return kernels.Matrix{}
 	}
 	m, err := kernels.NewMatrix(info.Type, rows, cols, data)
@@ -248,6 +180,21 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 		l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
 	}
 	return m
+}
+
+// rows returns rows [lo,hi) of m, sharing its data: a fused matrix's parts.
+// Every output element of a matrix product depends on its own weight row only,
+// so the parts compute exactly what the fused product would.
+func (l *loader) rows(m kernels.Matrix, lo, hi int) kernels.Matrix {
+	if l.err != nil {
+		return kernels.Matrix{}
+	}
+	rs := len(m.Data) / m.Rows
+	part, err := kernels.NewMatrix(m.Type, hi-lo, m.Cols, m.Data[lo*rs:hi*rs])
+	if err != nil {
+		l.fail(fmt.Errorf("%w: %v", ErrBadModel, err))
+	}
+	return part
 }
 
 // vector reads a small 1-D tensor (norm weights, biases) into float32s.

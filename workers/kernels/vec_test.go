@@ -203,3 +203,34 @@ func TestAdd(t *testing.T) {
 		}
 	}
 }
+
+func TestGeGLU(t *testing.T) {
+	gate := []float32{-20, -10, -1.5, -0.25, 0, 0.25, 1, 3.3, 9.99, 10, 42}
+	up := []float32{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}
+	dst := make([]float32, len(gate))
+	GeGLU(dst, gate, up)
+	for i, g := range gate {
+		exact := 0.5 * float64(g) * (1 + math.Tanh(math.Sqrt(2/math.Pi)*float64(g)*(1+0.044715*float64(g)*float64(g))))
+		want := 2 * exact
+		switch {
+		case g <= -10:
+			want = 0
+		case g >= 10:
+			want = 2 * float64(g)
+		}
+		// the table rounds input and output to half: ~1e-3 relative
+		if d := math.Abs(float64(dst[i]) - want); d > 2e-3*math.Abs(want)+1e-3 {
+			t.Errorf("GeGLU(%v)*2 = %v, want about %v", g, dst[i], want)
+		}
+	}
+}
+
+func TestSoftCap(t *testing.T) {
+	x := []float32{-1000, -5, 0, 5, 1000}
+	SoftCap(x, 10)
+	for i, want := range []float64{-10, 10 * math.Tanh(-0.5), 0, 10 * math.Tanh(0.5), 10} {
+		if math.Abs(float64(x[i])-want) > 1e-5 {
+			t.Errorf("SoftCap[%d] = %v, want %v", i, x[i], want)
+		}
+	}
+}

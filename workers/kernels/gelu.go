@@ -1,0 +1,61 @@
+package kernels
+
+import (
+	"math"
+	"sync"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// geluTable maps every half-precision input to GELU's value rounded to half,
+// as ggml's CPU backend tabulates it (GGML_GELU_FP16). Built once, read-only.
+var geluTable = sync.OnceValue(func() *[1 << 16]uint16 {
+	var t [1 << 16]uint16
+	for i := range t {
+		t[i] = gguf.F32ToF16(geluF32(gguf.F16ToF32(uint16(i))))
+	}
+	return &t
+})
+
+// geluF32 is GELU's tanh approximation in float32, operation by operation as
+// ggml writes it: 0.5*x*(1 + tanh(sqrt(2/pi)*x*(1 + 0.044715*x*x))).
+func geluF32(x float32) float32 {
+	const coefA, sqrt2OverPi = float32(0.044715), float32(0.79788456080286535587989211986876)
+	inner := float32(sqrt2OverPi*x) * (1 + float32(float32(coefA*x)*x))
+	return float32(float32(0.5)*x) * (1 + float32(math.Tanh(float64(inner))))
+}
+
+// GeGLU writes dst[i] = gelu(gate[i]) * up[i] with ggml's tabulated GELU:
+// the gate is rounded to half and looked up, below -10 the result is 0 and
+// from 10 up gelu is the identity.
+func GeGLU(dst, gate, up []float32) {
+	n := len(dst)
+	gate, up = gate[:n], up[:n]
+	t := geluTable()
+	for i, g := range gate {
+		switch {
+		case g <= -10:
+			dst[i] = 0
+		case g >= 10:
+			dst[i] = g * up[i]
+		default:
+			dst[i] = gguf.F16ToF32(t[gguf.F32ToF16(g)]) * up[i]
+		}
+	}
+}
+
+// SoftCap replaces each x by cap*tanh(x/cap), as ggml computes it: a multiply
+// by the reciprocal, tanh, a multiply by cap.
+func SoftCap(x []float32, cap float32) {
+	inv := 1 / cap
+	for i, v := range x {
+		x[i] = float32(math.Tanh(float64(v*inv))) * cap
+	}
+}
+
+// Scale multiplies x by s in place.
+func Scale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
