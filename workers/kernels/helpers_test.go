@@ -19,8 +19,16 @@ var allTypes = []struct {
 	{gguf.TypeBF16, 203},
 	{gguf.TypeQ8_0, 160},
 	{gguf.TypeQ4_0, 160},
+	{gguf.TypeQ4_1, 160},
+	{gguf.TypeQ5_0, 160},
+	{gguf.TypeQ5_1, 160},
+	{gguf.TypeIQ4_NL, 160},
+	{gguf.TypeQ2_K, 512},
+	{gguf.TypeQ3_K, 512},
 	{gguf.TypeQ4_K, 512},
+	{gguf.TypeQ5_K, 512},
 	{gguf.TypeQ6_K, 512},
+	{gguf.TypeIQ4_XS, 512},
 }
 
 func putHalf(b []byte, f float32) {
@@ -74,6 +82,32 @@ func randMatrix(t *testing.T, rng *rand.Rand, typ gguf.Type, rows, cols int) Mat
 			for b := 0; b < cols/256; b++ {
 				putHalf(row[b*210+208:], float32(0.0005+0.005*rng.Float64()))
 			}
+		default:
+			// Other types: a finite scale (and min) at their f16 offsets.
+			bs := typ.TypeSize()
+			for b := 0; b < cols/typ.BlockSize(); b++ {
+				blk := row[b*bs : (b+1)*bs]
+				d := float32(0.001 + 0.02*rng.Float64())
+				switch typ {
+				case gguf.TypeQ4_1, gguf.TypeQ5_1:
+					putHalf(blk, d)
+					putHalf(blk[2:], float32(0.3*rng.NormFloat64()))
+				case gguf.TypeQ5_0, gguf.TypeIQ4_NL:
+					putHalf(blk, d)
+				case gguf.TypeQ2_K:
+					putHalf(blk[80:], d/4)
+					putHalf(blk[82:], d/4)
+				case gguf.TypeQ3_K:
+					putHalf(blk[108:], d/4)
+				case gguf.TypeQ5_K:
+					putHalf(blk, d/8)
+					putHalf(blk[2:], d/8)
+				case gguf.TypeIQ4_XS:
+					putHalf(blk, d/32)
+				default:
+					t.Fatalf("randMatrix: no layout for %s", typ)
+				}
+			}
 		}
 	}
 	m, err := NewMatrix(typ, rows, cols, data)
@@ -94,11 +128,25 @@ func randVec(rng *rand.Rand, n int) []float32 {
 func rd16(b []byte) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
 
 // refRow dequantizes weight row i in float64, written independently of the
-// package: element by element from the GGML block layouts.
+// package: element by element from the GGML block layouts for the types with
+// assembly, and through gguf.Dequantize (checked bit for bit against llama.cpp
+// there) for the others.
 func refRow(m Matrix, i int) []float64 {
 	rs, _ := m.Type.RowSize(m.Cols)
 	w := m.Data[i*rs : (i+1)*rs]
 	out := make([]float64, m.Cols)
+	switch m.Type {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	default:
+		f := make([]float32, m.Cols)
+		if err := gguf.Dequantize(m.Type, w, f); err != nil {
+			panic(err)
+		}
+		for k, v := range f {
+			out[k] = float64(v)
+		}
+		return out
+	}
 	h := func(b []byte) float64 { return float64(gguf.F16ToF32(rd16(b))) }
 	for k := range out {
 		switch m.Type {

@@ -22,9 +22,9 @@ type matJob struct {
 
 	xf  []float32 // F32/F16/BF16: activations as float32, rounded to the weight's precision for F16/BF16
 	xh  []uint16  // F16: scratch for the rounding
-	xq  []byte    // Q8_0/Q4_0: activations as Q8_0 blocks
-	xk  []q8K     // Q4_K/Q6_K: activations as Q8_K blocks
-	xqs int       // bytes per Q8_0 activation row
+	xq  []byte    // 32-element block types: activations as Q8_0 or Q8_1 blocks
+	xk  []q8K     // K-quants and IQ4_XS: activations as Q8_K blocks
+	xqs int       // bytes per Q8_0/Q8_1 activation row
 }
 
 // MatMul computes out[r*m.Rows+i] = dot(weight row i, x row r) for r < n, where
@@ -67,10 +67,13 @@ func (j *matJob) prepare(p *Pool) {
 		j.xh = grow(j.xh, n*c)
 	case gguf.TypeBF16:
 		j.xf = grow(j.xf, n*c)
-	case gguf.TypeQ8_0, gguf.TypeQ4_0:
+	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 		j.xqs = c / 32 * q8Block
 		j.xq = grow(j.xq, n*j.xqs)
-	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeQ4_1, gguf.TypeQ5_1:
+		j.xqs = c / 32 * q81Block
+		j.xq = grow(j.xq, n*j.xqs)
+	case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 		j.xk = grow(j.xk, n*c/256)
 	default:
 		panic("kernels: MatMul on unsupported type " + j.m.Type.String())
@@ -104,9 +107,11 @@ func (j *matJob) prepRows(lo, hi int) {
 			for i, v := range x {
 				xf[i] = gguf.BF16ToF32(gguf.F32ToBF16(v))
 			}
-		case gguf.TypeQ8_0, gguf.TypeQ4_0:
+		case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 			quantizeQ8(j.xq[r*j.xqs:(r+1)*j.xqs], x)
-		case gguf.TypeQ4_K, gguf.TypeQ6_K:
+		case gguf.TypeQ4_1, gguf.TypeQ5_1:
+			quantizeQ8_1(j.xq[r*j.xqs:(r+1)*j.xqs], x)
+		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 			quantizeQ8K(j.xk[r*c/256:(r+1)*c/256], x)
 		}
 	}
@@ -220,6 +225,14 @@ func (j *matJob) weight(w []byte, k int) float32 {
 func (j *matJob) blockGo(i, nw, x0, x1 int) {
 	c, rows := j.m.Cols, j.m.Rows
 	for r := x0; r < x1; r++ {
+		var xq []byte // this row's activations in the weight type's format
+		var xk []q8K
+		switch {
+		case j.m.Type.BlockSize() == 256:
+			xk = j.xk[r*c/256 : (r+1)*c/256]
+		case j.m.Type.BlockSize() == 32:
+			xq = j.xq[r*j.xqs : (r+1)*j.xqs]
+		}
 		for q := range nw {
 			w := j.m.Data[(i+q)*j.rs : (i+q+1)*j.rs]
 			var s float32
@@ -231,13 +244,29 @@ func (j *matJob) blockGo(i, nw, x0, x1 int) {
 			case gguf.TypeBF16:
 				s = dotBF16Go(u16s(w), j.xf[r*c:(r+1)*c])
 			case gguf.TypeQ8_0:
-				s = dotQ8Go(w, j.xq[r*j.xqs:(r+1)*j.xqs], c/32)
+				s = dotQ8Go(w, xq, c/32)
 			case gguf.TypeQ4_0:
-				s = dotQ4Go(w, j.xq[r*j.xqs:(r+1)*j.xqs], c/32)
+				s = dotQ4Go(w, xq, c/32)
+			case gguf.TypeQ4_1:
+				s = dotQ4_1Go(w, xq, c/32)
+			case gguf.TypeQ5_0:
+				s = dotQ5_0Go(w, xq, c/32)
+			case gguf.TypeQ5_1:
+				s = dotQ5_1Go(w, xq, c/32)
+			case gguf.TypeIQ4_NL:
+				s = dotIQ4NLGo(w, xq, c/32)
+			case gguf.TypeQ2_K:
+				s = dotQ2KGo(w, xk)
+			case gguf.TypeQ3_K:
+				s = dotQ3KGo(w, xk)
 			case gguf.TypeQ4_K:
-				s = dotQ4KGo(w, j.xk[r*c/256:(r+1)*c/256])
+				s = dotQ4KGo(w, xk)
+			case gguf.TypeQ5_K:
+				s = dotQ5KGo(w, xk)
 			case gguf.TypeQ6_K:
-				s = dotQ6KGo(w, j.xk[r*c/256:(r+1)*c/256])
+				s = dotQ6KGo(w, xk)
+			case gguf.TypeIQ4_XS:
+				s = dotIQ4XSGo(w, xk)
 			}
 			j.out[r*rows+i+q] = s
 		}

@@ -11,24 +11,65 @@ import (
 )
 
 // refMatMul is a float64 reference. For quantized types it dots with x as the
-// kernel sees it: rounded to f16/bf16, or quantized to Q8_0/Q8_K (through the
-// package's quantizers, checked separately) — so tolerances can be tight.
+// kernel sees it: rounded to f16/bf16, or quantized to Q8_0/Q8_1/Q8_K (through
+// the package's quantizers, checked separately) — so tolerances can be tight.
+// Q4_1 and Q5_1 take the min term as GGML does, through the activation block's
+// f16 sum s: sum over blocks of d_w*q_w·x + m_w*s.
 func refMatMul(m Matrix, x []float32, n int) (want, scale []float64) {
 	want = make([]float64, n*m.Rows)
 	scale = make([]float64, n*m.Rows)
 	for r := range n {
 		xr := refX(m.Type, x[r*m.Cols:(r+1)*m.Cols])
 		for i := range m.Rows {
-			w := refRow(m, i)
 			var s, a float64
-			for k := range w {
-				s += w[k] * xr[k]
-				a += math.Abs(w[k] * xr[k])
+			if m.Type == gguf.TypeQ4_1 || m.Type == gguf.TypeQ5_1 {
+				s, a = refDotQ8_1(m, i, x[r*m.Cols:(r+1)*m.Cols])
+			} else {
+				w := refRow(m, i)
+				for k := range w {
+					s += w[k] * xr[k]
+					a += math.Abs(w[k] * xr[k])
+				}
 			}
 			want[r*m.Rows+i], scale[r*m.Rows+i] = s, a+1e-30
 		}
 	}
 	return want, scale
+}
+
+// refDotQ8_1 is weight row i of a Q4_1/Q5_1 matrix dotted with x quantized to
+// Q8_1, with the weights' quants read from the block layout directly.
+func refDotQ8_1(m Matrix, i int, x []float32) (s, a float64) {
+	rs, _ := m.Type.RowSize(m.Cols)
+	w := m.Data[i*rs : (i+1)*rs]
+	bs := m.Type.TypeSize()
+	xq := make([]byte, len(x)/32*36)
+	quantizeQ8_1(xq, x)
+	h := func(b []byte) float64 { return float64(gguf.F16ToF32(rd16(b))) }
+	for b := 0; b < m.Cols/32; b++ {
+		blk, xb := w[b*bs:(b+1)*bs], xq[b*36:(b+1)*36]
+		d, mn, dx, sx := h(blk), h(blk[2:]), h(xb), h(xb[2:])
+		for j := range 32 {
+			var q int
+			if m.Type == gguf.TypeQ4_1 {
+				q = int(blk[4+j%16])
+			} else {
+				q = int(blk[8+j%16])
+				qh := uint32(blk[4]) | uint32(blk[5])<<8 | uint32(blk[6])<<16 | uint32(blk[7])<<24
+				q |= int(qh>>j&1) << 8 // bit 8 stands in for bit 4 once the nibble is chosen
+			}
+			nib := q & 0xff
+			if j >= 16 {
+				nib >>= 4
+			}
+			v := nib&15 | (q>>8)<<4
+			p := d * float64(v) * dx * float64(int8(xb[4+j]))
+			s += p
+			a += math.Abs(p) + math.Abs(mn*dx*float64(int8(xb[4+j])))
+		}
+		s += mn * sx
+	}
+	return s, a
 }
 
 // refX is one activation row as the kernel for weight type t consumes it.
@@ -47,14 +88,14 @@ func refX(t gguf.Type, x []float32) []float64 {
 		for i, v := range x {
 			out[i] = float64(gguf.BF16ToF32(gguf.F32ToBF16(v)))
 		}
-	case gguf.TypeQ8_0, gguf.TypeQ4_0:
+	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 		q := make([]byte, len(x)/32*34)
 		quantizeQ8(q, x)
 		for k := range out {
 			blk := q[k/32*34:]
 			out[k] = float64(gguf.F16ToF32(rd16(blk))) * float64(int8(blk[2+k%32]))
 		}
-	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 		q := make([]q8K, len(x)/256)
 		quantizeQ8K(q, x)
 		for k := range out {
@@ -106,7 +147,9 @@ func TestMatMulMatchesReference(t *testing.T) {
 func TestMatMulUnquantizedX(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	tols := map[gguf.Type]float64{gguf.TypeF32: 1e-5, gguf.TypeF16: 2e-3, gguf.TypeBF16: 1e-2,
-		gguf.TypeQ8_0: 2e-2, gguf.TypeQ4_0: 2e-2, gguf.TypeQ4_K: 2e-2, gguf.TypeQ6_K: 2e-2}
+		gguf.TypeQ8_0: 2e-2, gguf.TypeQ4_0: 2e-2, gguf.TypeQ4_K: 2e-2, gguf.TypeQ6_K: 2e-2,
+		gguf.TypeQ4_1: 2e-2, gguf.TypeQ5_0: 2e-2, gguf.TypeQ5_1: 2e-2, gguf.TypeIQ4_NL: 2e-2,
+		gguf.TypeQ2_K: 2e-2, gguf.TypeQ3_K: 2e-2, gguf.TypeQ5_K: 2e-2, gguf.TypeIQ4_XS: 2e-2}
 	for _, tc := range allTypes {
 		t.Run(tc.t.String(), func(t *testing.T) {
 			m := randMatrix(t, rng, tc.t, 9, tc.cols)
@@ -149,7 +192,7 @@ func TestMatMulInvariance(t *testing.T) {
 				}
 				for _, threads := range []int{1, 2, 3} {
 					p := NewPool(threads)
-					for _, n := range []int{1, 7, 64} {
+					for _, n := range []int{1, 3, 13, 64} {
 						// Batch of n rows taken from base in a shuffled order.
 						perm := rng.Perm(64)[:n]
 						x := make([]float32, n*tc.cols)
@@ -182,7 +225,9 @@ func TestAsmMatchesGo(t *testing.T) {
 		t.Skip("this build has no assembly path (purego or non-amd64 or no AVX2/FMA/F16C)")
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	exact := map[gguf.Type]bool{gguf.TypeQ8_0: true, gguf.TypeQ4_0: true, gguf.TypeQ4_K: true, gguf.TypeQ6_K: true}
+	exact := map[gguf.Type]bool{gguf.TypeQ8_0: true, gguf.TypeQ4_0: true, gguf.TypeQ4_K: true, gguf.TypeQ6_K: true,
+		gguf.TypeQ4_1: true, gguf.TypeQ5_0: true, gguf.TypeQ5_1: true, gguf.TypeIQ4_NL: true,
+		gguf.TypeQ2_K: true, gguf.TypeQ3_K: true, gguf.TypeQ5_K: true, gguf.TypeIQ4_XS: true}
 	for _, tc := range allTypes {
 		t.Run(tc.t.String(), func(t *testing.T) {
 			m := randMatrix(t, rng, tc.t, 11, tc.cols)
@@ -353,7 +398,9 @@ func TestNewMatrix(t *testing.T) {
 		{"f32 ok", gguf.TypeF32, 2, 3, 24, nil},
 		{"q8 ok", gguf.TypeQ8_0, 2, 64, 2 * 68, nil},
 		{"q4k ok", gguf.TypeQ4_K, 1, 256, 144, nil},
-		{"unsupported", gguf.TypeQ5_K, 1, 256, 176, ErrUnsupportedType},
+		{"q5k ok", gguf.TypeQ5_K, 1, 256, 176, nil},
+		{"iq4_nl ok", gguf.TypeIQ4_NL, 2, 64, 4 * 18, nil},
+		{"unsupported", gguf.TypeIQ2_XXS, 1, 256, 66, ErrUnsupportedType},
 		{"unknown", gguf.Type(99), 1, 1, 4, ErrUnsupportedType},
 		{"partial block", gguf.TypeQ8_0, 1, 40, 34, ErrShape},
 		{"short data", gguf.TypeF32, 2, 3, 20, ErrShape},

@@ -19,7 +19,9 @@ type Matrix struct {
 // of the type's blocks, and that Data holds exactly Rows rows.
 func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 	switch t {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
+		gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeIQ4_NL,
+		gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 	default:
 		return Matrix{}, fmt.Errorf("%w: %s", ErrUnsupportedType, t)
 	}
@@ -81,7 +83,11 @@ func (m Matrix) Row(i int, dst []float32) {
 	case gguf.TypeQ6_K:
 		dequantQ6K(dst, w)
 	default:
-		panic("kernels: Row on unsupported type " + m.Type.String())
+		// The other types have no hot embedding path: the models/gguf
+		// dequantizer, exact to GGML's, serves. NewMatrix checked the sizes.
+		if err := gguf.Dequantize(m.Type, w, dst); err != nil {
+			panic("kernels: Row: " + err.Error())
+		}
 	}
 }
 
