@@ -3,7 +3,8 @@ GO ?= go
 BIN := bin/bulkhead
 SHARED ?= ../shared
 # make run serves the platform (`bulkhead dev`): MODEL=path.gguf registers a model
-# as MODEL_NAME; with no MODEL, dev serves a built-in random-weight model.
+# as MODEL_NAME; with no MODEL, dev serves the built-in TinyStories model
+# (models/builtin, MIT licence) as @cf/tinyllamas/stories260k.
 MODEL ?=
 MODEL_NAME ?= @cf/tinyllamas/stories260k
 ARGS ?=

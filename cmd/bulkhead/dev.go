@@ -16,16 +16,11 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/synth"
+	"github.com/bulkhead-ai/bulkhead/models/builtin"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
-
-// SyntheticModel is the name dev serves its built-in random-weight model under:
-// clearly not a production model.
-const SyntheticModel = "@bulkhead/synthetic/random-stories260k"
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("dev", stderr)
@@ -65,16 +60,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if cat == nil {
-		path := filepath.Join(*dataDir, "synthetic-stories260k-f32.gguf")
-		if _, err := os.Stat(path); err != nil {
-			if err := synth.GenerateFile(synth.Config{Shape: "stories260k", Type: gguf.TypeF32, Seed: 1}, path); err != nil {
-				return err
-			}
-		}
-		if cat, err = catalog.FromFlags([]string{SyntheticModel + "=" + path}); err != nil {
+		path, err := builtin.WriteTo(*dataDir)
+		if err != nil {
 			return err
 		}
-		log.Warn("no --model given: serving a built-in RANDOM-WEIGHT model; its output is noise", "model", SyntheticModel)
+		if cat, err = catalog.FromFlags([]string{builtin.Name + "=" + path}); err != nil {
+			return err
+		}
+		log.Info("no --model given: serving the built-in TinyStories model (stories260K, MIT licence)", "model", builtin.Name)
 	}
 	if err := wf.applyContext(cat); err != nil {
 		return err
