@@ -15,8 +15,8 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
-	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/builtin"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
