@@ -59,7 +59,7 @@ func Load(path string) (*Model, error) {
 	m, err := fromFile(f)
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	m.Digest, err = fileDigest(path)
 	if err != nil {
