@@ -16,13 +16,16 @@ func BenchmarkMatMul(b *testing.B) {
 		rows, cols int
 		n          int
 	}{
+		{"decode-attn-576x576", 576, 576, 1},
 		{"decode-ffn-1536x576", 1536, 576, 1},
 		{"decode-ffn-576x1536", 576, 1536, 1},
 		{"decode-vocab-49152x576", 49152, 576, 1},
 		{"prefill64-1536x576", 1536, 576, 64},
 		{"prefill512-1536x576", 1536, 576, 512},
 	}
-	types := []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
+	types := []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
+		gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeIQ4_NL,
+		gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS}
 	rng := rand.New(rand.NewPCG(41, 42))
 	t := &testing.T{}
 	for _, typ := range types {

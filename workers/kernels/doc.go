@@ -1,10 +1,13 @@
 // Package kernels owns Bulkhead's CPU compute kernels: a persistent worker pool,
 // matrix-vector and matrix-matrix products over GGML weight formats (F32, F16,
-// BF16, Q8_0, Q4_0, Q4_K, Q6_K), and the small vector operations the engine needs
-// (dot products, half-precision conversion, RMSNorm, SwiGLU, softmax).
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// IQ4_XS), and the small vector operations the engine needs (dot products,
+// half-precision conversion, RMSNorm, SwiGLU, softmax).
 //
-// Hot loops have x86-64 AVX2/FMA/F16C assembly selected at run time, with a
-// portable Go fallback used elsewhere and forced by the purego build tag.
+// Hot loops have x86-64 AVX2/FMA/F16C assembly (F32, F16, BF16, Q8_0, Q4_0)
+// selected at run time, with a portable Go fallback used elsewhere, for the
+// other types, and forced by the purego build tag. Quantized weights are dotted
+// with activations quantized as GGML does (Q8_0, Q8_1 or Q8_K, by weight type).
 //
 // Every output element of MatMul is computed by one fixed sequence of floating
 // point operations, whatever the batch size, its position in the batch, the tile
