@@ -1,5 +1,8 @@
 // Package gguf reads and writes GGUF model files and owns GGML's tensor types:
-// their block layouts, dequantization and the reference quantizers.
+// their names and block layouts, dequantization (bit for bit equal to GGML's
+// dequantize_row_* for every supported type) and the reference quantizers.
+// The reader refuses a tensor of any other type by tensor and type name
+// (*UnsupportedTypeError).
 //
 // A file is mapped read-only; tensor data is never copied whole into the heap.
 // Every length, count and offset in a file is checked against the file's size

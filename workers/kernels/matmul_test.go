@@ -423,6 +423,8 @@ func FuzzMatrix(f *testing.F) {
 	f.Add(uint8(8), uint8(1), uint16(32), []byte{})
 	f.Add(uint8(12), uint8(2), uint16(256), make([]byte, 288))
 	f.Add(uint8(0), uint8(3), uint16(9), make([]byte, 108))
+	f.Add(uint8(13), uint8(1), uint16(256), make([]byte, 176))
+	f.Add(uint8(7), uint8(2), uint16(32), make([]byte, 48))
 	f.Fuzz(func(t *testing.T, typ uint8, rows uint8, cols uint16, data []byte) {
 		m, err := NewMatrix(gguf.Type(typ), int(rows), int(cols), data)
 		if err != nil {
