@@ -161,6 +161,10 @@ func TestUsageErrors(t *testing.T) {
 		{"not a gguf file", []string{"tokenize", "--model", "main.go", "--text", "x"}, 1, "not a GGUF"},
 		{"synth unknown shape", []string{"models", "synth", "--shape", "gpt-5", "--out", "/tmp/x.gguf"}, 1, "gpt-5"},
 		{"synth bad type", []string{"models", "synth", "--shape", "stories260k", "--type", "q3_z", "--out", "/tmp/x.gguf"}, 2, "q3_z"},
+		{"synth arch and shape disagree", []string{"models", "synth", "--arch", "qwen3", "--shape", "stories15m", "--out", "/tmp/x.gguf"}, 2, "stories15m is llama, not qwen3"},
+		{"synth unknown arch", []string{"models", "synth", "--arch", "mamba", "--out", "/tmp/x.gguf"}, 2, "mamba"},
+		{"synth neither shape nor arch", []string{"models", "synth", "--out", "/tmp/x.gguf"}, 2, "--shape, --arch"},
+		{"synth without out", []string{"models", "synth", "--arch", "phi3"}, 2, "--out"},
 		{"bench without engine", []string{"bench"}, 2, "bench engine"},
 	}
 	for _, tc := range tests {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,13 +11,20 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/synth"
 )
 
+// runModelsSynth writes a random-weight model. --arch alone selects that
+// architecture's tiny shape; with --shape it must name the shape's
+// architecture.
 func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	var shapes []string
+	var shapes, archs []string
 	for _, s := range synth.Shapes() {
-		shapes = append(shapes, s.Name)
+		shapes = append(shapes, fmt.Sprintf("%s (%s)", s.Name, s.Arch))
+	}
+	for _, a := range synth.Archs() {
+		archs = append(archs, string(a))
 	}
 	fs := newFlags("models synth", stderr)
-	arch := fs.String("arch", "llama", "architecture (llama)")
+	arch := fs.String("arch", "", "architecture: "+strings.Join(archs, ", ")+
+		"; alone, it selects the architecture's <arch>-tiny shape; with --shape, it must be the shape's")
 	shape := fs.String("shape", "", "model shape: "+strings.Join(shapes, ", "))
 	typ := fs.String("type", "f32", "weight type: f32, f16, q8_0, q4_0")
 	seed := fs.Uint64("seed", 0, "random seed; the same seed writes the same bytes")
@@ -24,19 +32,28 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := require(fs, "shape", "out"); err != nil {
+	if err := require(fs, "out"); err != nil {
 		return err
 	}
-	if *arch != "llama" {
-		return fmt.Errorf("%w: --arch %q (only llama)", errUsage, *arch)
+	if *shape == "" && *arch == "" {
+		return fmt.Errorf("%w: give --shape, --arch or both", errUsage)
+	}
+	s, err := synth.ResolveShape(*arch, *shape)
+	switch {
+	case errors.Is(err, synth.ErrUnknownArch):
+		return fmt.Errorf("%w: --arch: %w", errUsage, err)
+	case errors.Is(err, synth.ErrArchMismatch):
+		return fmt.Errorf("%w: --arch %s --shape %s: %w", errUsage, *arch, *shape, err)
+	case err != nil:
+		return err
 	}
 	t, err := gguf.ParseType(*typ)
 	if err != nil {
 		return fmt.Errorf("%w: --type: %v", errUsage, err)
 	}
-	if err := synth.GenerateFile(synth.Config{Shape: *shape, Type: t, Seed: *seed}, *out); err != nil {
+	if err := synth.GenerateFile(synth.Config{Shape: s.Name, Type: t, Seed: *seed}, *out); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "wrote %s: random-weight %s %s (seed %d); its text output is meaningless\n", *out, *shape, t, *seed)
+	_, err = fmt.Fprintf(stdout, "wrote %s: random-weight %s %s %s (seed %d); its text output is meaningless\n", *out, s.Arch, s.Name, t, *seed)
 	return err
 }

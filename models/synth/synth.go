@@ -17,17 +17,26 @@ var (
 	ErrUnknownShape    = errors.New("synth: unknown model shape")
 	ErrBadShape        = errors.New("synth: inconsistent model shape")
 	ErrUnsupportedType = errors.New("synth: unsupported model type")
+	ErrUnknownArch     = errors.New("synth: unknown architecture")
+	ErrArchMismatch    = errors.New("synth: shape is of another architecture")
 )
 
 // Config names a model to generate.
 type Config struct {
-	Shape string    // a name from Shapes, e.g. "stories15m"
+	Shape string    // a name from Shapes, e.g. "stories15m" or "qwen3-tiny"
 	Type  gguf.Type // F32, F16, Q8_0 or Q4_0
 	Seed  uint64    // the same seed gives the same file
 }
 
-// WeightStd is the standard deviation of every generated weight matrix.
-const WeightStd = 0.02
+// Standard deviations of the generated values: weight matrices are
+// normal(0, WeightStd) (the tiny shapes': TinyWeightStd), norm weights
+// 1 + normal(0, NormStd), biases normal(0, BiasStd).
+const (
+	WeightStd     = 0.02
+	TinyWeightStd = 0.1
+	NormStd       = 0.2
+	BiasStd       = 0.2
+)
 
 // fileType maps a model type to its general.file_type (llama_ftype).
 var fileType = map[gguf.Type]uint32{
@@ -66,13 +75,20 @@ func GenerateFile(cfg Config, path string) error {
 // generator, seeded by the configured seed and the tensor's name, so writing is
 // repeatable and the same seed gives the same underlying weights in every type.
 //
-// Tensor types follow llama-quantize for these shapes: norm weights stay F32; in
-// a Q4_0 model the output projection (output.weight, or token_embd.weight when
-// tied) is Q8_0, which is what llama-quantize falls back to when a row is not a
-// multiple of 256 and Q6_K cannot be used. A matrix whose rows are not a
-// multiple of 32 (stories260k's ffn_down, rows of 172) cannot be Q8_0 or Q4_0:
-// it is written F16, the last fallback llama-quantize itself applies (which
-// instead refuses such tensors for Q4_0 and Q8_0 outright).
+// Every tensor is random, norm weights and biases too (see Kind), so a missing
+// operation changes the output. Gemma's norm weights are written as plain
+// RMSNorm weights (about 1), as llama.cpp's converter writes them after adding
+// the 1 the checkpoint omits.
+//
+// Tensor types follow llama-quantize for these shapes: norm weights and
+// biases (1-D tensors) stay F32. In a Q4_0 model the output projection
+// (output.weight, or token_embd.weight when tied) is Q8_0: llama-quantize
+// makes it Q6_K, falling back to Q8_0 when a row is not a multiple of 256;
+// this package has no K-quant encoder, so it writes Q8_0 for every width. A
+// matrix whose rows are not a multiple of 32 (stories260k's ffn_down, rows of
+// 172) cannot be Q8_0 or Q4_0: it is written F16, the last fallback
+// llama-quantize itself applies (which instead refuses such tensors for Q4_0
+// and Q8_0 outright).
 func Build(cfg Config) (*gguf.Writer, error) {
 	s, err := LookupShape(cfg.Shape)
 	if err != nil {
@@ -89,19 +105,9 @@ func Build(cfg Config) (*gguf.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
+	addArchTokens(s.Arch, tokens, scores, types)
 	w := gguf.NewWriter()
-	w.SetString("general.architecture", "llama")
-	w.SetString("general.name", "bulkhead-synth-"+s.Name)
-	w.SetUint32("llama.vocab_size", uint32(s.Vocab))
-	w.SetUint32("llama.context_length", uint32(s.Context))
-	w.SetUint32("llama.embedding_length", uint32(s.Embd))
-	w.SetUint32("llama.block_count", uint32(s.Layers))
-	w.SetUint32("llama.feed_forward_length", uint32(s.FFN))
-	w.SetUint32("llama.rope.dimension_count", uint32(s.HeadDim()))
-	w.SetUint32("llama.attention.head_count", uint32(s.Heads))
-	w.SetUint32("llama.attention.head_count_kv", uint32(s.KVHeads))
-	w.SetFloat32("llama.attention.layer_norm_rms_epsilon", s.RMSEps)
-	w.SetFloat32("llama.rope.freq_base", s.RopeFreqBase)
+	writeHyperparameters(w, s)
 	w.SetUint32("general.file_type", ft)
 	w.SetString("tokenizer.ggml.model", "llama")
 	w.SetString("tokenizer.ggml.pre", "default")
@@ -120,64 +126,11 @@ func Build(cfg Config) (*gguf.Writer, error) {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	for _, t := range Tensors(s, cfg.Type) {
-		src := weightSource(cfg.Seed, t)
-		if t.Norm {
-			src = onesSource(t)
-		}
-		if err := w.AddTensorSource(t.Name, t.Shape, t.Type, src); err != nil {
+		if err := w.AddTensorSource(t.Name, t.Shape, t.Type, source(cfg.Seed, t)); err != nil {
 			return nil, fmt.Errorf("synth: %w", err)
 		}
 	}
 	return w, nil
-}
-
-// Tensor is one tensor of a generated model.
-type Tensor struct {
-	Name  string
-	Shape []uint64 // GGML order: Shape[0] is the row length
-	Type  gguf.Type
-	Norm  bool // an RMS norm weight: all ones, always F32
-}
-
-// Tensors lists the tensors of a model of shape s and type t, in file order,
-// with the type each gets (see Build).
-func Tensors(s Shape, t gguf.Type) []Tensor {
-	e, kv, ff := uint64(s.Embd), uint64(s.KVDim()), uint64(s.FFN)
-	matrix := func(name string, cols, rows uint64, output bool) Tensor {
-		typ := t
-		if output && t == gguf.TypeQ4_0 {
-			typ = gguf.TypeQ8_0
-		}
-		if cols%uint64(typ.BlockSize()) != 0 {
-			typ = gguf.TypeF16
-		}
-		return Tensor{Name: name, Shape: []uint64{cols, rows}, Type: typ}
-	}
-	norm := func(name string) Tensor {
-		return Tensor{Name: name, Shape: []uint64{e}, Type: gguf.TypeF32, Norm: true}
-	}
-	out := []Tensor{
-		matrix("token_embd.weight", e, uint64(s.Vocab), s.TiedEmbedding),
-		norm("output_norm.weight"),
-	}
-	if !s.TiedEmbedding {
-		out = append(out, matrix("output.weight", e, uint64(s.Vocab), true))
-	}
-	for i := range s.Layers {
-		p := fmt.Sprintf("blk.%d.", i)
-		out = append(out,
-			norm(p+"attn_norm.weight"),
-			matrix(p+"attn_q.weight", e, e, false),
-			matrix(p+"attn_k.weight", e, kv, false),
-			matrix(p+"attn_v.weight", e, kv, false),
-			matrix(p+"attn_output.weight", e, e, false),
-			norm(p+"ffn_norm.weight"),
-			matrix(p+"ffn_gate.weight", e, ff, false),
-			matrix(p+"ffn_up.weight", e, ff, false),
-			matrix(p+"ffn_down.weight", ff, e, false),
-		)
-	}
-	return out
 }
 
 // TensorSeed returns the second PCG seed word of the named tensor's generator
@@ -192,20 +145,24 @@ func TensorSeed(name string) uint64 {
 // megabyte of float32s whatever the tensor's size.
 func chunkRows(rowLen uint64) uint64 { return max(1, (1<<18)/rowLen) }
 
-// weightSource streams a matrix of normal(0, WeightStd) values, row-major,
-// encoded as t.Type.
-func weightSource(seed uint64, t Tensor) gguf.TensorSource {
+// source streams t's values, row-major, encoded as t.Type: normal(t.Mean,
+// t.Std).
+func source(seed uint64, t Tensor) gguf.TensorSource {
+	mean, std := t.Mean, t.Std
 	return func(dst io.Writer) error {
 		rng := rand.New(rand.NewPCG(seed, TensorSeed(t.Name)))
-		cols, rows := t.Shape[0], t.Shape[1]
+		cols, rows := t.Shape[0], uint64(1)
+		for _, d := range t.Shape[1:] {
+			rows *= d
+		}
 		per := chunkRows(cols)
-		vals := make([]float32, per*cols)
+		vals := make([]float32, min(per, rows)*cols)
 		var buf []byte
 		for r := uint64(0); r < rows; r += per {
 			n := min(per, rows-r)
 			x := vals[:n*cols]
 			for i := range x {
-				x[i] = float32(rng.NormFloat64() * WeightStd)
+				x[i] = float32(mean + rng.NormFloat64()*std)
 			}
 			var err error
 			if buf, err = encode(t.Type, x, buf); err != nil {
@@ -216,22 +173,6 @@ func weightSource(seed uint64, t Tensor) gguf.TensorSource {
 			}
 		}
 		return nil
-	}
-}
-
-// onesSource streams a norm weight of ones.
-func onesSource(t Tensor) gguf.TensorSource {
-	return func(dst io.Writer) error {
-		x := make([]float32, t.Shape[0])
-		for i := range x {
-			x[i] = 1
-		}
-		buf, err := encode(t.Type, x, nil)
-		if err != nil {
-			return err
-		}
-		_, err = dst.Write(buf)
-		return err
 	}
 }
 

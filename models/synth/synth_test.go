@@ -22,13 +22,15 @@ func generate(t *testing.T, cfg Config) []byte {
 	return buf.Bytes()
 }
 
-// checkModel verifies a parsed model against its shape and type: metadata,
-// vocabulary, every tensor's name, shape and type, norms of ones, and weight
-// statistics of normal(0, 0.02) on a sample of tensors.
+// checkModel verifies a parsed model against its shape and type: metadata
+// (the architecture's keys, exactly; see archSpecs), vocabulary, every
+// tensor's name, shape and type in order, random norms around 1, and weight
+// statistics on a sample of tensors.
 func checkModel(t *testing.T, f *gguf.File, s Shape, typ gguf.Type) {
 	t.Helper()
+	a := string(s.Arch)
 	strs := map[string]string{
-		"general.architecture": "llama",
+		"general.architecture": a,
 		"general.name":         "bulkhead-synth-" + s.Name,
 		"tokenizer.ggml.model": "llama",
 		"tokenizer.ggml.pre":   "default",
@@ -39,14 +41,14 @@ func checkModel(t *testing.T, f *gguf.File, s Shape, typ gguf.Type) {
 		}
 	}
 	uints := map[string]uint64{
-		"llama.vocab_size":                uint64(s.Vocab),
-		"llama.context_length":            uint64(s.Context),
-		"llama.embedding_length":          uint64(s.Embd),
-		"llama.block_count":               uint64(s.Layers),
-		"llama.feed_forward_length":       uint64(s.FFN),
-		"llama.rope.dimension_count":      uint64(s.Embd / s.Heads),
-		"llama.attention.head_count":      uint64(s.Heads),
-		"llama.attention.head_count_kv":   uint64(s.KVHeads),
+		a + ".vocab_size":                 uint64(s.Vocab),
+		a + ".context_length":             uint64(s.Context),
+		a + ".embedding_length":           uint64(s.Embd),
+		a + ".block_count":                uint64(s.Layers),
+		a + ".feed_forward_length":        uint64(s.FFN),
+		a + ".rope.dimension_count":       uint64(s.HeadDim()),
+		a + ".attention.head_count":       uint64(s.Heads),
+		a + ".attention.head_count_kv":    uint64(s.KVHeads),
 		"general.file_type":               uint64(fileType[typ]),
 		"tokenizer.ggml.bos_token_id":     1,
 		"tokenizer.ggml.eos_token_id":     2,
@@ -57,12 +59,13 @@ func checkModel(t *testing.T, f *gguf.File, s Shape, typ gguf.Type) {
 			t.Errorf("%s = %d (%v), want %d", k, got, ok, want)
 		}
 	}
-	if v, _ := f.Float("llama.rope.freq_base"); float32(v) != s.RopeFreqBase {
+	if v, _ := f.Float(a + ".rope.freq_base"); float32(v) != s.RopeFreqBase {
 		t.Errorf("rope.freq_base = %g, want %g", v, s.RopeFreqBase)
 	}
-	if v, _ := f.Float("llama.attention.layer_norm_rms_epsilon"); float32(v) != s.RMSEps {
+	if v, _ := f.Float(a + ".attention.layer_norm_rms_epsilon"); float32(v) != s.RMSEps {
 		t.Errorf("rms eps = %g, want %g", v, s.RMSEps)
 	}
+	checkArchKeys(t, f, s)
 	if b, ok := f.Bool("tokenizer.ggml.add_bos_token"); !ok || !b {
 		t.Error("add_bos_token is not true")
 	}
@@ -80,76 +83,80 @@ func checkModel(t *testing.T, f *gguf.File, s Shape, typ gguf.Type) {
 		t.Fatalf("vocabulary of %d tokens, %d scores, %d types; want %d", len(toks), len(scores), len(types), s.Vocab)
 	}
 
-	// Tensors: exactly the llama set, in order, with llama.cpp's shapes.
-	hd := uint64(s.Embd / s.Heads)
-	e, kv, ff, v := uint64(s.Embd), hd*uint64(s.KVHeads), uint64(s.FFN), uint64(s.Vocab)
-	type want struct {
-		shape []uint64
-		typ   gguf.Type
-	}
-	mat := func(cols, rows uint64, output bool) want {
-		wt := typ
-		if output && typ == gguf.TypeQ4_0 {
-			wt = gguf.TypeQ8_0
-		}
-		if (wt == gguf.TypeQ8_0 || wt == gguf.TypeQ4_0) && cols%32 != 0 {
-			wt = gguf.TypeF16
-		}
-		return want{[]uint64{cols, rows}, wt}
-	}
-	norm := want{[]uint64{e}, gguf.TypeF32}
-	names := []string{"token_embd.weight", "output_norm.weight"}
-	wants := []want{mat(e, v, s.TiedEmbedding), norm}
-	if !s.TiedEmbedding {
-		names = append(names, "output.weight")
-		wants = append(wants, mat(e, v, true))
-	}
-	for i := range s.Layers {
-		for _, n := range []struct {
-			name string
-			w    want
-		}{
-			{"attn_norm", norm}, {"attn_q", mat(e, e, false)}, {"attn_k", mat(e, kv, false)},
-			{"attn_v", mat(e, kv, false)}, {"attn_output", mat(e, e, false)}, {"ffn_norm", norm},
-			{"ffn_gate", mat(e, ff, false)}, {"ffn_up", mat(e, ff, false)}, {"ffn_down", mat(ff, e, false)},
-		} {
-			names = append(names, fmt.Sprintf("blk.%d.%s.weight", i, n.name))
-			wants = append(wants, n.w)
-		}
-	}
-	if len(f.Tensors) != len(names) {
-		t.Fatalf("%d tensors, want %d", len(f.Tensors), len(names))
+	// Tensors: exactly the architecture's set, in order, with llama.cpp's
+	// shapes.
+	wants := wantTensors(s, typ)
+	if len(f.Tensors) != len(wants) {
+		t.Fatalf("%d tensors, want %d", len(f.Tensors), len(wants))
 	}
 	for i, ti := range f.Tensors {
-		if ti.Name != names[i] || fmt.Sprint(ti.Shape) != fmt.Sprint(wants[i].shape) || ti.Type != wants[i].typ {
-			t.Errorf("tensor %d: %s %v %s, want %s %v %s", i, ti.Name, ti.Shape, ti.Type, names[i], wants[i].shape, wants[i].typ)
+		w := wants[i]
+		if ti.Name != w.name || fmt.Sprint(ti.Shape) != fmt.Sprint(w.shape) || ti.Type != w.typ {
+			t.Errorf("tensor %d: %s %v %s, want %s %v %s", i, ti.Name, ti.Shape, ti.Type, w.name, w.shape, w.typ)
 		}
 	}
 
-	// Values: norms are ones; weights look like normal(0, 0.02).
-	for _, name := range []string{"output_norm.weight", "blk.0.ffn_norm.weight", "blk.0.attn_q.weight", "blk.0.ffn_down.weight", fmt.Sprintf("blk.%d.attn_v.weight", s.Layers-1)} {
+	// Values: norms are 1 + normal(0, NormStd), not all ones; biases and
+	// weights are centred normals of their standard deviations.
+	sample := []string{"output_norm.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_down.weight", "token_embd.weight"}
+	if s.Arch.fusedQKV() {
+		sample = append(sample, "blk.0.attn_qkv.weight", fmt.Sprintf("blk.%d.ffn_up.weight", s.Layers-1))
+	} else {
+		sample = append(sample, "blk.0.attn_q.weight", fmt.Sprintf("blk.%d.attn_v.weight", s.Layers-1))
+	}
+	if s.Arch.qkvBias() {
+		sample = append(sample, "blk.0.attn_q.bias", "blk.1.attn_v.bias")
+	}
+	if s.Arch.qkNorm() {
+		sample = append(sample, "blk.0.attn_k_norm.weight")
+	}
+	if s.Arch.postNorms() {
+		sample = append(sample, "blk.0.post_attention_norm.weight", "blk.1.post_ffw_norm.weight")
+	}
+	for _, name := range sample {
 		x := dequant(t, f, name)
-		if strings.HasSuffix(name, "norm.weight") {
-			for i, v := range x {
-				if v != 1 {
-					t.Fatalf("%s[%d] = %g, want 1", name, i, v)
-				}
-			}
-			continue
+		mean, std := stats(x)
+		wantMean, wantStd := 0.0, s.MatrixStd()
+		switch {
+		case name == "token_embd.weight":
+			wantStd = s.EmbeddingStd()
+		case name == "output_norm.weight" && s.OutputNorm != 0:
+			wantMean, wantStd = s.OutputNorm, NormStd
+		case strings.HasSuffix(name, "norm.weight"):
+			wantMean, wantStd = 1, NormStd
+		case strings.HasSuffix(name, ".bias"):
+			wantStd = BiasStd
 		}
-		var sum, sq float64
+		ones := 0
 		for _, v := range x {
-			sum += float64(v)
-			sq += float64(v) * float64(v)
+			if v == 1 {
+				ones++
+			}
 		}
-		mean := sum / float64(len(x))
-		std := math.Sqrt(sq/float64(len(x)) - mean*mean)
-		// Quantization adds at most a few percent of variance; the sampling
-		// error on >= 4096 values is about 1.1% of the std.
-		if math.Abs(mean) > 0.002 || math.Abs(std-WeightStd) > 0.0015 {
-			t.Errorf("%s (%s): mean %g std %g, want about 0 and %g", name, typ, mean, std, WeightStd)
+		if ones > len(x)/100 {
+			t.Errorf("%s: %d of %d values are exactly 1", name, ones, len(x))
+		}
+		// Quantization adds at most a few percent of variance. The sampling
+		// error of the std is std/sqrt(2n): under 3% for the shortest
+		// vector sampled (128 values) at 5 sigma, tighter for matrices.
+		tol := 5 / math.Sqrt(2*float64(len(x)))
+		if math.Abs(mean-wantMean) > (5/math.Sqrt(float64(len(x)))+0.05)*wantStd || math.Abs(std-wantStd) > (tol+0.03)*wantStd {
+			t.Errorf("%s (%s): mean %g std %g, want about %g and %g", name, typ, mean, std, wantMean, wantStd)
 		}
 	}
+}
+
+func stats(x []float32) (mean, std float64) {
+	var sum, sq float64
+	for _, v := range x {
+		sum += float64(v)
+	}
+	mean = sum / float64(len(x))
+	for _, v := range x {
+		d := float64(v) - mean
+		sq += d * d
+	}
+	return mean, math.Sqrt(sq / float64(len(x)))
 }
 
 func dequant(t *testing.T, f *gguf.File, name string) []float32 {
@@ -265,7 +272,7 @@ func TestTypesShareWeights(t *testing.T) {
 }
 
 func TestVocabulary(t *testing.T) {
-	for _, n := range []int{260, 512, 32000, 49152} {
+	for _, n := range []int{260, 512, 32000, 49152, 262144} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			toks, scores, types, err := vocabulary(n)
 			if err != nil {
@@ -338,10 +345,18 @@ func TestConfigErrors(t *testing.T) {
 		name string
 		s    Shape
 	}{
-		{"heads do not divide embedding", Shape{Name: "x", Vocab: 512, Embd: 65, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
-		{"kv heads do not divide heads", Shape{Name: "x", Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 3, FFN: 32, Context: 8}},
-		{"vocabulary too small", Shape{Name: "x", Vocab: 100, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
-		{"no layers", Shape{Name: "x", Vocab: 512, Embd: 64, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
+		{"heads do not divide embedding", Shape{Name: "x", Arch: ArchLlama, Vocab: 512, Embd: 65, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
+		{"kv heads do not divide heads", Shape{Name: "x", Arch: ArchLlama, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 3, FFN: 32, Context: 8}},
+		{"vocabulary too small", Shape{Name: "x", Arch: ArchLlama, Vocab: 100, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
+		{"no layers", Shape{Name: "x", Arch: ArchLlama, Vocab: 512, Embd: 64, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
+		{"no architecture", Shape{Name: "x", Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
+		{"unknown architecture", Shape{Name: "x", Arch: "mamba", Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8}},
+		{"llama head size not width/heads", Shape{Name: "x", Arch: ArchLlama, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, Head: 16, FFN: 32, Context: 8}},
+		{"untied gemma2", Shape{Name: "x", Arch: ArchGemma2, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8, SlidingWindow: 4}},
+		{"gemma3 without a window", Shape{Name: "x", Arch: ArchGemma3, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8, TiedEmbedding: true}},
+		{"llama with a window", Shape{Name: "x", Arch: ArchLlama, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8, SlidingWindow: 4}},
+		{"qwen3 soft-caps", Shape{Name: "x", Arch: ArchQwen3, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8, AttnSoftcap: 50}},
+		{"negative std", Shape{Name: "x", Arch: ArchLlama, Vocab: 512, Embd: 64, Layers: 1, Heads: 8, KVHeads: 4, FFN: 32, Context: 8, Std: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.s.validate(); !errors.Is(err, ErrBadShape) {

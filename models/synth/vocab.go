@@ -103,6 +103,21 @@ func vocabulary(n int) (tokens []string, scores []float32, types []int32, err er
 	return nil, nil, nil, fmt.Errorf("%w: cannot generate %d unique tokens (at most %d)", ErrBadShape, n, len(tokens))
 }
 
+// archTokens are control tokens an architecture's vocabulary must hold: llama.cpp
+// looks <|endoftext|> up by text in a model named phi3 (llama-vocab.cpp, the
+// per-token attributes) and fails to load one without it.
+var archTokens = map[Arch][]string{ArchPhi3: {"<|endoftext|>"}}
+
+// addArchTokens replaces the last normal pieces of a vocabulary with the
+// architecture's control tokens (score 0), in place.
+func addArchTokens(a Arch, tokens []string, scores []float32, types []int32) {
+	extra := archTokens[a]
+	for i, tok := range extra {
+		j := len(tokens) - len(extra) + i
+		tokens[j], scores[j], types[j] = tok, 0, TokenControl
+	}
+}
+
 // combinations calls f with every string of length lowercase letters in
 // lexicographic order until f returns true.
 func combinations(length int, f func(string) bool) {
