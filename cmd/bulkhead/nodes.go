@@ -20,6 +20,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/models/store"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -34,16 +35,19 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // catalogFlags choose the models a node serves.
 type catalogFlags struct {
-	models  listFlag
-	catalog string
+	models   listFlag
+	catalog  string
+	modelDir string
 }
 
 func (c *catalogFlags) register(fs *flag.FlagSet) {
-	fs.Var(&c.models, "model", "serve a model: NAME=PATH.gguf (repeatable)")
+	fs.Var(&c.models, "model", "serve a model: NAME=PATH.gguf, or the NAME of a model pulled with `bulkhead models pull` (repeatable)")
 	fs.StringVar(&c.catalog, "catalog", "", "model catalog file (YAML; see models/catalog.yaml)")
+	fs.StringVar(&c.modelDir, "model-dir", "", "where --model NAME finds pulled models (default $XDG_DATA_HOME/bulkhead/models, else ~/.local/share/bulkhead/models)")
 }
 
-// load builds the catalog; with neither flag it returns nil, nil.
+// load builds the catalog; with neither flag it returns nil, nil. A --model
+// without "=PATH" is looked up in the model directory.
 func (c *catalogFlags) load() (*catalog.Catalog, error) {
 	switch {
 	case c.catalog != "" && len(c.models) > 0:
@@ -51,9 +55,40 @@ func (c *catalogFlags) load() (*catalog.Catalog, error) {
 	case c.catalog != "":
 		return catalog.Load(c.catalog)
 	case len(c.models) > 0:
-		return catalog.FromFlags(c.models)
+		specs, err := c.resolveNames()
+		if err != nil {
+			return nil, err
+		}
+		return catalog.FromFlags(specs)
 	}
 	return nil, nil
+}
+
+// resolveNames rewrites each bare NAME in --model to NAME=PATH from the model
+// directory, which is opened only when one is given.
+func (c *catalogFlags) resolveNames() ([]string, error) {
+	specs := append([]string(nil), c.models...)
+	var st *store.Store
+	for i, spec := range specs {
+		if strings.Contains(spec, "=") || spec == "" {
+			continue
+		}
+		if st == nil {
+			var err error
+			if st, err = openStore(c.modelDir); err != nil {
+				return nil, err
+			}
+		}
+		_, path, err := st.Lookup(spec)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("%w: --model %s: %v (pull it with `bulkhead models pull`, or give --model %s=PATH.gguf)", errUsage, spec, err, spec)
+			}
+			return nil, fmt.Errorf("--model %s: %w", spec, err)
+		}
+		specs[i] = spec + "=" + path
+	}
+	return specs, nil
 }
 
 // engineFlags size each model's engine on a worker.

@@ -18,7 +18,7 @@ import (
 type hops struct {
 	sha256 string // from X-Linked-Etag on any hop, else a sha256-shaped ETag of the last
 	size   int64  // X-Linked-Size, -1 when absent
-	url    string // the URL that answered
+	url    string // the URL that answered, query redacted (for messages)
 }
 
 // get sends a GET for rawURL with hdr, following up to MaxRedirects
@@ -63,7 +63,7 @@ func (s *Store) get(ctx context.Context, rawURL string, hdr http.Header) (*http.
 			if h.sha256 == "" {
 				h.sha256 = sha256Tag(resp.Header.Get("ETag"))
 			}
-			h.url = u.String()
+			h.url = redact(u)
 			return resp, h, nil
 		}
 		loc := resp.Header.Get("Location")

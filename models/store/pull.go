@@ -57,6 +57,9 @@ type partialMeta struct {
 
 var errStalled = errors.New("no data arrived within the stall timeout")
 
+// locksDir holds one lock file per model file, taken while a pull writes it.
+const locksDir = ".locks"
+
 // Pull downloads source into the model directory and registers it. See the
 // package documentation for the checks. An interrupted transfer (a dropped
 // connection, a stall, ctx ending) keeps its partial file and wraps
@@ -86,7 +89,10 @@ func (s *Store) Pull(ctx context.Context, source string, opt PullOptions) (Resul
 	}
 	file := fileName(name)
 	final := filepath.Join(s.cfg.Dir, file)
-	unlock, err := lockFile(filepath.Join(s.cfg.Dir, "."+file+".lock"), false)
+	if err := os.MkdirAll(filepath.Join(s.cfg.Dir, locksDir), 0o755); err != nil {
+		return Result{}, fmt.Errorf("store: model directory: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(s.cfg.Dir, locksDir, file+".lock"), false)
 	if err != nil {
 		return Result{}, fmt.Errorf("model %q: %w", name, err)
 	}
@@ -308,7 +314,7 @@ func (p *pull) attempt(ctx context.Context, fresh bool) (res pulled, restart boo
 		}
 		total = tot // the partial file is already whole
 	default:
-		return res, false, statusError(resp, h.url)
+		return res, false, statusError(resp, h.url, p.src.Owner != "")
 	}
 	if h.size >= 0 {
 		if total >= 0 && total != h.size {
@@ -438,12 +444,13 @@ func (p *pull) copy(ctx context.Context, f *os.File, resp *http.Response, sum ha
 }
 
 // statusError explains an unusable status.
-func statusError(resp *http.Response, u string) error {
+func statusError(resp *http.Response, u string, hf bool) error {
 	hint := ""
-	switch resp.StatusCode {
-	case http.StatusNotFound:
+	switch {
+	case !hf:
+	case resp.StatusCode == http.StatusNotFound:
 		hint = " (check the owner, repository, file name and revision)"
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
 		hint = " (the repository may be gated or private; pulls send no token)"
 	}
 	drain(resp)

@@ -76,6 +76,9 @@ func TestPull(t *testing.T) {
 		{name: "not found", source: "/missing.gguf", want: ErrHTTP},
 		{name: "plain http to a remote host", source: "http://example.com/m.gguf", want: ErrInsecure},
 		{name: "bad name", source: "/file/m.gguf", opt: PullOptions{Name: "has space"}, want: ErrName},
+		{name: "name with =", source: "/file/m.gguf", opt: PullOptions{Name: "a=b"}, want: ErrName},
+		{name: "name too long", source: "/file/m.gguf", opt: PullOptions{Name: strings.Repeat("n", 257)}, want: ErrName},
+		{name: "no name derivable", source: "/file/.gguf", want: ErrName},
 		{name: "bad source", source: "hf:owner/m.gguf", want: ErrSource},
 	}
 	for _, tc := range cases {
@@ -308,7 +311,7 @@ func TestPullNames(t *testing.T) {
 	}
 
 	t.Run("busy", func(t *testing.T) {
-		unlock, err := lockFile(filepath.Join(s.Dir(), "."+fileName("busy")+".lock"), false)
+		unlock, err := lockFile(filepath.Join(s.Dir(), locksDir, fileName("busy")+".lock"), false)
 		if err != nil {
 			t.Fatal(err)
 		}

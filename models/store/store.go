@@ -239,7 +239,10 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	name := tmp.Name()
-	_, err = tmp.Write(data)
+	err = tmp.Chmod(0o644)
+	if err == nil {
+		_, err = tmp.Write(data)
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -305,10 +308,14 @@ func fileName(name string) string {
 }
 
 // checkName applies the catalog's name rules, so that a name the catalog
-// would refuse is refused at pull time.
+// would refuse is refused at pull time, and refuses '=', where the
+// --model NAME=PATH flag splits.
 func checkName(name string) error {
 	if err := catalog.CheckName(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrName, err)
+	}
+	if strings.Contains(name, "=") {
+		return fmt.Errorf("%w: %q holds '=' (a --model flag could not name it)", ErrName, name)
 	}
 	return nil
 }
