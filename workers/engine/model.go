@@ -172,7 +172,7 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 		return kernels.Matrix{}
 	}
 	if !info.Type.Supported() {
-		l.fail(fmt.Errorf("%w: tensor %s has type %s, which Bulkhead does not support", gguf.ErrUnsupportedType, name, info.Type))
+		l.fail(&gguf.UnsupportedTypeError{Tensor: name, Type: info.Type})
 		return kernels.Matrix{}
 	}
 	m, err := kernels.NewMatrix(info.Type, rows, cols, data)
