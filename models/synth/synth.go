@@ -162,7 +162,9 @@ func source(seed uint64, t Tensor) gguf.TensorSource {
 			n := min(per, rows-r)
 			x := vals[:n*cols]
 			for i := range x {
-				x[i] = float32(mean + rng.NormFloat64()*std)
+				// The conversion rounds the product, so no platform fuses it
+				// into an FMA and every platform writes the same bytes.
+				x[i] = float32(mean + float64(rng.NormFloat64()*std))
 			}
 			var err error
 			if buf, err = encode(t.Type, x, buf); err != nil {
