@@ -1,0 +1,22 @@
+// Package jinja is github.com/ardanlabs/jinja v1.8.0 (Apache License 2.0,
+// see LICENSE), a Jinja2 engine written for LLM chat templates, copied here
+// with a few patches marked "Bulkhead patch" or "Bulkhead addition":
+//
+//   - tojson(indent=N) keeps the dict's key order (v1.8.0 sorted the keys by
+//     going through Go maps, which changed every Llama 3.x and Granite tools
+//     prompt), strings and floats are written as Python's json.dumps writes
+//     them, and encoding failures are errors rather than empty strings;
+//   - str(float) is Python's repr;
+//   - a render is bounded (RenderLimited: steps, output bytes, macro depth,
+//     context), range() and string repetition are capped, a negative
+//     repetition gives "" instead of panicking, and a panic inside the
+//     evaluator becomes an error;
+//
+// Later upstream versions (v1.9.0 on) need Go 1.27, newer than this
+// module's toolchain. When the module moves to Go 1.27, compare upstream
+// with these patches and drop the copy if upstream covers them.
+//
+// Only models/chat uses this package. It must never do I/O
+// or hold state between renders; models/chat supplies strftime_now, so no
+// render reads the clock.
+package jinja
