@@ -197,4 +197,17 @@ func TestPullProgressLines(t *testing.T) {
 	if n := strings.Count(buf.String(), "\n"); n != 12 {
 		t.Fatalf("unknown size: %d lines, want one per 5s:\n%s", n, buf.String())
 	}
+
+	buf.Reset()
+	p = newProgressPrinter(&buf, func() time.Time { return now })
+	p.tty = true // a terminal: one redrawn line, ended by finish
+	for done := int64(0); done <= 1000; done += 100 {
+		now = now.Add(time.Second)
+		p.update(store.Progress{Name: "m", Done: done, Total: 1000})
+	}
+	p.finish()
+	out := buf.String()
+	if strings.Count(out, "\n") != 1 || strings.Count(out, "\r") != 11 || !strings.Contains(out, "[==============================] 100%") {
+		t.Fatalf("terminal progress %q", out)
+	}
 }
