@@ -7,8 +7,16 @@ import (
 
 // fragment is a piece of input text or an already-decided special token.
 type fragment struct {
-	text string
-	tok  int32 // noToken for text
+	text  string
+	tok   int32 // noToken for text
+	plain bool  // text in which control and unknown tokens are not matched
+}
+
+// Segment is a piece of text to encode, with special-token parsing on
+// (control tokens written in it become their ids) or off.
+type Segment struct {
+	Text    string
+	Special bool
 }
 
 // Encode converts text to token ids exactly as llama.cpp's llama_tokenize does.
@@ -17,11 +25,81 @@ type fragment struct {
 // "<s>", ...) become their ids; user-defined tokens are always matched, as in
 // llama.cpp.
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
-	out := make([]int32, 0, len(text)/3+2)
 	var frags []fragment
 	if text != "" {
-		frags = t.partition(text, parseSpecial)
+		frags = t.partition([]fragment{{text: text, tok: noToken, plain: !parseSpecial}})
 	}
+	return t.encodeFrags(frags, len(text)/3+2, addSpecial)
+}
+
+// EncodeSegments encodes text made of segments, each with special-token
+// parsing on or off, as one text: Encode(text, addSpecial, true) of the
+// segments' concatenation gives the same ids whenever the segments without
+// Special hold no control-token text and no token's text spans a boundary
+// between a Special segment and a plain one. Adjacent segments of one kind
+// are joined first, and text between tokens is encoded as one piece, so
+// where the segments are cut does not otherwise change the ids.
+func (t *Tokenizer) EncodeSegments(segs []Segment, addSpecial bool) []int32 {
+	frags := make([]fragment, 0, len(segs))
+	n := 0
+	for _, s := range segs {
+		if s.Text == "" {
+			continue
+		}
+		n += len(s.Text)
+		if k := len(frags) - 1; k >= 0 && frags[k].plain == !s.Special {
+			frags[k].text += s.Text
+			continue
+		}
+		frags = append(frags, fragment{text: s.Text, tok: noToken, plain: !s.Special})
+	}
+	frags = t.partition(frags)
+	// Join text that only a segment boundary separates.
+	joined := frags[:0]
+	for _, fr := range frags {
+		if k := len(joined) - 1; k >= 0 && fr.tok == noToken && joined[k].tok == noToken {
+			joined[k].text += fr.text
+			continue
+		}
+		joined = append(joined, fr)
+	}
+	// A token's lstrip and rstrip reach across segment boundaries, as they
+	// would in the joined text.
+	for i, fr := range joined {
+		if fr.tok == noToken {
+			continue
+		}
+		a := t.attrs[fr.tok]
+		if a&attrLstrip != 0 && i > 0 && joined[i-1].tok == noToken {
+			joined[i-1].text = strings.TrimRight(joined[i-1].text, cSpaces)
+		}
+		if a&attrRstrip != 0 && i+1 < len(joined) && joined[i+1].tok == noToken {
+			joined[i+1].text = strings.TrimLeft(joined[i+1].text, cSpaces)
+		}
+	}
+	kept := joined[:0]
+	for _, fr := range joined {
+		if fr.tok != noToken || fr.text != "" {
+			kept = append(kept, fr)
+		}
+	}
+	return t.encodeFrags(kept, n/3+2, addSpecial)
+}
+
+// ControlTokens returns the texts of the tokens that are only matched with
+// special-token parsing on (control and unknown tokens), longest first.
+func (t *Tokenizer) ControlTokens() []string {
+	var out []string
+	for _, id := range t.special {
+		if t.attrs[id]&(attrControl|attrUnknown) != 0 && t.tokens[id] != "" {
+			out = append(out, t.tokens[id])
+		}
+	}
+	return out
+}
+
+func (t *Tokenizer) encodeFrags(frags []fragment, size int, addSpecial bool) []int32 {
+	out := make([]int32, 0, size)
 	if addSpecial && t.addBOS {
 		out = append(out, t.bos)
 	}
@@ -58,21 +136,18 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 	return out
 }
 
-// partition splits text around special tokens, longest token first, as
-// llama.cpp's tokenizer_st_partition does. Control and unknown tokens are only
-// matched when parseSpecial is set.
-func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
-	frags := []fragment{{text: text, tok: noToken}}
+// partition splits text fragments around special tokens, longest token
+// first, as llama.cpp's tokenizer_st_partition does. Control and unknown
+// tokens are not matched in plain fragments (parseSpecial off).
+func (t *Tokenizer) partition(frags []fragment) []fragment {
 	var next []fragment
 	for _, id := range t.special {
 		a := t.attrs[id]
-		if !parseSpecial && a&(attrControl|attrUnknown) != 0 {
-			continue
-		}
+		control := a&(attrControl|attrUnknown) != 0
 		tok := t.tokens[id]
 		split := false
 		for _, fr := range frags {
-			if fr.tok == noToken && strings.Contains(fr.text, tok) {
+			if fr.tok == noToken && !(control && fr.plain) && strings.Contains(fr.text, tok) {
 				split = true
 				break
 			}
@@ -82,7 +157,7 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 		}
 		next = next[:0]
 		for _, fr := range frags {
-			if fr.tok != noToken {
+			if fr.tok != noToken || (control && fr.plain) {
 				next = append(next, fr)
 				continue
 			}
@@ -100,7 +175,7 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 					left = strings.TrimRight(left, cSpaces)
 				}
 				if left != "" {
-					next = append(next, fragment{text: left, tok: noToken})
+					next = append(next, fragment{text: left, tok: noToken, plain: fr.plain})
 				}
 				next = append(next, fragment{tok: id})
 				rest = rest[i+len(tok):]
