@@ -50,6 +50,22 @@ type Job struct {
 	Async        bool      `json:"async,omitempty"`        // results go to the results store, not only the reply subject
 	Reply        string    `json:"reply"`                  // subject for reply frames
 	Deadline     time.Time `json:"deadline"`               // the worker gives up (ErrKindTimeout) after this
+	// Rates are the prices the edge admitted the job at (neurons per
+	// million tokens); the worker prices its usage event with them.
+	Rates *Rates `json:"rates,omitempty"`
+	// Submitted is when the job entered the jobs stream: workers set it from
+	// the stream's timestamp when they take the job, so it travels with a
+	// decode hand-over. Usage events measure queue, first-token and total
+	// times from it.
+	Submitted time.Time `json:"submitted,omitzero"`
+}
+
+// Rates are a model's prices in neurons per million tokens: prompt tokens
+// computed, prompt tokens served from the prefix cache, and completion tokens.
+type Rates struct {
+	Prompt       float64 `json:"prompt"`
+	CachedPrompt float64 `json:"cached_prompt"`
+	Completion   float64 `json:"completion"`
 }
 
 // Validate checks what every consumer of a job relies on.

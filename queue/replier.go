@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -34,11 +35,37 @@ type Replier struct {
 	seq  uint64       // seq of the last frame sent
 	text strings.Builder
 	end  bool
+	m    Meter // what ran, for the usage event
+}
+
+// Meter is what a job consumed on this worker so far, for its usage event:
+// when it was claimed and its first token sent, the prompt the engine took
+// (Started) and the tokens produced (Token calls).
+type Meter struct {
+	Claimed      time.Time
+	FirstToken   time.Time // zero until the first Token
+	Started      bool      // the engine took the prompt
+	PromptTokens int
+	CachedTokens int
+	Tokens       int // completion tokens produced
 }
 
 func newReplier(nc *nats.Conn, res *Results, job *Job, rec *AsyncResult, rev uint64) *Replier {
-	return &Replier{nc: nc, res: res, job: job, rec: rec, rev: rev}
+	return &Replier{nc: nc, res: res, job: job, rec: rec, rev: rev, m: Meter{Claimed: time.Now()}}
 }
+
+// Job is the job this Replier answers.
+func (r *Replier) Job() *Job { return r.job }
+
+// Started records that the engine took the job's prompt of promptTokens, of
+// which cachedTokens came from the prefix cache: from now on an ending bills
+// the prompt.
+func (r *Replier) Started(promptTokens, cachedTokens int) {
+	r.m.Started, r.m.PromptTokens, r.m.CachedTokens = true, promptTokens, min(max(cachedTokens, 0), promptTokens)
+}
+
+// Meter returns what the job consumed on this worker so far.
+func (r *Replier) Meter() Meter { return r.m }
 
 // Sent is the number of frames published so far.
 func (r *Replier) Sent() uint64 {
@@ -59,6 +86,10 @@ func (r *Replier) Streamed() bool { return r.rec.Streamed }
 func (r *Replier) Token(ctx context.Context, text string, tokens []int32) error {
 	if r.end {
 		return ErrEnded
+	}
+	r.m.Tokens++
+	if r.m.FirstToken.IsZero() {
+		r.m.FirstToken = time.Now()
 	}
 	if r.job.Async {
 		r.text.WriteString(text)

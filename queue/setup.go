@@ -28,6 +28,10 @@ type StreamConfig struct {
 
 	ResultsTTL      time.Duration // how long async results and job markers live; default 24h
 	ResultsMaxBytes int64         // bytes held by the results bucket; default 256 MiB
+
+	MaxUsageEvents int64         // usage events not yet counted by billing; default 1,000,000
+	MaxUsageBytes  int64         // bytes held by the usage stream; default 1 GiB
+	UsageMaxAge    time.Duration // an uncounted usage event older than this is dropped; default 7 days
 }
 
 func (c *StreamConfig) fill() error {
@@ -58,6 +62,15 @@ func (c *StreamConfig) fill() error {
 	if c.ResultsMaxBytes == 0 {
 		c.ResultsMaxBytes = 256 << 20
 	}
+	if c.MaxUsageEvents == 0 {
+		c.MaxUsageEvents = 1_000_000
+	}
+	if c.MaxUsageBytes == 0 {
+		c.MaxUsageBytes = 1 << 30
+	}
+	if c.UsageMaxAge == 0 {
+		c.UsageMaxAge = 7 * 24 * time.Hour
+	}
 	switch {
 	case c.MaxJobs < 0:
 		return fmt.Errorf("%w: MaxJobs %d", ErrConfig, c.MaxJobs)
@@ -79,6 +92,10 @@ func (c *StreamConfig) fill() error {
 		return fmt.Errorf("%w: ResultsTTL %v", ErrConfig, c.ResultsTTL)
 	case c.ResultsMaxBytes < 0:
 		return fmt.Errorf("%w: ResultsMaxBytes %d", ErrConfig, c.ResultsMaxBytes)
+	case c.MaxUsageEvents < 0 || c.MaxUsageBytes < 0:
+		return fmt.Errorf("%w: MaxUsageEvents %d, MaxUsageBytes %d", ErrConfig, c.MaxUsageEvents, c.MaxUsageBytes)
+	case c.UsageMaxAge < c.Duplicates:
+		return fmt.Errorf("%w: UsageMaxAge %v is under Duplicates %v", ErrConfig, c.UsageMaxAge, c.Duplicates)
 	}
 	return nil
 }
@@ -129,6 +146,23 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return fmt.Errorf("queue: stream %s: %w", DecodeStream, err)
+	}
+	// Usage events wait here until billing counted them (work queue: an
+	// event leaves the stream when the billing consumer acks it).
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        UsageStream,
+		Description: "Bulkhead usage events, one per request that reached a worker, for billing",
+		Subjects:    []string{UsagePrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     cfg.MaxUsageEvents,
+		MaxBytes:    cfg.MaxUsageBytes,
+		MaxAge:      cfg.UsageMaxAge,
+		Duplicates:  cfg.Duplicates,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("queue: stream %s: %w", UsageStream, err)
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      ResultsBucket,

@@ -51,12 +51,19 @@ const TaskTextGeneration = "text-generation"
 const (
 	DefaultNeuronsPerMPromptTokens     = 2457
 	DefaultNeuronsPerMCompletionTokens = 18252
+	// DefaultNeuronsPerMCachedPromptTokens prices prompt tokens served from
+	// the tenant's prefix cache: half the prompt rate, as for cached input on
+	// the APIs that price it.
+	DefaultNeuronsPerMCachedPromptTokens = DefaultNeuronsPerMPromptTokens / 2
 )
 
 // Prices is what a model's tokens cost, in neurons per million tokens.
 type Prices struct {
 	NeuronsPerMPromptTokens     float64
 	NeuronsPerMCompletionTokens float64
+	// NeuronsPerMCachedPromptTokens is the rate of prompt tokens served
+	// from the prefix cache (billing/price applies it).
+	NeuronsPerMCachedPromptTokens float64
 }
 
 // DefaultPrices returns the prices of a model whose entry names none.
@@ -64,6 +71,8 @@ func DefaultPrices() Prices {
 	return Prices{
 		NeuronsPerMPromptTokens:     DefaultNeuronsPerMPromptTokens,
 		NeuronsPerMCompletionTokens: DefaultNeuronsPerMCompletionTokens,
+
+		NeuronsPerMCachedPromptTokens: DefaultNeuronsPerMCachedPromptTokens,
 	}
 }
 
@@ -84,6 +93,7 @@ func (p Prices) validate(fail func(field, msg string)) {
 	}
 	check("prices.neurons_per_m_prompt_tokens", p.NeuronsPerMPromptTokens)
 	check("prices.neurons_per_m_completion_tokens", p.NeuronsPerMCompletionTokens)
+	check("prices.neurons_per_m_cached_prompt_tokens", p.NeuronsPerMCachedPromptTokens)
 }
 
 // Model is one catalog entry. Values handed out by a Catalog are shared and
