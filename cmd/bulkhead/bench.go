@@ -127,6 +127,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	out := map[string]any{
 		"model":                m.Name,
 		"threads":              eng.Threads(),
+		"kernels":              eng.Kernels(),
 		"prompt_tokens":        *promptTokens,
 		"gen_tokens":           *genTokens,
 		"batch":                *batch,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
@@ -58,6 +59,10 @@ type Config struct {
 	QueueSize int   // requests waiting for a slot; default 64; full → ErrQueueFull
 	Poison    bool  // fill free KV pages with NaN (debug)
 	Scrub     kvcache.ScrubMode
+
+	// OnStep, if set, is called by Run before each forward pass with the
+	// number of sequences in the batch (for metrics). It must not block.
+	OnStep func(batch int)
 
 	// AllowSmallPool skips the start-up check that the pool can hold one request
 	// at the full context window. Tests use it to show later checks hold alone.
@@ -168,6 +173,8 @@ type Engine struct {
 	wake    chan struct{} // capacity 1: a request arrived or the engine closed
 
 	done chan struct{} // closed when Run returns
+
+	running atomic.Int64 // sequences in the batch, as of Run's last admit or step
 }
 
 // New builds an engine for a loaded model. A KV pool that cannot hold one
@@ -175,6 +182,9 @@ type Engine struct {
 func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 	if err := cfg.fill(m.Hyper); err != nil {
 		return nil, err
+	}
+	if err := kernels.CheckKernels(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -193,6 +203,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 			ErrInvalidConfig, capTokens, kv.TotalPages(), kv.PageSize(), cfg.Context)
 	}
 	pool := kernels.NewPool(cfg.Threads)
+	log.Info("engine kernels", "kernels", kernels.Kernels(), "threads", pool.Threads())
 	e := &Engine{
 		model: m, cfg: cfg, log: log, pool: pool, kv: kv,
 		fw:   newForward(m, pool),
@@ -320,6 +331,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	for {
 		active = e.admit(active)
+		e.running.Store(int64(len(active)))
 		if len(active) == 0 {
 			e.mu.Lock()
 			closed, blocked := e.closed, len(e.waiting) > 0
@@ -352,7 +364,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		if closed {
 			return nil
 		}
+		if e.cfg.OnStep != nil {
+			e.cfg.OnStep(len(active))
+		}
 		active = e.step(active)
+		e.running.Store(int64(len(active)))
 	}
 }
 
@@ -499,5 +515,22 @@ func (e *Engine) step(active []*sequence) []*sequence {
 	return kept
 }
 
+// Stats is a snapshot of an engine's scheduler, for metrics and fleet status.
+type Stats struct {
+	Running int // sequences in the batch
+	Waiting int // requests queued for a batch slot
+}
+
+// Stats returns the scheduler's current figures.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	waiting := len(e.waiting)
+	e.mu.Unlock()
+	return Stats{Running: int(e.running.Load()), Waiting: waiting}
+}
+
 // Threads returns the number of kernel threads.
 func (e *Engine) Threads() int { return e.pool.Threads() }
+
+// Kernels names the kernel path the engine computes with (kernels.Kernels).
+func (e *Engine) Kernels() string { return kernels.Kernels() }

@@ -114,6 +114,9 @@ func randMatrix(t *testing.T, rng *rand.Rand, typ gguf.Type, rows, cols int) Mat
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Pack whatever the active path, so a test of the AVX-512 path runs it
+	// even when BULKHEAD_KERNELS forces the process lower.
+	m.pack = repack(m)
 	return m
 }
 

@@ -4,9 +4,17 @@ package kernels
 
 import "golang.org/x/sys/cpu"
 
-// useAsm selects the AVX2/FMA/F16C kernels; it is fixed for the life of the
-// process, so one binary always computes with one path.
-var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+// detectPath returns the best kernel path this CPU has.
+func detectPath() path {
+	x := cpu.X86
+	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
+		return pathGo
+	}
+	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI {
+		return pathAVX512
+	}
+	return pathAVX2
+}
 
 //go:noescape
 func dot4F32AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
@@ -46,3 +54,18 @@ func f32ToF16AVX(dst *uint16, src *float32, n int)
 
 //go:noescape
 func f16ToF32AVX(dst *float32, src *uint16, n int)
+
+// AVX-512 VNNI kernels over packed Q8_0/Q4_0 weights (kern_avx512_amd64.s):
+// 16 weight rows by 4 (P4) or 1 (P1) activation rows.
+
+//go:noescape
+func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmQ8P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+
+//go:noescape
+func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmQ4P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)

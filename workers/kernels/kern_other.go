@@ -2,8 +2,8 @@
 
 package kernels
 
-// useAsm is false: this build has only the portable kernels.
-const useAsm = false
+// detectPath returns pathGo: this build has only the portable kernels.
+func detectPath() path { return pathGo }
 
 func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
 func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
@@ -18,3 +18,12 @@ func dotF32AVX(*float32, *float32, int) float32                          { panic
 func axpyF16AVX(*float32, float32, *uint16, int)                         { panic("kernels: no asm") }
 func f32ToF16AVX(*uint16, *float32, int)                                 { panic("kernels: no asm") }
 func f16ToF32AVX(*float32, *uint16, int)                                 { panic("kernels: no asm") }
+
+func gemmQ8P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmQ8P1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
+func gemmQ4P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmQ4P1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }

@@ -18,25 +18,37 @@ type matJob struct {
 	out []float32
 	x   []float32 // caller's activations
 	n   int
-	asm bool
+	p   path
 
 	xf  []float32 // F32/F16/BF16: activations as float32, rounded to the weight's precision for F16/BF16
 	xh  []uint16  // F16: scratch for the rounding
 	xq  []byte    // 32-element block types: activations as Q8_0 or Q8_1 blocks
 	xk  []q8K     // K-quants and IQ4_XS: activations as Q8_K blocks
 	xqs int       // bytes per Q8_0/Q8_1 activation row
+	xa  []q8Aux   // packed kernels: per activation block, d as f32 and the offset term
 }
+
+// q8Aux is what the packed kernels need of one Q8_0 activation block beyond its
+// quants: the scale as float32 and K*sum(q), K being the offset the packed
+// weights carry (128 for Q8_0's flipped sign bit, 8 for Q4_0's nibbles).
+type q8Aux struct {
+	d float32
+	c int32
+}
+
+// packed says whether this job runs the AVX-512 kernels on interleaved weights.
+func (j *matJob) packed() bool { return j.p >= pathAVX512 && j.m.pack != nil }
 
 // MatMul computes out[r*m.Rows+i] = dot(weight row i, x row r) for r < n, where
 // x holds n rows of m.Cols float32. Work is split over the pool by weight rows.
 // Each element is computed by the same sequence of operations whatever n, r and
 // the thread count are. It panics if x or out is too short.
 func (p *Pool) MatMul(out []float32, m Matrix, x []float32, n int) {
-	p.matMul(out, m, x, n, useAsm)
+	p.matMul(out, m, x, n, active)
 }
 
 // matMul is MatMul with the code path chosen by the caller (tests compare them).
-func (p *Pool) matMul(out []float32, m Matrix, x []float32, n int, asm bool) {
+func (p *Pool) matMul(out []float32, m Matrix, x []float32, n int, kp path) {
 	if n <= 0 {
 		return
 	}
@@ -49,9 +61,13 @@ func (p *Pool) matMul(out []float32, m Matrix, x []float32, n int, asm bool) {
 	p.matMu.Lock()
 	defer p.matMu.Unlock()
 	j := &p.job
-	j.m, j.rs, j.out, j.x, j.n, j.asm = m, m.rowSize(), out, x, n, asm
+	j.m, j.rs, j.out, j.x, j.n, j.p = m, m.rowSize(), out, x, n, kp
 	j.prepare(p)
-	p.Run((m.Rows+3)/4, p.rowsFn)
+	if j.packed() {
+		p.Run(m.Rows/packRows, p.groupsFn)
+	} else {
+		p.Run((m.Rows+3)/4, p.rowsFn)
+	}
 	j.out, j.x, j.m.Data = nil, nil, nil
 }
 
@@ -70,6 +86,9 @@ func (j *matJob) prepare(p *Pool) {
 	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 		j.xqs = c / 32 * q8Block
 		j.xq = grow(j.xq, n*j.xqs)
+		if j.packed() {
+			j.xa = grow(j.xa, n*c/32)
+		}
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		j.xqs = c / 32 * q81Block
 		j.xq = grow(j.xq, n*j.xqs)
@@ -108,7 +127,11 @@ func (j *matJob) prepRows(lo, hi int) {
 				xf[i] = gguf.BF16ToF32(gguf.F32ToBF16(v))
 			}
 		case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
-			quantizeQ8(j.xq[r*j.xqs:(r+1)*j.xqs], x)
+			xq := j.xq[r*j.xqs : (r+1)*j.xqs]
+			quantizeQ8(xq, x)
+			if j.packed() {
+				j.auxRow(j.xa[r*c/32:(r+1)*c/32], xq)
+			}
 		case gguf.TypeQ4_1, gguf.TypeQ5_1:
 			quantizeQ8_1(j.xq[r*j.xqs:(r+1)*j.xqs], x)
 		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
@@ -138,7 +161,7 @@ func (j *matJob) rows(lo, hi int) {
 // block computes weight rows i..i+nw-1 (read with stride wstride; 0 repeats row
 // i) against activation rows [x0,x1).
 func (j *matJob) block(i, wstride, nw, x0, x1 int) {
-	if !j.asm {
+	if j.p == pathGo {
 		j.blockGo(i, nw, x0, x1)
 		return
 	}
@@ -269,6 +292,53 @@ func (j *matJob) blockGo(i, nw, x0, x1 int) {
 				s = dotIQ4XSGo(w, xk)
 			}
 			j.out[r*rows+i+q] = s
+		}
+	}
+}
+
+// auxRow fills the packed kernels' side data for one Q8_0 activation row.
+func (j *matJob) auxRow(a []q8Aux, xq []byte) {
+	k := int32(128)
+	if j.m.Type == gguf.TypeQ4_0 {
+		k = 8
+	}
+	for b := range a {
+		blk := xq[b*q8Block : (b+1)*q8Block]
+		var s int32
+		for _, q := range blk[2:] {
+			s += int32(int8(q))
+		}
+		a[b] = q8Aux{d: half(blk), c: k * s}
+	}
+}
+
+// groups computes the outputs of packed row groups [lo,hi) for every
+// activation row: 4 activation rows per call while they last, then one at a
+// time. Each group's weights stay in cache across the activation rows.
+func (j *matJob) groups(lo, hi int) {
+	c, rows := j.m.Cols, j.m.Rows
+	nb := c / 32
+	gs := nb * packBlock(j.m.Type)
+	q8 := j.m.Type == gguf.TypeQ8_0
+	for g := lo; g < hi; g++ {
+		w := &j.m.pack[g*gs]
+		i := g * packRows
+		r := 0
+		for ; r+4 <= j.n; r += 4 {
+			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
+			if q8 {
+				gemmQ8P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			} else {
+				gemmQ4P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			}
+		}
+		for ; r < j.n; r++ {
+			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
+			if q8 {
+				gemmQ8P1(w, nb, x, a, o)
+			} else {
+				gemmQ4P1(w, nb, x, a, o)
+			}
 		}
 	}
 }

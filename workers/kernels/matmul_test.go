@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
@@ -105,33 +106,59 @@ func refX(t gguf.Type, x []float32) []float64 {
 	return out
 }
 
-// paths lists the code paths this binary has.
-func paths() []bool {
-	if useAsm {
-		return []bool{false, true}
+// paths lists the code paths this binary and CPU have; TestPathsAvailable says
+// which are skipped.
+func paths() []path { return availablePaths() }
+
+// asmPaths lists the available paths other than the portable one.
+func asmPaths() []path { return paths()[1:] }
+
+func TestPathsAvailable(t *testing.T) {
+	for p := pathAVX2; p <= pathAVX512; p++ {
+		t.Run(p.String(), func(t *testing.T) {
+			if p > detectPath() {
+				t.Skipf("this CPU or build lacks the %s kernels (best here: %s); they are not tested", p, detectPath())
+			}
+		})
 	}
-	return []bool{false}
+	t.Logf("kernels in use: %s (%s=%q)", Kernels(), EnvKernels, os.Getenv(EnvKernels))
 }
 
-func pathName(asm bool) string {
-	if asm {
-		return "asm"
+func TestChoosePath(t *testing.T) {
+	for _, tc := range []struct {
+		best path
+		env  string
+		want path
+		err  bool
+	}{
+		{pathAVX512, "", pathAVX512, false},
+		{pathAVX512, "avx2", pathAVX2, false},
+		{pathAVX512, "go", pathGo, false},
+		{pathAVX2, "avx512", pathAVX2, true},
+		{pathGo, "avx2", pathGo, true},
+		{pathAVX2, "sse", pathAVX2, true},
+	} {
+		t.Run(tc.best.String()+"/"+tc.env, func(t *testing.T) {
+			got, err := choosePath(tc.best, tc.env)
+			if got != tc.want || (err != nil) != tc.err || (err != nil && !errors.Is(err, ErrKernels)) {
+				t.Fatalf("choosePath(%s, %q) = %s, %v; want %s, error %v", tc.best, tc.env, got, err, tc.want, tc.err)
+			}
+		})
 	}
-	return "go"
 }
 
 func TestMatMulMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range allTypes {
-		for _, asm := range paths() {
-			for _, shape := range []struct{ rows, n int }{{1, 1}, {5, 1}, {13, 4}, {8, 14}} {
-				t.Run(fmt.Sprintf("%s/%s/%dx%d/n%d", tc.t, pathName(asm), shape.rows, tc.cols, shape.n), func(t *testing.T) {
+		for _, kp := range paths() {
+			for _, shape := range []struct{ rows, n int }{{1, 1}, {5, 1}, {13, 4}, {8, 14}, {16, 1}, {32, 7}} {
+				t.Run(fmt.Sprintf("%s/%s/%dx%d/n%d", tc.t, kp, shape.rows, tc.cols, shape.n), func(t *testing.T) {
 					m := randMatrix(t, rng, tc.t, shape.rows, tc.cols)
 					x := randVec(rng, shape.n*tc.cols)
 					p := NewPool(2)
 					defer p.Close()
 					out := make([]float32, shape.n*shape.rows)
-					p.matMul(out, m, x, shape.n, asm)
+					p.matMul(out, m, x, shape.n, kp)
 					want, scale := refMatMul(m, x, shape.n)
 					for i := range out {
 						checkClose(t, fmt.Sprintf("out[%d]", i), out[i], want[i], scale[i], 1e-5)
@@ -177,43 +204,44 @@ func TestMatMulUnquantizedX(t *testing.T) {
 // the batch size, the row's position in the batch, or the thread count.
 func TestMatMulInvariance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	const rows = 13
-	for _, tc := range allTypes {
-		for _, asm := range paths() {
-			t.Run(tc.t.String()+"/"+pathName(asm), func(t *testing.T) {
-				m := randMatrix(t, rng, tc.t, rows, tc.cols)
-				base := randVec(rng, 64*tc.cols) // 64 distinct activation rows
-				p1 := NewPool(1)
-				defer p1.Close()
-				// Reference: each activation row alone, one thread.
-				single := make([]float32, 64*rows)
-				for r := range 64 {
-					p1.matMul(single[r*rows:(r+1)*rows], m, base[r*tc.cols:(r+1)*tc.cols], 1, asm)
-				}
-				for _, threads := range []int{1, 2, 3} {
-					p := NewPool(threads)
-					for _, n := range []int{1, 3, 13, 64} {
-						// Batch of n rows taken from base in a shuffled order.
-						perm := rng.Perm(64)[:n]
-						x := make([]float32, n*tc.cols)
-						for r, src := range perm {
-							copy(x[r*tc.cols:], base[src*tc.cols:(src+1)*tc.cols])
-						}
-						out := make([]float32, n*rows)
-						p.matMul(out, m, x, n, asm)
-						for r, src := range perm {
-							for i := range rows {
-								got, want := out[r*rows+i], single[src*rows+i]
-								if math.Float32bits(got) != math.Float32bits(want) {
-									t.Fatalf("threads %d n %d: row %d (source %d) col %d: %x != single %x",
-										threads, n, r, src, i, math.Float32bits(got), math.Float32bits(want))
+	for _, rows := range []int{13, 32} {
+		for _, tc := range allTypes {
+			for _, kp := range paths() {
+				t.Run(fmt.Sprintf("%s/%s/rows%d", tc.t, kp, rows), func(t *testing.T) {
+					m := randMatrix(t, rng, tc.t, rows, tc.cols)
+					base := randVec(rng, 64*tc.cols) // 64 distinct activation rows
+					p1 := NewPool(1)
+					defer p1.Close()
+					// Reference: each activation row alone, one thread.
+					single := make([]float32, 64*rows)
+					for r := range 64 {
+						p1.matMul(single[r*rows:(r+1)*rows], m, base[r*tc.cols:(r+1)*tc.cols], 1, kp)
+					}
+					for _, threads := range []int{1, 2, 3} {
+						p := NewPool(threads)
+						for _, n := range []int{1, 3, 13, 64} {
+							// Batch of n rows taken from base in a shuffled order.
+							perm := rng.Perm(64)[:n]
+							x := make([]float32, n*tc.cols)
+							for r, src := range perm {
+								copy(x[r*tc.cols:], base[src*tc.cols:(src+1)*tc.cols])
+							}
+							out := make([]float32, n*rows)
+							p.matMul(out, m, x, n, kp)
+							for r, src := range perm {
+								for i := range rows {
+									got, want := out[r*rows+i], single[src*rows+i]
+									if math.Float32bits(got) != math.Float32bits(want) {
+										t.Fatalf("threads %d n %d: row %d (source %d) col %d: %x != single %x",
+											threads, n, r, src, i, math.Float32bits(got), math.Float32bits(want))
+									}
 								}
 							}
 						}
+						p.Close()
 					}
-					p.Close()
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -221,40 +249,44 @@ func TestMatMulInvariance(t *testing.T) {
 // TestAsmMatchesGo compares the assembly MatMul with the portable one: exactly
 // for the integer-dot types, within a tight tolerance for float types.
 func TestAsmMatchesGo(t *testing.T) {
-	if !useAsm {
-		t.Skip("this build has no assembly path (purego or non-amd64 or no AVX2/FMA/F16C)")
+	if len(asmPaths()) == 0 {
+		t.Skip("this build or CPU has no assembly path (purego, non-amd64, or no AVX2/FMA/F16C)")
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
 	exact := map[gguf.Type]bool{gguf.TypeQ8_0: true, gguf.TypeQ4_0: true, gguf.TypeQ4_K: true, gguf.TypeQ6_K: true,
 		gguf.TypeQ4_1: true, gguf.TypeQ5_0: true, gguf.TypeQ5_1: true, gguf.TypeIQ4_NL: true,
 		gguf.TypeQ2_K: true, gguf.TypeQ3_K: true, gguf.TypeQ5_K: true, gguf.TypeIQ4_XS: true}
-	for _, tc := range allTypes {
-		t.Run(tc.t.String(), func(t *testing.T) {
-			m := randMatrix(t, rng, tc.t, 11, tc.cols)
-			x := randVec(rng, 5*tc.cols)
-			p := NewPool(2)
-			defer p.Close()
-			a, g := make([]float32, 5*11), make([]float32, 5*11)
-			p.matMul(a, m, x, 5, true)
-			p.matMul(g, m, x, 5, false)
-			_, scale := refMatMul(m, x, 5)
-			for i := range a {
-				if exact[tc.t] {
-					if math.Float32bits(a[i]) != math.Float32bits(g[i]) {
-						t.Fatalf("out[%d]: asm %g != go %g", i, a[i], g[i])
+	for _, kp := range asmPaths() {
+		for _, rows := range []int{11, 32} {
+			for _, tc := range allTypes {
+				t.Run(fmt.Sprintf("%s/%s/rows%d", tc.t, kp, rows), func(t *testing.T) {
+					m := randMatrix(t, rng, tc.t, rows, tc.cols)
+					x := randVec(rng, 9*tc.cols)
+					p := NewPool(2)
+					defer p.Close()
+					a, g := make([]float32, 9*rows), make([]float32, 9*rows)
+					p.matMul(a, m, x, 9, kp)
+					p.matMul(g, m, x, 9, pathGo)
+					_, scale := refMatMul(m, x, 9)
+					for i := range a {
+						if exact[tc.t] {
+							if math.Float32bits(a[i]) != math.Float32bits(g[i]) {
+								t.Fatalf("out[%d]: asm %g != go %g", i, a[i], g[i])
+							}
+							continue
+						}
+						checkClose(t, fmt.Sprintf("out[%d]", i), a[i], float64(g[i]), scale[i], 1e-6)
 					}
-					continue
-				}
-				checkClose(t, fmt.Sprintf("out[%d]", i), a[i], float64(g[i]), scale[i], 1e-6)
+				})
 			}
-		})
+		}
 	}
 }
 
 // TestQuantKernelsExtremes drives the Q8_0/Q4_0 assembly with extreme bytes
 // (-128 weights, ±127 activations) and compares it with the Go kernels bitwise.
 func TestQuantKernelsExtremes(t *testing.T) {
-	if !useAsm {
+	if detectPath() < pathAVX2 {
 		t.Skip("this build has no assembly path")
 	}
 	rng := rand.New(rand.NewPCG(9, 10))
@@ -441,9 +473,10 @@ func FuzzMatrix(f *testing.F) {
 		p := NewPool(2)
 		defer p.Close()
 		a, g := make([]float32, 2*m.Rows), make([]float32, 2*m.Rows)
-		p.matMul(g, m, x, 2, false)
-		if useAsm {
-			p.matMul(a, m, x, 2, true)
+		p.matMul(g, m, x, 2, pathGo)
+		m.pack = repack(m)
+		for _, kp := range asmPaths() {
+			p.matMul(a, m, x, 2, kp)
 			if m.Type == gguf.TypeQ8_0 || m.Type == gguf.TypeQ4_0 {
 				for i := range a {
 					if math.Float32bits(a[i]) != math.Float32bits(g[i]) && !(a[i] != a[i] && g[i] != g[i]) {
@@ -453,4 +486,60 @@ func FuzzMatrix(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPackedKernelsExtremes drives the AVX-512 packed Q8_0/Q4_0 kernels with
+// extreme weight bytes and activations that quantize to ±127, against the
+// portable kernels bitwise, for 1..9 activation rows.
+func TestPackedKernelsExtremes(t *testing.T) {
+	if detectPath() < pathAVX512 {
+		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	const rows, cols = 32, 7 * 32
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0} {
+		for _, fill := range []struct {
+			name string
+			w    func() byte
+			x    func(k int) float32
+		}{
+			{"random", func() byte { return byte(rng.Uint32()) }, func(int) float32 { return float32(rng.NormFloat64()) }},
+			{"min-max", func() byte { return 0x80 }, func(int) float32 { return 1 }},
+			{"min-min", func() byte { return 0x80 }, func(int) float32 { return -1 }},
+			{"max-alt", func() byte { return 0x7f }, func(k int) float32 { return float32(1 - 2*(k&1)) }},
+			{"ff-max", func() byte { return 0xff }, func(int) float32 { return 1 }},
+		} {
+			t.Run(typ.String()+"/"+fill.name, func(t *testing.T) {
+				bs := typ.TypeSize()
+				data := make([]byte, rows*cols/32*bs)
+				for i := range data {
+					data[i] = fill.w()
+				}
+				for b := 0; b < rows*cols/32; b++ {
+					putHalf(data[b*bs:], 0.02)
+				}
+				m, err := NewMatrix(typ, rows, cols, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.pack = repack(m)
+				for n := 1; n <= 9; n++ {
+					x := make([]float32, n*cols)
+					for k := range x {
+						x[k] = fill.x(k)
+					}
+					p := NewPool(2)
+					a, g := make([]float32, n*rows), make([]float32, n*rows)
+					p.matMul(a, m, x, n, pathAVX512)
+					p.matMul(g, m, x, n, pathGo)
+					p.Close()
+					for i := range a {
+						if math.Float32bits(a[i]) != math.Float32bits(g[i]) {
+							t.Fatalf("n %d out[%d]: avx512 %g != go %g", n, i, a[i], g[i])
+						}
+					}
+				}
+			})
+		}
+	}
 }

@@ -13,6 +13,8 @@ type Matrix struct {
 	Type       gguf.Type
 	Rows, Cols int
 	Data       []byte
+
+	pack []byte // the weights interleaved for the AVX-512 kernels (repack.go), or nil
 }
 
 // NewMatrix checks that the type has kernels here, that Cols is a whole number
@@ -38,7 +40,11 @@ func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 	if rows > len(data)/rs || rows*rs != len(data) {
 		return Matrix{}, fmt.Errorf("%w: %d x %d %s needs %d bytes, have %d", ErrShape, rows, cols, t, rows*rs, len(data))
 	}
-	return Matrix{Type: t, Rows: rows, Cols: cols, Data: data}, nil
+	m := Matrix{Type: t, Rows: rows, Cols: cols, Data: data}
+	if active >= pathAVX512 {
+		m.pack = repack(m)
+	}
+	return m, nil
 }
 
 // rowSize is the bytes per row; m must have come from NewMatrix.

@@ -21,11 +21,12 @@ type Pool struct {
 	threads int
 	workers []*poolWorker
 
-	runMu  sync.Mutex // serializes Run
-	matMu  sync.Mutex // serializes MatMul, guarding job
-	job    matJob
-	rowsFn func(lo, hi int) // job.rows, bound once so MatMul does not allocate
-	prepFn func(lo, hi int) // job.prepRows
+	runMu    sync.Mutex // serializes Run
+	matMu    sync.Mutex // serializes MatMul, guarding job
+	job      matJob
+	rowsFn   func(lo, hi int) // job.rows, bound once so MatMul does not allocate
+	prepFn   func(lo, hi int) // job.prepRows
+	groupsFn func(lo, hi int) // job.groups
 
 	// The current job, published before gen is advanced.
 	fn      func(lo, hi int)
@@ -54,7 +55,7 @@ func NewPool(threads int) *Pool {
 		threads = runtime.NumCPU()
 	}
 	p := &Pool{threads: threads, callerWake: make(chan struct{}, 1)}
-	p.rowsFn, p.prepFn = p.job.rows, p.job.prepRows
+	p.rowsFn, p.prepFn, p.groupsFn = p.job.rows, p.job.prepRows, p.job.groups
 	for i := 1; i < threads; i++ {
 		w := &poolWorker{index: i, wake: make(chan struct{}, 1)}
 		p.workers = append(p.workers, w)
