@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // fetchJob pulls one job for model the way a worker does.
@@ -47,9 +48,9 @@ func TestSubmitAndReplies(t *testing.T) {
 	env := startEnv(t, StreamConfig{})
 	ctx := context.Background()
 	c := NewClient(env.nc, env.js)
-	tr := NewTrace()
+	tctx, tr := tracedContext(t)
 	job := testJob("req-1")
-	replies, err := c.Submit(ContextWithTrace(ctx, tr), job)
+	replies, err := c.Submit(tctx, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +60,8 @@ func TestSubmitAndReplies(t *testing.T) {
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != job.ID {
 		t.Errorf("Nats-Msg-Id %q, want %q", id, job.ID)
 	}
-	if gt, ok := TraceFromContext(ExtractTrace(ctx, msg.Headers())); !ok || gt != tr {
-		t.Errorf("trace on the job message %v %v, want %v", gt, ok, tr)
+	if gt := trace.SpanContextFromContext(ExtractTrace(ctx, msg.Headers())); !gt.Equal(tr.WithRemote(true)) {
+		t.Errorf("trace on the job message %v, want %v", gt, tr)
 	}
 	res, err := OpenResults(ctx, env.js)
 	if err != nil {

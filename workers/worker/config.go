@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
@@ -76,6 +78,11 @@ type Config struct {
 	FetchWait time.Duration
 	// Consumer configures the per-model durable consumers.
 	Consumer queue.ConsumerConfig
+	// TracerProvider makes the worker's spans; nil (or a no-op provider)
+	// turns tracing off, and then the job path does no tracing work.
+	TracerProvider trace.TracerProvider
+	// Metrics records the worker's Prometheus series; nil records none.
+	Metrics *Metrics
 
 	// beforeWatch, if set, runs after a job was claimed and admitted and
 	// before the worker subscribes to its cancel signal (a test hook).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,14 +18,16 @@ import (
 // pulled and verified and the answer streamed, or an error frame, or nothing
 // (the job already ended, or another worker holds it).
 func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
-	ctx = queue.ExtractTrace(ctx, msg.Headers())
-	log := w.log.With("model", model, "role", RoleDecode)
+	ctx, log, endDelivery := w.startDelivery(ctx, model, msg)
+	defer endDelivery()
+	log = log.With("role", RoleDecode)
 	h, err := queue.DecodeHandover(msg.Data())
 	if err != nil {
 		w.refuseUndecodable(log, msg, err)
 		return
 	}
 	job := &h.Job
+	jobAttributes(ctx, job)
 	log = log.With("job", job.ID, "tenant", job.Tenant)
 	kctx := context.WithoutCancel(ctx)
 	rp := w.claim(kctx, log, res, job, model, msg)
@@ -102,6 +105,11 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 	}
 
 	stopBeat := w.heartbeat(log, msg)
+	_, fspan := w.startSpan(rctx, spanHandoffReceive, attrModel.String(job.Model), attrPages.Int(len(m.Pages)))
+	fetchStart, fetched := time.Now(), 0
+	for _, pg := range m.Pages {
+		fetched += pg.Bytes
+	}
 	rcfg := w.cfg.Handoff.Receiver
 	if rcfg.MaxPageBytes == 0 {
 		rcfg.MaxPageBytes = layout.PageBytes(layout.PageSize)
@@ -110,6 +118,9 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 		return seq.ImportVerified(i, page, m.Pages[i].Checksum)
 	})
 	stopBeat()
+	w.cfg.Metrics.handoff(job.Model, "receive", fetched, time.Since(fetchStart), err)
+	fspan.SetAttributes(attrBytes.Int(fetched))
+	endSpan(fspan, err)
 	if err != nil {
 		seq.Free()
 		end(decodeFailure(err, context.Cause(rctx)))
@@ -123,7 +134,7 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 		end(classify(err, context.Cause(rctx)))
 		return
 	}
-	w.stream(rctx, kctx, abort, log, rp, job, events, msg, false, cached)
+	w.stream(rctx, kctx, abort, log, rp, job, events, msg, false, cached, nil)
 }
 
 // decodeFailure maps a failed transfer to an error kind and message.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -34,13 +36,14 @@ type refusal struct {
 // to a decode worker (prefill role), a refusal, a requeue, or nothing
 // (already finished, or another worker holds it).
 func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
-	ctx = queue.ExtractTrace(ctx, msg.Headers())
-	log := w.log.With("model", model)
+	ctx, log, end := w.startDelivery(ctx, model, msg)
+	defer end()
 	job, err := queue.DecodeJob(msg.Data())
 	if err != nil {
 		w.refuseUndecodable(log, msg, err)
 		return
 	}
+	jobAttributes(ctx, job)
 	log = log.With("job", job.ID, "tenant", job.Tenant)
 	// Records outlive a shutdown: write them even after ctx is cancelled.
 	kctx := context.WithoutCancel(ctx)
@@ -73,6 +76,7 @@ func (w *Worker) claim(kctx context.Context, log *slog.Logger, res *queue.Result
 	}
 	switch claim {
 	case queue.ClaimFinished:
+		deliveryOf(kctx).outcome = outcomeFinished
 		log.Info("job already finished or cancelled; not running it")
 		w.settle(log, msg.Ack())
 		return nil
@@ -199,7 +203,8 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Res
 	}
 	defer stop()
 
-	events, err := eng.Submit(rctx, req)
+	pctx, prefill := w.startSpan(rctx, spanPrefill, attrModel.String(job.Model), attrInTokens.Int(len(req.Prompt)))
+	events, err := eng.Submit(pctx, req)
 	switch {
 	case errors.Is(err, engine.ErrQueueFull) && job.RejectIfBusy:
 		w.fail(kctx, log, rp, queue.ErrKindCapacity, "the model is busy and the request asked not to wait")
@@ -212,13 +217,14 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Res
 		w.requeue(kctx, log, rp, msg, 0)
 		return
 	case err != nil:
+		endSpan(prefill, err)
 		kind, text := classify(err, nil)
 		w.fail(kctx, log, rp, kind, text)
 		w.settle(log, msg.Ack())
 		return
 	}
 
-	w.stream(rctx, kctx, abort, log, rp, job, events, msg, true, 0)
+	w.stream(rctx, kctx, abort, log, rp, job, events, msg, true, 0, prefill)
 }
 
 // stream sends a running request's events as reply frames and then ends the
@@ -228,15 +234,25 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Res
 // stream through it. handedCached is added to the engine's cached-token
 // count: the prompt tokens a prefill worker served from its prefix cache
 // (decode role), 0 for a unified worker; the sum never exceeds the prompt.
+// prefill, when not nil, is the span of the engine's prefill, ended at the
+// first event; the decode span runs from then to the last.
 func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFunc, log *slog.Logger, rp *queue.Replier,
-	job *queue.Job, events <-chan engine.Event, msg jetstream.Msg, canRequeue bool, handedCached int) {
+	job *queue.Job, events <-chan engine.Event, msg jetstream.Msg, canRequeue bool, handedCached int, prefill trace.Span) {
 	stopBeat := w.heartbeat(log, msg)
 	var (
 		final     *engine.Event
 		endErr    error
 		streamErr error
+		decode    trace.Span
 	)
+	if prefill == nil {
+		_, decode = w.startSpan(rctx, spanDecode, attrModel.String(job.Model))
+	}
 	for ev := range events {
+		if decode == nil {
+			endSpan(prefill, ev.Err)
+			_, decode = w.startSpan(rctx, spanDecode, attrModel.String(job.Model))
+		}
 		switch {
 		case ev.Err != nil:
 			endErr = ev.Err
@@ -250,6 +266,14 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 		}
 	}
 	stopBeat()
+	if decode == nil { // no event at all
+		endSpan(prefill, endErr)
+	} else {
+		if final != nil {
+			decode.SetAttributes(attrOutTokens.Int(final.Usage.CompletionTokens))
+		}
+		endSpan(decode, endErr)
+	}
 
 	switch {
 	case errors.Is(streamErr, queue.ErrLostClaim):
@@ -267,6 +291,12 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 			CachedTokens: min(final.Usage.CachedTokens+handedCached, final.Usage.PromptTokens)}
 		if err := rp.Final(kctx, final.Text, final.Finish, u); err != nil {
 			log.Error("sending final frame", "err", err)
+		}
+		deliveryOf(kctx).outcome = outcomeDone
+		w.cfg.Metrics.usage(job.Model, u)
+		if span := trace.SpanFromContext(kctx); span.IsRecording() {
+			span.SetAttributes(attrInTokens.Int(u.PromptTokens), attrOutTokens.Int(u.CompletionTokens),
+				attrCached.Int(u.CachedTokens), attrFinish.StringSlice([]string{final.Finish}))
 		}
 		w.publishUsage(log, job, final.Finish, u)
 		w.settle(log, msg.Ack())
@@ -331,6 +361,9 @@ func (w *Worker) heartbeat(log *slog.Logger, msg jetstream.Msg) (stop func()) {
 // claim is current (Replier.FailIfHeld): at most one of them ends the stream.
 func (w *Worker) fail(ctx context.Context, log *slog.Logger, rp *queue.Replier, kind queue.ErrorKind, text string) {
 	log.Info("job refused or failed", "kind", kind, "reason", text)
+	d := deliveryOf(ctx)
+	d.outcome, d.kind = outcomeFailed, kind
+	trace.SpanFromContext(ctx).SetStatus(codes.Error, text)
 	var err error
 	if w.cfg.Role == RoleUnified {
 		err = rp.Fail(ctx, kind, text)
@@ -347,6 +380,7 @@ func (w *Worker) fail(ctx context.Context, log *slog.Logger, rp *queue.Replier, 
 
 // requeue gives the job back for another delivery after delay.
 func (w *Worker) requeue(ctx context.Context, log *slog.Logger, rp *queue.Replier, msg jetstream.Msg, delay time.Duration) {
+	deliveryOf(ctx).outcome = outcomeRequeued
 	if err := rp.Requeue(ctx); err != nil {
 		log.Warn("requeueing job record", "err", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,7 +30,9 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 	defer stop()
 
 	stopBeat := w.heartbeat(log, msg)
-	p, err := eng.Prefill(rctx, req)
+	pctx, pspan := w.startSpan(rctx, spanPrefill, attrModel.String(job.Model), attrInTokens.Int(len(req.Prompt)))
+	p, err := eng.Prefill(pctx, req)
+	endSpan(pspan, err)
 	if err != nil {
 		stopBeat()
 		cause := context.Cause(rctx)
@@ -54,6 +57,7 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 	if err != nil {
 		w.failHandOver(kctx, log, res, rp, job, err, context.Cause(rctx))
 	} else {
+		deliveryOf(kctx).outcome = outcomeHandedOver
 		log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens, "cached_tokens", p.CachedTokens)
 	}
 	w.settle(log, msg.Ack())
@@ -62,7 +66,16 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 // handOver exports p's pages, offers them and publishes the hand-over, then
 // serves the transfer. It returns nil only when the decode side pulled every
 // page and said it is done.
-func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job, eng *engine.Engine, req engine.Request, p *engine.Prefilled) error {
+func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job, eng *engine.Engine, req engine.Request, p *engine.Prefilled) (err error) {
+	// The decode side's spans are children of the send span: the hand-over
+	// message carries its context.
+	rctx, span := w.startSpan(rctx, spanHandoffSend, attrModel.String(job.Model))
+	start, sent := time.Now(), 0
+	defer func() {
+		w.cfg.Metrics.handoff(job.Model, "send", sent, time.Since(start), err)
+		span.SetAttributes(attrBytes.Int(sent))
+		endSpan(span, err)
+	}()
 	size := eng.KV().PageSize()
 	pages := make([][]byte, (p.PromptTokens+size-1)/size)
 	for i := range pages {
@@ -71,6 +84,7 @@ func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job
 			return fmt.Errorf("exporting KV page %d: %w", i, err)
 		}
 		pages[i] = b
+		sent += len(b)
 	}
 	m, err := handoff.NewManifest(handoff.Source{
 		RequestID:     job.ID,

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -26,6 +28,10 @@ type Worker struct {
 	js      jetstream.JetStream
 	cfg     Config
 	started atomic.Bool
+
+	tracer   trace.Tracer // from cfg.TracerProvider; used only when tracing
+	tracing  bool
+	jobsDone atomic.Uint64 // deliveries that completed or handed over
 }
 
 // New validates cfg and returns a worker. It does not touch the network until
@@ -40,8 +46,21 @@ func New(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{log: log, nc: nc, js: js, cfg: cfg}, nil
+	w := &Worker{log: log, nc: nc, js: js, cfg: cfg}
+	if tp := cfg.TracerProvider; tp != nil {
+		if _, off := tp.(noop.TracerProvider); !off {
+			w.tracer, w.tracing = tp.Tracer(tracerName), true
+		}
+	}
+	return w, nil
 }
+
+// JobsDone is how many job deliveries this worker completed (a final frame)
+// or handed over to a decode worker.
+func (w *Worker) JobsDone() uint64 { return w.jobsDone.Load() }
+
+// Role is the part of each request this worker runs.
+func (w *Worker) Role() Role { return w.cfg.Role }
 
 // Run creates (or joins) one durable consumer per model (on the jobs stream,
 // or on the decode stream for RoleDecode) and runs jobs until
@@ -71,6 +90,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		consumer := queue.ConsumerName(name)
+		if w.cfg.Role == RoleDecode {
+			consumer = queue.DecodeConsumerName(name)
+		}
+		w.cfg.Metrics.addConsumer(consumer, c)
 		models = append(models, served{name, eng, c})
 	}
 	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "concurrency", w.cfg.Concurrency)

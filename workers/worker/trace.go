@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// tracerName is the instrumentation scope of the worker's spans.
+const tracerName = "github.com/bulkhead-ai/bulkhead/workers/worker"
+
+// Span names (docs/operations.md lists them).
+const (
+	spanQueueWait      = "queue.wait"
+	spanJob            = "worker.job"
+	spanPrefill        = "engine.prefill"
+	spanDecode         = "engine.decode"
+	spanHandoffSend    = "handoff.send"
+	spanHandoffReceive = "handoff.receive"
+)
+
+// Span attribute keys beyond OpenTelemetry's semantic conventions. Prompt
+// and completion text are never attributes.
+const (
+	attrTenant    = attribute.Key("bulkhead.tenant")
+	attrRequestID = attribute.Key("bulkhead.request_id")
+	attrRole      = attribute.Key("bulkhead.role")
+	attrOutcome   = attribute.Key("bulkhead.outcome")
+	attrErrorKind = attribute.Key("error.type")
+	attrModel     = attribute.Key("gen_ai.request.model")
+	attrMaxTokens = attribute.Key("gen_ai.request.max_tokens")
+	attrInTokens  = attribute.Key("gen_ai.usage.input_tokens")
+	attrOutTokens = attribute.Key("gen_ai.usage.output_tokens")
+	attrFinish    = attribute.Key("gen_ai.response.finish_reasons")
+	attrCached    = attribute.Key("bulkhead.usage.cached_tokens")
+	attrPages     = attribute.Key("bulkhead.handoff.pages")
+	attrBytes     = attribute.Key("bulkhead.handoff.bytes")
+)
+
+// Job outcomes, the outcome label of bulkhead_worker_jobs_total.
+const (
+	outcomeDone       = "done"
+	outcomeHandedOver = "handed_over"
+	outcomeFailed     = "failed"
+	outcomeRequeued   = "requeued"
+	outcomeFinished   = "finished" // already ended or cancelled: not run
+)
+
+// delivery is what one job delivery's helpers learn about its end; it
+// travels in the delivery's context so fail, requeue and the final frame can
+// record it wherever they are called from.
+type delivery struct {
+	outcome string
+	kind    queue.ErrorKind
+}
+
+type deliveryKey struct{}
+
+func deliveryOf(ctx context.Context) *delivery {
+	if d, ok := ctx.Value(deliveryKey{}).(*delivery); ok {
+		return d
+	}
+	return &delivery{}
+}
+
+// startDelivery begins one delivery of a job message: the trace context from
+// its headers, the queue-wait span and histogram (from the stream's
+// timestamp to now), and the consumer span of the job, with the log carrying
+// its trace and span ids. end records the outcome as a metric and on the
+// span and ends it.
+func (w *Worker) startDelivery(ctx context.Context, model string, msg jetstream.Msg) (context.Context, *slog.Logger, func()) {
+	ctx = queue.ExtractTrace(ctx, msg.Headers())
+	now := time.Now()
+	if meta, err := msg.Metadata(); err == nil && !meta.Timestamp.IsZero() && meta.Timestamp.Before(now) {
+		w.cfg.Metrics.waited(model, w.cfg.Role, now.Sub(meta.Timestamp))
+		if w.tracing {
+			_, wait := w.tracer.Start(ctx, spanQueueWait, trace.WithTimestamp(meta.Timestamp),
+				trace.WithAttributes(attrModel.String(model), attrRole.String(string(w.cfg.Role))))
+			wait.End(trace.WithTimestamp(now))
+		}
+	}
+	d := &delivery{}
+	ctx = context.WithValue(ctx, deliveryKey{}, d)
+	log := w.log.With("model", model)
+	var span trace.Span
+	if w.tracing {
+		ctx, span = w.tracer.Start(ctx, spanJob, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attrModel.String(model), attrRole.String(string(w.cfg.Role)),
+				attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.destination.name", msg.Subject())))
+		sc := span.SpanContext()
+		log = log.With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
+	}
+	return ctx, log, func() {
+		outcome := d.outcome
+		if outcome == "" {
+			outcome = outcomeFailed
+		}
+		w.cfg.Metrics.job(model, w.cfg.Role, outcome)
+		if outcome == outcomeDone || outcome == outcomeHandedOver {
+			w.jobsDone.Add(1)
+		}
+		if span != nil {
+			span.SetAttributes(attrOutcome.String(outcome))
+			if d.kind != "" {
+				span.SetAttributes(attrErrorKind.String(string(d.kind)))
+			}
+			span.End()
+		}
+	}
+}
+
+// jobAttributes names the job on the delivery's span once it is decoded:
+// tenant, request id and requested tokens, never its text.
+func jobAttributes(ctx context.Context, job *queue.Job) {
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(attrTenant.String(job.Tenant), attrRequestID.String(job.ID),
+			attrMaxTokens.Int(job.MaxTokens))
+	}
+}
+
+// startSpan starts a child span when tracing is on; the returned span is
+// never nil.
+func (w *Worker) startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !w.tracing {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return w.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+// endSpan ends span, marking it failed when err is not nil.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
