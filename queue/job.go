@@ -28,7 +28,9 @@ type Sampling struct {
 // Tenant comes from the verified token at the edge, never from the request
 // body. Prompt is the final prompt text (chat template already applied); the
 // worker tokenizes it itself and checks admission again, so PromptTokens (the
-// edge's count) is only a cross-check.
+// edge's count) is only a cross-check. A rendered conversation also carries
+// Segments (see Segment): the worker tokenizes those, segment by segment,
+// and Prompt is then their plain text.
 //
 // CachePrefix opts the request in to its tenant's prefix cache: the worker
 // reuses the KV of the leading full pages this prompt shares with earlier
@@ -39,6 +41,7 @@ type Job struct {
 	Tenant       string    `json:"tenant"` // tenant namespace (JWT sub)
 	Model        string    `json:"model"`  // catalog name, e.g. @cf/meta/llama-3.2-1b-instruct
 	Prompt       string    `json:"prompt"`
+	Segments     []Segment `json:"segments,omitempty"`      // the prompt by origin; when set, Prompt is their text
 	ParseSpecial bool      `json:"parse_special,omitempty"` // prompt contains template special tokens
 	AddBOS       bool      `json:"add_bos,omitempty"`       // the worker adds BOS (the template did not)
 	PromptTokens int       `json:"prompt_tokens"`           // the edge's count
@@ -84,7 +87,7 @@ func (j *Job) Validate() error {
 	case j.Deadline.IsZero():
 		return fmt.Errorf("%w: job %s has no deadline", ErrBadMessage, j.ID)
 	}
-	return nil
+	return j.validateSegments()
 }
 
 // EncodeJob and DecodeJob are the job codec (JSON).

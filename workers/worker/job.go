@@ -102,7 +102,7 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if !time.Now().Before(job.Deadline) {
 		return engine.Request{}, &refusal{queue.ErrKindTimeout, "deadline passed before the job started"}
 	}
-	prompt := eng.Model().Tokenizer.Encode(job.Prompt, job.AddBOS, job.ParseSpecial)
+	prompt := promptTokens(eng.Model().Tokenizer, job)
 	if len(prompt) == 0 {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, "empty prompt"}
 	}
