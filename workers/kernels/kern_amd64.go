@@ -69,3 +69,6 @@ func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride u
 
 //go:noescape
 func gemmQ4P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+
+//go:noescape
+func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)

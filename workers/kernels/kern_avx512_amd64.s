@@ -233,3 +233,98 @@ q4p1done:
 	VMOVUPS Z0, (AX)
 	VZEROUPPER
 	RET
+
+DATA q8absmask<>+0(SB)/4, $0x7fffffff
+GLOBL q8absmask<>(SB), RODATA, $4
+DATA q8signmask<>+0(SB)/4, $0x80000000
+GLOBL q8signmask<>(SB), RODATA, $4
+DATA q8half<>+0(SB)/4, $0x3f000000
+GLOBL q8half<>(SB), RODATA, $4
+DATA q8one<>+0(SB)/4, $0x3f800000
+GLOBL q8one<>(SB), RODATA, $4
+DATA q8d127<>+0(SB)/4, $0x42fe0000
+GLOBL q8d127<>(SB), RODATA, $4
+
+// ROUNDAWAY: za = round(za) with ties away from zero, as C's roundf: truncate,
+// then step one away from zero where the dropped fraction is at least 1/2.
+// Z26 abs mask, Z27 sign mask, Z28 0.5, Z29 1.0; uses zt, zs and K1.
+#define ROUNDAWAY(za, zt, zs) \
+	VRNDSCALEPS $0x0b, za, zt \
+	VSUBPS zt, za, zs \
+	VANDPS Z26, zs, zs \
+	VCMPPS $0x1d, Z28, zs, K1 \
+	VANDPS Z27, za, zs \
+	VORPS Z29, zs, zs \
+	VADDPS zs, zt, K1, zt \
+	VCVTPS2DQ zt, za
+
+// func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
+// Q8_0 blocks of x, bitwise as quantizeQ8; with aux non-nil, also each block's
+// f16 scale as f32 and k*sum(q), as matJob.auxRow.
+TEXT ·quantQ8AVX512(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nb+16(FP), CX
+	MOVQ aux+24(FP), DX
+	MOVL k+32(FP), R8
+	VPBROADCASTD q8absmask<>(SB), Z26
+	VPBROADCASTD q8signmask<>(SB), Z27
+	VPBROADCASTD q8half<>(SB), Z28
+	VPBROADCASTD q8one<>(SB), Z29
+	VMOVSS q8d127<>(SB), X30
+	VMOVSS q8one<>(SB), X31
+	TESTQ CX, CX
+	JZ    qq8done
+qq8loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VANDPS Z26, Z0, Z2
+	VANDPS Z26, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF32X8 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2
+	VDIVSS X30, X2, X4          // d = amax/127
+	VDIVSS X4, X31, X5          // 1/d
+	VXORPS X6, X6, X6
+	VCMPSS $4, X6, X4, X7       // d != 0
+	VANDPS X7, X5, X5           // id = d != 0 ? 1/d : 0
+	VCVTPS2PH $0, X4, X8
+	VPEXTRW $0, X8, (DI)
+	VBROADCASTSS X5, Z5
+	VMULPS Z5, Z0, Z0
+	VMULPS Z5, Z1, Z1
+	ROUNDAWAY(Z0, Z10, Z11)
+	ROUNDAWAY(Z1, Z12, Z13)
+	VPMOVSDB Z0, 2(DI)
+	VPMOVSDB Z1, 18(DI)
+	TESTQ DX, DX
+	JZ    qq8next
+	VCVTPH2PS X8, X9
+	VMOVSS X9, (DX)
+	VPADDD Z1, Z0, Z2
+	VEXTRACTI32X8 $1, Z2, Y3
+	VPADDD Y3, Y2, Y2
+	VEXTRACTI128 $1, Y2, X3
+	VPADDD X3, X2, X2
+	VPSHUFD $0x4e, X2, X3
+	VPADDD X3, X2, X2
+	VPSHUFD $0xb1, X2, X3
+	VPADDD X3, X2, X2
+	VMOVD X2, AX
+	IMULL R8, AX
+	MOVL AX, 4(DX)
+	ADDQ $8, DX
+qq8next:
+	ADDQ $128, SI
+	ADDQ $34, DI
+	DECQ CX
+	JNZ  qq8loop
+qq8done:
+	VZEROUPPER
+	RET

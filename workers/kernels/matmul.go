@@ -128,9 +128,16 @@ func (j *matJob) prepRows(lo, hi int) {
 			}
 		case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 			xq := j.xq[r*j.xqs : (r+1)*j.xqs]
-			quantizeQ8(xq, x)
-			if j.packed() {
-				j.auxRow(j.xa[r*c/32:(r+1)*c/32], xq)
+			switch {
+			case j.p >= pathAVX512 && j.packed():
+				quantQ8AVX512(&xq[0], &x[0], c/32, &j.xa[r*c/32], j.auxK())
+			case j.p >= pathAVX512:
+				quantQ8AVX512(&xq[0], &x[0], c/32, nil, 0)
+			default:
+				quantizeQ8(xq, x)
+				if j.packed() {
+					j.auxRow(j.xa[r*c/32:(r+1)*c/32], xq)
+				}
 			}
 		case gguf.TypeQ4_1, gguf.TypeQ5_1:
 			quantizeQ8_1(j.xq[r*j.xqs:(r+1)*j.xqs], x)
@@ -298,10 +305,7 @@ func (j *matJob) blockGo(i, nw, x0, x1 int) {
 
 // auxRow fills the packed kernels' side data for one Q8_0 activation row.
 func (j *matJob) auxRow(a []q8Aux, xq []byte) {
-	k := int32(128)
-	if j.m.Type == gguf.TypeQ4_0 {
-		k = 8
-	}
+	k := j.auxK()
 	for b := range a {
 		blk := xq[b*q8Block : (b+1)*q8Block]
 		var s int32
@@ -310,6 +314,14 @@ func (j *matJob) auxRow(a []q8Aux, xq []byte) {
 		}
 		a[b] = q8Aux{d: half(blk), c: k * s}
 	}
+}
+
+// auxK is the offset factor of the packed weights: 128 for Q8_0, 8 for Q4_0.
+func (j *matJob) auxK() int32 {
+	if j.m.Type == gguf.TypeQ4_0 {
+		return 8
+	}
+	return 128
 }
 
 // groups computes the outputs of packed row groups [lo,hi) for every

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -540,6 +541,58 @@ func TestPackedKernelsExtremes(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestQuantQ8AVX512 checks the AVX-512 row quantizer against quantizeQ8 and
+// auxRow byte for byte: random rows, ties at every half, zero blocks, tiny
+// and huge scales.
+func TestQuantQ8AVX512(t *testing.T) {
+	if detectPath() < pathAVX512 {
+		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+	}
+	rng := rand.New(rand.NewPCG(13, 14))
+	const nb = 24
+	x := make([]float32, nb*32)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for k := range 32 { // block 1: ties, d = 1
+		x[32+k] = float32(k-16) + 0.5
+	}
+	x[32] = 127
+	for k := range 32 { // block 2: zero
+		x[64+k] = 0
+	}
+	for k := range 32 { // blocks 3, 4: tiny and huge magnitudes
+		x[96+k] = float32(rng.NormFloat64()) * 1e-6
+		x[128+k] = float32(rng.NormFloat64()) * 1e4
+	}
+	x[160+5] = float32(math.Copysign(0, -1))
+	for _, k := range []int32{8, 128} {
+		want, got := make([]byte, nb*34), make([]byte, nb*34)
+		wa, ga := make([]q8Aux, nb), make([]q8Aux, nb)
+		quantizeQ8(want, x)
+		j := &matJob{m: Matrix{Type: gguf.TypeQ8_0}}
+		if k == 8 {
+			j.m.Type = gguf.TypeQ4_0
+		}
+		j.auxRow(wa, want)
+		quantQ8AVX512(&got[0], &x[0], nb, &ga[0], k)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("k %d byte %d (block %d): avx512 %#x != go %#x", k, i, i/34, got[i], want[i])
+			}
+		}
+		for b := range wa {
+			if math.Float32bits(wa[b].d) != math.Float32bits(ga[b].d) || wa[b].c != ga[b].c {
+				t.Fatalf("k %d aux %d: avx512 %+v != go %+v", k, b, ga[b], wa[b])
+			}
+		}
+		quantQ8AVX512(&got[0], &x[0], nb, nil, 0)
+		if !bytes.Equal(got, want) {
+			t.Fatal("without aux: blocks differ")
 		}
 	}
 }
