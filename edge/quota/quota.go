@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/billing/ledger"
+	"github.com/bulkhead-ai/bulkhead/billing/price"
 )
 
 var (
@@ -46,9 +48,14 @@ func (e *LimitError) Error() string {
 
 func (e *LimitError) Unwrap() error { return e.Err }
 
-// Usage is what a finished request consumed.
+// Usage is what a finished request consumed. RequestID, when set, makes
+// the charge idempotent and shared with billing: the day total the budget is
+// checked against is the ledger's (billing/ledger.DayNeuronsKey), and a
+// request is added to it once, by whichever of this release and the
+// ledger's count of its usage event comes first.
 type Usage struct {
-	Neurons float64
+	Neurons   float64
+	RequestID string
 }
 
 const (
@@ -149,9 +156,9 @@ func (c *Config) limited() bool {
 // one script may touch them all.
 func rateKey(tenant string) string  { return KeyPrefix + "{" + tenant + "}:rpm" }
 func leaseKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:inflight" }
-func neuronKey(tenant string, day time.Time) string {
-	return KeyPrefix + "{" + tenant + "}:neurons:" + day.UTC().Format(time.DateOnly)
-}
+// neuronKey is the ledger's day total, in micro-neurons: what the
+// dashboard shows is what the budget enforces.
+func neuronKey(tenant string, day time.Time) string { return ledger.DayNeuronsKey(tenant, day) }
 
 // Script results (first element of the reply).
 const (
@@ -202,15 +209,20 @@ end
 return {0, 0}
 `
 
-// releaseScript gives back a lease and charges the neurons used.
+// releaseScript gives back a lease and charges the micro-neurons used,
+// once per request id when one is given (the claim billing/ledger shares).
 //
-// KEYS: 1 lease zset, 2 neurons of the admission day
-// ARGV: 1 request id, 2 neurons (>= 0), 3 ttl ms of the neuron key
+// KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim
+// ARGV: 1 lease id, 2 micro-neurons (>= 0), 3 ttl ms of the neuron key,
+// 4 "1" when KEYS[3] is a claim to take, 5 ttl ms of the claim
 const releaseLua = `
 redis.call('ZREM', KEYS[1], ARGV[1])
 local n = tonumber(ARGV[2])
 if n > 0 then
-  redis.call('INCRBYFLOAT', KEYS[2], ARGV[2])
+  if ARGV[4] == '1' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[5]) then
+    return 0
+  end
+  redis.call('INCRBY', KEYS[2], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return 0
@@ -239,7 +251,7 @@ func (q *Quota) Acquire(ctx context.Context, tenant string) (release func(Usage)
 		now.UnixMilli(),
 		q.cfg.RequestsPerMinute, rateWindow.Milliseconds(),
 		q.cfg.MaxConcurrent, q.leaseTTL.Milliseconds(),
-		strconv.FormatFloat(q.cfg.DailyNeurons, 'g', -1, 64),
+		price.ToMicro(q.cfg.DailyNeurons),
 		id,
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.timeout)
@@ -297,8 +309,12 @@ func (q *Quota) release(tenant, id string, day time.Time, u Usage) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
 	defer cancel()
-	keys := []string{leaseKey(tenant), neuronKey(tenant, day)}
-	err := q.releaseScr.Run(ctx, q.rdb, keys, id, strconv.FormatFloat(n, 'g', -1, 64), ttl.Milliseconds()).Err()
+	claim, take := leaseKey(tenant), "0" // no request id: an unclaimed charge (KEYS[3] unused)
+	if u.RequestID != "" {
+		claim, take = ledger.ChargedKey(tenant, u.RequestID), "1"
+	}
+	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim}
+	err := q.releaseScr.Run(ctx, q.rdb, keys, id, price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds()).Err()
 	if err != nil {
 		// The lease expires by itself after LeaseTTL; the neurons are lost to
 		// the quota (billing counts them from usage events, not from here).
@@ -316,7 +332,7 @@ func (q *Quota) Used(ctx context.Context, tenant string, t time.Time) (float64, 
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.timeout)
 	defer cancel()
-	v, err := q.rdb.Get(cctx, neuronKey(tenant, t)).Float64()
+	micro, err := q.rdb.Get(cctx, neuronKey(tenant, t)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -326,7 +342,7 @@ func (q *Quota) Used(ctx context.Context, tenant string, t time.Time) (float64, 
 		}
 		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	return v, nil
+	return price.Neurons(micro), nil
 }
 
 // untilMidnight is the time from t to the next 00:00 UTC (never zero).

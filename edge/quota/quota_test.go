@@ -301,7 +301,7 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("keys %q, want the rate window and the day's neurons", keys)
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "bulkhead:quota:{acme}:") {
+		if !strings.HasPrefix(k, "bulkhead:quota:{acme}:") && !strings.HasPrefix(k, "bulkhead:billing:{acme}:") {
 			t.Errorf("key %q is outside the tenant's namespace", k)
 		}
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
