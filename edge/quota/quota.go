@@ -156,6 +156,7 @@ func (c *Config) limited() bool {
 // one script may touch them all.
 func rateKey(tenant string) string  { return KeyPrefix + "{" + tenant + "}:rpm" }
 func leaseKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:inflight" }
+
 // neuronKey is the ledger's day total, in micro-neurons: what the
 // dashboard shows is what the budget enforces.
 func neuronKey(tenant string, day time.Time) string { return ledger.DayNeuronsKey(tenant, day) }
