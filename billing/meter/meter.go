@@ -1,0 +1,168 @@
+package meter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/billing/ledger"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// Recorder counts a usage event once; billing/ledger.Ledger implements it.
+type Recorder interface {
+	Record(ctx context.Context, ev *queue.UsageEvent) (counted bool, err error)
+}
+
+var _ Recorder = (*ledger.Ledger)(nil)
+
+// ErrConfig reports a Config that cannot run.
+var ErrConfig = errors.New("meter: invalid config")
+
+// Config configures a Meter. Zero values take the defaults noted.
+type Config struct {
+	Batch      int           // events pulled per fetch; default 64
+	FetchWait  time.Duration // bounds one pull; default 1s
+	RetryDelay time.Duration // redelivery delay after a ledger failure; default 1s
+	Consumer   queue.UsageConsumerConfig
+}
+
+func (c *Config) fill() error {
+	if c.Batch == 0 {
+		c.Batch = 64
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = time.Second
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.Batch < 0 || c.FetchWait < 0 || c.RetryDelay < 0 {
+		return fmt.Errorf("%w: Batch %d, FetchWait %v, RetryDelay %v", ErrConfig, c.Batch, c.FetchWait, c.RetryDelay)
+	}
+	return nil
+}
+
+// Stats counts what a Meter did since it started.
+type Stats struct {
+	Counted    int64 // events the ledger counted
+	Duplicates int64 // events the ledger had counted already
+	Rejected   int64 // undecodable events, terminated
+	Retried    int64 // events given back after a ledger failure
+}
+
+// Meter consumes usage events into a Recorder.
+type Meter struct {
+	log *slog.Logger
+	js  jetstream.JetStream
+	rec Recorder
+	cfg Config
+
+	mu    sync.Mutex // guards stats
+	stats Stats
+}
+
+// New validates cfg and returns a Meter; it touches NATS only in Run.
+func New(log *slog.Logger, js jetstream.JetStream, rec Recorder, cfg Config) (*Meter, error) {
+	if js == nil || rec == nil {
+		return nil, fmt.Errorf("%w: a JetStream context and a Recorder are required", ErrConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Meter{log: log, js: js, rec: rec, cfg: cfg}, nil
+}
+
+// Stats returns the counts so far.
+func (m *Meter) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+func (m *Meter) count(f func(*Stats)) {
+	m.mu.Lock()
+	f(&m.stats)
+	m.mu.Unlock()
+}
+
+// Run consumes until ctx ends: each fetched batch is counted and acked in
+// full before Run looks at ctx again, so a shutdown leaves no event counted
+// and unacked for longer than it takes to finish the batch (and even such
+// an event is only counted once when redelivered).
+func (m *Meter) Run(ctx context.Context) error {
+	cons, err := queue.EnsureUsageConsumer(ctx, m.js, m.cfg.Consumer)
+	if err != nil {
+		return err
+	}
+	m.log.Info("billing: consuming usage events", "stream", queue.UsageStream, "consumer", queue.UsageConsumer)
+	// Ledger writes outlive a cancelled ctx: a batch in hand is finished.
+	kctx := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(m.cfg.Batch, jetstream.FetchMaxWait(m.cfg.FetchWait))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			m.log.Warn("billing: fetching usage events", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(m.cfg.RetryDelay):
+			}
+			continue
+		}
+		for msg := range batch.Messages() {
+			m.handle(kctx, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
+			!errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			m.log.Warn("billing: usage batch", "err", err)
+		}
+	}
+	return nil
+}
+
+func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
+	ev, err := queue.DecodeUsage(msg.Data())
+	if err != nil {
+		m.log.Error("billing: terminating an undecodable usage event", "err", err, "subject", msg.Subject())
+		m.count(func(s *Stats) { s.Rejected++ })
+		if err := msg.TermWithReason("undecodable usage event"); err != nil {
+			m.log.Warn("billing: terminating usage event", "err", err)
+		}
+		return
+	}
+	counted, err := m.rec.Record(ctx, ev)
+	switch {
+	case errors.Is(err, ledger.ErrInvalidTenant):
+		m.log.Error("billing: terminating a usage event with an invalid tenant", "err", err, "request_id", ev.RequestID)
+		m.count(func(s *Stats) { s.Rejected++ })
+		_ = msg.TermWithReason("invalid tenant")
+		return
+	case err != nil:
+		m.log.Warn("billing: counting usage event; will retry", "err", err, "request_id", ev.RequestID)
+		m.count(func(s *Stats) { s.Retried++ })
+		if err := msg.NakWithDelay(m.cfg.RetryDelay); err != nil {
+			m.log.Warn("billing: giving usage event back", "err", err)
+		}
+		return
+	}
+	if counted {
+		m.count(func(s *Stats) { s.Counted++ })
+	} else {
+		m.count(func(s *Stats) { s.Duplicates++ })
+	}
+	// Wait for the server's confirmation: an ack lost on the way means a
+	// redelivery, which the ledger finds counted.
+	if err := msg.DoubleAck(ctx); err != nil {
+		m.log.Warn("billing: acknowledging usage event", "err", err, "request_id", ev.RequestID)
+	}
+}

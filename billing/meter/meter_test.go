@@ -1,0 +1,196 @@
+package meter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/billing/ledger"
+	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
+)
+
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	srv, err := redistest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "meter tests:", err)
+		os.Exit(1)
+	}
+	redisAddr = srv.Addr()
+	before := queuetest.Goroutines()
+	code := m.Run()
+	srv.Stop()
+	if code == 0 {
+		if err := queuetest.WaitGoroutines(before, queuetest.LeakWait); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func checkFor(t *testing.T, within time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMeterCountsEachEventOnce: events published (some twice, some counted
+// by an earlier meter that died before acking) are counted exactly once
+// across meters stopped and restarted while events keep arriving.
+func TestMeterCountsEachEventOnce(t *testing.T) {
+	srv := queuetest.Server(t)
+	_, js := queuetest.JetStream(t, srv.ClientURL())
+	ctx := context.Background()
+	if err := queue.Setup(ctx, js, queue.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.New(rdb, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC()
+	ev := func(i int) *queue.UsageEvent {
+		return &queue.UsageEvent{RequestID: fmt.Sprintf("req-%d", i), Tenant: "acme", Model: "m", Time: at,
+			PromptTokens: 10, CompletionTokens: i % 7, MicroNeurons: int64(1000 + i), Finish: queue.OutcomeStop}
+	}
+	const n = 300
+	var want int64
+	for i := range n {
+		want += int64(1000 + i)
+	}
+
+	// An earlier meter counted req-0..9 and died before acking them.
+	for i := range 10 {
+		if _, err := l.Record(ctx, ev(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pub sync.WaitGroup
+	pub.Go(func() {
+		for i := range n {
+			if err := queue.PublishUsage(ctx, js, ev(i)); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%2 == 0 {
+				// A copy the stream cannot de-duplicate (no message id,
+				// as after the window): the ledger must.
+				b, _ := json.Marshal(ev(i))
+				if _, err := js.Publish(ctx, queue.UsageSubject("acme"), b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	})
+	// Meters come and go while events arrive.
+	for round := range 5 {
+		m, err := New(nil, js, l, Config{Batch: 16, FetchWait: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- m.Run(rctx) }()
+		checkFor(t, 10*time.Second, func() error {
+			if m.Stats().Counted+m.Stats().Duplicates == 0 {
+				return fmt.Errorf("round %d: meter counted nothing yet", round)
+			}
+			return nil
+		})
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub.Wait()
+	m, err := New(nil, js, l, Config{FetchWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	checkFor(t, 20*time.Second, func() error {
+		rep, err := l.Query(ctx, ledger.Query{Tenant: "acme", From: at.Add(-time.Hour), To: at.Add(time.Hour), Granularity: ledger.Hour})
+		if err != nil {
+			return err
+		}
+		s, err := js.Stream(ctx, queue.UsageStream)
+		if err != nil {
+			return err
+		}
+		if left := s.CachedInfo().State.Msgs; left != 0 || rep.Totals.Requests != n {
+			return fmt.Errorf("%d requests counted, %d events left in the stream; want %d and 0", rep.Totals.Requests, left, n)
+		}
+		if rep.Totals.MicroNeurons != want {
+			t.Fatalf("%d micro-neurons counted, want %d", rep.Totals.MicroNeurons, want)
+		}
+		return nil
+	})
+	if day, err := l.DayMicro(ctx, "acme", at); err != nil || day != want {
+		t.Fatalf("day total %d, %v; want %d", day, err, want)
+	}
+}
+
+// TestMeterTerminatesBadEvents: an undecodable event is dropped, not retried.
+func TestMeterTerminatesBadEvents(t *testing.T) {
+	srv := queuetest.Server(t)
+	nc, js := queuetest.JetStream(t, srv.ClientURL())
+	ctx := context.Background()
+	if err := queue.Setup(ctx, js, queue.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, DB: 1})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := ledger.New(rdb, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, queue.UsagePrefix+"x", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc
+	m, err := New(nil, js, l, Config{FetchWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(rctx) }()
+	checkFor(t, 10*time.Second, func() error {
+		if m.Stats().Rejected != 1 {
+			return fmt.Errorf("stats %+v", m.Stats())
+		}
+		return nil
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
