@@ -146,7 +146,9 @@ type Error struct {
 	// RetryAfter, when positive, is sent as a Retry-After header (quota
 	// refusals that know when a retry may succeed).
 	RetryAfter time.Duration
-	Err        error // the cause, for logs; never rendered
+	// RequestID names the request in the error body, for support and logs.
+	RequestID string
+	Err       error // the cause, for logs; never rendered
 }
 
 func (e *Error) Error() string {
@@ -262,6 +264,8 @@ type nativeEnvelope struct {
 	Success  bool          `json:"success"`
 	Errors   []nativeError `json:"errors"`
 	Messages []string      `json:"messages"`
+	// RequestID names the refused request (error envelopes only).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 type nativeError struct {
@@ -275,23 +279,25 @@ type openAIError struct {
 }
 
 type openAIErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
+	Message   string  `json:"message"`
+	Type      string  `json:"type"`
+	Param     *string `json:"param"`
+	Code      *string `json:"code"`
+	RequestID string  `json:"request_id,omitempty"`
 }
 
 func (e *Error) native() nativeEnvelope {
 	return nativeEnvelope{
-		Result:   nil,
-		Success:  false,
-		Errors:   []nativeError{{Code: e.Row.Code, Message: e.Message}},
-		Messages: []string{},
+		Result:    nil,
+		Success:   false,
+		Errors:    []nativeError{{Code: e.Row.Code, Message: e.Message}},
+		Messages:  []string{},
+		RequestID: e.RequestID,
 	}
 }
 
 func (e *Error) openAI() openAIError {
-	body := openAIErrorBody{Message: e.Message, Type: e.Row.OpenAIType}
+	body := openAIErrorBody{Message: e.Message, Type: e.Row.OpenAIType, RequestID: e.RequestID}
 	if e.Param != "" {
 		p := e.Param
 		body.Param = &p

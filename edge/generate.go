@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
@@ -78,14 +82,20 @@ func (s *sse) json(event string, v any) error {
 
 func (s *sse) done() error { return s.send("", []byte("[DONE]")) }
 
-// refuse logs a refusal's cause and returns its table row.
+// refuse logs a refusal's cause, counts it, and returns its table row
+// naming the request.
 func (s *Server) refuse(r *http.Request, err error) *Error {
-	e := Classify(err)
-	lvl := s.log.Debug
+	c := *Classify(err)
+	e := &c
+	ri := infoOf(r)
+	e.RequestID = ri.id
+	ri.code = e.Row.Code
+	s.cfg.Metrics.refused(e, err)
+	lvl := slog.LevelDebug
 	if e.Row.Status >= 500 {
-		lvl = s.log.Error
+		lvl = slog.LevelError
 	}
-	lvl("edge: request refused", "path", r.URL.Path, "code", e.Row.Code, "error", err)
+	s.log.Log(r.Context(), lvl, "edge: request refused", "request_id", ri.id, "path", r.URL.Path, "code", e.Row.Code, "error", err)
 	return e
 }
 
@@ -123,7 +133,11 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 // timeout, broken stream) the job is cancelled.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Principal,
 	m *catalog.Model, v *vocab, in *genInput, defaultMax int, f format) {
+	ri := infoOf(r)
+	ri.model = m.Name
+	_, qspan := s.startSpan(r.Context(), spanQuota)
 	release, err := s.cfg.Quota.Acquire(r.Context(), p.Tenant)
+	endSpan(qspan, err)
 	if err != nil {
 		f.writeError(w, s.refuse(r, err))
 		return
@@ -131,16 +145,28 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 	var used quota.Usage // what release charges; zero unless the request completes
 	defer func() { release(used) }()
 
+	_, aspan := s.startSpan(r.Context(), spanAdmission)
 	a, err := v.admit(in, m.ContextWindow, defaultMax)
+	if err == nil {
+		aspan.SetAttributes(attrInTokens.Int(a.tokens), attrMaxTokens.Int(a.maxTokens))
+	}
+	endSpan(aspan, err)
 	if err != nil {
 		f.writeError(w, s.refuse(r, err))
 		return
 	}
-	id := newID()
+	id := ri.id
 	job := s.newJob(id, p, m, a, in, r)
+	if s.cfg.LogContent {
+		s.log.DebugContext(r.Context(), "edge: prompt (--log-content)", "request_id", id, "prompt", job.Prompt)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout+replyGrace)
 	defer cancel()
-	replies, err := s.cfg.Queue.Submit(ctx, job)
+	ectx, espan := s.startSpan(ctx, spanEnqueue, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", queue.JobSubject(m.Name))))
+	replies, err := s.cfg.Queue.Submit(ectx, job)
+	endSpan(espan, err)
 	if err != nil {
 		f.writeError(w, s.refuse(r, err))
 		return
@@ -154,7 +180,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 			}
 		}
 	}()
-	w.Header().Set("X-Request-Id", id)
+	_, rspan := s.startSpan(ctx, spanReply)
+	var (
+		frames   int
+		lastTok  time.Time
+		replyErr error
+	)
+	defer func() { rspan.SetAttributes(attribute.Int("bulkhead.reply.frames", frames)); endSpan(rspan, replyErr) }()
 
 	res := &result{id: id, model: m.Name, created: time.Now().Unix()}
 	var (
@@ -162,6 +194,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 		text strings.Builder
 	)
 	fail := func(err error) {
+		replyErr = err
 		e := s.refuse(r, err)
 		if sw == nil {
 			f.writeError(w, e)
@@ -181,6 +214,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 			}
 			fail(err)
 			return
+		}
+		if fr.Kind == queue.KindToken || fr.Kind == queue.KindFinal {
+			now := time.Now()
+			if frames == 0 {
+				s.cfg.Metrics.firstToken(m.Name, now.Sub(ri.start))
+			} else if fr.Kind == queue.KindToken {
+				s.cfg.Metrics.interToken(m.Name, now.Sub(lastTok))
+			}
+			frames++
+			lastTok = now
 		}
 		switch fr.Kind {
 		case queue.KindError:
@@ -216,6 +259,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 				return
 			}
 			res.finish, res.usage = fr.Finish, *fr.Usage
+			s.cfg.Metrics.tokens(m.Name, res.usage.PromptTokens, res.usage.CompletionTokens)
+			ri.span.SetAttributes(attrInTokens.Int(res.usage.PromptTokens), attrOutTokens.Int(res.usage.CompletionTokens),
+				attrFinish.StringSlice([]string{res.finish}))
 			used = quota.Usage{Neurons: m.Prices.Neurons(res.usage.PromptTokens, res.usage.CompletionTokens)}
 			if sw != nil {
 				_ = f.streamEnd(sw, res)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
@@ -159,6 +160,8 @@ type harnessOpts struct {
 	maxBody     int64
 	idleTimeout time.Duration
 	maxPerModel int64
+	tracer      trace.TracerProvider // nil: tracing off
+	metrics     *Metrics             // nil: no metrics
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -183,7 +186,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	h := &harness{t: t, nc: nc, js: js, limiter: &fakeLimiter{}, catalog: cat, behave: reply("Hello", " world")}
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: h.limiter, Queue: qc,
-		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second})
+		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, Metrics: o.metrics})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
@@ -64,6 +66,15 @@ type Config struct {
 	MaxBodyBytes     int64         // request body limit; default 1 MiB
 	DefaultMaxTokens int           // native max_tokens when absent; default 256
 	MaxBatchRequests int           // requests in one async batch; default 32
+
+	// TracerProvider makes the edge's spans; nil (or a no-op provider) turns
+	// tracing off, and then the request path does no tracing work.
+	TracerProvider trace.TracerProvider
+	// Metrics records the edge's Prometheus series; nil records none.
+	Metrics *Metrics
+	// LogContent logs each admitted prompt at debug level (debugging only:
+	// prompts are tenant data; cmd warns at start-up when it is on).
+	LogContent bool
 }
 
 func (c *Config) fill() error {
@@ -107,6 +118,10 @@ type Server struct {
 	cfg    Config
 	vocabs map[string]*vocab // by catalog name; read-only after New
 	mux    *http.ServeMux
+	h      http.Handler // mux behind the request-id, tracing and metrics middleware
+
+	tracer  trace.Tracer // from cfg.TracerProvider; used only when tracing
+	tracing bool
 }
 
 // New validates cfg and loads every catalog model's tokenizer and chat
@@ -120,6 +135,9 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{log: log, cfg: cfg, vocabs: make(map[string]*vocab)}
+	if s.tracing = tracingOn(cfg.TracerProvider); s.tracing {
+		s.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	models := cfg.Catalog.Models()
 	if len(models) == 0 {
 		return nil, fmt.Errorf("%w: the catalog has no models", ErrInvalidConfig)
@@ -135,11 +153,12 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 		s.vocabs[m.Name] = v
 	}
 	s.routes()
+	s.h = s.observe(s.mux)
 	return s, nil
 }
 
 // Handler returns the HTTP handler for every route.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.h }
 
 const accountPrefix = "/client/v4/accounts/{account_id}"
 
@@ -161,7 +180,7 @@ func (s *Server) routes() {
 }
 
 func (s *Server) handleNoRoute(w http.ResponseWriter, r *http.Request) {
-	e := newError(rowNotFound, "No route for "+r.Method+" "+r.URL.Path, nil)
+	e := s.refuse(r, newError(rowNotFound, "No route for "+r.Method+" "+r.URL.Path, nil))
 	if isOpenAIPath(r.URL.Path) {
 		writeOpenAIError(w, e)
 		return
@@ -176,10 +195,13 @@ func isOpenAIPath(p string) bool {
 // authenticate verifies the caller, checks that an account id in the path
 // names the token's tenant, and that the token grants one of scopes.
 func (s *Server) authenticate(r *http.Request, scopes ...string) (auth.Principal, error) {
+	_, span := s.startSpan(r.Context(), spanAuth)
 	p, err := s.cfg.Auth.Authenticate(r)
+	endSpan(span, err)
 	if err != nil {
 		return auth.Principal{}, err
 	}
+	infoOf(r).span.SetAttributes(attrTenant.String(p.Tenant))
 	if acct := r.PathValue("account_id"); acct != "" && acct != p.Tenant {
 		return auth.Principal{}, ErrAccountMismatch
 	}

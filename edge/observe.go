@@ -1,0 +1,193 @@
+package edge
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// tracerName is the instrumentation scope of the edge's spans.
+const tracerName = "github.com/bulkhead-ai/bulkhead/edge"
+
+// Span names (docs/operations.md lists them). The server span is named
+// "<METHOD> <route pattern>" per OpenTelemetry's HTTP conventions.
+const (
+	spanAuth      = "edge.auth"
+	spanQuota     = "edge.quota"
+	spanAdmission = "edge.admission"
+	spanEnqueue   = "queue.enqueue"
+	spanReply     = "edge.reply"
+)
+
+// Span attribute keys beyond the semantic conventions. Prompt and
+// completion text are never attributes.
+const (
+	attrTenant    = attribute.Key("bulkhead.tenant")
+	attrRequestID = attribute.Key("bulkhead.request_id")
+	attrOutcome   = attribute.Key("bulkhead.outcome")
+	attrCode      = attribute.Key("bulkhead.error.code")
+	attrErrorType = attribute.Key("error.type")
+	attrAPI       = attribute.Key("bulkhead.api")
+	attrModel     = attribute.Key("gen_ai.request.model")
+	attrMaxTokens = attribute.Key("gen_ai.request.max_tokens")
+	attrInTokens  = attribute.Key("gen_ai.usage.input_tokens")
+	attrOutTokens = attribute.Key("gen_ai.usage.output_tokens")
+	attrFinish    = attribute.Key("gen_ai.response.finish_reasons")
+	attrStatus    = attribute.Key("http.response.status_code")
+	attrMethod    = attribute.Key("http.request.method")
+	attrRoute     = attribute.Key("http.route")
+	attrPath      = attribute.Key("url.path")
+)
+
+// reqInfo is what the edge learns about one HTTP request as it is served:
+// the middleware creates it, handlers fill it in, and the middleware turns it
+// into metrics and span attributes when the handler returns. One goroutine
+// (the handler's) uses it.
+type reqInfo struct {
+	id    string    // request id: X-Request-Id, job id, error bodies
+	start time.Time // arrival
+	api   string    // native, openai or other
+	model string    // a catalog model once looked up, else ""
+	code  int       // error-table code of a refusal; 0 when served
+	span  trace.Span
+}
+
+type reqInfoKey struct{}
+
+// infoOf returns the request's reqInfo; a request that did not come
+// through the middleware (tests calling handlers directly) gets a fresh one.
+func infoOf(r *http.Request) *reqInfo {
+	if ri, ok := r.Context().Value(reqInfoKey{}).(*reqInfo); ok {
+		return ri
+	}
+	return &reqInfo{id: newID(), start: time.Now(), api: apiOf(r.URL.Path),
+		span: trace.SpanFromContext(context.Background())}
+}
+
+func apiOf(path string) string {
+	switch {
+	case isOpenAIPath(path):
+		return "openai"
+	case strings.Contains(path, "/ai/"):
+		return "native"
+	}
+	return "other"
+}
+
+// tracingOn reports whether tp makes real spans.
+func tracingOn(tp trace.TracerProvider) bool {
+	if tp == nil {
+		return false
+	}
+	_, off := tp.(noop.TracerProvider)
+	return !off
+}
+
+// statusWriter remembers the status written; Unwrap keeps Flush (SSE)
+// working through http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe wraps the routes: every request gets a request id (X-Request-Id),
+// and, with tracing on, a server span that continues an incoming
+// traceparent and whose context the response names in its own traceparent
+// header; its metrics are recorded when the handler returns.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ri := &reqInfo{id: newID(), start: time.Now(), api: apiOf(r.URL.Path)}
+		ctx := context.WithValue(r.Context(), reqInfoKey{}, ri)
+		w.Header().Set("X-Request-Id", ri.id)
+		if s.tracing {
+			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+			ctx, ri.span = s.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithTimestamp(ri.start),
+				trace.WithAttributes(attrMethod.String(r.Method), attrPath.String(r.URL.Path),
+					attrRequestID.String(ri.id), attrAPI.String(ri.api)))
+			otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(w.Header()))
+		} else {
+			ri.span = trace.SpanFromContext(ctx)
+		}
+		s.cfg.Metrics.begin()
+		sw := &statusWriter{ResponseWriter: w}
+		r = r.WithContext(ctx)
+		next.ServeHTTP(sw, r)
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.cfg.Metrics.done(ri, status)
+		if s.tracing {
+			if r.Pattern != "" && r.Pattern != "/" {
+				route := r.Pattern
+				if _, path, ok := strings.Cut(route, " "); ok {
+					route = path
+				}
+				ri.span.SetName(r.Method + " " + route)
+				ri.span.SetAttributes(attrRoute.String(route))
+			}
+			ri.span.SetAttributes(attrStatus.Int(status))
+			if ri.model != "" {
+				ri.span.SetAttributes(attrModel.String(ri.model))
+			}
+			outcome := "served"
+			if ri.code != 0 {
+				outcome = "refused"
+				ri.span.SetAttributes(attrCode.Int(ri.code))
+			}
+			if r.Context().Err() != nil && ri.code == 0 {
+				outcome = "client_gone"
+			}
+			ri.span.SetAttributes(attrOutcome.String(outcome))
+			if status >= 500 {
+				ri.span.SetStatus(codes.Error, http.StatusText(status))
+			}
+			ri.span.End()
+		}
+	})
+}
+
+// startSpan starts a child span of the request's when tracing is on; the
+// span returned is never nil.
+func (s *Server) startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !s.tracing {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return s.tracer.Start(ctx, name, opts...)
+}
+
+// endSpan ends span, marking it failed when err is not nil with the error
+// table's name for it (never the error's text, which may quote the request).
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		e := Classify(err)
+		span.SetStatus(codes.Error, e.Row.Name)
+		span.SetAttributes(attrErrorType.String(e.Row.Name))
+	}
+	span.End()
+}

@@ -1,0 +1,229 @@
+package edge
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// withPropagator installs the W3C propagator for one test, as cmd does when
+// tracing is on.
+func withPropagator(t testing.TB) {
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+}
+
+func TestTraceOfARequest(t *testing.T) {
+	withPropagator(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	h := newHarness(t, harnessOpts{tracer: tp})
+
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const secret = "the secret prompt text"
+	for _, tc := range []struct {
+		name, path, body string
+		traceparent      string
+		status           int
+		children         []string
+	}{
+		{"served, incoming traceparent", "/ai/run/" + modelStories, `{"prompt":"` + secret + `"}`, parent, 200,
+			[]string{spanAuth, spanQuota, spanAdmission, spanEnqueue, spanReply}},
+		{"served, new trace", "/ai/run/" + modelStories, `{"prompt":"` + secret + `"}`, "", 200,
+			[]string{spanAuth, spanQuota, spanAdmission, spanEnqueue, spanReply}},
+		{"refused at admission", "/ai/run/" + modelStories, `{"prompt":"` + strings.Repeat(secret+" ", 400) + `","max_tokens":16}`, "", 413,
+			[]string{spanAuth, spanQuota, spanAdmission}},
+		{"refused at auth", "/ai/run/" + modelStories, `{"prompt":"x"}`, "", 401, []string{spanAuth}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp.Reset()
+			req, _ := http.NewRequest("POST", h.http.URL+tc.path, strings.NewReader(tc.body))
+			if tc.status != 401 {
+				req.Header.Set("Authorization", "Bearer alice")
+			}
+			if tc.traceparent != "" {
+				req.Header.Set("traceparent", tc.traceparent)
+			}
+			resp, err := h.http.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %v", resp.StatusCode, tc.status, body)
+			}
+			rid := resp.Header.Get("X-Request-Id")
+			if len(rid) != 32 {
+				t.Errorf("X-Request-Id %q", rid)
+			}
+			if tc.status != 200 && body["request_id"] != rid {
+				t.Errorf("error body names request %v, header %q", body["request_id"], rid)
+			}
+			tpHeader := resp.Header.Get("Traceparent")
+			var spans tracetest.SpanStubs
+			waitFor(t, "the server span", func() bool {
+				spans = exp.GetSpans()
+				for _, s := range spans {
+					if s.SpanKind == trace.SpanKindServer {
+						return true
+					}
+				}
+				return false
+			})
+			var server tracetest.SpanStub
+			for _, s := range spans {
+				if s.SpanKind == trace.SpanKindServer {
+					server = s
+				}
+			}
+			if server.Name != "POST /ai/run/{model...}" {
+				t.Errorf("server span %q", server.Name)
+			}
+			sc := server.SpanContext
+			if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; tpHeader != want {
+				t.Errorf("response traceparent %q, want %q", tpHeader, want)
+			}
+			if tc.traceparent != "" {
+				if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || server.Parent.SpanID().String() != "00f067aa0ba902b7" {
+					t.Errorf("incoming traceparent not continued: trace %s parent %s", sc.TraceID(), server.Parent.SpanID())
+				}
+			}
+			got := map[string]bool{}
+			for _, s := range spans {
+				if s.SpanKind != trace.SpanKindServer {
+					if s.Parent.SpanID() != sc.SpanID() {
+						t.Errorf("span %s is not a child of the server span", s.Name)
+					}
+					got[s.Name] = true
+				}
+				for _, kv := range s.Attributes {
+					if strings.Contains(kv.Value.Emit(), "secret") {
+						t.Errorf("span %s attribute %s holds prompt text", s.Name, kv.Key)
+					}
+				}
+				if strings.Contains(s.Status.Description, "secret") {
+					t.Errorf("span %s status holds prompt text", s.Name)
+				}
+			}
+			for _, n := range tc.children {
+				if !got[n] {
+					t.Errorf("no %s span; got %v", n, got)
+				}
+			}
+		})
+	}
+}
+
+// counter returns the value of the counter name with labels, 0 if absent.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			return value(m)
+		}
+	}
+	return 0
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return 0
+}
+
+func TestEdgeMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, harnessOpts{metrics: m})
+	if st, _, b := h.do("POST", "/ai/run/"+modelStories, "alice", `{"prompt":"Once upon a time"}`); st != 200 {
+		t.Fatalf("status %d: %s", st, b)
+	}
+	long := `{"prompt":"` + strings.Repeat("Once upon a time ", 3000) + `","max_tokens":16}`
+	for _, tc := range []struct {
+		name   string
+		do     func()
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"served", func() {}, "bulkhead_edge_requests_total",
+			map[string]string{"api": "native", "model": modelStories, "status": "200", "code": "ok"}, 1},
+		{"first token", func() {}, "bulkhead_edge_time_to_first_token_seconds", map[string]string{"model": modelStories}, 1},
+		{"over-long prompt", func() {
+			if st, _, b := h.do("POST", "/ai/run/"+modelStories, "alice", long); st != 413 {
+				t.Errorf("over-long prompt: status %d: %s", st, b)
+			}
+		}, "bulkhead_edge_refusals_total",
+			map[string]string{"reason": "prompt_too_long"}, 1},
+		{"its request", func() {}, "bulkhead_edge_requests_total",
+			map[string]string{"api": "native", "model": modelStories, "status": "413", "code": "3006"}, 1},
+		{"quota", func() {
+			h.limiter.set(&quota.LimitError{Err: quota.ErrRateLimited, Limit: 60})
+			defer h.limiter.set(nil)
+			h.do("POST", "/v1/completions", "alice", `{"model":"`+modelStories+`","prompt":"hi"}`)
+		}, "bulkhead_edge_quota_denials_total", map[string]string{"limit": "requests_per_minute"}, 1},
+		{"quota reason", func() {}, "bulkhead_edge_refusals_total", map[string]string{"reason": "rate_limited"}, 1},
+		{"nothing in flight", func() {}, "bulkhead_edge_in_flight_requests", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.do()
+			if got := counter(t, reg, tc.metric, tc.labels); got != tc.want {
+				t.Errorf("%s%v = %v, want %v", tc.metric, tc.labels, got, tc.want)
+			}
+		})
+	}
+	if counter(t, reg, "bulkhead_edge_prompt_tokens_total", map[string]string{"model": modelStories}) == 0 {
+		t.Error("no prompt tokens counted")
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "tenant" {
+					t.Errorf("%s has a tenant label", mf.GetName())
+				}
+			}
+		}
+	}
+}
