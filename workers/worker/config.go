@@ -83,6 +83,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Metrics records the worker's Prometheus series; nil records none.
 	Metrics *Metrics
+	// ID names this worker in usage events; default host-pid-random.
+	ID string
 
 	// beforeWatch, if set, runs after a job was claimed and admitted and
 	// before the worker subscribes to its cancel signal (a test hook).
@@ -110,6 +112,9 @@ func (c *Config) fill() error {
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = time.Second
+	}
+	if c.ID == "" {
+		c.ID = defaultID()
 	}
 	ackWait := c.Consumer.AckWait
 	if ackWait == 0 {

@@ -127,7 +127,9 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 		return
 	}
 	// Every page named by the manifest arrived, matched its checksum and was
-	// imported: only now may the request run.
+	// imported: only now may the request run, and only from now on is it
+	// billed (a hand-over that failed is the platform's loss, not the tenant's).
+	rp.Started(len(req.Prompt), cached)
 	events, err := eng.Resume(rctx, req, seq, m.FirstToken)
 	if err != nil {
 		seq.Free()

@@ -45,6 +45,9 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 	}
 	jobAttributes(ctx, job)
 	log = log.With("job", job.ID, "tenant", job.Tenant)
+	if md, err := msg.Metadata(); err == nil && job.Submitted.IsZero() {
+		job.Submitted = md.Timestamp // usage events time the job from here
+	}
 	// Records outlive a shutdown: write them even after ctx is cancelled.
 	kctx := context.WithoutCancel(ctx)
 	rp := w.claim(kctx, log, res, job, model, msg)
@@ -223,6 +226,7 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Res
 		w.settle(log, msg.Ack())
 		return
 	}
+	rp.Started(len(req.Prompt), 0) // the engine reports the cached count at the end
 
 	w.stream(rctx, kctx, abort, log, rp, job, events, msg, true, 0, prefill)
 }
@@ -289,6 +293,9 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 	case final != nil:
 		u := queue.Usage{PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens,
 			CachedTokens: min(final.Usage.CachedTokens+handedCached, final.Usage.PromptTokens)}
+		// The usage event goes first: a worker that dies after the final
+		// frame would leave a done record that no redelivery bills.
+		w.publishUsage(kctx, log, rp, final.Finish, &u)
 		if err := rp.Final(kctx, final.Text, final.Finish, u); err != nil {
 			log.Error("sending final frame", "err", err)
 		}
@@ -298,7 +305,6 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 			span.SetAttributes(attrInTokens.Int(u.PromptTokens), attrOutTokens.Int(u.CompletionTokens),
 				attrCached.Int(u.CachedTokens), attrFinish.StringSlice([]string{final.Finish}))
 		}
-		w.publishUsage(log, job, final.Finish, u)
 		w.settle(log, msg.Ack())
 	default:
 		cause := context.Cause(rctx)
@@ -366,9 +372,15 @@ func (w *Worker) fail(ctx context.Context, log *slog.Logger, rp *queue.Replier, 
 	trace.SpanFromContext(ctx).SetStatus(codes.Error, text)
 	var err error
 	if w.cfg.Role == RoleUnified {
+		// This worker alone ends the job: its usage event goes first (see
+		// stream's final frame).
+		w.publishUsage(ctx, log, rp, queue.OutcomeOf(kind), nil)
 		err = rp.Fail(ctx, kind, text)
 	} else {
 		err = rp.FailIfHeld(ctx, kind, text)
+		if !errors.Is(err, queue.ErrLostClaim) && !errors.Is(err, queue.ErrEnded) {
+			w.publishUsage(ctx, log, rp, queue.OutcomeOf(kind), nil)
+		}
 	}
 	switch {
 	case errors.Is(err, queue.ErrLostClaim):
@@ -421,20 +433,4 @@ func (w *Worker) refuseUndecodable(log *slog.Logger, msg jetstream.Msg, derr err
 		}
 	}
 	w.settle(log, msg.TermWithReason("undecodable job"))
-}
-
-// publishUsage publishes the usage event of a job that ended with finish and
-// u, the usage its final frame reported.
-func (w *Worker) publishUsage(log *slog.Logger, job *queue.Job, finish string, u queue.Usage) {
-	b, err := json.Marshal(queue.UsageEvent{
-		Tenant: job.Tenant, Model: job.Model, RequestID: job.ID,
-		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens,
-		Finish: finish, Time: time.Now().UTC(),
-	})
-	if err == nil {
-		err = w.nc.Publish(queue.UsageSubject(job.Tenant), b)
-	}
-	if err != nil {
-		log.Error("publishing usage event", "err", err)
-	}
 }

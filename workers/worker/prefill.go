@@ -51,6 +51,7 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 		}
 		return
 	}
+	rp.Started(p.PromptTokens, p.CachedTokens)
 	err = w.handOver(rctx, log, job, eng, req, p)
 	p.Release() // Serve has returned: nothing reads the pages any more
 	stopBeat()
@@ -124,6 +125,9 @@ func (w *Worker) failHandOver(kctx context.Context, log *slog.Logger, res *queue
 	kind, text := handOverFailure(err, cause, false, w.cfg.Handoff.Sender)
 	ferr := rp.FailIfHeld(kctx, kind, text)
 	if !errors.Is(ferr, queue.ErrLostClaim) {
+		if !errors.Is(ferr, queue.ErrEnded) {
+			w.publishUsage(kctx, log, rp, queue.OutcomeOf(kind), nil)
+		}
 		if ferr != nil {
 			log.Error("sending error frame", "err", ferr)
 		} else {

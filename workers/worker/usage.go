@@ -1,0 +1,90 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/billing/price"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// usagePublishTimeout bounds how long a job's end waits to store its usage
+// event (retries included).
+const usagePublishTimeout = 10 * time.Second
+
+// publishUsage publishes the one usage event of the job rp answers, which is
+// ending with outcome. final is the usage its final frame reports; nil for a
+// job that failed, which is billed for what ran: the prompt the engine took
+// (Replier.Started) and the tokens produced so far. A job refused or
+// cancelled before the engine took it cost nothing and has no event.
+func (w *Worker) publishUsage(ctx context.Context, log *slog.Logger, rp *queue.Replier, outcome string, final *queue.Usage) {
+	if final == nil && !rp.Meter().Started {
+		return
+	}
+	ev := usageEvent(rp.Job(), rp.Meter(), outcome, final, w.cfg.ID, time.Now())
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usagePublishTimeout)
+	defer cancel()
+	var err error
+	for attempt := 0; ; attempt++ {
+		if err = queue.PublishUsage(ctx, w.js, ev); err == nil {
+			return
+		}
+		if ctx.Err() != nil || attempt == 4 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+		}
+	}
+	log.Error("publishing usage event: this request goes unbilled", "err", err, "outcome", outcome,
+		"prompt_tokens", ev.PromptTokens, "completion_tokens", ev.CompletionTokens)
+}
+
+// usageEvent builds the usage event of job, ended at end with outcome.
+func usageEvent(job *queue.Job, m queue.Meter, outcome string, final *queue.Usage, workerID string, end time.Time) *queue.UsageEvent {
+	var u price.Usage
+	switch {
+	case final != nil:
+		u = price.Usage{PromptTokens: final.PromptTokens, CachedTokens: final.CachedTokens, CompletionTokens: final.CompletionTokens}
+	case m.Started:
+		u = price.Usage{PromptTokens: m.PromptTokens, CachedTokens: m.CachedTokens, CompletionTokens: m.Tokens}
+	}
+	rates := price.Default()
+	if job.Rates != nil {
+		rates = *job.Rates
+	}
+	micro := price.Micro(rates, u)
+	from := job.Submitted
+	if from.IsZero() || from.After(m.Claimed) {
+		from = m.Claimed // no (or a skewed) submission time: measure from the claim
+	}
+	ms := func(t time.Time) int64 { return max(t.Sub(from).Milliseconds(), 0) }
+	ev := &queue.UsageEvent{
+		Tenant: job.Tenant, Model: job.Model, RequestID: job.ID,
+		PromptTokens: u.PromptTokens, CachedTokens: min(u.CachedTokens, u.PromptTokens), CompletionTokens: u.CompletionTokens,
+		Finish: outcome, Time: end.UTC(),
+		MicroNeurons: micro, Neurons: price.Neurons(micro),
+		QueueMs: ms(m.Claimed), TotalMs: ms(end), WorkerID: workerID,
+	}
+	if !m.FirstToken.IsZero() {
+		ev.TTFTMs = max(ms(m.FirstToken), 1)
+	}
+	return ev
+}
+
+// defaultID names a worker: host, pid and 4 random bytes.
+func defaultID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
