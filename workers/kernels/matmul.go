@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -26,6 +27,29 @@ type matJob struct {
 	xk  []q8K     // K-quants and IQ4_XS: activations as Q8_K blocks
 	xqs int       // bytes per Q8_0/Q8_1 activation row
 	xa  []q8Aux   // packed kernels: per activation block, d as f32 and the offset term
+	xka []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
+}
+
+// q8KAux is what the packed K-quant kernels need of one Q8_K activation block
+// beyond its quants (96 bytes, read by the assembly at fixed offsets): d, the
+// 32-element sums bsums[2s]+bsums[2s+1] as int16 (Q4_K's mins), and 32 times
+// each 16-element sum as int32 (Q6_K's offset of 32).
+type q8KAux struct {
+	d    float32
+	_    [3]int32
+	bs32 [8]int16
+	c16  [16]int32
+}
+
+// fill computes a's fields from Q8_K block x.
+func (a *q8KAux) fill(x *q8K) {
+	a.d = x.d
+	for s := range 8 {
+		a.bs32[s] = x.bsums[2*s] + x.bsums[2*s+1]
+	}
+	for s := range 16 {
+		a.c16[s] = 32 * int32(x.bsums[s])
+	}
 }
 
 // q8Aux is what the packed kernels need of one Q8_0 activation block beyond its
@@ -94,6 +118,9 @@ func (j *matJob) prepare(p *Pool) {
 		j.xq = grow(j.xq, n*j.xqs)
 	case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 		j.xk = grow(j.xk, n*c/256)
+		if j.packed() {
+			j.xka = grow(j.xka, n*c/256)
+		}
 	default:
 		panic("kernels: MatMul on unsupported type " + j.m.Type.String())
 	}
@@ -142,7 +169,13 @@ func (j *matJob) prepRows(lo, hi int) {
 		case gguf.TypeQ4_1, gguf.TypeQ5_1:
 			quantizeQ8_1(j.xq[r*j.xqs:(r+1)*j.xqs], x)
 		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
-			quantizeQ8K(j.xk[r*c/256:(r+1)*c/256], x)
+			xk := j.xk[r*c/256 : (r+1)*c/256]
+			quantizeQ8K(xk, x)
+			if j.packed() {
+				for b := range xk {
+					j.xka[r*c/256+b].fill(&xk[b])
+				}
+			}
 		}
 	}
 }
@@ -328,6 +361,10 @@ func (j *matJob) auxK() int32 {
 // activation row: 4 activation rows per call while they last, then one at a
 // time. Each group's weights stay in cache across the activation rows.
 func (j *matJob) groups(lo, hi int) {
+	if j.m.Type.BlockSize() == 256 {
+		j.groupsK(lo, hi)
+		return
+	}
 	c, rows := j.m.Cols, j.m.Rows
 	nb := c / 32
 	gs := nb * packBlock(j.m.Type)
@@ -350,6 +387,36 @@ func (j *matJob) groups(lo, hi int) {
 				gemmQ8P1(w, nb, x, a, o)
 			} else {
 				gemmQ4P1(w, nb, x, a, o)
+			}
+		}
+	}
+}
+
+// groupsK is groups for the packed K-quant types.
+func (j *matJob) groupsK(lo, hi int) {
+	rows := j.m.Rows
+	nb := j.m.Cols / 256
+	gs := nb * packBlock(j.m.Type)
+	q4 := j.m.Type == gguf.TypeQ4_K
+	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
+	for g := lo; g < hi; g++ {
+		w := &j.m.pack[g*gs]
+		i := g * packRows
+		r := 0
+		for ; r+4 <= j.n; r += 4 {
+			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
+			if q4 {
+				gemmQ4KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
+			} else {
+				gemmQ6KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
+			}
+		}
+		for ; r < j.n; r++ {
+			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
+			if q4 {
+				gemmQ4KP1(w, nb, x, a, o)
+			} else {
+				gemmQ6KP1(w, nb, x, a, o)
 			}
 		}
 	}

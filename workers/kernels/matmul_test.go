@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -489,7 +490,7 @@ func FuzzMatrix(f *testing.F) {
 	})
 }
 
-// TestPackedKernelsExtremes drives the AVX-512 packed Q8_0/Q4_0 kernels with
+// TestPackedKernelsExtremes drives the AVX-512 packed kernels with
 // extreme weight bytes and activations that quantize to ±127, against the
 // portable kernels bitwise, for 1..9 activation rows.
 func TestPackedKernelsExtremes(t *testing.T) {
@@ -497,8 +498,12 @@ func TestPackedKernelsExtremes(t *testing.T) {
 		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	const rows, cols = 32, 7 * 32
-	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0} {
+	const rows = 32
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		cols := 7 * 32
+		if typ.BlockSize() == 256 {
+			cols = 3 * 256
+		}
 		for _, fill := range []struct {
 			name string
 			w    func() byte
@@ -512,12 +517,20 @@ func TestPackedKernelsExtremes(t *testing.T) {
 		} {
 			t.Run(typ.String()+"/"+fill.name, func(t *testing.T) {
 				bs := typ.TypeSize()
-				data := make([]byte, rows*cols/32*bs)
+				data := make([]byte, rows*cols/typ.BlockSize()*bs)
 				for i := range data {
 					data[i] = fill.w()
 				}
-				for b := 0; b < rows*cols/32; b++ {
-					putHalf(data[b*bs:], 0.02)
+				for b := 0; b < rows*cols/typ.BlockSize(); b++ {
+					switch typ {
+					case gguf.TypeQ4_K:
+						putHalf(data[b*bs:], 0.002)
+						putHalf(data[b*bs+2:], 0.001)
+					case gguf.TypeQ6_K:
+						putHalf(data[b*bs+208:], 0.002)
+					default:
+						putHalf(data[b*bs:], 0.02)
+					}
 				}
 				m, err := NewMatrix(typ, rows, cols, data)
 				if err != nil {
@@ -593,6 +606,27 @@ func TestQuantQ8AVX512(t *testing.T) {
 		quantQ8AVX512(&got[0], &x[0], nb, nil, 0)
 		if !bytes.Equal(got, want) {
 			t.Fatal("without aux: blocks differ")
+		}
+	}
+}
+
+// TestPackedLayouts pins the struct layouts the assembly reads at fixed offsets.
+func TestPackedLayouts(t *testing.T) {
+	var x q8K
+	var a q8KAux
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"q8K size", unsafe.Sizeof(x), 292},
+		{"q8K.qs", unsafe.Offsetof(x.qs), 4},
+		{"q8KAux size", unsafe.Sizeof(a), 96},
+		{"q8KAux.bs32", unsafe.Offsetof(a.bs32), 16},
+		{"q8KAux.c16", unsafe.Offsetof(a.c16), 32},
+		{"q8Aux size", unsafe.Sizeof(q8Aux{}), 8},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
 		}
 	}
 }

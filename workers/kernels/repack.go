@@ -11,9 +11,21 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //   - Q8_0: 8 slices of bytes 4s..4s+3 of each row's quants, stored with the
 //     sign bit flipped (q+128, unsigned), so the weight is the unsigned operand;
 //     the kernel subtracts 128*sum(x) per block.
+//
 //   - Q4_0: 4 slices of bytes 4s..4s+3 of each row's 16 nibble bytes: the low
 //     nibbles are elements 4s..4s+3, the high ones 16+4s..16+4s+3; the kernel
 //     subtracts 8*sum(x) per block.
+//
+//   - Q4_K (per 256-element super-block, 2496 bytes): 16 f16 d, 16 f16 dmin,
+//     the 8 sub-block scales as bytes [sub][row], the 8 mins as int16 pairs
+//     [pair][row][2] (one VPDPWSSD per pair against the activations' 32-element
+//     sums), then per 32-byte chunk j of quants 8 slices of bytes 4s..4s+3:
+//     low nibbles are sub-block 2j, high nibbles 2j+1.
+//
+//   - Q6_K (3360 bytes): 16 f16 d, the 16 signed scales [sub][row], then per
+//     16-element sub-block 192 bytes: two nibble planes (slices 0|1<<4 and
+//     2|3<<4, 4 elements a slice) and one plane of the top 2 bits, slice k's at
+//     bits 2k; the kernel subtracts 32 times the activations' 16-element sums.
 //
 // The integer sum per (row, block) is exact, and the float update per block is
 // the portable kernel's, so the packed products are bitwise equal to it.
@@ -27,6 +39,10 @@ func packBlock(t gguf.Type) int {
 		return 2*packRows + 32*packRows
 	case gguf.TypeQ4_0:
 		return 2*packRows + 16*packRows
+	case gguf.TypeQ4_K:
+		return 4*packRows + 8*packRows + 16*packRows + 128*packRows
+	case gguf.TypeQ6_K:
+		return 2*packRows + 16*packRows + 192*packRows
 	}
 	return 0
 }
@@ -38,10 +54,18 @@ func repack(m Matrix) []byte {
 	if bb == 0 || m.Rows%packRows != 0 {
 		return nil
 	}
-	nb, rs := m.Cols/32, m.rowSize()
+	nb, rs := m.Cols/m.Type.BlockSize(), m.rowSize()
 	src := m.Type.TypeSize()
 	qn := src - 2 // quant bytes per block
 	out := make([]byte, m.Rows/packRows*nb*bb)
+	switch m.Type {
+	case gguf.TypeQ4_K:
+		repackQ4K(out, m, nb, bb)
+		return out
+	case gguf.TypeQ6_K:
+		repackQ6K(out, m, nb, bb)
+		return out
+	}
 	for g := 0; g < m.Rows/packRows; g++ {
 		for b := range nb {
 			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
@@ -61,4 +85,72 @@ func repack(m Matrix) []byte {
 		}
 	}
 	return out
+}
+
+// repackQ4K fills out with m's Q4_K rows in the packed layout.
+func repackQ4K(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*q4KBlock:][:q4KBlock]
+				o[2*i], o[2*i+1] = blk[0], blk[1]
+				o[32+2*i], o[32+2*i+1] = blk[2], blk[3]
+				for sub := range 8 {
+					sc, mn := q4KScaleMin(sub, blk[4:16])
+					o[64+sub*packRows+i] = sc
+					o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
+				}
+				for j := range 4 {
+					for s := range 8 {
+						copy(o[448+j*512+s*64+4*i:][:4], blk[16+32*j+4*s:][:4])
+					}
+				}
+			}
+		}
+	}
+}
+
+// repackQ6K fills out with m's Q6_K rows in the packed layout.
+func repackQ6K(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	var v [256]byte
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*q6KBlock:][:q6KBlock]
+				o[2*i], o[2*i+1] = blk[208], blk[209]
+				q6KValues(&v, blk)
+				for sb := range 16 {
+					o[32+sb*packRows+i] = blk[192+sb]
+					p := o[288+192*sb:]
+					for c := range 4 {
+						e := 16*sb + c
+						p[4*i+c] = v[e]&15 | v[e+4]<<4
+						p[64+4*i+c] = v[e+8]&15 | v[e+12]<<4
+						var h byte
+						for k := range 4 {
+							h |= (v[e+4*k] >> 4 & 3) << (2 * k)
+						}
+						p[128+4*i+c] = h
+					}
+				}
+			}
+		}
+	}
+}
+
+// q6KValues unpacks one Q6_K super-block's 256 quants to 0..63.
+func q6KValues(v *[256]byte, blk []byte) {
+	for h := range 2 {
+		ql, qh := blk[h*64:h*64+64], blk[128+h*32:128+h*32+32]
+		for l := range 32 {
+			v[h*128+l] = ql[l]&15 | (qh[l]&3)<<4
+			v[h*128+l+32] = ql[l+32]&15 | (qh[l]>>2&3)<<4
+			v[h*128+l+64] = ql[l]>>4 | (qh[l]>>4&3)<<4
+			v[h*128+l+96] = ql[l+32]>>4 | (qh[l]>>6&3)<<4
+		}
+	}
 }

@@ -1,0 +1,412 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX-512 VNNI kernels for Q4_K and Q6_K weights repacked into 16-row groups
+// (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
+// side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
+// 16-element sums). P4 kernels take 4 activation rows, P1 kernels one.
+// Per super-block every integer sum is exact and the float updates are the
+// portable kernels' (dotQ4KGo, dotQ6KGo), lane by lane, so each row's result
+// is bitwise equal to them. Sub-blocks are unrolled through macros.
+
+DATA kq0f<>+0(SB)/4, $0x0f0f0f0f
+GLOBL kq0f<>(SB), RODATA, $4
+DATA kq30<>+0(SB)/4, $0x30303030
+GLOBL kq30<>(SB), RODATA, $4
+
+// SETUPK loads a 4-row kernel's arguments: SI weights, CX super-blocks,
+// DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data.
+#define SETUPK \
+	MOVQ w+0(FP), SI \
+	MOVQ nb+8(FP), CX \
+	MOVQ x+16(FP), DI \
+	MOVQ xstride+24(FP), BX \
+	LEAQ (DI)(BX*1), R8 \
+	LEAQ (R8)(BX*1), R9 \
+	LEAQ (R9)(BX*1), R10 \
+	MOVQ aux+32(FP), DX \
+	MOVQ auxstride+40(FP), BX \
+	LEAQ (DX)(BX*1), R11 \
+	LEAQ (R11)(BX*1), R12 \
+	LEAQ (R12)(BX*1), R13 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPBROADCASTD kq0f<>(SB), Z18 \
+	VPBROADCASTD kq30<>(SB), Z28
+
+#define STOREK \
+	MOVQ out+48(FP), AX \
+	MOVQ ostride+56(FP), BX \
+	VMOVUPS Z0, (AX) \
+	ADDQ BX, AX \
+	VMOVUPS Z1, (AX) \
+	ADDQ BX, AX \
+	VMOVUPS Z2, (AX) \
+	ADDQ BX, AX \
+	VMOVUPS Z3, (AX) \
+	VZEROUPPER
+
+// DP4: the slice in zw times 4 activation bytes at off of each row, into
+// Z24..Z27.
+#define DP4(off, zw) \
+	VPDPBUSD.BCST off(DI), zw, Z24 \
+	VPDPBUSD.BCST off(R8), zw, Z25 \
+	VPDPBUSD.BCST off(R9), zw, Z26 \
+	VPDPBUSD.BCST off(R10), zw, Z27
+
+#define ZP4 \
+	VPXORD Z24, Z24, Z24 \
+	VPXORD Z25, Z25, Z25 \
+	VPXORD Z26, Z26, Z26 \
+	VPXORD Z27, Z27, Z27
+
+// SC4: Z4..Z7 += Z19 * Z24..Z27 (int32 lanes).
+#define SC4 \
+	VPMULLD Z19, Z24, Z24 \
+	VPMULLD Z19, Z25, Z25 \
+	VPMULLD Z19, Z26, Z26 \
+	VPMULLD Z19, Z27, Z27 \
+	VPADDD Z24, Z4, Z4 \
+	VPADDD Z25, Z5, Z5 \
+	VPADDD Z26, Z6, Z6 \
+	VPADDD Z27, Z7, Z7
+
+// FADD: za += (zd * d_x) * float(zi); FSUB: za -= ...; d_x is the f32 at 0(ar).
+#define FADD(zi, zd, za, ar) \
+	VCVTDQ2PS zi, zi \
+	VMULPS.BCST (ar), zd, Z29 \
+	VMULPS zi, Z29, Z29 \
+	VADDPS Z29, za, za
+
+#define FSUB(zi, zd, za, ar) \
+	VCVTDQ2PS zi, zi \
+	VMULPS.BCST (ar), zd, Z29 \
+	VMULPS zi, Z29, Z29 \
+	VSUBPS Z29, za, za
+
+#define NEXTK(wb) \
+	ADDQ $wb, SI \
+	ADDQ $292, DI \
+	ADDQ $292, R8 \
+	ADDQ $292, R9 \
+	ADDQ $292, R10 \
+	ADDQ $96, DX \
+	ADDQ $96, R11 \
+	ADDQ $96, R12 \
+	ADDQ $96, R13
+
+// Q4K8: the 8 slices of chunk j's low (Q4K8LO) or high (Q4K8HI) nibbles
+// (sub-block 2j or 2j+1) into Z8..Z15.
+#define Q4K8LO(j) \
+	VPANDD (448+512*j)(SI), Z18, Z8 \
+	VPANDD (448+512*j+64)(SI), Z18, Z9 \
+	VPANDD (448+512*j+128)(SI), Z18, Z10 \
+	VPANDD (448+512*j+192)(SI), Z18, Z11 \
+	VPANDD (448+512*j+256)(SI), Z18, Z12 \
+	VPANDD (448+512*j+320)(SI), Z18, Z13 \
+	VPANDD (448+512*j+384)(SI), Z18, Z14 \
+	VPANDD (448+512*j+448)(SI), Z18, Z15
+#define Q4K8HI(j) \
+	VPSRLW $4, (448+512*j+0)(SI), Z8 \
+	VPANDD Z18, Z8, Z8 \
+	VPSRLW $4, (448+512*j+64)(SI), Z9 \
+	VPANDD Z18, Z9, Z9 \
+	VPSRLW $4, (448+512*j+128)(SI), Z10 \
+	VPANDD Z18, Z10, Z10 \
+	VPSRLW $4, (448+512*j+192)(SI), Z11 \
+	VPANDD Z18, Z11, Z11 \
+	VPSRLW $4, (448+512*j+256)(SI), Z12 \
+	VPANDD Z18, Z12, Z12 \
+	VPSRLW $4, (448+512*j+320)(SI), Z13 \
+	VPANDD Z18, Z13, Z13 \
+	VPSRLW $4, (448+512*j+384)(SI), Z14 \
+	VPANDD Z18, Z14, Z14 \
+	VPSRLW $4, (448+512*j+448)(SI), Z15 \
+	VPANDD Z18, Z15, Z15
+// Q4KSUB4: sub-block sub (chunk j, half h) for 4 activation rows, its
+// slices already in Z8..Z15: exact dot products, times the scales, into Z4..Z7.
+#define Q4KSUB4(j, h, sub) \
+	ZP4 \
+	DP4((4+64*j+32*h), Z8) \
+	DP4((8+64*j+32*h), Z9) \
+	DP4((12+64*j+32*h), Z10) \
+	DP4((16+64*j+32*h), Z11) \
+	DP4((20+64*j+32*h), Z12) \
+	DP4((24+64*j+32*h), Z13) \
+	DP4((28+64*j+32*h), Z14) \
+	DP4((32+64*j+32*h), Z15) \
+	VPMOVZXBD (64+16*sub)(SI), Z19 \
+	SC4
+
+// Q4KSUB1: the same for one activation row, in two chains, into Z4.
+#define Q4KSUB1(j, h, sub) \
+	VPXORD Z24, Z24, Z24 \
+	VPXORD Z25, Z25, Z25 \
+	VPDPBUSD.BCST (4+64*j+32*h)(DI), Z8, Z24 \
+	VPDPBUSD.BCST (8+64*j+32*h)(DI), Z9, Z25 \
+	VPDPBUSD.BCST (12+64*j+32*h)(DI), Z10, Z24 \
+	VPDPBUSD.BCST (16+64*j+32*h)(DI), Z11, Z25 \
+	VPDPBUSD.BCST (20+64*j+32*h)(DI), Z12, Z24 \
+	VPDPBUSD.BCST (24+64*j+32*h)(DI), Z13, Z25 \
+	VPDPBUSD.BCST (28+64*j+32*h)(DI), Z14, Z24 \
+	VPDPBUSD.BCST (32+64*j+32*h)(DI), Z15, Z25 \
+	VPADDD Z25, Z24, Z24 \
+	VPMOVZXBD (64+16*sub)(SI), Z19 \
+	VPMULLD Z19, Z24, Z24 \
+	VPADDD Z24, Z4, Z4
+
+// func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ4KP4(SB), NOSPLIT, $0-64
+	SETUPK
+	TESTQ CX, CX
+	JZ    q4kp4done
+q4kp4loop:
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	Q4K8LO(0)
+	Q4KSUB4(0, 0, 0)
+	Q4K8HI(0)
+	Q4KSUB4(0, 1, 1)
+	Q4K8LO(1)
+	Q4KSUB4(1, 0, 2)
+	Q4K8HI(1)
+	Q4KSUB4(1, 1, 3)
+	Q4K8LO(2)
+	Q4KSUB4(2, 0, 4)
+	Q4K8HI(2)
+	Q4KSUB4(2, 1, 5)
+	Q4K8LO(3)
+	Q4KSUB4(3, 0, 6)
+	Q4K8HI(3)
+	Q4KSUB4(3, 1, 7)
+	// mins (int16 pairs) times the 32-element sums of x (int16 pairs)
+	VMOVDQU32 192(SI), Z19
+	VPDPWSSD.BCST 16(DX), Z19, Z20
+	VPDPWSSD.BCST 16(R11), Z19, Z21
+	VPDPWSSD.BCST 16(R12), Z19, Z22
+	VPDPWSSD.BCST 16(R13), Z19, Z23
+	VMOVDQU32 256(SI), Z19
+	VPDPWSSD.BCST 20(DX), Z19, Z20
+	VPDPWSSD.BCST 20(R11), Z19, Z21
+	VPDPWSSD.BCST 20(R12), Z19, Z22
+	VPDPWSSD.BCST 20(R13), Z19, Z23
+	VMOVDQU32 320(SI), Z19
+	VPDPWSSD.BCST 24(DX), Z19, Z20
+	VPDPWSSD.BCST 24(R11), Z19, Z21
+	VPDPWSSD.BCST 24(R12), Z19, Z22
+	VPDPWSSD.BCST 24(R13), Z19, Z23
+	VMOVDQU32 384(SI), Z19
+	VPDPWSSD.BCST 28(DX), Z19, Z20
+	VPDPWSSD.BCST 28(R11), Z19, Z21
+	VPDPWSSD.BCST 28(R12), Z19, Z22
+	VPDPWSSD.BCST 28(R13), Z19, Z23
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	FADD(Z4, Z16, Z0, DX)
+	FSUB(Z20, Z17, Z0, DX)
+	FADD(Z5, Z16, Z1, R11)
+	FSUB(Z21, Z17, Z1, R11)
+	FADD(Z6, Z16, Z2, R12)
+	FSUB(Z22, Z17, Z2, R12)
+	FADD(Z7, Z16, Z3, R13)
+	FSUB(Z23, Z17, Z3, R13)
+	NEXTK(2496)
+	DECQ CX
+	JNZ  q4kp4loop
+q4kp4done:
+	STOREK
+	RET
+
+// func gemmQ4KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ4KP1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPBROADCASTD kq0f<>(SB), Z18
+	TESTQ CX, CX
+	JZ    q4kp1done
+q4kp1loop:
+	VPXORD Z4, Z4, Z4
+	VPXORD Z20, Z20, Z20
+	Q4K8LO(0)
+	Q4KSUB1(0, 0, 0)
+	Q4K8HI(0)
+	Q4KSUB1(0, 1, 1)
+	Q4K8LO(1)
+	Q4KSUB1(1, 0, 2)
+	Q4K8HI(1)
+	Q4KSUB1(1, 1, 3)
+	Q4K8LO(2)
+	Q4KSUB1(2, 0, 4)
+	Q4K8HI(2)
+	Q4KSUB1(2, 1, 5)
+	Q4K8LO(3)
+	Q4KSUB1(3, 0, 6)
+	Q4K8HI(3)
+	Q4KSUB1(3, 1, 7)
+	VMOVDQU32 192(SI), Z19
+	VPDPWSSD.BCST 16(DX), Z19, Z20
+	VMOVDQU32 256(SI), Z19
+	VPDPWSSD.BCST 20(DX), Z19, Z20
+	VMOVDQU32 320(SI), Z19
+	VPDPWSSD.BCST 24(DX), Z19, Z20
+	VMOVDQU32 384(SI), Z19
+	VPDPWSSD.BCST 28(DX), Z19, Z20
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	FADD(Z4, Z16, Z0, DX)
+	FSUB(Z20, Z17, Z0, DX)
+	ADDQ $2496, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q4kp1loop
+q4kp1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
+
+// Q6K4: sub-block sb's 16 six-bit quants per row into za, zb, zc, zd (the
+// four 4-element slices): two nibble planes, then the 2-bit plane, slice k's
+// bits at 2k, moved to bits 4..5 and or-ed in (VPTERNLOGD $0xf8: a | b&c).
+// Z18 holds 0x0f bytes, Z28 0x30 bytes; Z30, Z31 are scratch.
+#define Q6K4(sb, za, zb, zc, zd) \
+	VMOVDQU32 (288+192*sb)(SI), za \
+	VPSRLW $4, za, zb \
+	VPANDD Z18, za, za \
+	VPANDD Z18, zb, zb \
+	VMOVDQU32 (288+192*sb+64)(SI), zc \
+	VPSRLW $4, zc, zd \
+	VPANDD Z18, zc, zc \
+	VPANDD Z18, zd, zd \
+	VMOVDQU32 (288+192*sb+128)(SI), Z30 \
+	VPSLLW $4, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, za \
+	VPSLLW $2, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, zb \
+	VPTERNLOGD $0xf8, Z28, Z30, zc \
+	VPSRLW $2, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, zd
+
+// Q6KSUB4: sub-block sb for 4 activation rows: exact dot products, minus 32
+// times the rows' 16-element sums, times the signed scales, into Z4..Z7.
+#define Q6KSUB4(sb, za, zb, zc, zd) \
+	Q6K4(sb, za, zb, zc, zd) \
+	ZP4 \
+	DP4((4+16*sb), za) \
+	DP4((8+16*sb), zb) \
+	DP4((12+16*sb), zc) \
+	DP4((16+16*sb), zd) \
+	VPSUBD.BCST (32+4*sb)(DX), Z24, Z24 \
+	VPSUBD.BCST (32+4*sb)(R11), Z25, Z25 \
+	VPSUBD.BCST (32+4*sb)(R12), Z26, Z26 \
+	VPSUBD.BCST (32+4*sb)(R13), Z27, Z27 \
+	VPMOVSXBD (32+16*sb)(SI), Z19 \
+	SC4
+
+// Q6KSUB1: the same for one activation row, into Z4.
+#define Q6KSUB1(sb, za, zb, zc, zd, p, q) \
+	Q6K4(sb, za, zb, zc, zd) \
+	VPXORD p, p, p \
+	VPXORD q, q, q \
+	VPDPBUSD.BCST (4+16*sb)(DI), za, p \
+	VPDPBUSD.BCST (8+16*sb)(DI), zb, q \
+	VPDPBUSD.BCST (12+16*sb)(DI), zc, p \
+	VPDPBUSD.BCST (16+16*sb)(DI), zd, q \
+	VPADDD q, p, p \
+	VPSUBD.BCST (32+4*sb)(DX), p, p \
+	VPMOVSXBD (32+16*sb)(SI), q \
+	VPMULLD q, p, p \
+	VPADDD p, Z4, Z4
+
+// func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ6KP4(SB), NOSPLIT, $0-64
+	SETUPK
+	TESTQ CX, CX
+	JZ    q6kp4done
+q6kp4loop:
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	Q6KSUB4(0, Z8, Z9, Z10, Z11)
+	Q6KSUB4(1, Z12, Z13, Z14, Z15)
+	Q6KSUB4(2, Z8, Z9, Z10, Z11)
+	Q6KSUB4(3, Z12, Z13, Z14, Z15)
+	Q6KSUB4(4, Z8, Z9, Z10, Z11)
+	Q6KSUB4(5, Z12, Z13, Z14, Z15)
+	Q6KSUB4(6, Z8, Z9, Z10, Z11)
+	Q6KSUB4(7, Z12, Z13, Z14, Z15)
+	Q6KSUB4(8, Z8, Z9, Z10, Z11)
+	Q6KSUB4(9, Z12, Z13, Z14, Z15)
+	Q6KSUB4(10, Z8, Z9, Z10, Z11)
+	Q6KSUB4(11, Z12, Z13, Z14, Z15)
+	Q6KSUB4(12, Z8, Z9, Z10, Z11)
+	Q6KSUB4(13, Z12, Z13, Z14, Z15)
+	Q6KSUB4(14, Z8, Z9, Z10, Z11)
+	Q6KSUB4(15, Z12, Z13, Z14, Z15)
+	VCVTPH2PS (SI), Z16
+	FADD(Z4, Z16, Z0, DX)
+	FADD(Z5, Z16, Z1, R11)
+	FADD(Z6, Z16, Z2, R12)
+	FADD(Z7, Z16, Z3, R13)
+	NEXTK(3360)
+	DECQ CX
+	JNZ  q6kp4loop
+q6kp4done:
+	STOREK
+	RET
+
+// func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ6KP1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPBROADCASTD kq0f<>(SB), Z18
+	VPBROADCASTD kq30<>(SB), Z28
+	TESTQ CX, CX
+	JZ    q6kp1done
+q6kp1loop:
+	VPXORD Z4, Z4, Z4
+	Q6KSUB1(0, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(1, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(2, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(3, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(4, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(5, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(6, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(7, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(8, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(9, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(10, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(11, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(12, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(13, Z12, Z13, Z14, Z15, Z26, Z27)
+	Q6KSUB1(14, Z8, Z9, Z10, Z11, Z24, Z25)
+	Q6KSUB1(15, Z12, Z13, Z14, Z15, Z26, Z27)
+	VCVTPH2PS (SI), Z16
+	FADD(Z4, Z16, Z0, DX)
+	ADDQ $3360, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q6kp1loop
+q6kp1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
