@@ -86,3 +86,9 @@ func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride 
 
 //go:noescape
 func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+
+//go:noescape
+func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmQ5P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)

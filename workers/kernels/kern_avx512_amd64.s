@@ -328,3 +328,102 @@ qq8next:
 qq8done:
 	VZEROUPPER
 	RET
+
+DATA q5x10<>+0(SB)/4, $0x10101010
+GLOBL q5x10<>(SB), RODATA, $4
+
+// Q5HIGH: or the fifth bits into the 8 nibble slices Z8..Z15 (see repack.go:
+// the plane at 288(SI) holds lo slice s's bits at bit s, hi slice s's at bit
+// 4+s; each is moved to bit 4). Z28 holds 0x10 bytes; uses Z30, Z31.
+#define Q5HIGH \
+	VMOVDQU32 288(SI), Z30 \
+	VPSLLW $4, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z8 \
+	VPSLLW $3, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z9 \
+	VPSLLW $2, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z10 \
+	VPSLLW $1, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z11 \
+	VPTERNLOGD $0xf8, Z28, Z30, Z12 \
+	VPSRLW $1, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z13 \
+	VPSRLW $2, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z14 \
+	VPSRLW $3, Z30, Z31 \
+	VPTERNLOGD $0xf8, Z28, Z31, Z15
+
+// func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+// Q5_0 weights: as gemmQ4P4 with a fifth bit; aux holds 16*sum(x).
+TEXT ·gemmQ5P4(SB), NOSPLIT, $0-64
+	SETUP4
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z18
+	VPBROADCASTD q5x10<>(SB), Z28
+	TESTQ CX, CX
+	JZ    q5p4done
+q5p4loop:
+	VCVTPH2PS (SI), Z16
+	Q4SPLIT(32, Z8, Z12)
+	Q4SPLIT(96, Z9, Z13)
+	Q4SPLIT(160, Z10, Z14)
+	Q4SPLIT(224, Z11, Z15)
+	Q5HIGH
+	ZERO4
+	Q8STEP4(2, Z8)
+	Q8STEP4(6, Z9)
+	Q8STEP4(10, Z10)
+	Q8STEP4(14, Z11)
+	Q8STEP4(18, Z12)
+	Q8STEP4(22, Z13)
+	Q8STEP4(26, Z14)
+	Q8STEP4(30, Z15)
+	FIN4
+	NEXT4(352)
+	DECQ CX
+	JNZ  q5p4loop
+q5p4done:
+	STORE4
+	RET
+
+// func gemmQ5P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+TEXT ·gemmQ5P1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z18
+	VPBROADCASTD q5x10<>(SB), Z28
+	VPXORD Z0, Z0, Z0
+	TESTQ CX, CX
+	JZ    q5p1done
+q5p1loop:
+	VCVTPH2PS (SI), Z16
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	Q4SPLIT(32, Z8, Z12)
+	Q4SPLIT(96, Z9, Z13)
+	Q4SPLIT(160, Z10, Z14)
+	Q4SPLIT(224, Z11, Z15)
+	Q5HIGH
+	VPDPBUSD.BCST 2(DI), Z8, Z4
+	VPDPBUSD.BCST 18(DI), Z12, Z5
+	VPDPBUSD.BCST 6(DI), Z9, Z4
+	VPDPBUSD.BCST 22(DI), Z13, Z5
+	VPDPBUSD.BCST 10(DI), Z10, Z4
+	VPDPBUSD.BCST 26(DI), Z14, Z5
+	VPDPBUSD.BCST 14(DI), Z11, Z4
+	VPDPBUSD.BCST 30(DI), Z15, Z5
+	VPADDD Z5, Z4, Z4
+	QFIN(Z4, Z0, DX)
+	ADDQ $352, SI
+	ADDQ $34, DI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  q5p1loop
+q5p1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET

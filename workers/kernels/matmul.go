@@ -349,10 +349,14 @@ func (j *matJob) auxRow(a []q8Aux, xq []byte) {
 	}
 }
 
-// auxK is the offset factor of the packed weights: 128 for Q8_0, 8 for Q4_0.
+// auxK is the offset factor of the packed weights: 128 for Q8_0, 8 for Q4_0,
+// 16 for Q5_0.
 func (j *matJob) auxK() int32 {
-	if j.m.Type == gguf.TypeQ4_0 {
+	switch j.m.Type {
+	case gguf.TypeQ4_0:
 		return 8
+	case gguf.TypeQ5_0:
+		return 16
 	}
 	return 128
 }
@@ -368,25 +372,31 @@ func (j *matJob) groups(lo, hi int) {
 	c, rows := j.m.Cols, j.m.Rows
 	nb := c / 32
 	gs := nb * packBlock(j.m.Type)
-	q8 := j.m.Type == gguf.TypeQ8_0
+	typ := j.m.Type
 	for g := lo; g < hi; g++ {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
 		for ; r+4 <= j.n; r += 4 {
 			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
-			if q8 {
+			switch typ {
+			case gguf.TypeQ8_0:
 				gemmQ8P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
-			} else {
+			case gguf.TypeQ4_0:
 				gemmQ4P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			default:
+				gemmQ5P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			}
 		}
 		for ; r < j.n; r++ {
 			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
-			if q8 {
+			switch typ {
+			case gguf.TypeQ8_0:
 				gemmQ8P1(w, nb, x, a, o)
-			} else {
+			case gguf.TypeQ4_0:
 				gemmQ4P1(w, nb, x, a, o)
+			default:
+				gemmQ5P1(w, nb, x, a, o)
 			}
 		}
 	}

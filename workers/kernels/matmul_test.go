@@ -499,7 +499,7 @@ func TestPackedKernelsExtremes(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
 	const rows = 32
-	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		cols := 7 * 32
 		if typ.BlockSize() == 256 {
 			cols = 3 * 256

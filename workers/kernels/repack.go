@@ -16,6 +16,10 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     nibbles are elements 4s..4s+3, the high ones 16+4s..16+4s+3; the kernel
 //     subtracts 8*sum(x) per block.
 //
+//   - Q5_0: Q4_0's layout, then 64 bytes of fifth bits: byte c of row i holds
+//     the bits of elements 4s+c at bit s and 16+4s+c at bit 4+s (s < 4); the
+//     kernel subtracts 16*sum(x).
+//
 //   - Q4_K (per 256-element super-block, 2496 bytes): 16 f16 d, 16 f16 dmin,
 //     the 8 sub-block scales as bytes [sub][row], the 8 mins as int16 pairs
 //     [pair][row][2] (one VPDPWSSD per pair against the activations' 32-element
@@ -39,6 +43,8 @@ func packBlock(t gguf.Type) int {
 		return 2*packRows + 32*packRows
 	case gguf.TypeQ4_0:
 		return 2*packRows + 16*packRows
+	case gguf.TypeQ5_0:
+		return 2*packRows + 20*packRows
 	case gguf.TypeQ4_K:
 		return 4*packRows + 8*packRows + 16*packRows + 128*packRows
 	case gguf.TypeQ6_K:
@@ -64,6 +70,9 @@ func repack(m Matrix) []byte {
 		return out
 	case gguf.TypeQ6_K:
 		repackQ6K(out, m, nb, bb)
+		return out
+	case gguf.TypeQ5_0:
+		repackQ5_0(out, m, nb, bb)
 		return out
 	}
 	for g := 0; g < m.Rows/packRows; g++ {
@@ -151,6 +160,32 @@ func q6KValues(v *[256]byte, blk []byte) {
 			v[h*128+l+32] = ql[l+32]&15 | (qh[l]>>2&3)<<4
 			v[h*128+l+64] = ql[l]>>4 | (qh[l]>>4&3)<<4
 			v[h*128+l+96] = ql[l+32]>>4 | (qh[l]>>6&3)<<4
+		}
+	}
+}
+
+// repackQ5_0 fills out with m's Q5_0 rows in the packed layout.
+func repackQ5_0(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*q50Block:][:q50Block]
+				o[2*i], o[2*i+1] = blk[0], blk[1]
+				qh := uint32(blk[2]) | uint32(blk[3])<<8 | uint32(blk[4])<<16 | uint32(blk[5])<<24
+				for s := range 4 {
+					copy(o[32+s*64+4*i:][:4], blk[6+4*s:][:4])
+				}
+				for c := range 4 {
+					var h byte
+					for s := range 4 {
+						h |= byte(qh>>(4*s+c)&1) << s
+						h |= byte(qh>>(16+4*s+c)&1) << (4 + s)
+					}
+					o[288+4*i+c] = h
+				}
+			}
 		}
 	}
 }
