@@ -175,6 +175,11 @@ type Engine struct {
 	done chan struct{} // closed when Run returns
 
 	running atomic.Int64 // sequences in the batch, as of Run's last admit or step
+
+	// step's buffers, owned by Run's goroutine.
+	chunkBuf []chunk
+	chunks   []*chunk
+	owners   []*sequence
 }
 
 // New builds an engine for a loaded model. A KV pool that cannot hold one
@@ -451,23 +456,34 @@ func (e *Engine) publish(s *sequence) {
 // last token, prefilling ones a chunk of prompt within the step's token budget.
 func (e *Engine) step(active []*sequence) []*sequence {
 	budget := e.cfg.ChunkSize
-	chunks := make([]*chunk, 0, len(active))
-	owners := make([]*sequence, 0, len(active))
+	// The step's chunks live in buffers reused from step to step (Run's
+	// goroutine owns them), so a decode step allocates nothing.
+	if cap(e.chunkBuf) < len(active) {
+		e.chunkBuf = make([]chunk, len(active))
+		e.chunks = make([]*chunk, 0, len(active))
+		e.owners = make([]*sequence, 0, len(active))
+	}
+	chunks, owners := e.chunks[:0], e.owners[:0]
+	defer func() {
+		clear(e.chunkBuf[:len(chunks)])
+		clear(chunks)
+		clear(owners)
+	}()
 	for _, s := range active {
 		if s.ctx.Err() != nil {
 			continue
 		}
-		var c *chunk
+		c := &e.chunkBuf[len(chunks)]
 		if s.prefilled < len(s.req.Prompt) {
 			if budget <= 0 {
 				continue
 			}
 			n := min(budget, len(s.req.Prompt)-s.prefilled)
 			budget -= n
-			c = &chunk{seq: s.kv, tokens: s.req.Prompt[s.prefilled : s.prefilled+n], pos0: s.prefilled}
+			*c = chunk{seq: s.kv, tokens: s.req.Prompt[s.prefilled : s.prefilled+n], pos0: s.prefilled}
 			c.logits = s.prefilled+n == len(s.req.Prompt)
 		} else {
-			c = &chunk{seq: s.kv, tokens: s.history[len(s.history)-1:], pos0: len(s.history) - 1, logits: true}
+			*c = chunk{seq: s.kv, tokens: s.history[len(s.history)-1:], pos0: len(s.history) - 1, logits: true}
 		}
 		chunks = append(chunks, c)
 		owners = append(owners, s)

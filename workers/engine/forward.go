@@ -34,6 +34,23 @@ type forward struct {
 	slot                     []attnScratch // one per pool thread
 	logitRows                []float32
 	logits                   []float32
+	out                      [][]float32    // run's result, reused
+	views                    []kvcache.View // appendKV's result, reused
+
+	// The attention step's parameters, set before each pool.Run of attnFn
+	// (fw.attendSlots, bound once so the decode loop does not allocate).
+	aj     attnJob
+	attnFn func(lo, hi int)
+}
+
+// attnJob is one layer's attention over the batch, shared by the pool's threads.
+type attnJob struct {
+	chunks        []*chunk
+	views         []kvcache.View
+	qd, hd, kvd   int
+	group, window int
+	items         int
+	scale         float32
 }
 
 type attnScratch struct {
@@ -44,9 +61,14 @@ type attnScratch struct {
 
 func newForward(m *Model, pool *kernels.Pool) *forward {
 	fw := &forward{m: m, pool: pool}
+	fw.attnFn = fw.attendSlots
 	fw.slot = make([]attnScratch, pool.Threads())
+	// Scores for up to 4096 positions up front, so decode does not grow them.
+	ctx := min(max(m.Hyper.Context, 16), 4096)
 	for i := range fw.slot {
 		fw.slot[i].q16 = make([]uint16, m.Hyper.HeadDim)
+		fw.slot[i].scores = make([]float32, 0, ctx)
+		fw.slot[i].w16 = make([]uint16, 0, ctx)
 	}
 	return fw
 }
@@ -119,7 +141,8 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 			nl++
 		}
 	}
-	out := make([][]float32, 0, nl)
+	out := fw.out[:0]
+	defer func() { fw.out = out[:0] }()
 	if nl == 0 {
 		return out
 	}
@@ -238,7 +261,11 @@ func (fw *forward) qkv(l, T int) {
 // that attention reads through: a view covers only slots this sequence wrote.
 func (fw *forward) appendKV(l int, chunks []*chunk) []kvcache.View {
 	kvd := fw.m.Hyper.KVDim()
-	views := make([]kvcache.View, len(chunks))
+	if cap(fw.views) < len(chunks) {
+		fw.views = make([]kvcache.View, len(chunks))
+	}
+	views := fw.views[:len(chunks)]
+	clear(views)
 	r := 0
 	for ci, c := range chunks {
 		n := len(c.tokens)
@@ -279,30 +306,37 @@ func (fw *forward) attention(l int, chunks []*chunk, views []kvcache.View, T int
 	if h.SWA != nil && h.SWA[l] {
 		window = h.Window
 	}
-	items := T * h.Heads
+	fw.aj = attnJob{chunks: chunks, views: views, qd: qd, hd: hd, kvd: kvd,
+		group: group, window: window, items: T * h.Heads, scale: scale}
+	fw.pool.Run(len(fw.slot), fw.attnFn)
+	fw.aj.chunks, fw.aj.views = nil, nil
+}
+
+// attendSlots computes the (row, head) pairs of fw.aj for scratch slots
+// [lo,hi): slot s takes items s, s+nslot, ...
+func (fw *forward) attendSlots(lo, hi int) {
+	h, a := fw.m.Hyper, &fw.aj
 	nslot := len(fw.slot)
-	fw.pool.Run(nslot, func(lo, hi int) {
-		for s := lo; s < hi; s++ {
-			sc := &fw.slot[s]
-			for it := s; it < items; it += nslot {
-				r, head := it/h.Heads, it%h.Heads
-				out := fw.att[r*qd+head*hd : r*qd+(head+1)*hd]
-				clear(out)
-				c := chunks[fw.rowChunk[r]]
-				if c.err != nil {
-					continue
-				}
-				// causal: positions t0..pos, t0 > 0 only inside a window
-				pos := fw.rowPos[r]
-				t0 := 0
-				if window > 0 {
-					t0 = max(0, pos-window+1)
-				}
-				kernels.F32ToF16s(sc.q16, fw.q[r*qd+head*hd:r*qd+(head+1)*hd])
-				sc.attend(out, &views[fw.rowChunk[r]], t0, pos+1, head/group*hd, kvd, scale, h.AttnSoftCap)
+	for s := lo; s < hi; s++ {
+		sc := &fw.slot[s]
+		for it := s; it < a.items; it += nslot {
+			r, head := it/h.Heads, it%h.Heads
+			out := fw.att[r*a.qd+head*a.hd : r*a.qd+(head+1)*a.hd]
+			clear(out)
+			c := a.chunks[fw.rowChunk[r]]
+			if c.err != nil {
+				continue
 			}
+			// causal: positions t0..pos, t0 > 0 only inside a window
+			pos := fw.rowPos[r]
+			t0 := 0
+			if a.window > 0 {
+				t0 = max(0, pos-a.window+1)
+			}
+			kernels.F32ToF16s(sc.q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+			sc.attend(out, &a.views[fw.rowChunk[r]], t0, pos+1, head/a.group*a.hd, a.kvd, a.scale, h.AttnSoftCap)
 		}
-	})
+	}
 }
 
 // attend computes one head's attention output into out over view positions
