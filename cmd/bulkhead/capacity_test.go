@@ -285,7 +285,7 @@ func TestDevClampContext(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	dev := startNode(t, "dev", "--data-dir", dir, "--listen", addr, "--model", clampModel+"="+model,
-		"--kv-pool-tokens", "256", "--context", "2048", "--clamp-context", "--threads", "1")
+		"--kv-pool-tokens", "256", "--context", "2048", "--clamp-context", "--threads", "1", "--log-format", "text")
 	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") })
 	key, err := auth.LoadOrCreateDevKey(dir)
 	if err != nil {

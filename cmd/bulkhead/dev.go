@@ -32,9 +32,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var cf catalogFlags
 	var ef edgeFlags
 	var wf engineFlags
+	var of obsFlags
 	cf.register(fs)
 	ef.register(fs, true)
 	wf.register(fs)
+	of.register(fs, false)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -51,7 +53,27 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			roles = append(roles, worker.RoleDecode)
 		}
 	}
-	log := newLogger(stderr)
+	log, err := of.logger(stderr)
+	if err != nil {
+		return err
+	}
+	// One tracer provider and one registry for every node of the process:
+	// /metrics on the edge's listener shows the edge and all workers.
+	tel, err := newTelemetry(ctx, log, "bulkhead-dev", "dev")
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
+	em, err := edge.NewMetrics(tel.reg)
+	if err != nil {
+		return err
+	}
+	wm, err := worker.NewMetrics(tel.reg)
+	if err != nil {
+		return err
+	}
+	wf.onStep = wm.OnStep
+	h := newHealth()
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return err
 	}
@@ -112,6 +134,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	}
 	defer rdb.Close()
+	h.add("redis", redisCheck(rdb))
 
 	dev, err := auth.LoadOrCreateDevKey(*dataDir)
 	if err != nil {
@@ -147,6 +170,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer enc.Close()
+	h.add("nats", natsCheck(enc))
 
 	// Workers: the job loops over their engines.
 	for i, role := range roles {
@@ -156,7 +180,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		workerCtx, stopWorker := context.WithCancel(context.Background())
 		workerDone := make(chan error, 1)
 		go func() {
-			workerDone <- runWorker(workerCtx, log.With("worker", i), conns[i].nc, conns[i].js, engineSets[i], wf.concurrency, role)
+			workerDone <- runWorker(workerCtx, log.With("worker", i), conns[i].nc, conns[i].js, engineSets[i], wf.concurrency, role,
+				workerObs{tp: tel.tp, metrics: wm, name: fmt.Sprintf("dev-%d", i)})
 		}()
 		defer func() { stopWorker(); <-workerDone }()
 	}
@@ -173,11 +198,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs),
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
+		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
 	if err != nil {
 		return err
 	}
-	err = serveEdge(ctx, log, srv, ef.listen, func(addr string) {
+	defer registerEdge(log, enc, catalogNames(cat))()
+	err = serveEdge(ctx, log, srv, h, tel.reg, ef.listen, func(addr string) {
 		first := cat.Models()[0].Name
 		fmt.Fprintf(stdout, `Bulkhead dev is serving %d model(s) at http://%s (NATS at %s).
 Mint a token and call it:

@@ -73,7 +73,7 @@ func TestDisaggregatedClusterOfProcesses(t *testing.T) {
 		t.Errorf("the prefill worker logged %d hand-overs, want %d", n, len(greedyPrompts))
 	}
 	for _, w := range split.workers {
-		if strings.Contains(w.out.String(), "level=ERROR") {
+		if strings.Contains(w.out.String(), `"level":"ERROR"`) {
 			t.Errorf("%s logged an error:\n%s", w.name, w.out.String())
 		}
 	}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
@@ -102,6 +104,9 @@ type engineFlags struct {
 	concurrency int
 	poison      bool
 	scrub       string
+
+	// onStep, when set, gives each model's engine its OnStep hook (metrics).
+	onStep func(model string) func(int)
 }
 
 func (e *engineFlags) register(fs *flag.FlagSet) {
@@ -177,6 +182,9 @@ func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalo
 			Threads: e.threads, Context: window, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
 			Poison: e.poison, Scrub: scrub, KVTokens: cm.KVPoolTokens, KVBytes: cm.KVPoolBytes,
 		}
+		if e.onStep != nil {
+			cfg.OnStep = e.onStep(cm.Name)
+		}
 		if e.kvTokens > 0 {
 			cfg.KVTokens, cfg.KVBytes = e.kvTokens, 0
 		}
@@ -226,12 +234,25 @@ func connect(ctx context.Context, log *slog.Logger, url, name string) (*nats.Con
 	return nc, js, nil
 }
 
+// workerObs is what a worker reports through: its tracer provider (nil:
+// tracing off), the process's worker metrics, and its name among them.
+type workerObs struct {
+	tp      trace.TracerProvider
+	metrics *worker.Metrics
+	name    string
+}
+
 // runWorker serves jobs for the engines in role until ctx ends, then drains.
-func runWorker(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, engines map[string]*engine.Engine, concurrency int, role worker.Role) error {
-	w, err := worker.New(log.With("node", "worker"), nc, js, worker.Config{Role: role, Models: engines, Concurrency: concurrency})
+// It registers the worker with the fleet meanwhile.
+func runWorker(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, engines map[string]*engine.Engine, concurrency int, role worker.Role, obs workerObs) error {
+	w, err := worker.New(log.With("node", "worker"), nc, js, worker.Config{Role: role, Models: engines, Concurrency: concurrency,
+		TracerProvider: obs.tp, Metrics: obs.metrics})
 	if err != nil {
 		return err
 	}
+	obs.metrics.AddEngines(obs.name, role, engines)
+	unregister := registerWorker(log, nc, string(role), engines, w.JobsDone)
+	defer unregister()
 	return w.Run(ctx)
 }
 
@@ -296,9 +317,14 @@ func (e *edgeFlags) quota(log *slog.Logger, rdb redis.UniversalClient) (*quota.Q
 }
 
 // serveEdge runs the HTTP edge until ctx ends, then shuts it down gracefully.
-// ready, if not nil, receives the bound address once listening.
-func serveEdge(ctx context.Context, log *slog.Logger, srv *edge.Server, listen string, ready func(addr string)) error {
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+// The listener also serves /metrics (reg), /healthz and /readyz (h), without
+// auth; h drains once ctx ends. ready, if not nil, receives the bound
+// address once listening.
+func serveEdge(ctx context.Context, log *slog.Logger, srv *edge.Server, h *health, reg *prometheus.Registry, listen string, ready func(addr string)) error {
+	mux := http.NewServeMux()
+	opsRoutes(mux, h, reg)
+	mux.Handle("/", srv.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -314,6 +340,7 @@ func serveEdge(ctx context.Context, log *slog.Logger, srv *edge.Server, listen s
 		return err
 	case <-ctx.Done():
 	}
+	h.drain()
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = hs.Shutdown(shutCtx)

@@ -11,17 +11,28 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// catalogNames lists the catalog's model names.
+func catalogNames(cat *catalog.Catalog) []string {
+	var names []string
+	for _, m := range cat.Models() {
+		names = append(names, m.Name)
+	}
+	return names
+}
 
 // defaultDataDir is where dev keeps its JetStream store and signing key.
 func defaultDataDir() string {
@@ -91,8 +102,10 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	roleName := fs.String("role", "unified", "worker role: unified (whole requests), prefill (runs prompts, hands their KV to decode workers) or decode (verifies handed-over KV and generates)")
 	var cf catalogFlags
 	var ef engineFlags
+	var of obsFlags
 	cf.register(fs)
 	ef.register(fs)
+	of.register(fs, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -100,7 +113,31 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%w: --role: %v", errUsage, err)
 	}
-	log := newLogger(stderr)
+	log, err := of.logger(stderr)
+	if err != nil {
+		return err
+	}
+	tel, err := newTelemetry(ctx, log, "bulkhead-worker-"+string(role), "worker")
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
+	wm, err := worker.NewMetrics(tel.reg)
+	if err != nil {
+		return err
+	}
+	ef.onStep = wm.OnStep
+	// Health answers from the start: not ready until the models are loaded
+	// and NATS is connected, nor once shutdown begins.
+	h := newHealth()
+	var loaded atomic.Bool
+	h.add("models", flagCheck(&loaded, "models not loaded yet"))
+	stopOps, err := serveOps(log, of.metricsListen, h, tel.reg)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
+	defer context.AfterFunc(ctx, h.drain)()
 	cat, err := cf.load()
 	if err != nil {
 		return err
@@ -120,17 +157,19 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 		return err
 	}
 	defer stop()
+	loaded.Store(true)
 	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	h.add("nats", natsCheck(nc))
 	// Edges follow the windows published here; the records go when the
 	// worker stops, before its connection closes.
 	capCtx, stopCap := context.WithCancel(context.Background())
 	waitCap := publishCapacity(capCtx, log, js, workerID(), engines)
 	defer func() { stopCap(); waitCap() }()
-	return runWorker(ctx, log, nc, js, engines, ef.concurrency, role)
+	return runWorker(ctx, log, nc, js, engines, ef.concurrency, role, workerObs{tp: tel.tp, metrics: wm, name: "worker"})
 }
 
 func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -138,13 +177,28 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
 	var cf catalogFlags
 	var ef edgeFlags
+	var of obsFlags
 	cf.register(fs)
 	ef.register(fs, true)
+	of.register(fs, false)
 	window := fs.Int("context", 0, "context window to advertise for every model (0: the catalog's)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log := newLogger(stderr)
+	log, err := of.logger(stderr)
+	if err != nil {
+		return err
+	}
+	tel, err := newTelemetry(ctx, log, "bulkhead-edge", "edge")
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
+	em, err := edge.NewMetrics(tel.reg)
+	if err != nil {
+		return err
+	}
+	h := newHealth()
 	cat, err := cf.load()
 	if err != nil {
 		return err
@@ -168,6 +222,7 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		c := redis.NewClient(opt)
 		defer c.Close()
 		rdb = c
+		h.add("redis", redisCheck(rdb))
 	}
 	q, err := ef.quota(log, rdb)
 	if err != nil {
@@ -178,6 +233,7 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	h.add("nats", natsCheck(nc))
 	// Advertise no more than the live workers can hold.
 	followCtx, stopFollow := context.WithCancel(context.Background())
 	waitFollow, err := followCapacity(followCtx, log, js, cat)
@@ -189,11 +245,13 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js),
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
+		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
 	if err != nil {
 		return err
 	}
-	err = serveEdge(ctx, log, srv, ef.listen, nil)
+	defer registerEdge(log, nc, catalogNames(cat))()
+	err = serveEdge(ctx, log, srv, h, tel.reg, ef.listen, nil)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

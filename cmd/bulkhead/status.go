@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+)
+
+// runFleetStatus lists the fleet: every worker, edge and billing node registered
+// on NATS, with each worker's models, KV pool use, running and waiting
+// sequences, version and uptime.
+func runFleetStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("status", stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
+	asJSON := fs.Bool("json", false, "print the fleet as JSON")
+	wait := fs.Duration("wait", 500*time.Millisecond, "how long to wait for more answers after the last one")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*natsURL, nats.Name("bulkhead-status"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("connecting to NATS at %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nodes, err := queue.ListFleet(lctx, nc, *wait)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if nodes == nil {
+			nodes = []queue.Node{}
+		}
+		return enc.Encode(nodes)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tID\tROLE\tMODELS\tKV USED/TOTAL\tRUNNING\tWAITING\tJOBS\tVERSION\tUPTIME")
+	now := time.Now()
+	for _, n := range nodes {
+		var used, total, running, waiting int
+		for _, m := range n.Status.Models {
+			used += m.KVPagesUsed
+			total += m.KVPagesTotal
+			running += m.Running
+			waiting += m.Waiting
+		}
+		kv, run, wait, jobs := "-", "-", "-", "-"
+		if n.Service == queue.FleetWorker {
+			kv = fmt.Sprintf("%d/%d", used, total)
+			run, wait, jobs = fmt.Sprint(running), fmt.Sprint(waiting), fmt.Sprint(n.Status.JobsDone)
+		}
+		role := n.Role
+		if role == "" {
+			role = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(n.Service, "bulkhead-"), n.ID, role,
+			strings.Join(n.Models, ","), kv, run, wait, jobs, n.Version, now.Sub(n.Started).Round(time.Second))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(nodes) == 0 {
+		fmt.Fprintln(stderr, "no Bulkhead node answered on", *natsURL)
+	}
+	return nil
+}
+
+// registerWorker registers a worker with the fleet: its role and models,
+// and live figures from its engines and jobs. stop unregisters it.
+func registerWorker(log *slog.Logger, nc *nats.Conn, role string, engines map[string]*engine.Engine, jobsDone func() uint64) (stop func()) {
+	names := slices.Sorted(maps.Keys(engines))
+	svc, err := queue.RegisterNode(nc, queue.NodeConfig{
+		Service: queue.FleetWorker, Version: version, Role: role, Models: names,
+		Status: func() queue.NodeStatus {
+			st := queue.NodeStatus{JobsDone: jobsDone()}
+			for _, n := range names {
+				e := engines[n]
+				es := e.Stats()
+				st.Models = append(st.Models, queue.ModelStatus{Name: n, KVPagesUsed: e.KV().UsedPages(),
+					KVPagesTotal: e.KV().TotalPages(), Running: es.Running, Waiting: es.Waiting})
+			}
+			return st
+		},
+	})
+	return stopService(log, svc, err)
+}
+
+// registerEdge registers an edge with the fleet.
+func registerEdge(log *slog.Logger, nc *nats.Conn, models []string) (stop func()) {
+	svc, err := queue.RegisterNode(nc, queue.NodeConfig{Service: queue.FleetEdge, Version: version, Models: models})
+	return stopService(log, svc, err)
+}
+
+// stopService logs a failed registration (the node serves anyway: the fleet
+// listing is for operators) and returns the function that unregisters.
+func stopService(log *slog.Logger, svc micro.Service, err error) func() {
+	if err != nil {
+		log.Warn("fleet registration failed; `bulkhead status` will not list this node", "err", err)
+		return func() {}
+	}
+	return func() { _ = svc.Stop() }
+}
