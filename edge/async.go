@@ -68,9 +68,10 @@ func (s *Server) parseRequestID(id string) (n int, ok bool) {
 }
 
 // submitAsync admits every request of a batch and queues them. Nothing is
-// queued unless every request passes admission. The quota is taken once for
-// the batch and charged for the prompt tokens only; completions of queued
-// requests are metered from the workers' usage events.
+// queued unless every request passes admission, and a batch that fails to
+// queue part-way cancels the requests it queued and says so. The quota is
+// taken once for the batch and charges nothing itself: every job that runs
+// is billed from its worker's usage event, the day total included.
 func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Principal,
 	m *catalog.Model, v *vocab, req *nativeRequest) {
 	fail := func(err error) { writeNativeError(w, s.refuse(r, err)) }
@@ -114,12 +115,10 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		fail(err)
 		return
 	}
-	var used quota.Usage
-	defer func() { release(used) }()
+	defer release(quota.Usage{}) // billed per job from usage events
 
 	requestID := fmt.Sprintf("%s-%d", newID(), len(ins))
 	jobs := make([]*queue.Job, len(ins))
-	prompt := 0
 	for i, in := range ins {
 		a, err := v.admit(in, m.ContextWindow, s.cfg.DefaultMaxTokens)
 		if err != nil {
@@ -133,18 +132,29 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		jobs[i] = s.newJob(jobID(requestID, i), p, m, a, in, r)
 		jobs[i].Async = true
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
-		prompt += a.tokens
 	}
 	for i, job := range jobs {
 		if err := s.cfg.Queue.SubmitAsync(r.Context(), job); err != nil {
-			// Jobs before i are queued and will run; their results stay
-			// under an id the client never learns.
-			s.log.Warn("edge: async batch partly queued", "request_id", requestID, "queued", i, "of", len(jobs))
-			fail(err)
+			// The client never learns this batch's id: cancel the jobs
+			// queued before i (one already running ends aborted and is
+			// billed for what it ran) and say so.
+			cancelled := 0
+			for _, queued := range jobs[:i] {
+				if cerr := s.cfg.Queue.Cancel(queued.ID); cerr != nil {
+					s.log.Error("edge: cancelling a job of a failed batch", "job", queued.ID, "error", cerr)
+					continue
+				}
+				cancelled++
+			}
+			s.log.Warn("edge: async batch failed part-way; cancelled what it queued",
+				"request_id", requestID, "queued", i, "cancelled", cancelled, "of", len(jobs), "error", err)
+			e := s.refuse(r, err)
+			e.Message = fmt.Sprintf("%s: requests[%d] could not be queued; the batch was not accepted and the %d request(s) queued before it were cancelled",
+				e.Message, i, cancelled)
+			writeNativeError(w, e)
 			return
 		}
 	}
-	used = quota.Usage{Neurons: m.Prices.Neurons(prompt, 0)}
 	writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
 }
 

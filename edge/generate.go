@@ -118,6 +118,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		CachePrefix:  in.cachePrefix,
 		Reply:        queue.ReplySubject(id),
 		Deadline:     time.Now().Add(s.cfg.RequestTimeout),
+		Rates:        jobRates(m),
 	}
 }
 
@@ -262,7 +263,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 			s.cfg.Metrics.tokens(m.Name, res.usage.PromptTokens, res.usage.CompletionTokens)
 			ri.span.SetAttributes(attrInTokens.Int(res.usage.PromptTokens), attrOutTokens.Int(res.usage.CompletionTokens),
 				attrFinish.StringSlice([]string{res.finish}))
-			used = quota.Usage{Neurons: m.Prices.Neurons(res.usage.PromptTokens, res.usage.CompletionTokens)}
+			used = charge(m, id, res.usage)
 			if sw != nil {
 				_ = f.streamEnd(sw, res)
 				return

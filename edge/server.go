@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
@@ -75,6 +76,11 @@ type Config struct {
 	// LogContent logs each admitted prompt at debug level (debugging only:
 	// prompts are tenant data; cmd warns at start-up when it is on).
 	LogContent bool
+
+	// Ledger, when set, serves the usage API (billing/usage) from billing's
+	// rollups; DailyNeurons is the budget it reports (0: unlimited).
+	Ledger       *ledger.Ledger
+	DailyNeurons float64
 }
 
 func (c *Config) fill() error {
@@ -175,6 +181,7 @@ func (s *Server) routes() {
 		mux.HandleFunc("POST "+v1+"/completions", s.handleCompletions)
 		mux.HandleFunc("GET "+v1+"/models", s.handleModels)
 	}
+	s.billingRoutes(mux)
 	mux.HandleFunc("/", s.handleNoRoute)
 	s.mux = mux
 }

@@ -186,6 +186,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer func() { stopWorker(); <-workerDone }()
 	}
 
+	// Billing: usage events into the ledger the usage API and the budget read.
+	lg, stopBilling, err := startBilling(log, ejs, rdb)
+	if err != nil {
+		return err
+	}
+	defer stopBilling()
+
 	// Edge.
 	// Workers joining this NATS from elsewhere may hold less than dev's own.
 	followCtx, stopFollow := context.WithCancel(context.Background())
@@ -197,6 +204,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer func() { stopFollow(); waitFollow() }()
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs),
+		Ledger: lg, DailyNeurons: ef.dailyNeurons,
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
 		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})

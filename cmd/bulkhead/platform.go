@@ -228,6 +228,10 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	lg, err := edgeLedger(rdb)
+	if err != nil {
+		return err
+	}
 	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-edge")
 	if err != nil {
 		return err
@@ -244,6 +248,7 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer func() { stopFollow(); waitFollow() }()
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js),
+		Ledger: lg, DailyNeurons: ef.dailyNeurons,
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
 		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
