@@ -92,3 +92,11 @@ func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride u
 
 //go:noescape
 func gemmQ5P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+
+// Vector exp kernels (kern_exp_amd64.s), bitwise equal to math.Exp.
+
+//go:noescape
+func expShiftAVX512(dst, src *float32, n int, m float32) int
+
+//go:noescape
+func swigluAVX512(dst, gate, up *float32, n int) int

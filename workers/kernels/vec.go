@@ -98,9 +98,42 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 func SwiGLU(dst, gate, up []float32) {
 	n := len(dst)
 	gate, up = gate[:n], up[:n]
-	for i, g := range gate {
+	k := 0
+	for active >= pathAVX512 && k+8 <= n {
+		k += swigluAVX512(&dst[k], &gate[k], &up[k], (n-k)&^7)
+		if k+8 <= n { // a group with an argument beyond the vector range
+			swiGLUGo(dst[k:k+8], gate[k:k+8], up[k:k+8])
+			k += 8
+		}
+	}
+	swiGLUGo(dst[k:], gate[k:], up[k:])
+}
+
+func swiGLUGo(dst, gate, up []float32) {
+	for i, g := range gate[:len(dst)] {
 		e := float32(math.Exp(float64(-g)))
 		dst[i] = float32(g/(1+e)) * up[i]
+	}
+}
+
+// expShift writes dst[i] = exp(src[i]-m) as float32(math.Exp(float64(src[i]-m))).
+func expShift(dst, src []float32, m float32) {
+	n := len(dst)
+	src = src[:n]
+	k := 0
+	for active >= pathAVX512 && k+8 <= n {
+		k += expShiftAVX512(&dst[k], &src[k], (n-k)&^7, m)
+		if k+8 <= n {
+			expShiftGo(dst[k:k+8], src[k:k+8], m)
+			k += 8
+		}
+	}
+	expShiftGo(dst[k:], src[k:], m)
+}
+
+func expShiftGo(dst, src []float32, m float32) {
+	for i, v := range src[:len(dst)] {
+		dst[i] = float32(math.Exp(float64(v - m)))
 	}
 }
 
@@ -118,10 +151,9 @@ func Softmax(x []float32) {
 			m = v
 		}
 	}
+	expShift(x, x, m)
 	var sum float64
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - m)))
-		x[i] = e
+	for _, e := range x {
 		sum += float64(e)
 	}
 	inv := float32(1 / sum)

@@ -234,3 +234,46 @@ func TestSoftCap(t *testing.T) {
 		}
 	}
 }
+
+// TestExpKernels checks the AVX-512 exp kernels bitwise against math.Exp,
+// over ordinary values and the edges where they hand groups back to Go.
+func TestExpKernels(t *testing.T) {
+	if detectPath() < pathAVX512 {
+		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	x := make([]float32, 4099)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * 8)
+	}
+	special := []float32{0, -0.0, 1e-30, -1e-30, -708, -708.1, 709, 709.5, -745, -746, -800, 800, 88.7, -103.9,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e30, -1e30}
+	for i, v := range special {
+		x[100+13*i] = v
+	}
+	same := func(a, b float32) bool {
+		return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
+	}
+	for _, m := range []float32{0, 3.5, -2} {
+		got, want := make([]float32, len(x)), make([]float32, len(x))
+		expShift(got, x, m)
+		expShiftGo(want, x, m)
+		for i := range got {
+			if !same(got[i], want[i]) {
+				t.Fatalf("exp(%g - %g): avx512 %g (%#x) != math.Exp %g (%#x)", x[i], m, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+			}
+		}
+	}
+	up := make([]float32, len(x))
+	for i := range up {
+		up[i] = float32(rng.NormFloat64())
+	}
+	got, want := make([]float32, len(x)), make([]float32, len(x))
+	SwiGLU(got, x, up)
+	swiGLUGo(want, x, up)
+	for i := range got {
+		if !same(got[i], want[i]) {
+			t.Fatalf("swiglu(%g, %g): avx512 %g != go %g", x[i], up[i], got[i], want[i])
+		}
+	}
+}
