@@ -143,7 +143,7 @@ func reply(texts ...string) behaviour {
 // harness is an edge server in front of a real embedded NATS server with a
 // hand-written worker for modelStories.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *Server
 	http    *httptest.Server
 	nc      *nats.Conn
@@ -164,7 +164,7 @@ type harnessOpts struct {
 	metrics     *Metrics             // nil: no metrics
 }
 
-func newHarness(t *testing.T, o harnessOpts) *harness {
+func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	stories := refdata.Path(t, "models/stories260K.gguf")
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories, modelIdle + "=" + stories})
