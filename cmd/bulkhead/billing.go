@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // runBilling runs the billing consumer: usage events from NATS into the
@@ -19,6 +21,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlags("billing", stderr)
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
 	redisURL := fs.String("redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
+	ackWait := fs.Duration("ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -41,10 +44,14 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer nc.Close()
-	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{})
+	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: *ackWait}})
 	if err != nil {
 		return err
 	}
+	defer func() {
+		s := m.Stats()
+		log.Info("billing stopped", "counted", s.Counted, "duplicates", s.Duplicates, "rejected", s.Rejected, "retried", s.Retried)
+	}()
 	fmt.Fprintf(stdout, "billing: counting usage events from %s into %s\n", *natsURL, opt.Addr)
 	return m.Run(ctx)
 }

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/billing/price"
+)
+
+// usageReport is the part of GET /ai/usage these tests read.
+type usageReport struct {
+	AccountID string `json:"account_id"`
+	Totals    struct {
+		Requests         int64            `json:"requests"`
+		PromptTokens     int64            `json:"prompt_tokens"`
+		CachedTokens     int64            `json:"cached_tokens"`
+		CompletionTokens int64            `json:"completion_tokens"`
+		Neurons          float64          `json:"neurons"`
+		Outcomes         map[string]int64 `json:"outcomes"`
+	} `json:"totals"`
+	Today struct {
+		Neurons   float64  `json:"neurons"`
+		Remaining *float64 `json:"remaining"`
+	} `json:"today"`
+}
+
+// getUsage reads url (a usage API path under edge) with token.
+func getUsage(t *testing.T, edge, path, token string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", edge+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var env struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if resp.StatusCode == 200 && out != nil {
+		if err := json.Unmarshal(b, &env); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, b)
+		}
+		if err := json.Unmarshal(env.Result, out); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+var billingStopped = regexp.MustCompile(`billing stopped.* counted=(\d+) duplicates=(\d+)`)
+
+// TestBillingSurvivesKills: while clients send requests through a real edge,
+// NATS, two workers and redis-server (separate processes), the billing
+// process is killed (SIGKILL, or SIGTERM) and restarted again and again. At
+// the end the ledger holds every request once: its rollups equal the sum of
+// the usage the clients were told, no more and no less.
+func TestBillingSurvivesKills(t *testing.T) {
+	c := startCluster(t)
+	edgeURL := c.edge(t, "edge")
+	redisURL := "redis://" + c.redis.Addr() + "/0"
+	billing := func(name string) *process {
+		return start(t, name, c.bin, "billing", "--nats", c.natsURL, "--redis", redisURL, "--ack-wait", "2s")
+	}
+	tok := c.token(t, "acme")
+	reader, err := c.key.Mint("acme", []string{"billing:read"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now().UTC().Add(-time.Hour).Format(time.RFC3339)
+
+	const clients, perClient = 8, 60
+	var (
+		mu                   sync.Mutex
+		sent, prompt, compl  int64
+		micro                int64
+		done                 atomic.Bool
+		kills, terms, starts int
+	)
+	var load sync.WaitGroup
+	for i := range clients {
+		load.Go(func() {
+			for j := range perClient {
+				body := fmt.Sprintf(`{"prompt":"Once upon a time","raw":true,"max_tokens":%d,"temperature":1,"seed":%d}`, 4+(i+j)%12, i*1000+j)
+				status, b := post(t, tok, edgeURL+"/ai/run/"+clusterModel, body)
+				var got struct {
+					Result struct {
+						Usage struct {
+							PromptTokens     int `json:"prompt_tokens"`
+							CompletionTokens int `json:"completion_tokens"`
+						} `json:"usage"`
+					} `json:"result"`
+				}
+				if status != 200 || json.Unmarshal(b, &got) != nil {
+					t.Errorf("request: %d %s", status, b)
+					continue
+				}
+				u := got.Result.Usage
+				mu.Lock()
+				sent++
+				prompt += int64(u.PromptTokens)
+				compl += int64(u.CompletionTokens)
+				micro += price.Micro(price.Default(), price.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens})
+				mu.Unlock()
+			}
+		})
+	}
+	go func() { load.Wait(); done.Store(true) }()
+
+	dups := 0
+	graceful := func(out string) {
+		if m := billingStopped.FindStringSubmatch(out); m != nil {
+			n, _ := strconv.Atoi(m[2])
+			dups += n
+		}
+	}
+	for round := 0; !done.Load() || round < 6; round++ {
+		p := billing(fmt.Sprintf("billing-%d", round))
+		starts++
+		waitFor(t, 30*time.Second, "billing to start", func() bool { return strings.Contains(p.out.String(), "counting usage events") })
+		time.Sleep(time.Duration(150+70*(round%5)) * time.Millisecond) // let it count, then kill it mid-work
+		if round%2 == 0 {
+			_ = p.cmd.Process.Kill()
+			kills++
+		} else {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			terms++
+		}
+		<-p.done
+		if round%2 == 1 {
+			graceful(p.out.String())
+		}
+	}
+	load.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	last := billing("billing-last")
+	starts++
+	var rep usageReport
+	waitFor(t, 90*time.Second, "the ledger to hold every request", func() bool {
+		getUsage(t, edgeURL, "/ai/usage?granularity=hour&from="+from, reader, &rep)
+		return rep.Totals.Requests >= sent
+	})
+	// Redeliveries after the last kill have had their AckWait (2s) to arrive.
+	time.Sleep(3 * time.Second)
+	getUsage(t, edgeURL, "/ai/usage?granularity=hour&from="+from, reader, &rep)
+	_ = last.cmd.Process.Signal(syscall.SIGTERM)
+	<-last.done
+	graceful(last.out.String())
+	t.Logf("%d requests sent (one usage event each), %d counted; %d billing processes started, %d SIGKILLed, %d SIGTERMed; %d redelivered events found already counted",
+		sent, rep.Totals.Requests, starts, kills, terms, dups)
+	if rep.Totals.Requests != sent || rep.Totals.PromptTokens != prompt || rep.Totals.CompletionTokens != compl ||
+		price.ToMicro(rep.Totals.Neurons) != micro {
+		t.Fatalf("ledger %+v; clients were told %d requests, %d prompt and %d completion tokens, %d micro-neurons",
+			rep.Totals, sent, prompt, compl, micro)
+	}
+	if price.ToMicro(rep.Today.Neurons) != micro {
+		t.Fatalf("today's neurons %v, want %v: the budget's number and the rollups disagree", rep.Today.Neurons, price.Neurons(micro))
+	}
+}
+
+// TestBudgetStopsTenant: a tenant at its daily neurons is refused with 3036
+// before its next request is queued, also when the neurons came from a
+// stream it cancelled (billed by billing from the worker's usage event).
+func TestBudgetStopsTenant(t *testing.T) {
+	c := startClusterRoles(t, "unified")
+	edgeURL := c.edge(t, "edge", "--quota-daily-neurons", "0.3")
+	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
+	tok := c.token(t, "spender")
+	reader, err := c.key.Mint("spender", []string{"billing:read"}, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A long stream, cancelled after a few tokens: billed for what it made.
+	req, _ := http.NewRequest("POST", edgeURL+"/ai/run/"+clusterModel, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":1500,"temperature":1,"seed":9,"stream":true}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for n := 0; n < 10 && sc.Scan(); {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			n++
+		}
+	}
+	resp.Body.Close()
+	var rep usageReport
+	waitFor(t, 30*time.Second, "the cancelled stream to be billed", func() bool {
+		getUsage(t, edgeURL, "/ai/usage", reader, &rep)
+		return rep.Totals.Outcomes["cancelled"] == 1
+	})
+	if rep.Totals.CompletionTokens < 10 || rep.Totals.CompletionTokens >= 1500 {
+		t.Fatalf("cancelled stream billed for %d completion tokens; want what it produced (10 or more, under 1500)", rep.Totals.CompletionTokens)
+	}
+	// Spend the rest, then the next request is refused before it is queued.
+	for i := 0; ; i++ {
+		status, body := post(t, tok, edgeURL+"/ai/run/"+clusterModel, `{"prompt":"Once upon a time","raw":true,"max_tokens":20}`)
+		if status == 429 {
+			if !strings.Contains(string(body), `"code":3036`) {
+				t.Fatalf("refusal %s, want code 3036", body)
+			}
+			break
+		}
+		if status != 200 || i > 50 {
+			t.Fatalf("request %d: %d %s", i, status, body)
+		}
+	}
+	getUsage(t, edgeURL, "/ai/usage", reader, &rep)
+	if rep.Today.Neurons < 0.3 || rep.Today.Remaining == nil || *rep.Today.Remaining != 0 {
+		t.Fatalf("today %+v: want the budget used up", rep.Today)
+	}
+}
