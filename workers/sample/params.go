@@ -16,6 +16,11 @@ const DefaultPenaltyLastN = 64
 // MaxTemperature is the largest temperature Validate accepts.
 const MaxTemperature = 5
 
+// GreedyEpsilon is the temperature below which sampling is greedy, as in
+// vLLM (_SAMPLING_EPS): 1/T of a tinier positive temperature overflows
+// float32 and every logit becomes ±Inf or NaN.
+const GreedyEpsilon = 1e-5
+
 // Params configures a Sampler. The zero value is greedy decoding with every
 // filter and penalty off.
 //
@@ -24,8 +29,8 @@ const MaxTemperature = 5
 // as DefaultPenaltyLastN. Callers that want to reject an explicit top_p of 0
 // from a client must do so before building Params.
 type Params struct {
-	// Temperature divides the logits before the draw; 0 means greedy argmax.
-	// Range [0, MaxTemperature].
+	// Temperature divides the logits before the draw; 0, or anything below
+	// GreedyEpsilon, means greedy argmax. Range [0, MaxTemperature].
 	Temperature float32
 	// TopK keeps the K most likely tokens; 0 means off. Range >= 0.
 	TopK int
@@ -83,6 +88,9 @@ func finite(f float32) bool { return !math.IsNaN(float64(f)) && !math.IsInf(floa
 // withDefaults returns p with the zero-means-off fields replaced by their
 // neutral values.
 func (p Params) withDefaults() Params {
+	if p.Temperature < GreedyEpsilon {
+		p.Temperature = 0
+	}
 	if p.TopP == 0 {
 		p.TopP = 1
 	}

@@ -70,3 +70,25 @@ func TestDefaults(t *testing.T) {
 		t.Error("zero penalties reported as active")
 	}
 }
+
+// TestTinyTemperatureIsGreedy: a temperature below GreedyEpsilon (1e-40 is a
+// float32 subnormal whose inverse overflows) validates and samples the
+// argmax, never a token picked from Inf/NaN scores.
+func TestTinyTemperatureIsGreedy(t *testing.T) {
+	logits := []float32{0.1, 2.5, -1, 2.4, 0}
+	for _, temp := range []float32{1e-40, 3e-39, 1e-30, 1e-6, GreedyEpsilon / 2} {
+		p := Params{Temperature: temp, Seed: 1}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("Validate(%g) = %v", temp, err)
+		}
+		s, err := New(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 50 {
+			if got := s.Sample(logits, nil); got != 1 {
+				t.Fatalf("temperature %g draw %d: token %d, want the argmax 1", temp, i, got)
+			}
+		}
+	}
+}
