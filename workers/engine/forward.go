@@ -55,6 +55,7 @@ type attnJob struct {
 
 type attnScratch struct {
 	q16    []uint16
+	qf     []float32 // q16 as float32
 	scores []float32
 	w16    []uint16 // softmax weights rounded to half
 }
@@ -67,6 +68,7 @@ func newForward(m *Model, pool *kernels.Pool) *forward {
 	ctx := min(max(m.Hyper.Context, 16), 4096)
 	for i := range fw.slot {
 		fw.slot[i].q16 = make([]uint16, m.Hyper.HeadDim)
+		fw.slot[i].qf = make([]float32, m.Hyper.HeadDim)
 		fw.slot[i].scores = make([]float32, 0, ctx)
 		fw.slot[i].w16 = make([]uint16, 0, ctx)
 	}
@@ -334,6 +336,7 @@ func (fw *forward) attendSlots(lo, hi int) {
 				t0 = max(0, pos-a.window+1)
 			}
 			kernels.F32ToF16s(sc.q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+			kernels.F16ToF32s(sc.qf, sc.q16)
 			sc.attend(out, &a.views[fw.rowChunk[r]], t0, pos+1, head/a.group*a.hd, a.kvd, a.scale, h.AttnSoftCap)
 		}
 	}
@@ -342,7 +345,6 @@ func (fw *forward) attendSlots(lo, hi int) {
 // attend computes one head's attention output into out over view positions
 // [t0, n), with the head's K/V columns at koff in each row.
 func (sc *attnScratch) attend(out []float32, view *kvcache.View, t0, n, koff, kvd int, scale, softCap float32) {
-	hd := len(out)
 	m := n - t0
 	if cap(sc.scores) < m {
 		sc.scores = make([]float32, m, m+m/2)
@@ -358,12 +360,11 @@ func (sc *attnScratch) attend(out []float32, view *kvcache.View, t0, n, koff, kv
 			t += pl
 			continue
 		}
+		// Keys [j0, j1) of this page are positions t+j0 .. t+j1-1.
+		j0, j1 := max(0, t0-t), min(pl, n-t)
 		kp := view.KPage(p)
-		for j := 0; j < pl && t < n; j, t = j+1, t+1 {
-			if t >= t0 {
-				scores[t-t0] = kernels.DotF16(sc.q16, kp[j*kvd+koff:j*kvd+koff+hd]) * scale
-			}
-		}
+		kernels.DotsF16(scores[t+j0-t0:t+j1-t0], sc.q16, sc.qf, kp[j0*kvd+koff:], kvd, scale)
+		t += pl
 	}
 	if softCap != 0 {
 		kernels.SoftCap(scores, softCap)
@@ -379,12 +380,10 @@ func (sc *attnScratch) attend(out []float32, view *kvcache.View, t0, n, koff, kv
 			t += pl
 			continue
 		}
+		j0, j1 := max(0, t0-t), min(pl, n-t)
 		vp := view.VPage(p)
-		for j := 0; j < pl && t < n; j, t = j+1, t+1 {
-			if t >= t0 {
-				kernels.AxpyF16(out, scores[t-t0], vp[j*kvd+koff:j*kvd+koff+hd])
-			}
-		}
+		kernels.AxpysF16(out, scores[t+j0-t0:t+j1-t0], vp[j0*kvd+koff:], kvd)
+		t += pl
 	}
 }
 

@@ -100,3 +100,11 @@ func expShiftAVX512(dst, src *float32, n int, m float32) int
 
 //go:noescape
 func swigluAVX512(dst, gate, up *float32, n int) int
+
+// Attention kernels over a page of K or V rows (kern_attn_amd64.s).
+
+//go:noescape
+func dotsF16AVX(out *float32, q *float32, k *uint16, kstride uintptr, nk int, hd int, scale float32)
+
+//go:noescape
+func axpysF16AVX(dst *float32, w *float32, v *uint16, vstride uintptr, nk int, hd int)

@@ -169,3 +169,38 @@ func Add(dst, x []float32) {
 		dst[i] += v
 	}
 }
+
+// DotsF16 sets out[j] = DotF16(q, k[j*stride:j*stride+len(q)]) * scale for
+// j < len(out): one query against a page of keys, bitwise what the calls one
+// key at a time would give. qf is q converted to float32 (F16ToF32s).
+func DotsF16(out []float32, q []uint16, qf []float32, k []uint16, stride int, scale float32) {
+	hd := len(q)
+	if len(out) == 0 || hd == 0 {
+		return
+	}
+	_ = k[(len(out)-1)*stride+hd-1]
+	if useAsm && hd%8 == 0 {
+		dotsF16AVX(&out[0], &qf[:hd][0], &k[0], uintptr(stride*2), len(out), hd, scale)
+		return
+	}
+	for j := range out {
+		out[j] = DotF16(q, k[j*stride:j*stride+hd]) * scale
+	}
+}
+
+// AxpysF16 adds w[j]*half(v[j*stride+i]) to dst[i] for i < len(dst), key j
+// after key j, for j < len(w): bitwise the AxpyF16 calls one key at a time.
+func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
+	hd := len(dst)
+	if len(w) == 0 || hd == 0 {
+		return
+	}
+	_ = v[(len(w)-1)*stride+hd-1]
+	if useAsm && hd%8 == 0 {
+		axpysF16AVX(&dst[0], &w[0], &v[0], uintptr(stride*2), len(w), hd)
+		return
+	}
+	for j, a := range w {
+		AxpyF16(dst, a, v[j*stride:j*stride+hd])
+	}
+}

@@ -277,3 +277,46 @@ func TestExpKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestPageKernels checks DotsF16 and AxpysF16 bitwise against DotF16 and
+// AxpyF16 called key by key, for head sizes with and without a tail.
+func TestPageKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, hd := range []int{8, 64, 72, 96, 128, 256, 20} {
+		for _, nk := range []int{1, 3, 4, 7, 16} {
+			stride := hd*3 + 8
+			q := halves(rng, hd)
+			qf := make([]float32, hd)
+			F16ToF32s(qf, q)
+			k := halves(rng, nk*stride)
+			got, want := make([]float32, nk), make([]float32, nk)
+			DotsF16(got, q, qf, k, stride, 0.125)
+			for j := range want {
+				want[j] = DotF16(q, k[j*stride:j*stride+hd]) * 0.125
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+					t.Fatalf("hd %d nk %d: dots[%d] %g != %g", hd, nk, j, got[j], want[j])
+				}
+			}
+			w := make([]float32, nk)
+			for j := range w {
+				w[j] = float32(rng.Float64())
+			}
+			a, b := make([]float32, hd), make([]float32, hd)
+			for i := range a {
+				a[i] = float32(rng.NormFloat64())
+				b[i] = a[i]
+			}
+			AxpysF16(a, w, k, stride)
+			for j := range w {
+				AxpyF16(b, w[j], k[j*stride:j*stride+hd])
+			}
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("hd %d nk %d: axpys[%d] %g != %g", hd, nk, i, a[i], b[i])
+				}
+			}
+		}
+	}
+}
