@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"sync"
@@ -197,6 +198,11 @@ type keyFile struct {
 	size    int64
 	checked time.Time // last stat
 	lastErr error     // last failed reload, nil after a good one
+	failing time.Time // when reloads started failing; zero while they succeed
+	logged  string    // the failure last logged
+
+	log   *slog.Logger  // reload failures; set once after newKeyFile
+	stale time.Duration // how long the last good keys stay current once reloads fail
 }
 
 func newKeyFile(path string, interval time.Duration, now func() time.Time) (*keyFile, error) {
@@ -233,14 +239,64 @@ func (f *keyFile) load(st os.FileInfo) error {
 func (f *keyFile) lookup(kid string) (verifyKey, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if now := f.now(); now.Sub(f.checked) >= f.interval || now.Before(f.checked) {
-		f.checked = now
-		if st, err := os.Stat(f.path); err == nil && (!st.ModTime().Equal(f.modTime) || st.Size() != f.size) {
-			_ = f.load(st) // on failure the last good keys stay; lastErr records why
-		}
-	}
+	f.check()
 	k, ok := f.keys[kid]
 	return k, ok
+}
+
+// check reloads the file if it changed, at most once per interval; the
+// caller holds mu. On failure the last good keys stay, lastErr says why and
+// the failure is logged once.
+func (f *keyFile) check() {
+	now := f.now()
+	if now.Sub(f.checked) < f.interval && !now.Before(f.checked) {
+		return
+	}
+	f.checked = now
+	st, err := os.Stat(f.path)
+	switch {
+	case err != nil:
+		f.failed(fmt.Errorf("%w: %v", ErrJWKS, err))
+	case !st.ModTime().Equal(f.modTime) || st.Size() != f.size:
+		if err := f.load(st); err != nil {
+			f.failed(err)
+		} else if !f.failing.IsZero() {
+			f.failing = time.Time{}
+			f.logger().Info("auth: JWKS reloaded after failures", "path", f.path)
+		}
+	}
+}
+
+// failed records a failed reload; the caller holds mu.
+func (f *keyFile) failed(err error) {
+	first := f.failing.IsZero()
+	if first {
+		f.failing = f.now()
+	}
+	if first || f.logged != err.Error() {
+		f.logged = err.Error()
+		f.logger().Error("auth: JWKS reload failed; the last good keys stay in use", "path", f.path, "err", err,
+			"keys_expire", f.failing.Add(f.stale))
+	}
+	f.lastErr = err
+}
+
+func (f *keyFile) logger() *slog.Logger {
+	if f.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return f.log
+}
+
+// ready is nil unless reloads have failed for longer than stale.
+func (f *keyFile) ready() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.check()
+	if f.failing.IsZero() || f.stale == 0 || f.now().Sub(f.failing) < f.stale {
+		return nil
+	}
+	return fmt.Errorf("auth: JWKS keys expired: reloads failing since %s: %w", f.failing.UTC().Format(time.RFC3339), f.lastErr)
 }
 
 // reload re-reads the file now, whatever its modification time.
@@ -249,11 +305,16 @@ func (f *keyFile) reload() error {
 	defer f.mu.Unlock()
 	st, err := os.Stat(f.path)
 	if err != nil {
-		f.lastErr = fmt.Errorf("%w: %v", ErrJWKS, err)
+		f.failed(fmt.Errorf("%w: %v", ErrJWKS, err))
 		return f.lastErr
 	}
 	f.checked = f.now()
-	return f.load(st)
+	if err := f.load(st); err != nil {
+		f.failed(err)
+		return err
+	}
+	f.failing = time.Time{}
+	return nil
 }
 
 func (f *keyFile) err() error {

@@ -1,8 +1,11 @@
 package auth
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -56,7 +59,23 @@ type Config struct {
 	ReloadEvery time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxLifetime bounds a token's lifetime, exp minus iat (minus now when
+	// the token has no iat): 0 means DefaultMaxLifetime.
+	MaxLifetime time.Duration
+	// StaleKeys is how long the last good JWKS key set stays current after
+	// the file stopped reloading (unreadable, removed, malformed): past it
+	// Ready reports the keys expired. 0 means DefaultStaleKeys.
+	StaleKeys time.Duration
+	// Log receives JWKS reload failures; nil discards them.
+	Log *slog.Logger
 }
+
+const (
+	// DefaultMaxLifetime is Config.MaxLifetime's default.
+	DefaultMaxLifetime = 24 * time.Hour
+	// DefaultStaleKeys is Config.StaleKeys's default.
+	DefaultStaleKeys = time.Hour
+)
 
 // Validate reports the first bad field; it does not touch the file system.
 func (c *Config) Validate() error {
@@ -86,6 +105,12 @@ func (c *Config) Validate() error {
 	if c.ReloadEvery < 0 {
 		return fmt.Errorf("auth: config: ReloadEvery %v is negative", c.ReloadEvery)
 	}
+	if c.MaxLifetime < 0 {
+		return fmt.Errorf("auth: config: MaxLifetime %v is negative", c.MaxLifetime)
+	}
+	if c.StaleKeys < 0 {
+		return fmt.Errorf("auth: config: StaleKeys %v is negative", c.StaleKeys)
+	}
 	if c.Audience != "" && !validName(c.Audience) {
 		return errors.New("auth: config: Audience is malformed")
 	}
@@ -97,10 +122,13 @@ func (c *Config) Validate() error {
 
 // Verifier checks bearer tokens. It is safe for concurrent use.
 type Verifier struct {
-	algs   []string
-	secret []byte
-	keys   *keyFile // nil without JWKSFile
-	parser *jwt.Parser
+	algs     []string
+	secret   []byte
+	keys     *keyFile // nil without JWKSFile
+	parser   *jwt.Parser
+	now      func() time.Time
+	leeway   time.Duration
+	lifetime time.Duration
 }
 
 // NewVerifier validates cfg and loads the JWKS file.
@@ -120,7 +148,19 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if every == 0 {
 		every = DefaultReloadEvery
 	}
-	v := &Verifier{secret: slices.Clone(cfg.HS256Secret)}
+	lifetime := cfg.MaxLifetime
+	if lifetime == 0 {
+		lifetime = DefaultMaxLifetime
+	}
+	stale := cfg.StaleKeys
+	if stale == 0 {
+		stale = DefaultStaleKeys
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	v := &Verifier{secret: slices.Clone(cfg.HS256Secret), now: now, leeway: leeway, lifetime: lifetime}
 	v.algs = slices.Clone(cfg.Algorithms)
 	if len(v.algs) == 0 {
 		if cfg.JWKSFile != "" {
@@ -132,6 +172,9 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	}
 	if cfg.JWKSFile != "" {
 		kf, err := newKeyFile(cfg.JWKSFile, every, now)
+		if kf != nil {
+			kf.log, kf.stale = log, stale
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -173,6 +216,17 @@ func (v *Verifier) KeysError() error {
 	return v.keys.err()
 }
 
+// Ready reports whether the verifier can still verify with current keys:
+// an error once the JWKS file has failed to reload for longer than
+// Config.StaleKeys (the edge's readiness check calls it; the last good keys
+// stay in use meanwhile). It checks the file for changes first.
+func (v *Verifier) Ready() error {
+	if v.keys == nil {
+		return nil
+	}
+	return v.keys.ready()
+}
+
 // Authenticate verifies the request's "Authorization: Bearer <token>" header.
 // Errors wrap ErrUnauthenticated.
 func (v *Verifier) Authenticate(r *http.Request) (Principal, error) {
@@ -210,6 +264,16 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	var c claims
 	if _, err := v.parser.ParseWithClaims(token, &c, v.key); err != nil {
 		return Principal{}, fmt.Errorf("%w: %s", ErrUnauthenticated, reason(err))
+	}
+	if err := numericDates(token); err != nil {
+		return Principal{}, err
+	}
+	from := v.now()
+	if c.IssuedAt != nil {
+		from = c.IssuedAt.Time
+	}
+	if life := c.ExpiresAt.Sub(from); life > v.lifetime+v.leeway {
+		return Principal{}, fmt.Errorf("%w: token lifetime exceeds %v", ErrUnauthenticated, v.lifetime)
 	}
 	if !ValidTenant(c.Subject) {
 		return Principal{}, fmt.Errorf("%w: sub is missing or not a valid tenant id", ErrUnauthenticated)
@@ -300,4 +364,35 @@ func reason(err error) string {
 	default:
 		return "token is invalid"
 	}
+}
+
+// dateClaims are the registered claims RFC 7519 §2 defines as NumericDate.
+var dateClaims = []string{"exp", "nbf", "iat"}
+
+// numericDates refuses a token whose exp, nbf or iat is not a JSON number
+// (the JWT library also reads a quoted number). It runs after the signature
+// verified, so the payload is well-formed base64url JSON.
+func numericDates(token string) error {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return fmt.Errorf("%w: token is malformed", ErrUnauthenticated)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return fmt.Errorf("%w: token is malformed", ErrUnauthenticated)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return fmt.Errorf("%w: token is malformed", ErrUnauthenticated)
+	}
+	for _, name := range dateClaims {
+		v, ok := raw[name]
+		if !ok {
+			continue
+		}
+		if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+			return fmt.Errorf("%w: %s claim is not a number", ErrUnauthenticated, name)
+		}
+	}
+	return nil
 }
