@@ -1,27 +1,48 @@
 package edge
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/chat"
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
+	"github.com/bulkhead-ai/bulkhead/models/toolcall"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
+
+// PropTrustContent is the catalog property that turns the control-token
+// protection off for one model ("true"): message text may then hold the
+// model's control tokens, as before chat templates were rendered by origin.
+// It exists for compatibility with clients that wrote control tokens into
+// messages on purpose; see docs/chat.md.
+const PropTrustContent = "chat_trust_content"
+
+// trustContent reads a model's PropTrustContent.
+func trustContent(m *catalog.Model) bool { return m.Properties[PropTrustContent] == "true" }
 
 // vocab is what admission needs of one model beyond its catalog entry: the
 // tokenizer the worker uses and the chat template from the same GGUF file.
 type vocab struct {
 	tok     *tokenizer.Tokenizer
-	tmpl    chat.Template
-	hasTmpl bool  // false: the plain "role: content" fallback
-	created int64 // the model file's modification time (Unix), for /v1/models
+	tmpl    *chat.Template  // nil: the plain "role: content" fallback
+	tools   toolcall.Format // how the model writes tool calls; toolcall.None without
+	control map[int32]bool  // control tokens a tool-call format reads (see frameText)
+	created int64           // the model file's modification time (Unix), for /v1/models
 }
 
-// loadVocab reads a model file's tokenizer metadata (no tensor data).
-func loadVocab(log *slog.Logger, name, path string) (*vocab, error) {
+// loadVocab reads a model file's tokenizer metadata (no tensor data) and
+// compiles its chat template. trust turns off the control-token protection
+// (PropTrustContent).
+func loadVocab(log *slog.Logger, name, path string, trust bool) (*vocab, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: model %q: %w", ErrInvalidConfig, name, err)
@@ -35,43 +56,79 @@ func loadVocab(log *slog.Logger, name, path string) (*vocab, error) {
 	if st, err := os.Stat(path); err == nil {
 		v.created = st.ModTime().Unix()
 	}
-	tmpl, err := chat.Detect(tok.ChatTemplate())
-	if err == nil {
-		v.tmpl, v.hasTmpl = tmpl, true
-		log.Info("edge: chat template", "model", name, "template", tmpl.Name())
-	} else {
-		log.Warn("edge: model has no supported chat template; messages are rendered as plain \"role: content\" lines",
+	src := tok.ChatTemplate()
+	if strings.TrimSpace(src) == "" {
+		log.Warn("edge: model file has no chat template; messages are rendered as plain \"role: content\" lines",
 			"model", name)
+		return v, nil
 	}
+	tmpl, err := chat.Compile(src, chat.Config{
+		BOS:           tok.Piece(tok.BOS()),
+		EOS:           tok.Piece(tok.EOS()),
+		ControlTokens: tok.ControlTokens(),
+		TrustContent:  trust,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: model %q: %w", ErrInvalidConfig, name, err)
+	}
+	v.tmpl = tmpl
+	v.tools = toolcall.Detect(src)
+	v.control = map[int32]bool{}
+	for _, text := range v.tools.ControlTokens() {
+		if id, ok := tok.TokenID(text); ok {
+			v.control[id] = true
+		}
+	}
+	log.Info("edge: chat template compiled", "model", name, "tool_calls", v.tools.String(), "trust_content", trust)
 	return v, nil
 }
 
 // admitted is a request's final prompt as the worker will see it, and its
-// token count under the worker's tokenization (Encode(prompt, addBOS,
-// parseSpecial)).
+// token count under the worker's tokenization (EncodeSegments(segments,
+// addBOS) for a rendered conversation, Encode(prompt, addBOS, parseSpecial)
+// otherwise).
 type admitted struct {
 	prompt       string
+	segments     []queue.Segment // a rendered conversation; prompt is their text
 	addBOS       bool
 	parseSpecial bool
 	tokens       int
 	maxTokens    int
 }
 
-// render builds the prompt text. Raw prompts are used as-is and may contain
-// the model's special tokens written out (Workers AI's raw mode: the caller
-// writes the template). Conversations go through the model's chat template,
-// whose special tokens are parsed; a model without a supported template gets
-// "role: content" lines ending with "assistant:", tokenized as plain text.
+// render builds the prompt. Raw prompts are used as-is and may contain the
+// model's special tokens written out (Workers AI's raw mode: the caller
+// writes the template). Conversations go through the model's chat template:
+// only the template's own control tokens are parsed, never text from the
+// request. BOS is added when the tokenizer asks for it and the template did
+// not write it. A model without a template gets "role: content" lines
+// ending with "assistant:", tokenized as plain text.
 func (v *vocab) render(in *genInput) (admitted, error) {
 	if in.raw {
 		return admitted{prompt: in.prompt, addBOS: true, parseSpecial: true}, nil
 	}
-	if v.hasTmpl {
-		text, err := v.tmpl.Render(in.messages, true)
+	if v.tmpl != nil {
+		now := in.now
+		if now.IsZero() {
+			now = time.Now()
+		}
+		p, err := v.tmpl.Render(context.Background(), chat.Input{
+			Messages:            in.messages,
+			Tools:               in.templateTools(),
+			AddGenerationPrompt: true,
+			Now:                 now,
+		})
 		if err != nil {
 			return admitted{}, err
 		}
-		return admitted{prompt: text, addBOS: !v.tmpl.AddsBOS(), parseSpecial: true}, nil
+		a := admitted{segments: make([]queue.Segment, len(p.Segments))}
+		for i, s := range p.Segments {
+			a.segments[i] = queue.Segment{Text: s.Text, Special: s.Special}
+		}
+		a.prompt = queue.SegmentText(a.segments)
+		bos := v.tok.Piece(v.tok.BOS())
+		a.addBOS = !(bos != "" && len(p.Segments) > 0 && p.Segments[0].Special && strings.HasPrefix(p.Segments[0].Text, bos))
+		return a, nil
 	}
 	var b strings.Builder
 	for _, m := range in.messages {
@@ -84,6 +141,18 @@ func (v *vocab) render(in *genInput) (admitted, error) {
 	return admitted{prompt: b.String(), addBOS: true}, nil
 }
 
+// encode tokenizes an admitted prompt as the worker will.
+func (v *vocab) encode(a admitted) []int32 {
+	if len(a.segments) == 0 {
+		return v.tok.Encode(a.prompt, a.addBOS, a.parseSpecial)
+	}
+	segs := make([]tokenizer.Segment, len(a.segments))
+	for i, s := range a.segments {
+		segs[i] = tokenizer.Segment{Text: s.Text, Special: s.Special}
+	}
+	return v.tok.EncodeSegments(segs, a.addBOS)
+}
+
 // admit renders and tokenizes the prompt and checks it against the context
 // window. defaultMax is used when the request gave no max_tokens; a negative
 // defaultMax means "the rest of the window" (OpenAI's default).
@@ -92,7 +161,7 @@ func (v *vocab) admit(in *genInput, window, defaultMax int) (admitted, error) {
 	if err != nil {
 		return admitted{}, err
 	}
-	a.tokens = len(v.tok.Encode(a.prompt, a.addBOS, a.parseSpecial))
+	a.tokens = len(v.encode(a))
 	if a.tokens == 0 {
 		return admitted{}, &InputError{Field: "prompt", Msg: "encodes to no tokens"}
 	}

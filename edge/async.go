@@ -107,6 +107,10 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 			fail(&InputError{Field: prefix + ".stream", Msg: "queued requests cannot stream"})
 			return
 		}
+		if len(in.tools) > 0 {
+			fail(&InputError{Field: prefix + ".tools", Msg: "queued requests cannot use tools"})
+			return
+		}
 		ins[i] = in
 	}
 

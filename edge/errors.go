@@ -11,7 +11,6 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
-	"github.com/bulkhead-ai/bulkhead/models/chat"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -219,8 +218,8 @@ func Classify(err error) *Error {
 		return newError(rowAborted, "", err)
 	case errors.Is(err, ErrNotFound), errors.Is(err, queue.ErrNotFound):
 		return newError(rowNotFound, "", err)
-	case errors.Is(err, chat.ErrInvalidRole), errors.Is(err, chat.ErrRoleOrder), errors.Is(err, chat.ErrNoMessages):
-		return &Error{Row: rowInvalidInput, Message: "messages: " + err.Error(), Param: "messages", Err: err}
+	case chatError(err) != nil:
+		return chatError(err)
 	}
 	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
 	// only that the server failed; the cause goes to the log.

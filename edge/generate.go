@@ -108,6 +108,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Tenant:       p.Tenant,
 		Model:        m.Name,
 		Prompt:       a.prompt,
+		Segments:     a.segments,
 		ParseSpecial: a.parseSpecial,
 		AddBOS:       a.addBOS,
 		PromptTokens: a.tokens,
@@ -243,13 +244,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 						return
 					}
 				}
-				if fr.Text != "" {
-					if err := f.streamText(sw, res, fr.Text); err != nil {
+				if chunk := v.frameText(in, fr); chunk != "" {
+					if err := f.streamText(sw, res, chunk); err != nil {
 						return
 					}
 				}
 			} else {
-				text.WriteString(fr.Text)
+				text.WriteString(v.frameText(in, fr))
 			}
 			if fr.Kind == queue.KindToken {
 				continue

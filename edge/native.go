@@ -2,6 +2,7 @@ package edge
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/models/toolcall"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -46,8 +48,21 @@ func toNativeUsage(u queue.Usage) nativeUsage {
 
 // nativeResult is result of a finished text generation.
 type nativeResult struct {
-	Response string       `json:"response"`
-	Usage    *nativeUsage `json:"usage,omitempty"`
+	Response  string           `json:"response"`
+	ToolCalls []nativeToolCall `json:"tool_calls,omitempty"`
+	Usage     *nativeUsage     `json:"usage,omitempty"`
+}
+
+// nativeToolCall is Workers AI's tool call: the function's name and its
+// arguments as an object (plus the id a follow-up "tool" message names).
+type nativeToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+func toNativeCall(c toolcall.Call) nativeToolCall {
+	return nativeToolCall{ID: c.ID, Name: c.Name, Arguments: json.RawMessage(c.Arguments)}
 }
 
 func success(result any) nativeEnvelope {
@@ -62,6 +77,21 @@ func (nativeFormat) writeError(w http.ResponseWriter, e *Error) { writeNativeErr
 func (nativeFormat) writeResult(w http.ResponseWriter, res *result) {
 	u := toNativeUsage(res.usage)
 	writeJSON(w, http.StatusOK, success(nativeResult{Response: res.text, Usage: &u}))
+}
+
+var _ toolAPI = nativeFormat{}
+
+func (nativeFormat) writeToolResult(w http.ResponseWriter, res *result, content string, calls []toolcall.Call) {
+	u := toNativeUsage(res.usage)
+	out := nativeResult{Response: content, Usage: &u}
+	for _, c := range calls {
+		out.ToolCalls = append(out.ToolCalls, toNativeCall(c))
+	}
+	writeJSON(w, http.StatusOK, success(out))
+}
+
+func (nativeFormat) streamCall(sw *sse, _ *result, _ int, c toolcall.Call) error {
+	return sw.json("", nativeResult{Response: "", ToolCalls: []nativeToolCall{toNativeCall(c)}})
 }
 
 func (nativeFormat) streamBegin(*sse, *result) error { return nil }
@@ -83,7 +113,8 @@ func (nativeFormat) streamError(sw *sse, e *Error) error { return sw.json("error
 // handleRun serves POST /ai/run/{model...}: a generation, an async batch
 // (?queueRequest=true with {"requests":[...]}), or a poll ({"request_id":...}).
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticate(r, auth.ScopeRun)
+	// ai:read may poll async results; everything else takes ai:run.
+	p, err := s.authenticate(r, auth.ScopeRun, auth.ScopeRead)
 	if err != nil {
 		writeNativeError(w, s.refuse(r, err))
 		return
@@ -113,6 +144,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.pollAsync(w, r, p, *req.RequestID)
+	case !p.HasScope(auth.ScopeRun):
+		writeNativeError(w, s.refuse(r, p.RequireScope(auth.ScopeRun)))
 	case queued:
 		s.submitAsync(w, r, p, m, v, &req)
 	case req.Requests != nil:
@@ -123,7 +156,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			writeNativeError(w, s.refuse(r, err))
 			return
 		}
-		s.generate(w, r, p, m, v, in, s.cfg.DefaultMaxTokens, nativeFormat{})
+		s.generate(w, r, p, m, v, in, s.cfg.DefaultMaxTokens, withTools(nativeFormat{}, v, in))
 	}
 }
 

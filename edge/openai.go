@@ -3,8 +3,10 @@ package edge
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/models/toolcall"
 )
 
 // OpenAI response shapes.
@@ -24,9 +26,30 @@ func usageOf(res *result) *openAIUsage {
 	}
 }
 
+// chatMessage is an answer's message. Content is null only when the answer
+// is tool calls and nothing else.
 type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string           `json:"role"`
+	Content   *string          `json:"content"`
+	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
+}
+
+// openAIToolCall is one call; Arguments is the JSON object as a string. In
+// a stream's delta it also carries its Index.
+type openAIToolCall struct {
+	Index    *int               `json:"index,omitempty"`
+	ID       string             `json:"id"`
+	Type     string             `json:"type"`
+	Function openAIFunctionCall `json:"function"`
+}
+
+type openAIFunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func toOpenAICall(c toolcall.Call) openAIToolCall {
+	return openAIToolCall{ID: c.ID, Type: "function", Function: openAIFunctionCall{Name: c.Name, Arguments: c.Arguments}}
 }
 
 type chatChoice struct {
@@ -46,8 +69,9 @@ type chatCompletion struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string           `json:"role,omitempty"`
+	Content   *string          `json:"content,omitempty"`
+	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
 }
 
 type chunkChoice struct {
@@ -96,9 +120,34 @@ func (chatFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError
 func (chatFormat) writeResult(w http.ResponseWriter, res *result) {
 	writeJSON(w, http.StatusOK, chatCompletion{
 		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
-		Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: res.text}, FinishReason: res.finish}},
+		Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: &res.text}, FinishReason: res.finish}},
 		Usage:   usageOf(res),
 	})
+}
+
+var _ toolAPI = chatFormat{}
+
+// writeToolResult answers with the text and the calls parsed from it.
+func (chatFormat) writeToolResult(w http.ResponseWriter, res *result, content string, calls []toolcall.Call) {
+	msg := chatMessage{Role: "assistant", Content: &content}
+	if len(calls) > 0 && strings.TrimSpace(content) == "" {
+		msg.Content = nil
+	}
+	for _, c := range calls {
+		msg.ToolCalls = append(msg.ToolCalls, toOpenAICall(c))
+	}
+	writeJSON(w, http.StatusOK, chatCompletion{
+		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
+		Choices: []chatChoice{{Index: 0, Message: msg, FinishReason: res.finish}},
+		Usage:   usageOf(res),
+	})
+}
+
+// streamCall sends one whole call as one tool_calls delta.
+func (f chatFormat) streamCall(sw *sse, res *result, index int, c toolcall.Call) error {
+	tc := toOpenAICall(c)
+	tc.Index = &index
+	return sw.json("", f.chunk(res, chatDelta{ToolCalls: []openAIToolCall{tc}}, nil))
 }
 
 func (f chatFormat) chunk(res *result, d chatDelta, finish *string) chatChunk {
@@ -188,21 +237,23 @@ func (completionFormat) streamError(sw *sse, e *Error) error { return sw.json("e
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
 	s.openAIRun(w, r, &req, func() (string, *genInput, error) { return chatInput(&req) },
-		func(in *genInput) format { return chatFormat{includeUsage: in.includeUsage} })
+		func(in *genInput, v *vocab) format {
+			return withTools(chatFormat{includeUsage: in.includeUsage}, v, in)
+		})
 }
 
 // handleCompletions serves POST /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
 	s.openAIRun(w, r, &req, func() (string, *genInput, error) { return completionInput(&req) },
-		func(in *genInput) format { return completionFormat{includeUsage: in.includeUsage} })
+		func(in *genInput, _ *vocab) format { return completionFormat{includeUsage: in.includeUsage} })
 }
 
 // openAIRun is the flow both OpenAI generation routes share. Without
 // max_tokens a request may use the rest of the context window, as OpenAI's
 // API does.
 func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
-	validate func() (string, *genInput, error), formatFor func(*genInput) format) {
+	validate func() (string, *genInput, error), formatFor func(*genInput, *vocab) format) {
 	p, err := s.authenticate(r, auth.ScopeRun)
 	if err != nil {
 		writeOpenAIError(w, s.refuse(r, err))
@@ -222,7 +273,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		writeOpenAIError(w, s.refuse(r, err))
 		return
 	}
-	s.generate(w, r, p, m, v, in, -1, formatFor(in))
+	s.generate(w, r, p, m, v, in, -1, formatFor(in, v))
 }
 
 type openAIModel struct {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/models/chat"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -27,6 +28,10 @@ type genInput struct {
 	prompt   string         // text; used as-is when raw
 	messages []chat.Message // a conversation; rendered with the model's template
 	raw      bool           // prompt bypasses the chat template
+	now      time.Time      // arrival; the template's strftime_now
+
+	tools      []json.RawMessage // tool definitions, OpenAI's shape
+	toolChoice toolChoice
 
 	stream       bool
 	includeUsage bool // OpenAI stream_options.include_usage
@@ -53,6 +58,7 @@ type nativeRequest struct {
 	PresencePenalty   *float64        `json:"presence_penalty"`
 	Stop              json.RawMessage `json:"stop"`
 	CachePrefix       bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache
+	Tools             json.RawMessage `json:"tools"`
 
 	// Async batch submission (?queueRequest=true) and polling.
 	Requests  []json.RawMessage `json:"requests"`
@@ -60,10 +66,14 @@ type nativeRequest struct {
 }
 
 // wireMessage is one chat turn as clients send it. Content is a string, or
-// (OpenAI) an array of {"type":"text","text":...} parts.
+// (OpenAI) an array of {"type":"text","text":...} parts. Assistant turns
+// may carry tool calls (then content may be null), tool turns answer one.
 type wireMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []wireToolCall  `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
 }
 
 type streamOptions struct {
@@ -86,6 +96,9 @@ type chatRequest struct {
 	PresencePenalty     *float64        `json:"presence_penalty"`
 	N                   *int            `json:"n"`
 	CachePrefix         bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
+	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
 }
 
 // completionRequest is OpenAI's /v1/completions body.
@@ -249,27 +262,45 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 }
 
 // parseMessages converts wire messages to chat turns. OpenAI's "developer"
-// role is a system message; content may be a string or text parts.
+// role is a system message; content may be a string or text parts. An
+// assistant turn with tool calls may have no content; a tool turn names the
+// call it answers when the client sends its id.
 func parseMessages(msgs []wireMessage) ([]chat.Message, error) {
 	if len(msgs) == 0 {
 		return nil, &InputError{Field: "messages", Msg: "must hold at least one message"}
 	}
 	out := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
+		field := fmt.Sprintf("messages[%d]", i)
 		role := m.Role
 		switch role {
-		case chat.RoleSystem, chat.RoleUser, chat.RoleAssistant:
+		case chat.RoleSystem, chat.RoleUser, chat.RoleAssistant, chat.RoleTool:
 		case "developer":
 			role = chat.RoleSystem
 		default:
-			return nil, &InputError{Field: fmt.Sprintf("messages[%d].role", i),
-				Msg: fmt.Sprintf("must be system, user or assistant, not %q", m.Role)}
+			return nil, &InputError{Field: field + ".role",
+				Msg: fmt.Sprintf("must be system, user, assistant or tool, not %q", m.Role)}
 		}
-		text, err := parseContent(m.Content)
-		if err != nil {
-			return nil, &InputError{Field: fmt.Sprintf("messages[%d].content", i), Msg: err.Error()}
+		if len(m.ToolCalls) > 0 && role != chat.RoleAssistant {
+			return nil, &InputError{Field: field + ".tool_calls", Msg: "only assistant messages have tool calls"}
 		}
-		out[i] = chat.Message{Role: role, Content: text}
+		var text string
+		if c := bytes.TrimSpace(m.Content); len(m.ToolCalls) == 0 || (len(c) > 0 && string(c) != "null") {
+			t, err := parseContent(m.Content)
+			if err != nil {
+				return nil, &InputError{Field: field + ".content", Msg: err.Error()}
+			}
+			text = t
+		}
+		msg := chat.Message{Role: role, Content: text, ToolCallID: m.ToolCallID, Name: m.Name}
+		for j, c := range m.ToolCalls {
+			tc, err := c.toChat()
+			if err != nil {
+				return nil, &InputError{Field: fmt.Sprintf("%s.tool_calls[%d]", field, j), Msg: err.Error()}
+			}
+			msg.ToolCalls = append(msg.ToolCalls, tc)
+		}
+		out[i] = msg
 	}
 	return out, nil
 }
@@ -307,7 +338,7 @@ func parseContent(raw json.RawMessage) (string, error) {
 
 // nativeInput validates a native body (not an async batch or poll).
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
-	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: req.CachePrefix}
+	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: req.CachePrefix, now: time.Now()}
 	fail := func(err error) (*genInput, error) {
 		var ie *InputError
 		if errors.As(err, &ie) {
@@ -339,6 +370,14 @@ func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 	default:
 		return fail(&InputError{Msg: "one of prompt or messages is required"})
 	}
+	tools, err := parseTools(req.Tools, true)
+	if err != nil {
+		return fail(err)
+	}
+	if len(tools) > 0 && req.Raw {
+		return fail(&InputError{Field: "tools", Msg: "raw prompts do not go through the chat template, which writes the tools"})
+	}
+	in.tools, in.toolChoice = tools, toolChoice{mode: choiceAuto}
 	for _, err := range []error{
 		checkInt("max_tokens", req.MaxTokens, 1, math.MaxInt32),
 		checkFloat("temperature", req.Temperature, 0, 5),
@@ -432,7 +471,7 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	in := &genInput{cachePrefix: req.CachePrefix}
+	in := &genInput{cachePrefix: req.CachePrefix, now: time.Now()}
 	maxTokens := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		if err := checkInt("max_completion_tokens", req.MaxCompletionTokens, 1, math.MaxInt32); err != nil {
@@ -452,6 +491,12 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 		return "", nil, err
 	}
 	in.messages = msgs
+	if in.tools, err = parseTools(req.Tools, false); err != nil {
+		return "", nil, err
+	}
+	if in.toolChoice, err = parseToolChoice(req.ToolChoice, in.tools); err != nil {
+		return "", nil, err
+	}
 	return model, in, nil
 }
 

@@ -152,7 +152,7 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 		if m.ContextWindow <= 0 {
 			return nil, fmt.Errorf("%w: model %q has context window %d", ErrInvalidConfig, m.Name, m.ContextWindow)
 		}
-		v, err := loadVocab(log, m.Name, m.Path)
+		v, err := loadVocab(log, m.Name, m.Path, trustContent(m))
 		if err != nil {
 			return nil, err
 		}

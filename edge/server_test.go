@@ -53,7 +53,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		}
 	})
 	t.Run("unreadable model file", func(t *testing.T) {
-		if _, err := loadVocab(nil, "x", filepath.Join(t.TempDir(), "missing.gguf")); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := loadVocab(nil, "x", filepath.Join(t.TempDir(), "missing.gguf"), false); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("err %v", err)
 		}
 	})

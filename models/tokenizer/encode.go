@@ -98,6 +98,12 @@ func (t *Tokenizer) ControlTokens() []string {
 	return out
 }
 
+// IsControl reports whether id is a control or unknown token: one that
+// Decode renders as nothing unless asked (WithSpecial).
+func (t *Tokenizer) IsControl(id int32) bool {
+	return id >= 0 && int(id) < len(t.attrs) && t.attrs[id]&(attrControl|attrUnknown) != 0
+}
+
 func (t *Tokenizer) encodeFrags(frags []fragment, size int, addSpecial bool) []int32 {
 	out := make([]int32, 0, size)
 	if addSpecial && t.addBOS {

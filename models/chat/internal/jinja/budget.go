@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode"
 )
+
+// pyIsSpace is Python's str.isspace for one rune: Unicode White_Space plus
+// the ASCII separators U+001C..U+001F (Bulkhead patch for trim and strip).
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
 
 // Bulkhead addition: one render's limits, shared by every nested evaluator.
 
@@ -12,8 +17,8 @@ import (
 var ErrBudget = errors.New("jinja: render budget exceeded")
 
 const (
-	maxRange  = 1 << 16  // items one range() may produce
-	maxString = 16 << 20 // bytes one string repetition may produce
+	maxRange  = 1 << 16 // items one range() may produce
+	maxString = 1 << 20 // bytes one string repetition may produce
 )
 
 // Limits bound one render. Zero fields mean no limit.
@@ -43,7 +48,7 @@ func (b *budget) step(out int) error {
 	if b.lim.Output > 0 && out > b.lim.Output {
 		return fmt.Errorf("%w: output over %d bytes", ErrBudget, b.lim.Output)
 	}
-	if b.steps&1023 == 0 && b.ctx != nil {
+	if b.steps&63 == 0 && b.ctx != nil {
 		if err := b.ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", ErrBudget, err)
 		}

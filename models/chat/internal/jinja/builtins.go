@@ -665,11 +665,11 @@ func filterTrim(args []Value, kwargs map[string]Value) (Value, error) {
 		return NewString(""), nil
 	}
 	s := printValue(args[0])
-	if len(args) > 1 {
+	if len(args) > 1 && !args[1].IsNone() && !args[1].IsUndefined() {
 		chars := printValue(args[1])
 		s = strings.Trim(s, chars)
 	} else {
-		s = strings.TrimSpace(s)
+		s = strings.TrimFunc(s, pyIsSpace) // Bulkhead patch: Python's whitespace
 	}
 	return NewString(s), nil
 }

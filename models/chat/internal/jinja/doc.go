@@ -6,7 +6,9 @@
 //     going through Go maps, which changed every Llama 3.x and Granite tools
 //     prompt), strings and floats are written as Python's json.dumps writes
 //     them, and encoding failures are errors rather than empty strings;
-//   - str(float) is Python's repr;
+//   - str(float) is Python's repr; trim, strip, lstrip and rstrip strip
+//     Python's whitespace (U+3000 and U+001C..U+001F too), and a None
+//     argument means whitespace;
 //   - a render is bounded (RenderLimited: steps, output bytes, macro depth,
 //     context), range() and string repetition are capped, a negative
 //     repetition gives "" instead of panicking, and a panic inside the

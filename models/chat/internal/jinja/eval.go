@@ -1019,30 +1019,26 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	switch method {
 	case "strip":
 		return e.makeStringFunc("strip", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) > 0 {
+			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
 				return NewString(strings.Trim(s, printValue(args[0]))), nil
 			}
-			return NewString(strings.TrimSpace(s)), nil
+			return NewString(strings.TrimFunc(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
 		}), nil
 
 	case "lstrip":
 		return e.makeStringFunc("lstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) > 0 {
+			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
 				return NewString(strings.TrimLeft(s, printValue(args[0]))), nil
 			}
-			return NewString(strings.TrimLeftFunc(s, func(r rune) bool {
-				return r == ' ' || r == '\t' || r == '\n' || r == '\r'
-			})), nil
+			return NewString(strings.TrimLeftFunc(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
 		}), nil
 
 	case "rstrip":
 		return e.makeStringFunc("rstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) > 0 {
+			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
 				return NewString(strings.TrimRight(s, printValue(args[0]))), nil
 			}
-			return NewString(strings.TrimRightFunc(s, func(r rune) bool {
-				return r == ' ' || r == '\t' || r == '\n' || r == '\r'
-			})), nil
+			return NewString(strings.TrimRightFunc(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
 		}), nil
 
 	case "split":

@@ -88,6 +88,9 @@ func renderBudget(nodes []node, data map[string]Value, b *budget) (string, error
 	if err := e.execNodes(nodes); err != nil {
 		return "", err
 	}
+	if b != nil && b.lim.Output > 0 && e.output.Len() > b.lim.Output {
+		return "", fmt.Errorf("%w: output over %d bytes", ErrBudget, b.lim.Output)
+	}
 
 	return e.output.String(), nil
 }
