@@ -15,6 +15,7 @@ var allTypes = []struct {
 	cols int
 }{
 	{gguf.TypeF32, 203},
+	{gguf.TypeF32, 576}, // a multiple of 16: the AVX-512 16-lane kernels
 	{gguf.TypeF16, 203},
 	{gguf.TypeBF16, 203},
 	{gguf.TypeQ8_0, 160},

@@ -108,3 +108,11 @@ func dotsF16AVX(out *float32, q *float32, k *uint16, kstride uintptr, nk int, hd
 
 //go:noescape
 func axpysF16AVX(dst *float32, w *float32, v *uint16, vstride uintptr, nk int, hd int)
+
+// AVX-512 F32 kernels with 16-lane accumulators (kern_avx512_amd64.s).
+
+//go:noescape
+func dot4x4F32Z(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[16]float32)
+
+//go:noescape
+func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)

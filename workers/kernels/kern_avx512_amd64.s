@@ -427,3 +427,128 @@ q5p1done:
 	VMOVUPS Z0, (AX)
 	VZEROUPPER
 	RET
+
+// F32 kernels with 16-lane accumulators, for rows whose length is a multiple
+// of 16: one accumulator per output element, FMA over k in steps of 16, folded
+// to 8 lanes (a[i]+a[i+8]) and reduced as ((b0+b1)+(b2+b3)) + ((b4+b5)+(b6+b7)).
+// Both kernels use that order, so an element's bits do not depend on which one
+// computed it.
+
+// FOLD4(z0, z1, z2, z3, y0.., x0, off): reduce 4 accumulators to 4 floats at off(R8).
+#define FOLD4(z0, z1, z2, z3, y0, y1, y2, y3, x0, x1, off) \
+	VEXTRACTF32X8 $1, z0, Y28 \
+	VADDPS Y28, y0, y0 \
+	VEXTRACTF32X8 $1, z1, Y29 \
+	VADDPS Y29, y1, y1 \
+	VEXTRACTF32X8 $1, z2, Y30 \
+	VADDPS Y30, y2, y2 \
+	VEXTRACTF32X8 $1, z3, Y31 \
+	VADDPS Y31, y3, y3 \
+	VHADDPS y1, y0, y0 \
+	VHADDPS y3, y2, y2 \
+	VHADDPS y2, y0, y0 \
+	VEXTRACTF128 $1, y0, x1 \
+	VADDPS x1, x0, x0 \
+	VMOVUPS x0, off(R8)
+
+// func dot4x4F32Z(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[16]float32)
+// 4 F32 weight rows (w + i*wstride bytes) by 4 activation rows (x + j*xstride
+// bytes) over n (a multiple of 16) elements; out[4*j+i].
+TEXT ·dot4x4F32Z(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), DX
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (DI)(DX*1), R12
+	LEAQ (R12)(DX*1), R13
+	LEAQ (R13)(DX*1), DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	SHRQ $4, CX
+	JZ   d44zdone
+	XORQ AX, AX
+d44zloop:
+	VMOVUPS (DI)(AX*1), Z16
+	VMOVUPS (R12)(AX*1), Z17
+	VMOVUPS (R13)(AX*1), Z18
+	VMOVUPS (DX)(AX*1), Z19
+	VMOVUPS (SI)(AX*1), Z20
+	VFMADD231PS Z20, Z16, Z0
+	VFMADD231PS Z20, Z17, Z4
+	VFMADD231PS Z20, Z18, Z8
+	VFMADD231PS Z20, Z19, Z12
+	VMOVUPS (R9)(AX*1), Z20
+	VFMADD231PS Z20, Z16, Z1
+	VFMADD231PS Z20, Z17, Z5
+	VFMADD231PS Z20, Z18, Z9
+	VFMADD231PS Z20, Z19, Z13
+	VMOVUPS (R10)(AX*1), Z20
+	VFMADD231PS Z20, Z16, Z2
+	VFMADD231PS Z20, Z17, Z6
+	VFMADD231PS Z20, Z18, Z10
+	VFMADD231PS Z20, Z19, Z14
+	VMOVUPS (R11)(AX*1), Z20
+	VFMADD231PS Z20, Z16, Z3
+	VFMADD231PS Z20, Z17, Z7
+	VFMADD231PS Z20, Z18, Z11
+	VFMADD231PS Z20, Z19, Z15
+	ADDQ $64, AX
+	DECQ CX
+	JNZ  d44zloop
+d44zdone:
+	FOLD4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, 0)
+	FOLD4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, 16)
+	FOLD4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, 32)
+	FOLD4(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12, X13, 48)
+	VZEROUPPER
+	RET
+
+// func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
+TEXT ·dot4x1F32Z(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SHRQ $4, CX
+	JZ   d41zdone
+	XORQ AX, AX
+d41zloop:
+	VMOVUPS (DI)(AX*1), Z16
+	VFMADD231PS (SI)(AX*1), Z16, Z0
+	VFMADD231PS (R9)(AX*1), Z16, Z1
+	VFMADD231PS (R10)(AX*1), Z16, Z2
+	VFMADD231PS (R11)(AX*1), Z16, Z3
+	ADDQ $64, AX
+	DECQ CX
+	JNZ  d41zloop
+d41zdone:
+	FOLD4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, 0)
+	VZEROUPPER
+	RET

@@ -44,3 +44,5 @@ func expShiftAVX512(*float32, *float32, int, float32) int                { panic
 func swigluAVX512(*float32, *float32, *float32, int) int                 { panic("kernels: no asm") }
 func dotsF16AVX(*float32, *float32, *uint16, uintptr, int, int, float32) { panic("kernels: no asm") }
 func axpysF16AVX(*float32, *float32, *uint16, uintptr, int, int)         { panic("kernels: no asm") }
+func dot4x4F32Z(*byte, uintptr, *float32, uintptr, int, *[16]float32)    { panic("kernels: no asm") }
+func dot4x1F32Z(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }

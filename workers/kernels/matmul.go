@@ -210,6 +210,10 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 	var t [12]float32
 	switch j.m.Type {
 	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
+		if j.m.Type == gguf.TypeF32 && j.p >= pathAVX512 && c%16 == 0 {
+			j.blockF32Z(w, wstride, i, nw, x0, x1)
+			return
+		}
 		// Direct calls (not through a func value) keep t on the stack.
 		r := x0
 		for ; r+3 <= x1; r += 3 {
@@ -429,5 +433,24 @@ func (j *matJob) groupsK(lo, hi int) {
 				gemmQ6KP1(w, nb, x, a, o)
 			}
 		}
+	}
+}
+
+// blockF32Z is block for F32 rows a multiple of 16 long on the AVX-512 path:
+// 4 weight rows by 4 activation rows per call, then one at a time, all with
+// the same 16-lane order.
+func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
+	c, rows := j.m.Cols, j.m.Rows
+	var t [16]float32
+	r := x0
+	for ; r+4 <= x1; r += 4 {
+		dot4x4F32Z(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+		for q := range 4 {
+			copy(j.out[(r+q)*rows+i:(r+q)*rows+i+nw], t[4*q:4*q+nw])
+		}
+	}
+	for ; r < x1; r++ {
+		dot4x1F32Z(w, uintptr(wstride), &j.xf[r*c], c, (*[4]float32)(t[:4]))
+		copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 	}
 }
