@@ -24,6 +24,7 @@ var errUsage = errors.New("usage")
 func commands() []command {
 	return []command{
 		{"tokenize", "print a text's token ids for a model or vocab-only GGUF file", runTokenize},
+		{"chat", "chat templates: `chat render` prints a conversation as a model's template renders it", runChat},
 		{"generate", "generate text from a prompt with a GGUF model", runGenerate},
 		{"models", "model tools: `models synth|pull|list`", runModels},
 		{"bench", "benchmarks: `bench engine` measures prefill and decode tokens/s", runBench},
