@@ -9,14 +9,19 @@ MODEL ?=
 MODEL_NAME ?= @cf/tinyllamas/stories260k
 ARGS ?=
 
-.PHONY: build run test vet bench fuzz clean deps
+.PHONY: build run test vet bench fuzz clean deps dashboard screenshots
 
-# deps installs what the tests need beyond Go: a real redis-server (Debian package).
+# deps installs what the tests need beyond Go: a real redis-server and chromium
+# (the dashboard's browser test), Debian packages.
 deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "installing redis-server (apt-get)"; \
 		(apt-get update -qq || sudo apt-get update -qq) && \
 		(apt-get install -y -qq redis-server || sudo apt-get install -y -qq redis-server); }
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium for the dashboard's browser test (apt-get)"; \
+		(apt-get update -qq || sudo apt-get update -qq) && \
+		(apt-get install -y -qq chromium || sudo apt-get install -y -qq chromium); }
 
 build:
 	$(GO) build -o $(BIN) ./cmd/bulkhead
@@ -36,6 +41,16 @@ bench:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./models/gguf
+
+# dashboard rebuilds billing/dashboard/dist (embedded, committed) from its
+# sources and the uPlot version pinned in package-lock.json.
+dashboard:
+	cd billing/dashboard/web && npm ci --ignore-scripts --no-audit --no-fund && node build.mjs
+
+# screenshots reruns the dashboard's browser test, writing its 1280 and 390
+# pixel screenshots into docs/.
+screenshots:
+	BULKHEAD_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run TestDashboardInBrowser ./cmd/bulkhead
 
 clean:
 	rm -rf bin

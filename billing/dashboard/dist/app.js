@@ -16,6 +16,7 @@
   const palette = ["#f38020", "#2563eb", "#16a34a", "#9333ea", "#db2777", "#0891b2", "#ca8a04", "#4b5563"];
   const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
   const timeFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  const clockFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   const dateFmt = new Intl.DateTimeFormat(undefined, { weekday: "short", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
   const intFmt = new Intl.NumberFormat();
 
@@ -213,13 +214,20 @@
     const el = $("chart");
     const width = Math.max(280, el.clientWidth);
     const small = width < 500;
-    const bars = uPlot.paths.bars({ size: [0.7, 40], gap: 1 });
+    // Stacked bars: model k is drawn from the sum of models 0..k-1 to the
+    // sum of 0..k; the tallest stack goes first, so each model's colour
+    // shows as its own band. The legend and tooltips show each model's own
+    // value, not the running sum.
+    const cum = [];
+    ys.forEach((y, k) => { cum.push(y.map((v, i) => v + (k ? cum[k - 1][i] : 0))); });
+    const order = models.map((_, k) => models.length - 1 - k);
+    const bars = uPlot.paths.bars({ size: [0.72, 48], gap: 2 });
     chart = new uPlot({
       width, height: small ? 220 : 280,
       tzDate: (ts) => new Date(ts * 1000),
       legend: { show: true, live: !small },
-      cursor: { points: { size: 6 } },
-      scales: { x: { time: true }, y: { range: (_, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      cursor: { points: { show: false } },
+      scales: { x: { time: true }, y: { range: (_, min, max) => [0, max > 0 ? max * 1.15 : 1] } },
       axes: [
         { stroke: "#6b7385", grid: { stroke: "#eef0f4" }, ticks: { stroke: "#e3e6ec" } },
         { stroke: "#6b7385", grid: { stroke: "#eef0f4" }, ticks: { stroke: "#e3e6ec" }, size: small ? 48 : 60,
@@ -227,15 +235,13 @@
       ],
       series: [
         { label: "Time", value: (_, v) => (v == null ? "–" : timeFmt.format(new Date(v * 1000))) },
-        ...models.map((m, i) => ({
-          label: m, stroke: palette[i % palette.length], width: 2,
-          fill: palette[i % palette.length] + "33",
-          paths: models.length === 1 ? bars : undefined,
-          points: { show: xs.length < 60 },
-          value: (_, v) => (v == null ? "–" : fmtNeurons(v) + " n"),
+        ...order.map((k) => ({
+          label: models[k], stroke: palette[k % palette.length], width: 0,
+          fill: palette[k % palette.length], paths: bars, points: { show: false },
+          value: (u, _v, _s, i) => (i == null ? "–" : fmtNeurons(ys[k][i]) + " neurons"),
         })),
       ],
-    }, [xs, ...ys], el);
+    }, [xs, ...order.map((k) => cum[k])], el);
   }
 
   function renderRecent(reqs, append) {
@@ -251,19 +257,21 @@
         tr.append(td);
         return td;
       };
-      const time = cell(timeFmt.format(new Date(r.time)));
-      time.title = new Date(r.time).toString();
-      cell(r.model);
+      const when = new Date(r.time);
+      const time = cell(when.toDateString() === new Date().toDateString() ? clockFmt.format(when) : timeFmt.format(when));
+      time.title = when.toString();
+      cell(r.model, "model");
       const o = document.createElement("td");
+      o.className = "outcome";
       const b = document.createElement("span");
       b.className = "badge o-" + r.outcome;
       b.textContent = outcomeNames[r.outcome] || r.outcome;
       o.append(b);
       tr.append(o);
-      const inTd = cell(intFmt.format(r.prompt_tokens), "num");
+      const inTd = cell(intFmt.format(r.prompt_tokens), "num hide-s");
       if (r.cached_tokens) inTd.title = r.cached_tokens + " cached";
-      cell(intFmt.format(r.completion_tokens), "num");
-      cell(fmtNeurons(r.neurons), "num").dataset.value = String(r.neurons);
+      cell(intFmt.format(r.completion_tokens), "num out");
+      cell(fmtNeurons(r.neurons), "num neurons").dataset.value = String(r.neurons);
       cell(r.ttft_ms ? intFmt.format(r.ttft_ms) + " ms" : "–", "num hide-s");
       cell(intFmt.format(r.total_ms) + " ms", "num hide-s");
       cell(r.id.length > 14 ? r.id.slice(0, 12) + "…" : r.id, "id hide-s").title = r.id;
