@@ -13,6 +13,9 @@
 // here) on DecodeSubject with PublishHandover, and decode workers take it
 // through EnsureDecodeConsumer; both claim the same job record, and
 // Replier.FailIfHeld lets either end it only while its claim is current.
+// Billing: PublishUsage puts a request's one usage event on the usage
+// stream (Nats-Msg-Id = request id) and EnsureUsageConsumer is the durable
+// consumer billing counts them with.
 // Every queue is bounded: the jobs and decode streams refuse new messages
 // when full (ErrQueueFull), reply subscriptions cap their pending frames, the results bucket has a size and a TTL.
 //

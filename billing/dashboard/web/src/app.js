@@ -279,6 +279,7 @@
     }
     const n = tb.children.length;
     $("recent-empty").hidden = n > 0;
+    document.querySelector(".recent").hidden = n === 0;
     $("recent-count").textContent = n ? n + " shown, newest first" : "";
     $("more").hidden = !state.cursor;
   }
