@@ -27,6 +27,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	promptTokens := fs.Int("prompt-tokens", 512, "prompt length in tokens")
 	genTokens := fs.Int("gen-tokens", 128, "tokens generated per sequence")
 	batch := fs.Int("batch", 1, "sequences run at once")
+	decodePrompt := fs.Int("decode-prompt-tokens", -1, "prompt length of the decode sequences (-1: --prompt-tokens; 1 measures decode from an empty context, as llama-bench's tg)")
 	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
@@ -34,8 +35,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := require(fs, "model"); err != nil {
 		return err
 	}
-	if *promptTokens < 1 || *genTokens < 2 || *batch < 1 {
-		return fmt.Errorf("%w: need --prompt-tokens >= 1, --gen-tokens >= 2, --batch >= 1", errUsage)
+	if *decodePrompt < 0 {
+		*decodePrompt = *promptTokens
+	}
+	if *promptTokens < 1 || *genTokens < 2 || *batch < 1 || *decodePrompt < 1 {
+		return fmt.Errorf("%w: need --prompt-tokens >= 1, --gen-tokens >= 2, --batch >= 1, --decode-prompt-tokens >= 1", errUsage)
 	}
 	m, err := engine.Load(*model)
 	if err != nil {
@@ -58,21 +62,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer func() { eng.Close(); <-done }()
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	prompt := func() []int32 {
-		p := make([]int32, *promptTokens)
+	prompt := func(n int) []int32 {
+		p := make([]int32, n)
 		for i := range p {
 			p[i] = int32(3 + rng.IntN(m.Hyper.Vocab-3))
 		}
 		return p
 	}
 	// Warm up the kernels and page in the weights.
-	if _, err := eng.Generate(ctx, engine.Request{Owner: benchOwner, Prompt: prompt()[:min(16, *promptTokens)], MaxTokens: 2, IgnoreEOS: true}); err != nil {
+	if _, err := eng.Generate(ctx, engine.Request{Owner: benchOwner, Prompt: prompt(min(16, *promptTokens)), MaxTokens: 2, IgnoreEOS: true}); err != nil {
 		return err
 	}
 
 	// Prefill: one sequence, the whole prompt in one step; time to first token.
 	start := time.Now()
-	if _, err := eng.Generate(ctx, engine.Request{Owner: benchOwner, Prompt: prompt(), MaxTokens: 1, IgnoreEOS: true}); err != nil {
+	if _, err := eng.Generate(ctx, engine.Request{Owner: benchOwner, Prompt: prompt(*promptTokens), MaxTokens: 1, IgnoreEOS: true}); err != nil {
 		return err
 	}
 	prefill := time.Since(start)
@@ -84,7 +88,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	errs := make([]error, *batch)
 	var wg sync.WaitGroup
 	for b := range *batch {
-		req := engine.Request{Owner: benchOwner, Prompt: prompt(), MaxTokens: *genTokens, IgnoreEOS: true, Sampling: sample.Params{}}
+		req := engine.Request{Owner: benchOwner, Prompt: prompt(*decodePrompt), MaxTokens: *genTokens, IgnoreEOS: true, Sampling: sample.Params{}}
 		events, err := eng.Submit(ctx, req)
 		if err != nil {
 			return err
@@ -130,6 +134,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"kernels":              eng.Kernels(),
 		"prompt_tokens":        *promptTokens,
 		"gen_tokens":           *genTokens,
+		"decode_prompt_tokens": *decodePrompt,
 		"batch":                *batch,
 		"prefill_tokens_per_s": float64(*promptTokens) / prefill.Seconds(),
 		"decode_tokens_per_s":  aggregate / float64(*batch),
