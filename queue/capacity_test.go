@@ -82,13 +82,10 @@ func (l *watchLog) is(want map[string]int) error {
 
 func TestWatchCapacity(t *testing.T) {
 	const a, b = "@cf/test/a", "@cf/test/b"
-	env := startEnv(t, StreamConfig{})
+	// A short TTL so a dead worker ages out within the test.
+	env := startEnv(t, StreamConfig{CapacityTTL: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A short TTL so a dead worker ages out within the test.
-	if _, err := SetupCapacity(ctx, env.js, time.Second); err != nil {
-		t.Fatal(err)
-	}
 	if err := PublishCapacity(ctx, env.js, a, 2048, "before"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,12 +131,9 @@ func TestWatchCapacity(t *testing.T) {
 // TestKeepCapacityOutlivesTTL shows a kept record is still there after several
 // TTLs: the keeper republishes before it ages out.
 func TestKeepCapacityOutlivesTTL(t *testing.T) {
-	env := startEnv(t, StreamConfig{})
+	env := startEnv(t, StreamConfig{CapacityTTL: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := SetupCapacity(ctx, env.js, time.Second); err != nil {
-		t.Fatal(err)
-	}
 	kctx, stop := context.WithCancel(ctx)
 	kept := make(chan error, 1)
 	go func() { kept <- KeepCapacity(kctx, env.js, "w", map[string]int{"m": 300}, nil) }()

@@ -19,7 +19,30 @@ var (
 	ErrDuplicate     = errors.New("queue: duplicate job id")
 	ErrGap           = errors.New("queue: reply frames missing or repeated")
 	ErrStreamTimeout = errors.New("queue: no reply frame within the idle timeout")
+	// ErrUnavailable: the bus is down or did not acknowledge a job within
+	// the publish timeout; the edge answers 503 at once.
+	ErrUnavailable = errors.New("queue: NATS unavailable")
+	// ErrNoWorker: no live worker serves the job's model (Live).
+	ErrNoWorker = errors.New("queue: no live worker serves the model")
+	// ErrWorkerLost: the worker running the job stopped sending heartbeats.
+	ErrWorkerLost = errors.New("queue: the worker running the job went silent")
 )
+
+// Heartbeats on the reply subject (KindHeartbeat): a worker sends one every
+// HeartbeatInterval while it holds a job, and an edge that has heard one
+// gives up on the worker after HeartbeatTimeout without any frame. Before
+// the first frame the job may still be waiting in the stream, and the idle
+// timeout (DefaultIdleTimeout) applies. JetStream's AckWait (30 s) is the
+// longer backstop: it only redelivers a job whose worker stopped marking it
+// in progress, and a redelivered job that had streamed ends in an error.
+const (
+	HeartbeatInterval = time.Second
+	HeartbeatTimeout  = 3 * time.Second
+)
+
+// DefaultPublishTimeout bounds how long Submit waits for JetStream to
+// acknowledge a job before answering ErrUnavailable.
+const DefaultPublishTimeout = 1500 * time.Millisecond
 
 // jsStoreFailed is JetStream's error code for a message the stream refused to
 // store; with DiscardNew its description names the limit that was reached.
@@ -37,6 +60,7 @@ type Client struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	idle time.Duration
+	live Liveness // nil: every model is taken to have workers
 
 	mu  sync.Mutex // guards res
 	res *Results   // opened on first async use
@@ -53,7 +77,30 @@ func (c *Client) WithIdleTimeout(d time.Duration) (*Client, error) {
 	if d <= 0 {
 		return nil, fmt.Errorf("%w: idle timeout %v", ErrConfig, d)
 	}
-	return &Client{nc: c.nc, js: c.js, idle: d, res: c.results()}, nil
+	return &Client{nc: c.nc, js: c.js, idle: d, live: c.live, res: c.results()}, nil
+}
+
+// Liveness says whether a model has a live worker. *LiveModels implements it.
+type Liveness interface {
+	Live(model string) bool
+}
+
+// WithLiveness returns a client whose Submit and SubmitAsync refuse a job
+// for a model that l says has no live worker (ErrNoWorker), at once.
+func (c *Client) WithLiveness(l Liveness) *Client {
+	return &Client{nc: c.nc, js: c.js, idle: c.idle, live: l, res: c.results()}
+}
+
+// ready refuses a job the bus cannot take now: a connection that is not up
+// (ErrUnavailable) or a model without a live worker (ErrNoWorker).
+func (c *Client) ready(job *Job) error {
+	if st := c.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("%w: connection %v", ErrUnavailable, st)
+	}
+	if c.live != nil && !c.live.Live(job.Model) {
+		return fmt.Errorf("%w: %s", ErrNoWorker, job.Model)
+	}
+	return nil
 }
 
 func (c *Client) results() *Results {
@@ -87,6 +134,9 @@ func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
 	if job.Reply == "" {
 		return nil, fmt.Errorf("%w: job %s has no reply subject", ErrBadMessage, job.ID)
 	}
+	if err := c.ready(job); err != nil {
+		return nil, err
+	}
 	sub, err := c.nc.SubscribeSync(job.Reply)
 	if err != nil {
 		return nil, fmt.Errorf("queue: subscribing to replies of %s: %w", job.ID, err)
@@ -99,7 +149,7 @@ func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
 		sub.Unsubscribe()
 		return nil, err
 	}
-	return &Replies{sub: sub, idle: c.idle, want: 1}, nil
+	return &Replies{sub: sub, idle: c.idle, beat: HeartbeatTimeout, want: 1}, nil
 }
 
 func (c *Client) publish(ctx context.Context, job *Job) error {
@@ -111,7 +161,12 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, job.ID)
 	InjectTrace(ctx, msg.Header)
-	ack, err := c.js.PublishMsg(ctx, msg)
+	pctx, cancel := context.WithTimeout(ctx, DefaultPublishTimeout)
+	defer cancel()
+	ack, err := c.js.PublishMsg(pctx, msg)
+	if err != nil && ctx.Err() == nil && (pctx.Err() != nil || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) {
+		return fmt.Errorf("%w: publishing job %s: %v", ErrUnavailable, job.ID, err)
+	}
 	if err != nil {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && api.ErrorCode == jsStoreFailed && strings.Contains(api.Description, "maximum") {
@@ -158,6 +213,9 @@ func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
 	if err := job.Validate(); err != nil {
 		return err
 	}
+	if err := c.ready(job); err != nil {
+		return err
+	}
 	res, err := c.openResults(ctx)
 	if err != nil {
 		return err
@@ -202,22 +260,44 @@ func (c *Client) AsyncStatus(ctx context.Context, id string) (*AsyncResult, erro
 // Replies reads one job's reply frames in seq order. It is used by one
 // goroutine at a time.
 type Replies struct {
-	sub  *nats.Subscription
-	idle time.Duration
-	want uint64 // next seq expected
-	err  error  // sticky: set once the stream ended, io.EOF after the last frame
+	sub   *nats.Subscription
+	idle  time.Duration
+	beat  time.Duration // the wait once the worker has sent a heartbeat
+	alive bool          // a heartbeat came: a worker holds the job
+	want  uint64        // next seq expected
+	err   error         // sticky: set once the stream ended, io.EOF after the last frame
 }
 
 // Next returns the next frame. After the final or error frame it returns
 // io.EOF. A missing or repeated seq is ErrGap (an error frame beyond the
 // expected seq is still returned: the stream ends in an error either way);
-// no frame within the idle timeout is ErrStreamTimeout; ctx ending returns
-// ctx's error. Every error is final.
+// no frame within the idle timeout is ErrStreamTimeout; once a heartbeat
+// came, no frame within HeartbeatTimeout is ErrWorkerLost; ctx ending
+// returns ctx's error. Heartbeats are consumed here, never returned. Every
+// error is final.
 func (r *Replies) Next(ctx context.Context) (*Frame, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	wctx, cancel := context.WithTimeout(ctx, r.idle)
+	for {
+		f, err := r.next(ctx)
+		if err != nil {
+			return nil, r.fail(err)
+		}
+		if f.Kind == KindHeartbeat {
+			r.alive = true
+			continue
+		}
+		return r.check(f)
+	}
+}
+
+func (r *Replies) next(ctx context.Context) (*Frame, error) {
+	wait, lost := r.idle, ErrStreamTimeout
+	if r.alive {
+		wait, lost = r.beat, ErrWorkerLost
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	msg, err := r.sub.NextMsgWithContext(wctx)
 	if err != nil {
@@ -225,16 +305,16 @@ func (r *Replies) Next(ctx context.Context) (*Frame, error) {
 		case ctx.Err() != nil:
 			err = ctx.Err()
 		case wctx.Err() != nil:
-			err = fmt.Errorf("%w: %v", ErrStreamTimeout, r.idle)
+			err = fmt.Errorf("%w: no frame for %v", lost, wait)
 		default:
 			err = fmt.Errorf("queue: reading reply: %w", err)
 		}
-		return nil, r.fail(err)
+		return nil, err
 	}
-	f, err := DecodeFrame(msg.Data)
-	if err != nil {
-		return nil, r.fail(err)
-	}
+	return DecodeFrame(msg.Data)
+}
+
+func (r *Replies) check(f *Frame) (*Frame, error) {
 	switch {
 	case f.Seq == r.want:
 	case f.Seq > r.want && f.Kind == KindError:

@@ -114,6 +114,10 @@ const (
 	KindToken FrameKind = "token"
 	KindFinal FrameKind = "final"
 	KindError FrameKind = "error"
+	// KindHeartbeat says the worker holding the job is alive; it carries
+	// nothing else, takes no seq (Seq 0) and may come at any time, so an
+	// edge notices a dead worker within a few seconds (HeartbeatTimeout).
+	KindHeartbeat FrameKind = "heartbeat"
 )
 
 // ErrorKind is a stable, machine-readable reason a worker refused or ended a
@@ -130,6 +134,7 @@ const (
 	ErrKindTimeout       ErrorKind = "timeout" // the job's deadline passed
 	ErrKindAborted       ErrorKind = "aborted" // cancelled by the client
 	ErrKindInternal      ErrorKind = "internal"
+	ErrKindUnavailable   ErrorKind = "unavailable" // a store the job needs is full or down
 )
 
 // Usage counts a request's tokens.
@@ -172,6 +177,11 @@ func DecodeFrame(b []byte) (*Frame, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
 	}
 	switch {
+	case f.Kind == KindHeartbeat:
+		if f.Seq != 0 || f.Text != "" || f.Tokens != nil || f.Usage != nil || f.Error != nil || f.Finish != "" {
+			return nil, fmt.Errorf("%w: heartbeat frame with content", ErrBadMessage)
+		}
+		return &f, nil
 	case f.Seq == 0:
 		return nil, fmt.Errorf("%w: frame without seq", ErrBadMessage)
 	case f.Kind == KindFinal && f.Usage == nil:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,7 +37,25 @@ type Replier struct {
 	text strings.Builder
 	end  bool
 	m    Meter // what ran, for the usage event
+
+	ended atomic.Bool // end, for Heartbeat on another goroutine
 }
+
+// Heartbeat sends a KindHeartbeat frame on the job's reply subject, telling
+// the edge a worker still holds the job (see HeartbeatTimeout). Unlike every
+// other method it may be called from another goroutine than the one
+// streaming the job; after the job's last frame it sends nothing.
+func (r *Replier) Heartbeat() error {
+	if r.job.Reply == "" || r.ended.Load() {
+		return nil
+	}
+	if err := r.nc.Publish(r.job.Reply, heartbeatFrame); err != nil {
+		return fmt.Errorf("queue: heartbeat of %s: %w", r.job.ID, err)
+	}
+	return nil
+}
+
+var heartbeatFrame = []byte(`{"seq":0,"kind":"heartbeat"}`)
 
 // Meter is what a job consumed on this worker so far, for its usage event:
 // when it was claimed and its first token sent, the prompt the engine took
@@ -108,9 +127,10 @@ func (r *Replier) markStreamed(ctx context.Context) error {
 		return nil
 	}
 	r.rec.Streamed = true
-	rev, err := r.res.Update(ctx, r.rec, r.rev)
+	rev, err := r.res.put(ctx, r.rec, r.rev, r.job)
 	if errors.Is(err, ErrConflict) {
 		r.end = true
+		r.ended.Store(true)
 		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
 	}
 	if err != nil {
@@ -136,6 +156,7 @@ func (r *Replier) Final(ctx context.Context, text, finish string, usage Usage) e
 		}
 	}
 	r.end = true
+	r.ended.Store(true)
 	r.rec.Status = StatusDone
 	r.rec.Finish = finish
 	r.rec.Usage = &usage
@@ -153,6 +174,7 @@ func (r *Replier) Fail(ctx context.Context, kind ErrorKind, msg string) error {
 		return ErrEnded
 	}
 	r.end = true
+	r.ended.Store(true)
 	fe := &FrameError{Kind: kind, Message: msg}
 	var perr error
 	if r.job.Reply != "" {
@@ -175,12 +197,13 @@ func (r *Replier) Requeue(ctx context.Context) error {
 		return fmt.Errorf("queue: job %s already streamed, cannot requeue", r.job.ID)
 	}
 	r.end = true
+	r.ended.Store(true)
 	r.rec.Status = StatusQueued
 	return r.record(ctx)
 }
 
 func (r *Replier) record(ctx context.Context) error {
-	rev, err := r.res.Update(ctx, r.rec, r.rev)
+	rev, err := r.res.put(ctx, r.rec, r.rev, r.job)
 	if errors.Is(err, ErrConflict) {
 		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
 	}
@@ -219,15 +242,17 @@ func (r *Replier) FailIfHeld(ctx context.Context, kind ErrorKind, msg string) er
 	rec.Status = StatusFailed
 	rec.Error = fe
 	rec.Text = ""
-	rev, err := r.res.Update(ctx, &rec, r.rev)
+	rev, err := r.res.put(ctx, &rec, r.rev, r.job)
 	if errors.Is(err, ErrConflict) {
 		r.end = true
+		r.ended.Store(true)
 		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
 	}
 	if err != nil {
 		return err
 	}
 	r.rec, r.rev, r.end = &rec, rev, true
+	r.ended.Store(true)
 	if r.job.Reply == "" {
 		return nil
 	}

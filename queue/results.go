@@ -61,7 +61,10 @@ func CancelKey(id string) string {
 
 // Results is the results bucket: job records with compare-and-set updates.
 type Results struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	stream jetstream.Stream // the bucket's stream, for the last message of a key
+	keep   time.Duration    // how long a synchronous job's record outlives the job
 }
 
 // OpenResults opens the results bucket Setup created.
@@ -70,7 +73,11 @@ func OpenResults(ctx context.Context, js jetstream.JetStream) (*Results, error) 
 	if err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
 	}
-	return &Results{kv: kv}, nil
+	st, err := js.Stream(ctx, "KV_"+ResultsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
+	}
+	return &Results{kv: kv, js: js, stream: st, keep: SyncRecordKeep}, nil
 }
 
 // Get returns a job's record and its revision; ErrNotFound when there is none.
@@ -90,37 +97,32 @@ func (r *Results) Get(ctx context.Context, id string) (*AsyncResult, uint64, err
 }
 
 // Create stores a record that must not exist yet (ErrConflict if it does).
+// It lives for the bucket's TTL; a full bucket is ErrStoreFull.
 func (r *Results) Create(ctx context.Context, res *AsyncResult) (uint64, error) {
-	res.Updated = time.Now().UTC()
-	b, err := json.Marshal(res)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := r.kv.Create(ctx, ResultKey(res.ID), b)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, fmt.Errorf("%w: %s exists", ErrConflict, res.ID)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("queue: creating record of %s: %w", res.ID, err)
-	}
-	return rev, nil
+	return r.put(ctx, res, 0, nil)
 }
 
 // Update replaces the record at revision rev (ErrConflict if it moved on).
+// It lives for the bucket's TTL; a full bucket is ErrStoreFull.
 func (r *Results) Update(ctx context.Context, res *AsyncResult, rev uint64) (uint64, error) {
-	res.Updated = time.Now().UTC()
-	b, err := json.Marshal(res)
+	if rev == 0 {
+		return 0, fmt.Errorf("%w: %s at revision 0", ErrConflict, res.ID)
+	}
+	return r.put(ctx, res, rev, nil)
+}
+
+// put writes res at revision rev (0: create) with the TTL its job's kind
+// and status call for (recordTTL; job nil: the bucket's).
+func (r *Results) put(ctx context.Context, res *AsyncResult, rev uint64, job *Job) (uint64, error) {
+	b, err := recordJSON(res)
 	if err != nil {
 		return 0, err
 	}
-	n, err := r.kv.Update(ctx, ResultKey(res.ID), b, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, fmt.Errorf("%w: %s at revision %d", ErrConflict, res.ID, rev)
+	n, err := r.write(ctx, ResultKey(res.ID), res.ID, b, rev, recordTTL(job, res.Status, r.keep))
+	if rev == 0 && errors.Is(err, ErrConflict) {
+		return 0, fmt.Errorf("%w: %s exists", ErrConflict, res.ID)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("queue: updating record of %s: %w", res.ID, err)
-	}
-	return n, nil
+	return n, err
 }
 
 // Cancel records that job id was cancelled. The marker outlives the core-NATS
@@ -129,7 +131,12 @@ func (r *Results) Update(ctx context.Context, res *AsyncResult, rev uint64) (uin
 // finished, and workers read the marker again once they listen for the
 // signal). Cancelling twice, or an unknown or finished job, is harmless.
 func (r *Results) Cancel(ctx context.Context, id string) error {
-	if _, err := r.kv.Put(ctx, CancelKey(id), []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+	_, err := r.js.Publish(ctx, "$KV."+ResultsBucket+"."+CancelKey(id), []byte(time.Now().UTC().Format(time.RFC3339Nano)),
+		jetstream.WithMsgTTL(CancelMarkerTTL))
+	if err != nil {
+		if serr := storeError(err, id, 0); serr != nil {
+			err = serr
+		}
 		return fmt.Errorf("queue: recording cancel of %s: %w", id, err)
 	}
 	return nil
@@ -155,7 +162,9 @@ const (
 	// ClaimRun: run the job; the returned Replier holds the claim.
 	ClaimRun Claim = iota + 1
 	// ClaimFinished: the job already ended (done or failed) or was cancelled
-	// (nobody waits for it); ack it, send nothing.
+	// (nobody waits for it), or its record could not be written because the
+	// results bucket is full (Claim sent its client an ErrKindUnavailable
+	// frame); ack it, send nothing.
 	ClaimFinished
 	// ClaimLostMidStream: an earlier worker sent frames and then went away;
 	// the job cannot be resumed, so end it with an ErrKindInternal error
@@ -191,6 +200,19 @@ func (c Claim) String() string {
 // same job cannot both stream it: the one whose claim is stale gets
 // ErrLostClaim from its first frame.
 func (r *Results) Claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier, Claim, error) {
+	rp, claim, err := r.claim(ctx, nc, job)
+	if errors.Is(err, ErrStoreFull) {
+		// Nothing can run without its record: tell the client now rather
+		// than let it wait for the idle timeout, and settle the delivery.
+		if ferr := FailUnrecorded(nc, job, ErrKindUnavailable, "the results store is full"); ferr != nil {
+			return nil, 0, errors.Join(err, ferr)
+		}
+		return nil, ClaimFinished, nil
+	}
+	return rp, claim, err
+}
+
+func (r *Results) claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier, Claim, error) {
 	for range 8 {
 		cur, rev, err := r.Get(ctx, job.ID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
@@ -208,7 +230,7 @@ func (r *Results) Claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier,
 		}
 		if cur == nil {
 			rec := &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusRunning, Attempts: 1}
-			rev, err := r.Create(ctx, rec)
+			rev, err := r.put(ctx, rec, 0, job)
 			if errors.Is(err, ErrConflict) {
 				continue
 			}
@@ -224,7 +246,7 @@ func (r *Results) Claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier,
 		}
 		cur.Status = StatusRunning
 		cur.Attempts++
-		rev, err = r.Update(ctx, cur, rev)
+		rev, err = r.put(ctx, cur, rev, job)
 		if errors.Is(err, ErrConflict) {
 			continue
 		}

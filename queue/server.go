@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -27,6 +29,21 @@ type ServerConfig struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10s.
 	ReadyTimeout time.Duration
+
+	// Auth, when set, is the only way in: one nkey user per role with its
+	// RolePermissions; a connection without credentials is refused.
+	Auth *Auth
+	// TLS, when set, is required of every client connection.
+	TLS *tls.Config
+}
+
+// loopback reports whether host names only this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Server is an embedded NATS server with JetStream enabled.
@@ -54,7 +71,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	case cfg.ReadyTimeout < 0:
 		return nil, fmt.Errorf("%w: ReadyTimeout %v", ErrServer, cfg.ReadyTimeout)
 	}
-	ns, err := server.NewServer(&server.Options{
+	if !loopback(cfg.Host) && (cfg.Auth == nil || cfg.TLS == nil) {
+		return nil, fmt.Errorf("%w: refusing to listen on %s without authentication and TLS", ErrServer, cfg.Host)
+	}
+	opts := &server.Options{
 		Host:               cfg.Host,
 		Port:               cfg.Port,
 		JetStream:          true,
@@ -63,7 +83,15 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		JetStreamMaxStore:  cfg.MaxStore,
 		NoSigs:             true,
 		NoLog:              true,
-	})
+	}
+	if cfg.Auth != nil {
+		opts.Nkeys = cfg.Auth.nkeyUsers()
+	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 2
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrServer, err)
 	}

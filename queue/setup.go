@@ -26,8 +26,10 @@ type StreamConfig struct {
 	MaxDecodeJobs  int64 // prefilled jobs waiting for a decode worker, all models; default 1000
 	MaxDecodeBytes int64 // bytes held by the decode stream; default 64 MiB
 
-	ResultsTTL      time.Duration // how long async results and job markers live; default 24h
-	ResultsMaxBytes int64         // bytes held by the results bucket; default 256 MiB
+	ResultsTTL      time.Duration // how long async results live; default 24h (sync records: SyncRecordKeep)
+	ResultsMaxBytes int64         // bytes held by the results bucket; default 256 MiB (SizeFor derives it from a Load)
+
+	CapacityTTL time.Duration // how long a worker's capacity record lives unrenewed; default DefaultCapacityTTL
 
 	MaxUsageEvents int64         // usage events not yet counted by billing; default 1,000,000
 	MaxUsageBytes  int64         // bytes held by the usage stream; default 1 GiB
@@ -172,8 +174,33 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 		MaxBytes:    cfg.ResultsMaxBytes,
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
+		// Per-record TTLs: synchronous jobs' records live only as long as
+		// redelivery needs them (recordTTL), cancel markers CancelMarkerTTL.
+		LimitMarkerTTL: time.Second,
 	}); err != nil {
 		return fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
+	}
+	// Workers publish capacity records and edges watch them, but only the
+	// node setting up may create a stream (see RolePermissions).
+	if _, err := SetupCapacity(ctx, js, cfg.CapacityTTL); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Ensure checks that every stream and bucket Setup creates exists, and runs
+// Setup only when one is missing. Nodes whose credentials may not create
+// streams (RolePermissions) call it: against a server whose operator set the
+// streams up it only reads their configuration.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
+	for _, name := range streamsAll() {
+		_, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return Setup(ctx, js, cfg)
+		}
+		if err != nil {
+			return fmt.Errorf("queue: stream %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,281 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// oldRecordBytes is what a finished job's record took before records of
+// synchronous jobs expired: 414 bytes, kept 24 h.
+const oldRecordBytes = 414
+
+// TestSyncRecordsDoNotFill runs many times the jobs a small results bucket
+// held with day-long records through claim and final, at full speed: every
+// write succeeds, because a synchronous job's record lives only its
+// deadline plus the keep time, and the bucket stays under its limit.
+func TestSyncRecordsDoNotFill(t *testing.T) {
+	// 200 jobs/s whose records live about 2 s (a second of keep, plus the
+	// server's expiry tick) is ~400 records of ~450 bytes: a 512 KiB bucket
+	// has headroom. With day-long records it held 1266 jobs.
+	const (
+		bucket = 512 << 10
+		rate   = 200
+	)
+	jobs := 2 * bucket / oldRecordBytes // twice what the old records allowed
+	if testing.Short() {
+		jobs = bucket / oldRecordBytes / 2
+	}
+	env := startEnv(t, StreamConfig{ResultsMaxBytes: bucket, Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = res.WithSyncKeep(time.Second)
+	start := time.Now()
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	for i := range jobs {
+		<-tick.C
+		job := testJob("sync-" + itoa(i))
+		job.Deadline = time.Now().Add(time.Second) // the edge's request timeout, short here
+		rp, claim, err := res.Claim(ctx, env.nc, job)
+		if err != nil || claim != ClaimRun {
+			t.Fatalf("job %d of %d after %v: claim %v, %v", i, jobs, time.Since(start), claim, err)
+		}
+		if err := rp.Token(ctx, "x", nil); err != nil {
+			t.Fatalf("job %d: token: %v", i, err)
+		}
+		if err := rp.Final(ctx, "", "stop", Usage{PromptTokens: 1, CompletionTokens: 1}); err != nil {
+			t.Fatalf("job %d: final: %v", i, err)
+		}
+	}
+	st, err := env.js.Stream(ctx, "KV_"+ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.CachedInfo()
+	t.Logf("%d jobs in %v through a %d-byte bucket (old limit %d jobs); now %d bytes, %d records",
+		jobs, time.Since(start).Round(time.Millisecond), bucket, bucket/oldRecordBytes, info.State.Bytes, info.State.Msgs)
+	// And the records do go: within the keep time the bucket empties.
+	checkFor(t, 30*time.Second, func() error {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs > 0 && info.State.Bytes > 4<<10 {
+			return errors.New("records still there: " + itoa(int(info.State.Msgs)))
+		}
+		return nil
+	})
+}
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{digits[i%10]}, b...)
+	}
+	return string(b)
+}
+
+// TestFullStoreFailsFast: with the results bucket full (of async results,
+// which live their TTL), an async submit is ErrStoreFull and a synchronous
+// job's client gets an ErrKindUnavailable frame at once from the worker's
+// claim, never an idle timeout.
+func TestFullStoreFailsFast(t *testing.T) {
+	env := startEnv(t, StreamConfig{ResultsMaxBytes: 8 << 10, Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := NewClient(env.nc, env.js)
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full error
+	for i := 0; i < 1000 && full == nil; i++ {
+		_, full = res.Create(ctx, &AsyncResult{ID: "async-" + itoa(i), Tenant: "t", Status: StatusDone, Text: "a result"})
+	}
+	if !errors.Is(full, ErrStoreFull) {
+		t.Fatalf("filling the bucket ended with %v, want ErrStoreFull", full)
+	}
+	start := time.Now()
+	job := testJob("async-after")
+	job.Reply = ""
+	if err := c.SubmitAsync(ctx, job); !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("SubmitAsync into a full bucket = %v, want ErrStoreFull", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("refusing took %v", d)
+	}
+
+	job = testJob("sync-after")
+	replies, err := c.Submit(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replies.Close()
+	msg, got := fetchJob(t, env, job.Model)
+	start = time.Now()
+	rp, claim, err := res.Claim(ctx, env.nc, got)
+	if err != nil || claim != ClaimFinished || rp != nil {
+		t.Fatalf("claim in a full bucket: %v %v, want ClaimFinished", claim, err)
+	}
+	_ = msg.Ack()
+	f, err := replies.Next(ctx)
+	if err != nil || f.Kind != KindError || f.Error.Kind != ErrKindUnavailable {
+		t.Fatalf("client got %+v, %v; want an unavailable error frame", f, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the client waited %v", d)
+	}
+}
+
+// TestHeartbeats: before any frame the idle timeout applies (a job may wait
+// in the stream); once a worker's heartbeat came, silence for
+// HeartbeatTimeout is ErrWorkerLost; heartbeats never reach the caller.
+func TestHeartbeats(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := NewClient(env.nc, env.js).WithIdleTimeout(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := testJob("beat-1")
+	replies, err := c.Submit(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replies.Close()
+	_, got := fetchJob(t, env, job.Model)
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, _, err := res.Claim(ctx, env.nc, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := rp.Heartbeat(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rp.Token(ctx, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := replies.Next(ctx)
+	if err != nil || f.Kind != KindToken || f.Seq != 1 {
+		t.Fatalf("first frame %+v, %v; want token 1 (heartbeats are not returned)", f, err)
+	}
+	// The worker dies here: no frame, no heartbeat.
+	start := time.Now()
+	_, err = replies.Next(ctx)
+	d := time.Since(start)
+	if !errors.Is(err, ErrWorkerLost) {
+		t.Fatalf("after the worker went silent: %v, want ErrWorkerLost", err)
+	}
+	if d < HeartbeatTimeout-100*time.Millisecond || d > HeartbeatTimeout+time.Second {
+		t.Fatalf("noticed after %v, want about %v", d, HeartbeatTimeout)
+	}
+	t.Logf("dead worker noticed after %v", d.Round(time.Millisecond))
+	// A Replier sends no heartbeat after its last frame.
+	if err := rp.Final(ctx, "", "stop", Usage{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.Heartbeat(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSubmitFailsFast: a model without a live worker and a bus that is down
+// are refused at once, not after the idle timeout.
+func TestSubmitFailsFast(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	live := NewLiveModels(0)
+	live.Set(map[string]int{"@cf/test/model": 512})
+	c := NewClient(env.nc, env.js).WithLiveness(live)
+	tests := []struct {
+		name  string
+		model string
+		want  error
+	}{
+		{"live model", "@cf/test/model", nil},
+		{"no live worker", "@cf/test/other", ErrNoWorker},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testJob("fast-" + tc.model)
+			job.Model = tc.model
+			r, err := c.Submit(ctx, job)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Submit = %v, want %v", err, tc.want)
+			}
+			if r != nil {
+				r.Close()
+			}
+			ajob := testJob("fast-async-" + tc.model)
+			ajob.Model, ajob.Reply = tc.model, ""
+			if err := c.SubmitAsync(ctx, ajob); !errors.Is(err, tc.want) {
+				t.Fatalf("SubmitAsync = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	t.Run("grace for a model never seen", func(t *testing.T) {
+		l := NewLiveModels(time.Hour)
+		if !l.Live("@cf/test/new") {
+			t.Fatal("a model never seen is refused within the grace period")
+		}
+		l.Set(map[string]int{"@cf/test/new": 64})
+		l.Set(map[string]int{})
+		if l.Live("@cf/test/new") {
+			t.Fatal("a model whose workers left is still live")
+		}
+	})
+	t.Run("NATS down", func(t *testing.T) {
+		env.srv.Shutdown()
+		checkFor(t, 5*time.Second, func() error {
+			if env.nc.IsConnected() {
+				return errors.New("still connected")
+			}
+			return nil
+		})
+		start := time.Now()
+		_, err := c.Submit(ctx, testJob("down-1"))
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Submit with NATS down = %v, want ErrUnavailable", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("took %v", d)
+		}
+	})
+}
+
+// TestPublishTimeout: a connection that looks up but whose server does not
+// answer (no JetStream stream for the subject) is ErrUnavailable within the
+// publish timeout.
+func TestPublishTimeout(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	if err := env.js.DeleteStream(ctx, JobsStream); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := NewClient(env.nc, env.js).Submit(ctx, testJob("nostream"))
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Submit = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > DefaultPublishTimeout+time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
