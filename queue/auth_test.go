@@ -160,7 +160,6 @@ func TestRolesCarryAJob(t *testing.T) {
 	}
 }
 
-
 // TestRolesAreRefused: no credentials, a forged key and every role's
 // credentials used beyond its permissions are refused by the server.
 func TestRolesAreRefused(t *testing.T) {

@@ -278,4 +278,3 @@ func TestPublishTimeout(t *testing.T) {
 		t.Fatalf("took %v", d)
 	}
 }
-
