@@ -128,6 +128,7 @@ func PublishUsage(ctx context.Context, js jetstream.JetStream, ev *UsageEvent) e
 	msg := nats.NewMsg(UsageSubject(ev.Tenant))
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, ev.RequestID)
+	InjectTrace(ctx, msg.Header) // billing's consume span joins the request's trace
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && api.ErrorCode == jsStoreFailed {

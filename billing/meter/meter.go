@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -30,6 +33,9 @@ type Config struct {
 	FetchWait  time.Duration // bounds one pull; default 1s
 	RetryDelay time.Duration // redelivery delay after a ledger failure; default 1s
 	Consumer   queue.UsageConsumerConfig
+	// TracerProvider makes a billing.consume span per event, in the trace
+	// of the request it bills; nil (or a no-op provider) makes none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) fill() error {
@@ -65,6 +71,8 @@ type Meter struct {
 
 	mu    sync.Mutex // guards stats
 	stats Stats
+
+	tracer trace.Tracer // nil when tracing is off
 }
 
 // New validates cfg and returns a Meter; it touches NATS only in Run.
@@ -78,7 +86,13 @@ func New(log *slog.Logger, js jetstream.JetStream, rec Recorder, cfg Config) (*M
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{log: log, js: js, rec: rec, cfg: cfg}, nil
+	m := &Meter{log: log, js: js, rec: rec, cfg: cfg}
+	if tp := cfg.TracerProvider; tp != nil {
+		if _, off := tp.(noop.TracerProvider); !off {
+			m.tracer = tp.Tracer("github.com/bulkhead-ai/bulkhead/billing/meter")
+		}
+	}
+	return m, nil
 }
 
 // Stats returns the counts so far.
@@ -131,6 +145,14 @@ func (m *Meter) Run(ctx context.Context) error {
 }
 
 func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
+	if m.tracer != nil {
+		var span trace.Span
+		ctx, span = m.tracer.Start(queue.ExtractTrace(ctx, msg.Headers()), "billing.consume",
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.destination.name", msg.Subject())))
+		defer span.End()
+	}
 	ev, err := queue.DecodeUsage(msg.Data())
 	if err != nil {
 		m.log.Error("billing: terminating an undecodable usage event", "err", err, "subject", msg.Subject())

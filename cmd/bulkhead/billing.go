@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
@@ -22,6 +24,8 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
 	redisURL := fs.String("redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
+	var of obsFlags
+	of.register(fs, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -32,9 +36,25 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%w: --redis: %v", errUsage, err)
 	}
-	log := newLogger(stderr)
+	log, err := of.logger(stderr)
+	if err != nil {
+		return err
+	}
+	tel, err := newTelemetry(ctx, log, "bulkhead-billing", "billing")
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
+	h := newHealth()
+	stopOps, err := serveOps(log, of.metricsListen, h, tel.reg)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
+	defer context.AfterFunc(ctx, h.drain)()
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
+	h.add("redis", redisCheck(rdb))
 	l, err := ledger.New(rdb, ledger.Config{})
 	if err != nil {
 		return err
@@ -44,10 +64,18 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer nc.Close()
-	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: *ackWait}})
+	h.add("nats", natsCheck(nc))
+	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: *ackWait},
+		TracerProvider: tel.tp})
 	if err != nil {
 		return err
 	}
+	if err := billingMetrics(tel.reg, m); err != nil {
+		return err
+	}
+	svc, err := queue.RegisterNode(nc, queue.NodeConfig{Service: queue.FleetBilling, Version: version,
+		Status: func() queue.NodeStatus { return queue.NodeStatus{JobsDone: uint64(m.Stats().Counted)} }})
+	defer stopService(log, svc, err)()
 	defer func() {
 		s := m.Stats()
 		log.Info("billing stopped", "counted", s.Counted, "duplicates", s.Duplicates, "rejected", s.Rejected, "retried", s.Retried)
@@ -56,14 +84,37 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return m.Run(ctx)
 }
 
+// billingMetrics exports m's counts as bulkhead_billing_events_total by
+// result (counted, duplicate, rejected, retried).
+func billingMetrics(reg prometheus.Registerer, m *meter.Meter) error {
+	for _, r := range []struct {
+		result string
+		count  func(meter.Stats) int64
+	}{
+		{"counted", func(s meter.Stats) int64 { return s.Counted }},
+		{"duplicate", func(s meter.Stats) int64 { return s.Duplicates }},
+		{"rejected", func(s meter.Stats) int64 { return s.Rejected }},
+		{"retried", func(s meter.Stats) int64 { return s.Retried }},
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bulkhead_billing_events_total",
+			Help:        "Usage events the billing consumer handled, by result.",
+			ConstLabels: prometheus.Labels{"result": r.result}},
+			func() float64 { return float64(r.count(m.Stats())) })
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // startBilling runs the billing consumer in this process (dev) until the
 // returned stop is called, and returns the ledger it counts into.
-func startBilling(log *slog.Logger, js jetstream.JetStream, rdb redis.UniversalClient) (*ledger.Ledger, func(), error) {
+func startBilling(log *slog.Logger, tp trace.TracerProvider, js jetstream.JetStream, rdb redis.UniversalClient) (*ledger.Ledger, func(), error) {
 	l, err := ledger.New(rdb, ledger.Config{})
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{})
+	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{TracerProvider: tp})
 	if err != nil {
 		return nil, nil, err
 	}

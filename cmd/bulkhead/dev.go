@@ -187,7 +187,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	// Billing: usage events into the ledger the usage API and the budget read.
-	lg, stopBilling, err := startBilling(log, ejs, rdb)
+	lg, stopBilling, err := startBilling(log, tel.tp, ejs, rdb)
 	if err != nil {
 		return err
 	}

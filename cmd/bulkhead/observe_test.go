@@ -278,9 +278,9 @@ func traceIDOf(t *testing.T, h http.Header) string {
 }
 
 // TestObservabilityAcrossProcesses runs NATS, a prefill worker, a decode
-// worker and an edge as separate OS processes, each with its own tracer
-// provider exporting OTLP to a receiver run here, and checks: one trace per
-// request spanning the three nodes as one tree; /metrics of each node after
+// worker, billing and an edge as separate OS processes, each with its own
+// tracer provider exporting OTLP to a receiver run here, and checks: one
+// trace per request spanning the nodes as one tree; /metrics of each node after
 // real traffic (a refusal counted by reason); `bulkhead status` listing both
 // workers; /healthz and /readyz as Redis and NATS go away and come back.
 func TestObservabilityAcrossProcesses(t *testing.T) {
@@ -320,11 +320,14 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 		start(t, role, bin, "worker", "--nats", natsURL, "--role", role, "--model", clusterModel+"="+modelPath,
 			"--threads", "1", "--metrics-listen", addr)
 	}
+	billAddr := freeAddr(t)
+	metricsURL["billing"] = "http://" + billAddr
+	start(t, "billing", bin, "billing", "--nats", natsURL, "--redis", "redis://"+rds.Addr()+"/0", "--metrics-listen", billAddr)
 	edgeAddr := freeAddr(t)
 	edgeURL := "http://" + edgeAddr
 	start(t, "edge", bin, "edge", "--nats", natsURL, "--listen", edgeAddr, "--model", clusterModel+"="+modelPath,
 		"--redis", "redis://"+rds.Addr()+"/0", "--jwks", key.JWKSPath(), "--quota-rpm", "1000")
-	for _, u := range []string{edgeURL, metricsURL["prefill"], metricsURL["decode"]} {
+	for _, u := range []string{edgeURL, metricsURL["prefill"], metricsURL["decode"], metricsURL["billing"]} {
 		waitFor(t, time.Minute, u+" to be ready", func() bool { st, _ := readyz(u); return st == 200 })
 	}
 	run := edgeURL + "/ai/run/" + clusterModel
@@ -342,6 +345,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 			"bulkhead-worker-prefill/engine.prefill", "bulkhead-worker-prefill/handoff.send",
 			"bulkhead-worker-decode/queue.wait", "bulkhead-worker-decode/worker.job",
 			"bulkhead-worker-decode/handoff.receive", "bulkhead-worker-decode/engine.decode",
+			"bulkhead-billing/billing.consume",
 		}
 		var spans []span
 		problem := "no span yet"
@@ -375,7 +379,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("trace %s: %d spans across %d processes, one tree", id, len(spans), 3)
+		t.Logf("trace %s: %d spans across %d processes, one tree", id, len(spans), 4)
 	})
 
 	t.Run("metrics after real traffic", func(t *testing.T) {
@@ -410,6 +414,10 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 			}
 		}
 		pre, dec := scrape(t, metricsURL["prefill"]), scrape(t, metricsURL["decode"])
+		waitFor(t, 30*time.Second, "billing to count the usage events", func() bool {
+			v, _ := metricSum(scrape(t, metricsURL["billing"]), "bulkhead_billing_events_total", map[string]string{"result": "counted"})
+			return v >= 2 // the traced request and the stream; the refusal never reached a worker
+		})
 		for _, c := range []struct {
 			node   string
 			mfs    map[string]*dto.MetricFamily
@@ -476,7 +484,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 			t.Fatalf("%v: %s", err, stdout)
 		}
 		roles := map[string]bool{}
-		edges := 0
+		edges, billing := 0, 0
 		for _, n := range nodes {
 			switch n.Service {
 			case "bulkhead-worker":
@@ -486,9 +494,11 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 				}
 			case "bulkhead-edge":
 				edges++
+			case "bulkhead-billing":
+				billing++
 			}
 		}
-		if len(roles) != 2 || !roles["prefill"] || !roles["decode"] || edges != 1 {
+		if len(roles) != 2 || !roles["prefill"] || !roles["decode"] || edges != 1 || billing != 1 {
 			t.Errorf("status listed %s", stdout)
 		}
 		table, _, code := bulkhead(t, "status", "--nats", natsURL)
@@ -511,13 +521,13 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 				return true
 			})
 		}
-		all := []string{edgeURL, metricsURL["prefill"], metricsURL["decode"]}
+		all := []string{edgeURL, metricsURL["prefill"], metricsURL["decode"], metricsURL["billing"]}
 		rds.Close()
-		flip("Redis gone", []string{edgeURL}, "redis", false)
+		flip("Redis gone", []string{edgeURL, metricsURL["billing"]}, "redis", false)
 		if err := rds.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		flip("Redis back", []string{edgeURL}, "redis", true)
+		flip("Redis back", []string{edgeURL, metricsURL["billing"]}, "redis", true)
 
 		_ = ns.cmd.Process.Signal(syscall.SIGTERM)
 		<-ns.done
