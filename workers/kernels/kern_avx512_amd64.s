@@ -20,12 +20,20 @@
 	VMULPS zi, Z17, Z17 \
 	VADDPS Z17, za, za
 
-// Q8 4-row step for slice s (weights in zw, activation byte offset off).
+// Q8 4-row step for slice s (weights in zw, activation byte offset off): even
+// slices into Z4..Z7, odd ones into Z20..Z23 (Q8STEP4B), so each row has two
+// dependency chains; ZERO4 clears both and FIN4 adds them first.
 #define Q8STEP4(off, zw) \
 	VPDPBUSD.BCST off(DI), zw, Z4 \
 	VPDPBUSD.BCST off(R8), zw, Z5 \
 	VPDPBUSD.BCST off(R9), zw, Z6 \
 	VPDPBUSD.BCST off(R10), zw, Z7
+
+#define Q8STEP4B(off, zw) \
+	VPDPBUSD.BCST off(DI), zw, Z20 \
+	VPDPBUSD.BCST off(R8), zw, Z21 \
+	VPDPBUSD.BCST off(R9), zw, Z22 \
+	VPDPBUSD.BCST off(R10), zw, Z23
 
 // SETUP4 loads the arguments of a 4-row kernel: SI weights, CX blocks,
 // DI/R8/R9/R10 activation rows, DX/R11/R12/R13 aux rows.
@@ -51,9 +59,17 @@
 	VPXORD Z4, Z4, Z4 \
 	VPXORD Z5, Z5, Z5 \
 	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z20, Z20, Z20 \
+	VPXORD Z21, Z21, Z21 \
+	VPXORD Z22, Z22, Z22 \
+	VPXORD Z23, Z23, Z23
 
 #define FIN4 \
+	VPADDD Z20, Z4, Z4 \
+	VPADDD Z21, Z5, Z5 \
+	VPADDD Z22, Z6, Z6 \
+	VPADDD Z23, Z7, Z7 \
 	QFIN(Z4, Z0, DX) \
 	QFIN(Z5, Z1, R11) \
 	QFIN(Z6, Z2, R12) \
@@ -99,13 +115,13 @@ q8p4loop:
 	VMOVDQU32 480(SI), Z15
 	ZERO4
 	Q8STEP4(2, Z8)
-	Q8STEP4(6, Z9)
+	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)
-	Q8STEP4(14, Z11)
+	Q8STEP4B(14, Z11)
 	Q8STEP4(18, Z12)
-	Q8STEP4(22, Z13)
+	Q8STEP4B(22, Z13)
 	Q8STEP4(26, Z14)
-	Q8STEP4(30, Z15)
+	Q8STEP4B(30, Z15)
 	FIN4
 	NEXT4(544)
 	DECQ CX
@@ -179,13 +195,13 @@ q4p4loop:
 	Q4SPLIT(224, Z11, Z15)
 	ZERO4
 	Q8STEP4(2, Z8)
-	Q8STEP4(6, Z9)
+	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)
-	Q8STEP4(14, Z11)
+	Q8STEP4B(14, Z11)
 	Q8STEP4(18, Z12)
-	Q8STEP4(22, Z13)
+	Q8STEP4B(22, Z13)
 	Q8STEP4(26, Z14)
-	Q8STEP4(30, Z15)
+	Q8STEP4B(30, Z15)
 	FIN4
 	NEXT4(288)
 	DECQ CX
@@ -371,13 +387,13 @@ q5p4loop:
 	Q5HIGH
 	ZERO4
 	Q8STEP4(2, Z8)
-	Q8STEP4(6, Z9)
+	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)
-	Q8STEP4(14, Z11)
+	Q8STEP4B(14, Z11)
 	Q8STEP4(18, Z12)
-	Q8STEP4(22, Z13)
+	Q8STEP4B(22, Z13)
 	Q8STEP4(26, Z14)
-	Q8STEP4(30, Z15)
+	Q8STEP4B(30, Z15)
 	FIN4
 	NEXT4(352)
 	DECQ CX
