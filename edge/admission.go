@@ -75,7 +75,9 @@ func loadVocab(log *slog.Logger, name, path string, trust bool) (*vocab, error) 
 	v.tools = toolcall.Detect(src)
 	v.control = map[int32]bool{}
 	for _, text := range v.tools.ControlTokens() {
-		if id, ok := tok.TokenID(text); ok {
+		// Only tokens the detokenizer drops; user-defined ones (Qwen's
+		// <tool_call>) are in the frames' text already.
+		if id, ok := tok.TokenID(text); ok && tok.IsControl(id) {
 			v.control[id] = true
 		}
 	}

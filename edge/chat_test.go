@@ -283,3 +283,27 @@ func TestTrustContent(t *testing.T) {
 		t.Fatal("trustContent does not read the catalog property")
 	}
 }
+
+// TestFrameText: control tokens a tool-call format is made of, which the
+// worker's detokenizer drops, are put back from the frame's token ids;
+// nothing changes for requests without tools or for tokens already in the
+// text.
+func TestFrameText(t *testing.T) {
+	v, err := loadVocab(nil, modelQwenTools, withTemplate(t, "Qwen-Qwen2.5-7B-Instruct.jinja"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.control) != 0 {
+		t.Fatalf("Hermes on the Qwen2 vocabulary needs no control tokens back, got %v", v.control)
+	}
+	end, _ := v.tok.TokenID("<|endoftext|>")
+	v.control = map[int32]bool{end: true} // as Mistral's [TOOL_CALLS] would be
+	fr := &queue.Frame{Text: "ab", Tokens: []int32{1, end}}
+	with := &genInput{tools: []json.RawMessage{json.RawMessage(`{}`)}, toolChoice: toolChoice{mode: choiceAuto}}
+	if got := v.frameText(with, fr); got != "ab<|endoftext|>" {
+		t.Fatalf("with tools: %q", got)
+	}
+	if got := v.frameText(&genInput{}, fr); got != "ab" {
+		t.Fatalf("without tools: %q", got)
+	}
+}
