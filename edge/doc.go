@@ -6,6 +6,13 @@
 // slot, render the chat template and count prompt tokens (admission), publish
 // the job, and turn the worker's reply frames into JSON or server-sent events.
 //
+// Observability (observe.go, metrics.go): every response carries its request
+// id (X-Request-Id, and request_id in error bodies); with a tracer provider
+// in Config each request is a server span, continuing an incoming
+// traceparent and named in the response's, with auth, quota, admission,
+// enqueue and reply spans below it; Metrics counts requests, latencies,
+// tokens and refusals, never by tenant. Neither ever holds prompt text.
+//
 // It also owns the one table of stable error codes (errors.go): every refusal
 // a client can see is a row of it, rendered in the native envelope or in
 // OpenAI's error shape, and one function maps Go errors to rows.

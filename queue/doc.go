@@ -2,8 +2,9 @@
 // and reply-frame codecs, JetStream stream and consumer setup, the embedded
 // NATS server, the results bucket (async results, the per-job marker that
 // stops a job running twice, and the cancel marker that stops a cancelled job
-// running at all), cancellation, usage-event subjects and trace-context
-// headers.
+// running at all), cancellation, usage-event subjects, trace-context
+// headers (InjectTrace/ExtractTrace: OpenTelemetry's global propagator over
+// HeaderCarrier) and the fleet (RegisterNode, ListFleet: NATS micro services).
 //
 // Edge side: Client.Submit subscribes to a job's reply subject, then publishes
 // the job (Nats-Msg-Id = job id) on its model's subject; Replies returns the

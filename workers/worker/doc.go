@@ -43,6 +43,14 @@
 // a cancel that landed between the claim and the subscription ends the job
 // with an aborted frame instead of running it for nobody.
 //
+// Observability (trace.go, metrics.go): each delivery continues the trace
+// its message headers carry, with queue.wait, worker.job, engine.prefill,
+// engine.decode and handoff.send/receive spans (a decode worker's spans sit
+// below the prefill worker's handoff.send); Metrics (one per process, given
+// to every worker) counts jobs by outcome, queue waits, tokens, batch sizes,
+// KV pool and hand-over figures. Tracing off (no TracerProvider) costs
+// nothing per job; no span or metric holds prompt or completion text.
+//
 // It never decides tenants or prices (the tenant comes in the job from the
 // edge's verified token), never truncates a prompt, and never reports a partial
 // answer as success. It does not own the engines: their Run loops belong to
