@@ -36,6 +36,11 @@ type Config struct {
 	// TracerProvider makes a billing.consume span per event, in the trace
 	// of the request it bills; nil (or a no-op provider) makes none.
 	TracerProvider trace.TracerProvider
+	// AfterCount, if set, is called after the ledger counted the n-th event
+	// (from 1) and before it is acknowledged: fault tests stop the process
+	// there, the one moment where a crash leaves an event counted and not
+	// acknowledged.
+	AfterCount func(n int64)
 }
 
 func (c *Config) fill() error {
@@ -178,8 +183,15 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	if counted {
-		m.count(func(s *Stats) { s.Counted++ })
+		var n int64
+		m.count(func(s *Stats) { s.Counted++; n = s.Counted })
+		if m.cfg.AfterCount != nil {
+			m.cfg.AfterCount(n)
+		}
 	} else {
+		// A redelivery (the last meter died between counting and acking)
+		// or a duplicate the stream could not drop: rare, so logged.
+		m.log.Info("billing: usage event already counted; acknowledging it again", "request_id", ev.RequestID)
 		m.count(func(s *Stats) { s.Duplicates++ })
 	}
 	// Wait for the server's confirmation: an ack lost on the way means a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +27,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
 	var of obsFlags
 	of.register(fs, true)
+	exitAfter := fs.Int64("fault-exit-after", 0, "testing: exit (status 3) right after counting this many events, before acknowledging the last (0: never)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -65,8 +67,16 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer nc.Close()
 	h.add("nats", natsCheck(nc))
-	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: *ackWait},
-		TracerProvider: tel.tp})
+	mcfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: *ackWait}, TracerProvider: tel.tp}
+	if *exitAfter > 0 {
+		mcfg.AfterCount = func(n int64) {
+			if n == *exitAfter {
+				fmt.Fprintf(stderr, "billing: --fault-exit-after %d: exiting with event %d counted and not acknowledged\n", n, n)
+				os.Exit(3)
+			}
+		}
+	}
+	m, err := meter.New(log.With("node", "billing"), js, l, mcfg)
 	if err != nil {
 		return err
 	}

@@ -81,13 +81,13 @@ func TestBillingSurvivesKills(t *testing.T) {
 	}
 	from := time.Now().UTC().Add(-time.Hour).Format(time.RFC3339)
 
-	const clients, perClient = 8, 60
+	const clients, perClient = 8, 100
 	var (
-		mu                   sync.Mutex
-		sent, prompt, compl  int64
-		micro                int64
-		done                 atomic.Bool
-		kills, terms, starts int
+		mu                           sync.Mutex
+		sent, prompt, compl          int64
+		micro                        int64
+		done                         atomic.Bool
+		kills, terms, faults, starts int
 	)
 	var load sync.WaitGroup
 	for i := range clients {
@@ -119,19 +119,38 @@ func TestBillingSurvivesKills(t *testing.T) {
 	}
 	go func() { load.Wait(); done.Store(true) }()
 
-	dups := 0
+	dups := 0 // events a billing process found counted already (its predecessor died before acking)
+	var procs []*process
 	graceful := func(out string) {
 		if m := billingStopped.FindStringSubmatch(out); m != nil {
 			n, _ := strconv.Atoi(m[2])
-			dups += n
+			if got := strings.Count(out, "already counted"); got != n {
+				t.Errorf("a billing process logged %d duplicates and counted %d", got, n)
+			}
 		}
 	}
-	for round := 0; !done.Load() || round < 6; round++ {
+	for round := 0; !done.Load() || round < 9; round++ {
+		if round%3 == 2 {
+			// Dies right after counting an event, before acking it: the
+			// next process gets it again and must not count it twice.
+			p := start(t, fmt.Sprintf("billing-%d-fault", round), c.bin, "billing", "--nats", c.natsURL,
+				"--redis", redisURL, "--ack-wait", "2s", "--fault-exit-after", "5")
+			procs = append(procs, p)
+			starts++
+			select {
+			case <-p.done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the faulty billing process did not exit")
+			}
+			faults++
+			continue
+		}
 		p := billing(fmt.Sprintf("billing-%d", round))
+		procs = append(procs, p)
 		starts++
 		waitFor(t, 30*time.Second, "billing to start", func() bool { return strings.Contains(p.out.String(), "counting usage events") })
 		time.Sleep(time.Duration(150+70*(round%5)) * time.Millisecond) // let it count, then kill it mid-work
-		if round%2 == 0 {
+		if round%3 == 0 {
 			_ = p.cmd.Process.Kill()
 			kills++
 		} else {
@@ -139,7 +158,7 @@ func TestBillingSurvivesKills(t *testing.T) {
 			terms++
 		}
 		<-p.done
-		if round%2 == 1 {
+		if round%3 == 1 {
 			graceful(p.out.String())
 		}
 	}
@@ -148,6 +167,7 @@ func TestBillingSurvivesKills(t *testing.T) {
 		t.FailNow()
 	}
 	last := billing("billing-last")
+	procs = append(procs, last)
 	starts++
 	var rep usageReport
 	waitFor(t, 90*time.Second, "the ledger to hold every request", func() bool {
@@ -160,8 +180,15 @@ func TestBillingSurvivesKills(t *testing.T) {
 	_ = last.cmd.Process.Signal(syscall.SIGTERM)
 	<-last.done
 	graceful(last.out.String())
-	t.Logf("%d requests sent (one usage event each), %d counted; %d billing processes started, %d SIGKILLed, %d SIGTERMed; %d redelivered events found already counted",
-		sent, rep.Totals.Requests, starts, kills, terms, dups)
+	for _, p := range procs {
+		dups += strings.Count(p.out.String(), "already counted")
+	}
+	t.Logf("%d requests sent (one usage event each), %d counted; %d billing processes started: %d SIGKILLed, %d SIGTERMed, "+
+		"%d exited between counting and acking; %d redelivered events found already counted (not counted again)",
+		sent, rep.Totals.Requests, starts, kills, terms, faults, dups)
+	if dups < faults {
+		t.Errorf("%d processes died between counting and acking, but only %d redeliveries were seen", faults, dups)
+	}
 	if rep.Totals.Requests != sent || rep.Totals.PromptTokens != prompt || rep.Totals.CompletionTokens != compl ||
 		price.ToMicro(rep.Totals.Neurons) != micro {
 		t.Fatalf("ledger %+v; clients were told %d requests, %d prompt and %d completion tokens, %d micro-neurons",
