@@ -177,7 +177,7 @@ const (
 
 // LatencyBounds are the upper bounds, in milliseconds, of the latency
 // histogram buckets the rollups keep; a last bucket holds the rest.
-var LatencyBounds = []int64{25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000}
+var LatencyBounds = []int64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000}
 
 func bucketOf(ms int64) int {
 	for i, b := range LatencyBounds {
