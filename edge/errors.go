@@ -123,6 +123,20 @@ var (
 		http.StatusNotFound, "invalid_request_error", "not_found"}
 	rowInternal = Row{"internal", http.StatusInternalServerError, 3045, "Internal server error",
 		http.StatusInternalServerError, "server_error", ""}
+	rowBodyTimeout = Row{"body_timeout", http.StatusRequestTimeout, 3046, "Request body not received in time",
+		http.StatusRequestTimeout, "invalid_request_error", "request_timeout"}
+	rowNoWorker = Row{"no_worker", http.StatusServiceUnavailable, 3047, "No worker is serving this model right now, please try again",
+		http.StatusServiceUnavailable, "server_error", "model_unavailable"}
+	rowStoreFull = Row{"store_full", http.StatusServiceUnavailable, 3048, "The request store is full, please try again",
+		http.StatusServiceUnavailable, "server_error", "service_unavailable"}
+	rowWorkerLost = Row{"worker_lost", http.StatusServiceUnavailable, 3049, "The worker running the request stopped, please try again",
+		http.StatusServiceUnavailable, "server_error", "worker_lost"}
+)
+
+// Retry-After of the 503s the edge answers at once.
+const (
+	retryNoWorker    = 5 * time.Second
+	retryUnavailable = 2 * time.Second
 )
 
 // ErrorTable returns every row of the error table, for documentation and
@@ -133,6 +147,7 @@ func ErrorTable() []Row {
 		rowBodyTooLarge, rowQuotaExhausted, rowRateLimited, rowConcurrency,
 		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
 		rowUnavailable, rowNotFound, rowInternal,
+		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost,
 	}
 }
 
@@ -212,6 +227,16 @@ func Classify(err error) *Error {
 		return newError(rowUnavailable, "", err)
 	case errors.Is(err, queue.ErrQueueFull):
 		return newError(rowCapacity, "", err)
+	case errors.Is(err, ErrBodyTimeout):
+		return newError(rowBodyTimeout, "", err)
+	case errors.Is(err, queue.ErrNoWorker):
+		return retryIn(newError(rowNoWorker, "", err), retryNoWorker)
+	case errors.Is(err, queue.ErrStoreFull):
+		return retryIn(newError(rowStoreFull, "", err), retryUnavailable)
+	case errors.Is(err, queue.ErrUnavailable):
+		return retryIn(newError(rowUnavailable, "", err), retryUnavailable)
+	case errors.Is(err, queue.ErrWorkerLost):
+		return retryIn(newError(rowWorkerLost, "", err), retryUnavailable)
 	case errors.Is(err, queue.ErrStreamTimeout), errors.Is(err, context.DeadlineExceeded):
 		return newError(rowTimeout, "", err)
 	case errors.Is(err, context.Canceled):
@@ -234,8 +259,16 @@ func withRetry(e *Error, err error) *Error {
 	return e
 }
 
-// classifyFrame maps a worker's error frame. The worker's message is shown:
-// workers write it for clients (token counts, which limit).
+func retryIn(e *Error, d time.Duration) *Error {
+	e.RetryAfter = d
+	return e
+}
+
+// classifyFrame maps a worker's error frame. For the refusals a worker
+// explains (which limit, which field, why it stopped) clients see the
+// worker's message if it is one short printable line (clientDetail), else
+// the table's; internal errors and unknown kinds always show the table's
+// message: their text may quote an internal error and goes to the log only.
 func classifyFrame(fe *queue.FrameError) *Error {
 	var r Row
 	switch fe.Kind {
@@ -251,10 +284,29 @@ func classifyFrame(fe *queue.FrameError) *Error {
 		r = rowTimeout
 	case queue.ErrKindAborted:
 		r = rowAborted
+	case queue.ErrKindUnavailable:
+		return retryIn(newError(rowUnavailable, "", fe), retryUnavailable)
 	default:
 		return newError(rowInternal, "", fe)
 	}
-	return newError(r, fe.Message, fe)
+	return newError(r, clientDetail(fe.Message), fe)
+}
+
+// maxDetail bounds the worker detail a client message carries.
+const maxDetail = 200
+
+// clientDetail is msg if it is one printable line of at most maxDetail
+// bytes, else "".
+func clientDetail(msg string) string {
+	if len(msg) > maxDetail {
+		return ""
+	}
+	for _, c := range msg {
+		if c < 0x20 || c == 0x7f || c == '\uFFFD' {
+			return ""
+		}
+	}
+	return msg
 }
 
 // nativeEnvelope is the Workers AI response envelope.

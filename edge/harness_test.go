@@ -162,6 +162,7 @@ type harnessOpts struct {
 	maxPerModel int64
 	tracer      trace.TracerProvider // nil: tracing off
 	metrics     *Metrics             // nil: no metrics
+	live        queue.Liveness       // nil: every model has workers
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -183,6 +184,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		if qc, err = qc.WithIdleTimeout(o.idleTimeout); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if o.live != nil {
+		qc = qc.WithLiveness(o.live)
 	}
 	h := &harness{t: t, nc: nc, js: js, limiter: &fakeLimiter{}, catalog: cat, behave: reply("Hello", " world")}
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: h.limiter, Queue: qc,

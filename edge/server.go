@@ -67,6 +67,7 @@ type Config struct {
 	MaxBodyBytes     int64         // request body limit; default 1 MiB
 	DefaultMaxTokens int           // native max_tokens when absent; default 256
 	MaxBatchRequests int           // requests in one async batch; default 32
+	HTTP             HTTPLimits    // limits of the listener HTTPServer builds; zero fields take defaults
 
 	// TracerProvider makes the edge's spans; nil (or a no-op provider) turns
 	// tracing off, and then the request path does no tracing work.
@@ -101,6 +102,9 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: DefaultMaxTokens %d is negative", ErrInvalidConfig, c.DefaultMaxTokens)
 	case c.MaxBatchRequests < 0:
 		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrInvalidConfig, c.MaxBatchRequests)
+	}
+	if err := c.HTTP.fill(); err != nil {
+		return err
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
