@@ -18,8 +18,11 @@ import (
 var benchOwner = kvcache.Owner{Namespace: "bench", Request: "bench"}
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "serve" {
+		return runBenchServe(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "engine" {
-		return fmt.Errorf("%w: bulkhead bench engine --model FILE [flags]", errUsage)
+		return fmt.Errorf("%w: bulkhead bench engine --model FILE [flags], or bench serve --edge URL [flags]", errUsage)
 	}
 	fs := newFlags("bench engine", stderr)
 	model := fs.String("model", "", "GGUF model file")
