@@ -104,7 +104,7 @@ func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.
 		return
 	}
 
-	stopBeat := w.heartbeat(log, msg)
+	stopBeat := w.heartbeat(log, msg, rp)
 	_, fspan := w.startSpan(rctx, spanHandoffReceive, attrModel.String(job.Model), attrPages.Int(len(m.Pages)))
 	fetchStart, fetched := time.Now(), 0
 	for _, pg := range m.Pages {

@@ -363,6 +363,9 @@ func readFrames(t *testing.T, sub *nats.Subscription) *answer {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if f.Kind == queue.KindHeartbeat {
+			continue // the worker is alive; not part of the answer
+		}
 		frames = append(frames, f)
 		if f.Kind != queue.KindToken {
 			return toAnswer(frames)

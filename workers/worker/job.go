@@ -242,7 +242,7 @@ func (w *Worker) run(ctx, kctx context.Context, log *slog.Logger, res *queue.Res
 // first event; the decode span runs from then to the last.
 func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFunc, log *slog.Logger, rp *queue.Replier,
 	job *queue.Job, events <-chan engine.Event, msg jetstream.Msg, canRequeue bool, handedCached int, prefill trace.Span) {
-	stopBeat := w.heartbeat(log, msg)
+	stopBeat := w.heartbeat(log, msg, rp)
 	var (
 		final     *engine.Event
 		endErr    error
@@ -330,8 +330,10 @@ func classify(err, cause error) (queue.ErrorKind, string) {
 		return queue.ErrKindTimeout, "the request's deadline passed"
 	case errors.Is(err, engine.ErrContextLength):
 		return queue.ErrKindPromptTooLong, err.Error()
-	case errors.Is(err, engine.ErrExceedsPool), errors.Is(err, kvcache.ErrPoolExhausted):
-		return queue.ErrKindCapacity, err.Error()
+	case errors.Is(err, engine.ErrExceedsPool):
+		return queue.ErrKindCapacity, "the request can never fit this worker's KV pool"
+	case errors.Is(err, kvcache.ErrPoolExhausted):
+		return queue.ErrKindCapacity, "the worker's KV pool is full"
 	case errors.Is(err, engine.ErrInvalidRequest), errors.Is(err, sample.ErrInvalidParams):
 		return queue.ErrKindInvalidInput, err.Error()
 	case errors.Is(err, context.Canceled):
@@ -340,19 +342,34 @@ func classify(err, cause error) (queue.ErrorKind, string) {
 	return queue.ErrKindInternal, "the worker failed to run the request"
 }
 
-// heartbeat marks msg in progress every HeartbeatEvery until the returned
-// function is called (which waits for it to stop).
-func (w *Worker) heartbeat(log *slog.Logger, msg jetstream.Msg) (stop func()) {
+// heartbeat sends a heartbeat frame on rp's reply subject at once and every
+// queue.HeartbeatInterval, so the edge notices within
+// queue.HeartbeatTimeout if this worker dies, and marks msg in progress every
+// HeartbeatEvery, so JetStream does not redeliver it meanwhile, until the
+// returned function is called (which waits for it to stop).
+func (w *Worker) heartbeat(log *slog.Logger, msg jetstream.Msg, rp *queue.Replier) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(w.cfg.HeartbeatEvery)
+		beat := func() {
+			if err := rp.Heartbeat(); err != nil {
+				log.Warn("sending heartbeat", "err", err)
+			}
+		}
+		beat()
+		every := min(w.cfg.HeartbeatEvery, queue.HeartbeatInterval)
+		perProgress := max(int(w.cfg.HeartbeatEvery/every), 1) // ticks per in-progress mark
+		t := time.NewTicker(every)
 		defer t.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-done:
 				return
 			case <-t.C:
+				beat()
+				if n%perProgress != 0 {
+					continue
+				}
 				if err := msg.InProgress(); err != nil {
 					log.Warn("marking job in progress", "err", err)
 				}

@@ -29,7 +29,7 @@ func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue
 	}
 	defer stop()
 
-	stopBeat := w.heartbeat(log, msg)
+	stopBeat := w.heartbeat(log, msg, rp)
 	pctx, pspan := w.startSpan(rctx, spanPrefill, attrModel.String(job.Model), attrInTokens.Int(len(req.Prompt)))
 	p, err := eng.Prefill(pctx, req)
 	endSpan(pspan, err)
