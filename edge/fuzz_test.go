@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -31,6 +32,7 @@ func FuzzNativeRequest(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
 		`{"prompt":1}`, `[]`, `{`, ``, `{"max_tokens":1e99}`,
 		`{"prompt":"x","cache_prefix":true}`, `{"prompt":"x","cache_prefix":"yes"}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","description":"d","parameters":{"type":"object"}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -58,11 +60,32 @@ func FuzzNativeRequest(f *testing.F) {
 		case in.cachePrefix != req.CachePrefix:
 			t.Fatalf("cache_prefix %v decoded, %v validated", req.CachePrefix, in.cachePrefix)
 		}
+		checkTools(t, in)
 		for _, raw := range req.Requests {
 			var one nativeRequest
 			checkDecoded(t, decodeRaw(raw, &one, "requests"))
 		}
 	})
+}
+
+// checkTools: accepted tools are OpenAI-shaped function tools, and a named
+// tool_choice names one of them.
+func checkTools(t *testing.T, in *genInput) {
+	t.Helper()
+	names := map[string]bool{}
+	for _, raw := range in.tools {
+		name := toolFunctionName(raw)
+		if name == "" || names[name] || !json.Valid(raw) {
+			t.Fatalf("accepted tool %s", raw)
+		}
+		names[name] = true
+	}
+	if in.toolChoice.mode == choiceNamed && (!names[in.toolChoice.name] || len(in.templateTools()) != 1) {
+		t.Fatalf("tool_choice %+v over %d tools", in.toolChoice, len(in.tools))
+	}
+	if len(in.tools) > 0 && in.toolChoice.mode == "" {
+		t.Fatal("tools without a tool_choice mode")
+	}
 }
 
 func FuzzChatRequest(f *testing.F) {
@@ -72,8 +95,14 @@ func FuzzChatRequest(f *testing.F) {
 		`{"model":"m","messages":[],"n":2,"stop":"x","max_completion_tokens":3}`,
 		`{"model":"m","prompt":["a"],"max_tokens":2}`,
 		`{"model":5}`, `null`, `{"messages":null}`,
+		`{"model":"m","messages":[{"role":"user","content":"<|im_start|>"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","content":"1","tool_call_id":"a"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
 	} {
 		f.Add([]byte(s))
+	}
+	v, err := loadVocab(nil, modelQwenTools, withTemplate(f, "Qwen-Qwen2.5-7B-Instruct.jinja"), false)
+	if err != nil {
+		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req chatRequest
@@ -84,6 +113,15 @@ func FuzzChatRequest(f *testing.F) {
 			checkDecoded(t, err)
 			if err == nil && (len(in.messages) == 0 || in.raw) {
 				t.Fatalf("accepted chat request without messages: %+v", in)
+			}
+			if err == nil {
+				checkTools(t, in)
+				// Whatever validates renders, or is refused as invalid input.
+				if _, err := v.render(in); err != nil {
+					if e := Classify(err); e.Row.Status != 400 {
+						t.Fatalf("render error %v classified %d", err, e.Row.Status)
+					}
+				}
 			}
 		}
 		var creq completionRequest
