@@ -114,6 +114,7 @@ func (v *vocab) render(in *genInput) (admitted, error) {
 		if now.IsZero() {
 			now = time.Now()
 		}
+		now = now.UTC() // strftime_now writes UTC dates and times
 		p, err := v.tmpl.Render(context.Background(), chat.Input{
 			Messages:            in.messages,
 			Tools:               in.templateTools(),
