@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
 )
@@ -72,6 +73,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return p
 	}
+	// Read bandwidth on the engine's thread count, before any sequence runs,
+	// over a buffer the size of the weights a decode step streams (at least
+	// 64 MiB), so it comes from the memory level the weights come from.
+	bwPool := kernels.NewPool(eng.Threads())
+	bandwidth := bwPool.ReadBandwidth(make([]byte, max(64<<20, m.DecodeBytes())), 5)
+	bwPool.Close()
+
 	// Warm up the kernels and page in the weights.
 	if _, err := eng.Generate(ctx, engine.Request{Owner: benchOwner, Prompt: prompt(min(16, *promptTokens)), MaxTokens: 2, IgnoreEOS: true}); err != nil {
 		return err
@@ -145,6 +153,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *batch > 1 {
 		out["aggregate_tokens_per_s"] = aggregate
 	}
+	// Decode streams every weight once per step: at batch 1 the bound is
+	// bandwidth / bytes per token.
+	wb := m.DecodeBytes()
+	out["read_bandwidth_gb_per_s"] = bandwidth / 1e9
+	out["decode_weight_bytes_per_token"] = wb
+	out["decode_bound_tokens_per_s"] = bandwidth / float64(wb)
+	out["decode_share_of_bound"] = aggregate / float64(*batch) / (bandwidth / float64(wb))
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(out)
 	}

@@ -245,3 +245,18 @@ func fileDigest(path string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// DecodeBytes is how many bytes of weights one decode step reads for a
+// sequence: every block's projections and the output matrix (the embedding
+// lookup reads one row). Divided into the memory bandwidth it bounds decode
+// tokens/s.
+func (m *Model) DecodeBytes() int {
+	n := m.Output.Bytes()
+	for i := range m.Layers {
+		L := &m.Layers[i]
+		for _, w := range []*kernels.Matrix{&L.Q, &L.K, &L.V, &L.O, &L.Gate, &L.Up, &L.Down} {
+			n += w.Bytes()
+		}
+	}
+	return n
+}

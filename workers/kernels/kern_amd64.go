@@ -116,3 +116,6 @@ func dot4x4F32Z(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, ou
 
 //go:noescape
 func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
+
+//go:noescape
+func readSumAVX(p *byte, n int) uint64

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -318,5 +319,28 @@ func TestPageKernels(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestReadBandwidth(t *testing.T) {
+	buf := make([]byte, 4<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	var want uint64
+	for i := 0; i < len(buf); i += 8 {
+		want += binary.LittleEndian.Uint64(buf[i:])
+	}
+	var got uint64
+	for i := 0; i < len(buf); i += 1 << 16 {
+		got += readSum(buf[i : i+1<<16])
+	}
+	if got != want {
+		t.Fatalf("readSum total %d, want %d", got, want)
+	}
+	p := NewPool(2)
+	defer p.Close()
+	if bw := p.ReadBandwidth(buf, 2); bw <= 0 {
+		t.Fatalf("bandwidth %g", bw)
 	}
 }
