@@ -4,17 +4,23 @@
 // IQ4_XS), and the small vector operations the engine needs (dot products,
 // half-precision conversion, RMSNorm, SwiGLU, softmax).
 //
-// Hot loops have x86-64 AVX2/FMA/F16C assembly (F32, F16, BF16, Q8_0, Q4_0)
-// selected at run time, with a portable Go fallback used elsewhere, for the
-// other types, and forced by the purego build tag. Quantized weights are dotted
-// with activations quantized as GGML does (Q8_0, Q8_1 or Q8_K, by weight type).
+// Three kernel paths, one chosen per process at start-up from the CPU and the
+// BULKHEAD_KERNELS override (EnvKernels, Kernels, CheckKernels): avx512 (AVX-512
+// F/BW/VL/VNNI: quantized weights repacked at load into 16-row interleaved
+// groups for VPDPBUSD micro-kernels of 16 weight rows by 4 or 1 activation rows,
+// 16-lane F32 tiles, a vector exp), avx2 (AVX2/FMA/F16C assembly for F32, F16,
+// BF16, Q8_0, Q4_0) and go (portable, the reference; forced by the purego build
+// tag). Quantized weights are dotted with activations quantized as GGML does
+// (Q8_0, Q8_1 or Q8_K, by weight type); every path's quantized products are
+// bitwise equal to the portable ones.
 //
 // Every output element of MatMul is computed by one fixed sequence of floating
 // point operations, whatever the batch size, its position in the batch, the tile
 // it falls in or the number of threads; work is split across threads by weight
-// row only. One binary always uses one code path, so results are bitwise
+// row only. One process always uses one code path, so results are bitwise
 // reproducible.
 //
 // This package must never allocate per element, start a goroutine per call, keep
-// global state, read files or import anything above models/.
+// global state beyond the path chosen at start-up, read files or import anything
+// above models/.
 package kernels
