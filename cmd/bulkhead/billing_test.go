@@ -60,7 +60,7 @@ func getUsage(t *testing.T, edge, path, token string, out any) int {
 	return resp.StatusCode
 }
 
-var billingStopped = regexp.MustCompile(`billing stopped.* counted=(\d+) duplicates=(\d+)`)
+var billingStopped = regexp.MustCompile(`billing stopped.*\bcounted"?[=:](\d+).*\bduplicates"?[=:](\d+)`) // text or JSON logs
 
 // TestBillingSurvivesKills: while clients send requests through a real edge,
 // NATS, two workers and redis-server (separate processes), the billing
@@ -122,11 +122,14 @@ func TestBillingSurvivesKills(t *testing.T) {
 	dups := 0 // events a billing process found counted already (its predecessor died before acking)
 	var procs []*process
 	graceful := func(out string) {
-		if m := billingStopped.FindStringSubmatch(out); m != nil {
-			n, _ := strconv.Atoi(m[2])
-			if got := strings.Count(out, "already counted"); got != n {
-				t.Errorf("a billing process logged %d duplicates and counted %d", got, n)
-			}
+		m := billingStopped.FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("a billing process stopped by SIGTERM did not log its stats:\n%s", out)
+			return
+		}
+		n, _ := strconv.Atoi(m[2])
+		if got := strings.Count(out, "already counted"); got != n {
+			t.Errorf("a billing process logged %d duplicates and counted %d", got, n)
 		}
 	}
 	for round := 0; !done.Load() || round < 9; round++ {
