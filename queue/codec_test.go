@@ -168,6 +168,12 @@ func FuzzDecodeFrame(f *testing.F) {
 			}
 			return
 		}
+		if fr.Kind == KindHeartbeat {
+			if fr.Seq != 0 || fr.Text != "" || fr.Usage != nil || fr.Error != nil || fr.Tokens != nil {
+				t.Fatalf("accepted a heartbeat with content %+v", fr)
+			}
+			return
+		}
 		if fr.Seq == 0 || (fr.Kind == KindFinal && fr.Usage == nil) || (fr.Kind == KindError && fr.Error == nil) {
 			t.Fatalf("accepted an incomplete frame %+v", fr)
 		}

@@ -89,11 +89,28 @@ func (r *Results) Get(ctx context.Context, id string) (*AsyncResult, uint64, err
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: reading record of %s: %w", id, err)
 	}
-	var res AsyncResult
-	if err := json.Unmarshal(e.Value(), &res); err != nil {
-		return nil, 0, fmt.Errorf("%w: record of %s: %v", ErrBadMessage, id, err)
+	res, err := decodeRecord(id, e.Value())
+	if err != nil {
+		return nil, 0, err
 	}
-	return &res, e.Revision(), nil
+	return res, e.Revision(), nil
+}
+
+// decodeRecord decodes and checks the record stored under id's key: it must
+// name id (a record is rewritten under the key of its ID) and hold a known
+// status.
+func decodeRecord(id string, b []byte) (*AsyncResult, error) {
+	var res AsyncResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%w: record of %s: %v", ErrBadMessage, id, err)
+	}
+	switch {
+	case res.ID != id:
+		return nil, fmt.Errorf("%w: record under the key of %s names %q", ErrBadMessage, id, res.ID)
+	case res.Status != StatusQueued && res.Status != StatusRunning && res.Status != StatusDone && res.Status != StatusFailed:
+		return nil, fmt.Errorf("%w: record of %s has status %q", ErrBadMessage, id, res.Status)
+	}
+	return &res, nil
 }
 
 // Create stores a record that must not exist yet (ErrConflict if it does).
