@@ -20,6 +20,8 @@ func BenchmarkMatMul(b *testing.B) {
 		{"decode-ffn-1536x576", 1536, 576, 1},
 		{"decode-ffn-576x1536", 576, 1536, 1},
 		{"decode-vocab-49152x576", 49152, 576, 1},
+		{"batch16-1536x576", 1536, 576, 16},
+		{"batch16-vocab-49152x576", 49152, 576, 16},
 		{"prefill64-1536x576", 1536, 576, 64},
 		{"prefill512-1536x576", 1536, 576, 512},
 	}
