@@ -26,7 +26,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	redisURL := fs.String("redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
 	var of obsFlags
-	of.register(fs, true)
+	of.register(fs, true, false)
 	exitAfter := fs.Int64("fault-exit-after", 0, "testing: exit (status 3) right after counting this many events, before acknowledging the last (0: never)")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -36,7 +36,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cf.register(fs)
 	ef.register(fs, true)
 	wf.register(fs)
-	of.register(fs, false)
+	of.register(fs, false, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	var of obsFlags
 	cf.register(fs)
 	ef.register(fs)
-	of.register(fs, true)
+	of.register(fs, true, false)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var of obsFlags
 	cf.register(fs)
 	ef.register(fs, true)
-	of.register(fs, false)
+	of.register(fs, false, true)
 	window := fs.Int("context", 0, "context window to advertise for every model (0: the catalog's)")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -34,12 +34,15 @@ type obsFlags struct {
 	metricsListen string
 }
 
-// register adds the log flags, and --metrics-listen when listen is true
-// (nodes without an HTTP listener of their own: worker, billing).
-func (o *obsFlags) register(fs *flag.FlagSet, listen bool) {
+// register adds the log flags, --log-content where the node sees prompts
+// (content: the edge, dev), and --metrics-listen when listen is true (nodes
+// without an HTTP listener of their own: worker, billing).
+func (o *obsFlags) register(fs *flag.FlagSet, listen, content bool) {
 	fs.StringVar(&o.logFormat, "log-format", "", "log format: text or json (default: text on a terminal, json otherwise)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&o.logContent, "log-content", false, "debug only: log prompts at debug level (tenant data; warned at start-up)")
+	if content {
+		fs.BoolVar(&o.logContent, "log-content", false, "debug only: log prompts at debug level (tenant data; warned at start-up)")
+	}
 	if listen {
 		fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the /metrics, /healthz and /readyz listener, e.g. 127.0.0.1:9464 (empty: none)")
 	}
