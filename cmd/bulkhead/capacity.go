@@ -18,6 +18,12 @@ import (
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
+// liveGrace is how long after start an edge queues jobs for a model no
+// worker has announced yet (workers may still be loading it); after that, or
+// once a worker announced it, a model without a live worker is refused at
+// once.
+const liveGrace = queue.DefaultCapacityTTL
+
 // pageSize is the KV page size, in tokens, every engine the nodes build uses.
 const pageSize = kvcache.DefaultPageSize
 
@@ -121,10 +127,14 @@ func publishCapacity(ctx context.Context, log *slog.Logger, js jetstream.JetStre
 
 // followCapacity limits every catalog model's advertised window to the
 // smallest window its live workers publish, from the current records (read
-// before it returns) and on every change until ctx ends. wait returns once the
+// before it returns) and on every change until ctx ends, and keeps live (if
+// not nil) to the models that have a live worker. wait returns once the
 // watch has stopped.
-func followCapacity(ctx context.Context, log *slog.Logger, js jetstream.JetStream, cat *catalog.Catalog) (wait func(), err error) {
+func followCapacity(ctx context.Context, log *slog.Logger, js jetstream.JetStream, cat *catalog.Catalog, live *queue.LiveModels) (wait func(), err error) {
 	w, err := queue.WatchCapacity(ctx, js, func(minimums map[string]int) {
+		if live != nil {
+			live.Set(minimums)
+		}
 		for _, m := range cat.Models() {
 			before := m.ContextWindow
 			if err := cat.LimitContext(m.Name, minimums[m.Name]); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // buildBinary compiles bulkhead once per test run into dir.
@@ -111,6 +112,17 @@ type cluster struct {
 	key                 *auth.DevKey
 	redis               *redistest.Server
 	workers             []*process
+	nats                *process
+	creds               string // NATS's --auth-dir: one seed file per role
+}
+
+// natsCreds is the --nats-creds flag of a node of role (none when NATS
+// takes connections without credentials).
+func (c *cluster) natsCreds(role string) []string {
+	if c.creds == "" {
+		return nil
+	}
+	return []string{"--nats-creds", filepath.Join(c.creds, queue.CredsFile(role))}
 }
 
 const clusterModel = "@cf/tinyllamas/stories260k"
@@ -123,6 +135,18 @@ func startCluster(t *testing.T) *cluster {
 // startClusterRoles is startCluster with one worker process per role given
 // (unified, prefill or decode).
 func startClusterRoles(t *testing.T, roles ...string) *cluster {
+	t.Helper()
+	return startClusterWith(t, false, roles...)
+}
+
+// startSecureCluster is startClusterRoles with NATS requiring role
+// credentials (--auth-dir) and each node given its role's (--nats-creds).
+func startSecureCluster(t *testing.T, roles ...string) *cluster {
+	t.Helper()
+	return startClusterWith(t, true, roles...)
+}
+
+func startClusterWith(t *testing.T, secure bool, roles ...string) *cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-process cluster test skipped in -short mode")
@@ -138,12 +162,18 @@ func startClusterRoles(t *testing.T, roles ...string) *cluster {
 		t.Fatal(err)
 	}
 	natsAddr := freeAddr(t)
-	ns := start(t, "nats", c.bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"))
+	natsArgs := []string{"nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js")}
+	if secure {
+		c.creds = filepath.Join(dir, "nats-creds")
+		natsArgs = append(natsArgs, "--auth-dir", c.creds)
+	}
+	ns := start(t, "nats", c.bin, natsArgs...)
+	c.nats = ns
 	waitFor(t, 30*time.Second, "NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") })
 	c.natsURL = "nats://" + natsAddr
 	for i, role := range roles {
-		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.bin, "worker", "--nats", c.natsURL,
-			"--model", clusterModel+"="+c.model, "--threads", "1", "--kv-poison", "--role", role))
+		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.bin, append([]string{"worker", "--nats", c.natsURL,
+			"--model", clusterModel + "=" + c.model, "--threads", "1", "--kv-poison", "--role", role}, c.natsCreds(queue.RoleWorker)...)...))
 	}
 	return c
 }
@@ -159,7 +189,7 @@ func (c *cluster) edgeProcess(t *testing.T, name string, args ...string) (string
 	t.Helper()
 	addr := freeAddr(t)
 	all := append([]string{"edge", "--nats", c.natsURL, "--listen", addr, "--model", clusterModel + "=" + c.model,
-		"--redis", "redis://" + c.redis.Addr() + "/0", "--jwks", c.key.JWKSPath()}, args...)
+		"--redis", "redis://" + c.redis.Addr() + "/0", "--jwks", c.key.JWKSPath()}, append(c.natsCreds(queue.RoleEdge), args...)...)
 	p := start(t, name, c.bin, all...)
 	url := "http://" + addr
 	tok := c.token(t, "probe")
@@ -319,8 +349,8 @@ func TestClusterErrors(t *testing.T) {
 	// A second model on its own worker that takes one sequence at a time and
 	// queues one more, so it is easy to make busy.
 	const busyModel = "@cf/tinyllamas/busy"
-	start(t, "worker-busy", c.bin, "worker", "--nats", c.natsURL, "--model", busyModel+"="+c.model,
-		"--threads", "1", "--max-batch", "1", "--engine-queue", "1")
+	start(t, "worker-busy", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", busyModel + "=" + c.model,
+		"--threads", "1", "--max-batch", "1", "--engine-queue", "1"}, c.natsCreds(queue.RoleWorker)...)...)
 	open := c.edge(t, "edge-open", "--model", busyModel+"="+c.model)
 	limited := c.edge(t, "edge-limited", "--quota-rpm", "3", "--quota-daily-neurons", "0.5", "--request-timeout", "150ms")
 	run := "/ai/run/" + clusterModel

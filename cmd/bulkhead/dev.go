@@ -111,11 +111,25 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	// NATS with JetStream, in process.
-	ns, err := queue.StartServer(queue.ServerConfig{Port: *natsListen, StoreDir: filepath.Join(*dataDir, "jetstream")})
+	// Every role has its own credentials and permissions, even in one
+	// process; nodes joining from elsewhere use the files in nats-creds/.
+	credsDir := filepath.Join(*dataDir, "nats-creds")
+	natsAuth, err := queue.LoadOrCreateAuth(credsDir)
+	if err != nil {
+		return err
+	}
+	ns, err := queue.StartServer(queue.ServerConfig{Port: *natsListen, StoreDir: filepath.Join(*dataDir, "jetstream"), Auth: natsAuth})
 	if err != nil {
 		return err
 	}
 	defer ns.Shutdown()
+	stopOp, err := operate(ctx, log, ns.ClientURL(), natsAuth.Credentials(queue.RoleOperator), queue.StreamConfig{})
+	if err != nil {
+		return err
+	}
+	defer stopOp()
+	log.Info("NATS requires role credentials", "url", ns.ClientURL(), "creds_dir", credsDir)
+	roleOpts := func(role string) []nats.Option { return natsAuth.Credentials(role).Options() }
 
 	// Redis: the one given, else an embedded Redis-compatible server.
 	var rdb redis.UniversalClient
@@ -140,10 +154,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	verifier, err := ef.verifier(dev)
+	verifier, err := ef.verifier(log, dev)
 	if err != nil {
 		return err
 	}
+	// Not ready once the JWKS file has failed to reload past its keys' grace.
+	h.add("jwks", func(context.Context) error { return verifier.Ready() })
 	q, err := ef.quota(log, rdb)
 	if err != nil {
 		return err
@@ -158,14 +174,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	conns := make([]conn, len(roles))
 	for i, role := range roles {
-		nc, js, err := connect(ctx, log, ns.ClientURL(), fmt.Sprintf("bulkhead-dev-%s-worker-%d", role, i))
+		nc, js, err := connect(ctx, log, ns.ClientURL(), fmt.Sprintf("bulkhead-dev-%s-worker-%d", role, i), roleOpts(queue.RoleWorker)...)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
 		conns[i] = conn{nc, js}
 	}
-	enc, ejs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-edge")
+	enc, ejs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-edge", roleOpts(queue.RoleEdge)...)
 	if err != nil {
 		return err
 	}
@@ -187,7 +203,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	// Billing: usage events into the ledger the usage API and the budget read.
-	lg, stopBilling, err := startBilling(log, tel.tp, ejs, rdb)
+	bnc, bjs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-billing", roleOpts(queue.RoleBilling)...)
+	if err != nil {
+		return err
+	}
+	defer bnc.Close()
+	lg, stopBilling, err := startBilling(log, tel.tp, bjs, rdb)
 	if err != nil {
 		return err
 	}
@@ -196,16 +217,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Edge.
 	// Workers joining this NATS from elsewhere may hold less than dev's own.
 	followCtx, stopFollow := context.WithCancel(context.Background())
-	waitFollow, err := followCapacity(followCtx, log, ejs, cat)
+	live := queue.NewLiveModels(liveGrace)
+	waitFollow, err := followCapacity(followCtx, log, ejs, cat, live)
 	if err != nil {
 		stopFollow()
 		return err
 	}
 	defer func() { stopFollow(); waitFollow() }()
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
-		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs),
+		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs).WithLiveness(live),
 		Ledger: lg, DailyNeurons: ef.dailyNeurons,
-		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
+		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody, HTTP: ef.http,
 		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
 	if err != nil {

@@ -207,16 +207,17 @@ func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalo
 	return out, stop, nil
 }
 
-// connect opens a NATS connection and JetStream context and makes sure the
-// streams exist.
-func connect(ctx context.Context, log *slog.Logger, url, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+// connect opens a NATS connection (with opts: credentials, TLS) and
+// JetStream context and makes sure the streams exist (queue.Ensure: a role
+// that may not create them finds them set up by the operator).
+func connect(ctx context.Context, log *slog.Logger, url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, append(opts, permissionLogger(log), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)
 			}
-		}))
+		}))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
 	}
@@ -227,7 +228,7 @@ func connect(ctx context.Context, log *slog.Logger, url, name string) (*nats.Con
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := queue.Setup(setupCtx, js, queue.StreamConfig{}); err != nil {
+	if err := queue.Ensure(setupCtx, js, queue.StreamConfig{}); err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("setting up JetStream at %s: %w", url, err)
 	}
@@ -271,6 +272,7 @@ type edgeFlags struct {
 	failOpen       bool
 	requestTimeout time.Duration
 	maxBody        int64
+	http           edge.HTTPLimits
 }
 
 func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
@@ -289,10 +291,14 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
 	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
 	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
+	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")
+	fs.DurationVar(&e.http.IdleTimeout, "http-idle-timeout", edge.DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
+	fs.IntVar(&e.http.MaxHeaderBytes, "http-max-header-bytes", edge.DefaultMaxHeaderBytes, "largest request line and headers")
 }
 
 // verifier builds the token verifier: the JWKS file given, else dev's key.
-func (e *edgeFlags) verifier(dev *auth.DevKey) (*auth.Verifier, error) {
+func (e *edgeFlags) verifier(log *slog.Logger, dev *auth.DevKey) (*auth.Verifier, error) {
 	cfg := auth.Config{JWKSFile: e.jwks, Audience: e.audience, Issuer: e.issuer}
 	if e.jwks == "" {
 		if dev == nil {
@@ -301,6 +307,7 @@ func (e *edgeFlags) verifier(dev *auth.DevKey) (*auth.Verifier, error) {
 		cfg = dev.VerifierConfig()
 	}
 	cfg.Algorithms = strings.Split(e.algorithms, ",")
+	cfg.Log = log.With("node", "edge")
 	if e.hs256Secret != "" {
 		cfg.HS256Secret = []byte(e.hs256Secret)
 		cfg.Algorithms = append(cfg.Algorithms, auth.AlgHS256)
@@ -324,7 +331,7 @@ func serveEdge(ctx context.Context, log *slog.Logger, srv *edge.Server, h *healt
 	mux := http.NewServeMux()
 	opsRoutes(mux, h, reg)
 	mux.Handle("/", srv.Handler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := srv.HTTPServer(mux)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err

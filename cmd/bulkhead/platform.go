@@ -46,8 +46,30 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("nats", stderr)
 	listen := fs.String("listen", "127.0.0.1:4222", "client listen address")
 	store := fs.String("store-dir", filepath.Join(defaultDataDir(), "jetstream"), "JetStream storage directory")
+	authDir := fs.String("auth-dir", "", "directory of the role credentials (edge.nk, worker.nk, billing.nk, operator.nk; created when missing): every connection must present one and gets only its role's permissions. Required off loopback")
+	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); required off loopback")
+	tlsKey := fs.String("tls-key", "", "the server certificate's key (PEM)")
+	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose client certificates are required of every connection")
+	requestTimeout := fs.Duration("request-timeout", 2*time.Minute, "the edges' --request-timeout, for sizing the results bucket")
+	var lf loadFlags
+	lf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	log := newLogger(stderr)
+	tlsCfg, err := serverTLS(*tlsCert, *tlsKey, *tlsClientCA)
+	if err != nil {
+		return err
+	}
+	streams, err := lf.streams(*requestTimeout)
+	if err != nil {
+		return err
+	}
+	var natsAuth *queue.Auth
+	if *authDir != "" {
+		if natsAuth, err = queue.LoadOrCreateAuth(*authDir); err != nil {
+			return err
+		}
 	}
 	host, portText, err := net.SplitHostPort(*listen)
 	if err != nil {
@@ -57,11 +79,23 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%w: --listen port %q", errUsage, portText)
 	}
-	srv, err := queue.StartServer(queue.ServerConfig{Host: host, Port: port, StoreDir: *store})
+	srv, err := queue.StartServer(queue.ServerConfig{Host: host, Port: port, StoreDir: *store, Auth: natsAuth, TLS: tlsCfg})
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
+	var op *queue.Credentials
+	if natsAuth != nil {
+		op = natsAuth.Credentials(queue.RoleOperator)
+		log.Info("NATS requires role credentials: give each node its file with --nats-creds", "auth_dir", *authDir)
+	} else {
+		log.Warn("NATS without authentication: any process that reaches it can read every tenant's prompts and replies; pass --auth-dir")
+	}
+	stopOp, err := operate(ctx, log, srv.ClientURL(), op, streams)
+	if err != nil {
+		return err
+	}
+	defer stopOp()
 	fmt.Fprintf(stdout, "NATS with JetStream listening at %s (store %s)\n", srv.ClientURL(), *store)
 	<-ctx.Done()
 	return nil
@@ -103,6 +137,8 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	var cf catalogFlags
 	var ef engineFlags
 	var of obsFlags
+	var nf natsFlags
+	nf.register(fs)
 	cf.register(fs)
 	ef.register(fs)
 	of.register(fs, true, false)
@@ -158,7 +194,11 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	defer stop()
 	loaded.Store(true)
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker")
+	natsOpts, err := nf.options()
+	if err != nil {
+		return err
+	}
+	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker", natsOpts...)
 	if err != nil {
 		return err
 	}
@@ -178,6 +218,8 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var cf catalogFlags
 	var ef edgeFlags
 	var of obsFlags
+	var nf natsFlags
+	nf.register(fs)
 	cf.register(fs)
 	ef.register(fs, true)
 	of.register(fs, false, true)
@@ -209,10 +251,12 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := (&engineFlags{context: *window}).applyContext(cat); err != nil {
 		return err
 	}
-	verifier, err := ef.verifier(nil)
+	verifier, err := ef.verifier(log, nil)
 	if err != nil {
 		return err
 	}
+	// Not ready once the JWKS file has failed to reload past its keys' grace.
+	h.add("jwks", func(context.Context) error { return verifier.Ready() })
 	var rdb redis.UniversalClient
 	if ef.redisURL != "" {
 		opt, err := redis.ParseURL(ef.redisURL)
@@ -232,7 +276,11 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-edge")
+	natsOpts, err := nf.options()
+	if err != nil {
+		return err
+	}
+	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-edge", natsOpts...)
 	if err != nil {
 		return err
 	}
@@ -240,16 +288,17 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	h.add("nats", natsCheck(nc))
 	// Advertise no more than the live workers can hold.
 	followCtx, stopFollow := context.WithCancel(context.Background())
-	waitFollow, err := followCapacity(followCtx, log, js, cat)
+	live := queue.NewLiveModels(liveGrace)
+	waitFollow, err := followCapacity(followCtx, log, js, cat, live)
 	if err != nil {
 		stopFollow()
 		return err
 	}
 	defer func() { stopFollow(); waitFollow() }()
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
-		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js),
+		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js).WithLiveness(live),
 		Ledger: lg, DailyNeurons: ef.dailyNeurons,
-		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody,
+		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody, HTTP: ef.http,
 		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
 	if err != nil {

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/handoff"
+)
+
+// natsAs connects to the cluster's NATS with role's credentials file (no
+// reconnects) and reports the server's refusals on errs.
+func (c *cluster) natsAs(t *testing.T, role string) (*nats.Conn, jetstream.JetStream, chan error) {
+	t.Helper()
+	creds, err := queue.LoadCredentials(filepath.Join(c.creds, queue.CredsFile(role)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 16)
+	nc, err := nats.Connect(c.natsURL, append(creds.Options(), nats.MaxReconnects(0),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))...)
+	if err != nil {
+		t.Fatalf("connecting as %s: %v", role, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, errs
+}
+
+// TestClusterSecurity runs NATS (with role credentials), a prefill and a
+// decode worker, a unified worker for a second model and an edge as
+// separate processes, and shows: the bus refuses connections without
+// credentials and each role beyond its permissions, and a job forged with a
+// worker's credentials never runs; a model whose worker stopped is refused
+// at once; a decode worker killed mid-stream gives its client an error event
+// within 5 s; with NATS stopped a request is refused within 2 s.
+func TestClusterSecurity(t *testing.T) {
+	c := startSecureCluster(t, "prefill", "decode")
+	const solo = "@cf/tinyllamas/solo"
+	soloWorker := start(t, "worker-solo", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
+		"--threads", "1"}, c.natsCreds(queue.RoleWorker)...)...)
+	edgeURL := c.edge(t, "edge", "--model", solo+"="+c.model)
+	tok := c.token(t, "acme")
+	run := edgeURL + "/ai/run/" + clusterModel
+	if status, body := post(t, tok, run, `{"prompt":"Once upon a time","raw":true,"max_tokens":8,"temperature":0}`); status != 200 {
+		t.Fatalf("a request through the authenticated cluster: %d %s", status, body)
+	}
+	if !strings.HasPrefix(handoff.Subject("x"), queue.HandoffPrefix) {
+		t.Fatalf("hand-over subjects %q are outside the workers' permission %q", handoff.Subject("x"), queue.HandoffPrefix)
+	}
+
+	t.Run("no credentials", func(t *testing.T) {
+		nc, err := nats.Connect(c.natsURL, nats.MaxReconnects(0))
+		if err == nil {
+			nc.Close()
+			t.Fatal("connected without credentials")
+		}
+		if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			t.Logf("refused with %v", err)
+		}
+	})
+	refusedSub := func(t *testing.T, role, subject string) {
+		t.Helper()
+		nc, _, errs := c.natsAs(t, role)
+		if _, err := nc.SubscribeSync(subject); err != nil {
+			return
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("%s on %s: %v", role, subject, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s may subscribe to %s", role, subject)
+		}
+	}
+	t.Run("a worker cannot read replies", func(t *testing.T) { refusedSub(t, queue.RoleWorker, queue.ReplyPrefix+">") })
+	t.Run("billing cannot read jobs", func(t *testing.T) { refusedSub(t, queue.RoleBilling, queue.JobsPrefix+">") })
+	t.Run("an edge cannot read jobs", func(t *testing.T) { refusedSub(t, queue.RoleEdge, queue.JobsPrefix+">") })
+	t.Run("an edge cannot consume jobs", func(t *testing.T) {
+		_, js, _ := c.natsAs(t, queue.RoleEdge)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := queue.EnsureConsumer(ctx, js, clusterModel, queue.ConsumerConfig{}); err == nil {
+			t.Fatal("an edge created a job consumer")
+		}
+	})
+	t.Run("a job forged with a worker's credentials never runs", func(t *testing.T) {
+		// The edge's credentials listen where the forged job would answer.
+		enc, _, _ := c.natsAs(t, queue.RoleEdge)
+		forged := &queue.Job{ID: "forged-by-a-worker", Tenant: "victim", Model: clusterModel, Prompt: "Once upon a time",
+			MaxTokens: 8, Reply: queue.ReplySubject("forged-by-a-worker"), Deadline: time.Now().Add(time.Minute)}
+		sub, err := enc.SubscribeSync(forged.Reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, wjs, errs := c.natsAs(t, queue.RoleWorker)
+		b, err := queue.EncodeJob(forged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := wjs.Publish(ctx, queue.JobSubject(clusterModel), b); err == nil {
+			t.Fatal("the jobs stream took a job published with a worker's credentials")
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("publishing a job as a worker: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("no permissions violation for a worker publishing a job")
+		}
+		if m, err := sub.NextMsg(3 * time.Second); err == nil {
+			t.Fatalf("the forged job ran: %s", m.Data)
+		}
+		for _, w := range append(c.workers, soloWorker) {
+			if strings.Contains(w.out.String(), forged.ID) {
+				t.Fatalf("%s saw the forged job:\n%s", w.name, w.out.String())
+			}
+		}
+	})
+
+	t.Run("a model whose worker stopped is refused at once", func(t *testing.T) {
+		srun := edgeURL + "/ai/run/" + solo
+		if status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`); status != 200 {
+			t.Fatalf("solo before: %d %s", status, body)
+		}
+		_ = soloWorker.cmd.Process.Signal(syscall.SIGTERM)
+		<-soloWorker.done
+		var took time.Duration
+		waitFor(t, 10*time.Second, "the edge to see the worker gone", func() bool {
+			start := time.Now()
+			status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`)
+			took = time.Since(start)
+			return status == 503 && strings.Contains(string(body), "3047")
+		})
+		if took > 500*time.Millisecond {
+			t.Fatalf("refused after %v", took)
+		}
+		t.Logf("no live worker: 503 after %v", took.Round(time.Millisecond))
+	})
+
+	t.Run("a decode worker killed mid-stream", func(t *testing.T) {
+		req, err := http.NewRequest("POST", run, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":400,"stream":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		var killed time.Time
+		var errEvent string
+		for sc.Scan() {
+			line := sc.Text()
+			if killed.IsZero() && strings.HasPrefix(line, "data: ") {
+				_ = c.workers[1].cmd.Process.Kill() // the decode worker
+				killed = time.Now()
+			}
+			if line == "event: error" {
+				sc.Scan()
+				errEvent = sc.Text()
+				break
+			}
+			if line == "data: [DONE]" {
+				t.Fatal("the stream finished before the decode worker died")
+			}
+		}
+		d := time.Since(killed)
+		if errEvent == "" || !strings.Contains(errEvent, "3049") {
+			t.Fatalf("stream ended without the worker-lost error event (%q)", errEvent)
+		}
+		if d > 5*time.Second {
+			t.Fatalf("error event %v after the kill", d)
+		}
+		t.Logf("decode worker killed: error event after %v", d.Round(time.Millisecond))
+	})
+
+	t.Run("NATS stopped", func(t *testing.T) {
+		_ = c.nats.cmd.Process.Signal(syscall.SIGTERM)
+		<-c.nats.done
+		start := time.Now()
+		status, body := post(t, tok, run, `{"prompt":"Once upon a time","max_tokens":4}`)
+		d := time.Since(start)
+		if status != 503 {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		if d > 2*time.Second {
+			t.Fatalf("503 after %v", d)
+		}
+		t.Logf("NATS stopped: %d after %v", status, d.Round(time.Millisecond))
+	})
+}
