@@ -27,6 +27,8 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
 	var of obsFlags
 	of.register(fs, true, false)
+	var nf natsFlags
+	nf.register(fs)
 	exitAfter := fs.Int64("fault-exit-after", 0, "testing: exit (status 3) right after counting this many events, before acknowledging the last (0: never)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -61,7 +63,11 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-billing")
+	natsOpts, err := nf.options()
+	if err != nil {
+		return err
+	}
+	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-billing", natsOpts...)
 	if err != nil {
 		return err
 	}

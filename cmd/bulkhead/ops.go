@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/edge"
 )
 
 // checkTimeout bounds each readiness check.
@@ -155,7 +157,11 @@ func serveOps(log *slog.Logger, listen string, h *health, reg *prometheus.Regist
 	}
 	mux := http.NewServeMux()
 	opsRoutes(mux, h, reg)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs, err := edge.NewHTTPServer(mux, edge.HTTPLimits{}) // every listener has the same limits
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -57,7 +57,9 @@ func TestClusterSecurity(t *testing.T) {
 	const solo = "@cf/tinyllamas/solo"
 	soloWorker := start(t, "worker-solo", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
 		"--threads", "1"}, c.natsCreds(queue.RoleWorker)...)...)
-	edgeURL := c.edge(t, "edge", "--model", solo+"="+c.model)
+	billing := start(t, "billing", c.bin, append([]string{"billing", "--nats", c.natsURL, "--redis", "redis://" + c.redis.Addr() + "/0"},
+		c.natsCreds(queue.RoleBilling)...)...)
+	edgeURL, edgeProc := c.edgeProcess(t, "edge", "--model", solo+"="+c.model)
 	tok := c.token(t, "acme")
 	run := edgeURL + "/ai/run/" + clusterModel
 	if status, body := post(t, tok, run, `{"prompt":"Once upon a time","raw":true,"max_tokens":8,"temperature":0}`); status != 200 {
@@ -67,6 +69,18 @@ func TestClusterSecurity(t *testing.T) {
 		t.Fatalf("hand-over subjects %q are outside the workers' permission %q", handoff.Subject("x"), queue.HandoffPrefix)
 	}
 
+	t.Run("the nodes need nothing their roles may not do", func(t *testing.T) {
+		// Billing counts the request's usage event; no node was refused
+		// anything by the server.
+		waitFor(t, 20*time.Second, "billing to count the usage event", func() bool {
+			return strings.Contains(billing.out.String(), "counting usage events")
+		})
+		for _, p := range append(c.workers, soloWorker, billing, edgeProc) {
+			if out := p.out.String(); strings.Contains(out, "NATS refused") || strings.Contains(out, "ermissions") {
+				t.Errorf("%s was refused by NATS:\n%s", p.name, out)
+			}
+		}
+	})
 	t.Run("no credentials", func(t *testing.T) {
 		nc, err := nats.Connect(c.natsURL, nats.MaxReconnects(0))
 		if err == nil {
