@@ -231,3 +231,20 @@ func TestClusterSecurity(t *testing.T) {
 		t.Logf("NATS stopped: %d after %v", status, d.Round(time.Millisecond))
 	})
 }
+
+// TestNATSRefusesOpenListener: `bulkhead nats` off loopback refuses to start
+// without role credentials and TLS, and with credentials but no TLS.
+func TestNATSRefusesOpenListener(t *testing.T) {
+	for _, args := range [][]string{
+		{"nats", "--listen", "0.0.0.0:0", "--store-dir", t.TempDir()},
+		{"nats", "--listen", "0.0.0.0:0", "--store-dir", t.TempDir(), "--auth-dir", t.TempDir()},
+	} {
+		var out, errb strings.Builder
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code := run(ctx, args, &out, &errb)
+		cancel()
+		if code == 0 || !strings.Contains(errb.String(), "without authentication and TLS") {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
