@@ -138,11 +138,14 @@ const (
 	headroom    = 2
 )
 
-// SizeFor returns the results bucket's byte limit for l: the synchronous
-// records alive at once (each for its deadline plus SyncRecordKeep), the
-// cancel markers (at most one per synchronous request, CancelMarkerTTL),
-// and every async result of the TTL window, twice over.
-func SizeFor(l Load) (resultsBytes int64, err error) {
+// SizeFor returns the stream limits for l. The results bucket holds the
+// synchronous records alive at once (each for its deadline plus
+// SyncRecordKeep), the cancel markers (at most one per synchronous request,
+// CancelMarkerTTL) and every async result of the TTL window, twice over,
+// plus 1 MiB. The jobs stream holds twice what arrives in MaxQueueWait (a job
+// waiting longer has lost its client: the edge's idle timeout), at least
+// 1000 jobs. Other limits keep their defaults.
+func SizeFor(l Load) (StreamConfig, error) {
 	if l.ResultsTTL == 0 {
 		l.ResultsTTL = 24 * time.Hour
 	}
@@ -150,12 +153,21 @@ func SizeFor(l Load) (resultsBytes int64, err error) {
 		l.RequestTimeout = 2 * time.Minute
 	}
 	if l.SyncPerSecond < 0 || l.AsyncPerSecond < 0 || l.MaxResultBytes < 0 || l.ResultsTTL < 0 || l.RequestTimeout < 0 {
-		return 0, fmt.Errorf("%w: negative load %+v", ErrConfig, l)
+		return StreamConfig{}, fmt.Errorf("%w: negative load %+v", ErrConfig, l)
 	}
-	sync := l.SyncPerSecond * ((l.RequestTimeout+SyncRecordKeep).Seconds()*recordBytes + CancelMarkerTTL.Seconds()*markerBytes)
+	sync := l.SyncPerSecond * ((l.RequestTimeout + SyncRecordKeep).Seconds()*recordBytes + CancelMarkerTTL.Seconds()*markerBytes)
 	async := l.AsyncPerSecond * l.ResultsTTL.Seconds() * float64(recordBytes+l.MaxResultBytes)
-	return int64(headroom*(sync+async)) + 1<<20, nil
+	jobs := int64(headroom * (l.SyncPerSecond + l.AsyncPerSecond) * MaxQueueWait.Seconds())
+	return StreamConfig{
+		ResultsMaxBytes: int64(headroom*(sync+async)) + 1<<20,
+		ResultsTTL:      l.ResultsTTL,
+		MaxJobs:         max(jobs, 1000),
+	}, nil
 }
+
+// MaxQueueWait is how long a job may usefully wait for a worker: the edge's
+// idle timeout before the first frame.
+const MaxQueueWait = DefaultIdleTimeout
 
 // FillThreshold is the fill level at which WatchFill warns.
 const FillThreshold = 0.8

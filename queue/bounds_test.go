@@ -278,3 +278,36 @@ func TestPublishTimeout(t *testing.T) {
 		t.Fatalf("took %v", d)
 	}
 }
+
+// TestSizeFor: limits grow with the load, keep headroom over the records a
+// load keeps alive, and a negative load is refused.
+func TestSizeFor(t *testing.T) {
+	tests := []struct {
+		name     string
+		load     Load
+		minBytes int64 // at least the records alive at once
+		minJobs  int64
+	}{
+		{"idle", Load{}, 1 << 20, 1000},
+		{"50 sync/s", Load{SyncPerSecond: 50}, 50 * (4 * 60 * oldRecordBytes), 1000},
+		{"1000 sync/s", Load{SyncPerSecond: 1000}, 1000 * (4 * 60 * oldRecordBytes), 2 * 1000 * 30},
+		{"async results for a day", Load{AsyncPerSecond: 1, MaxResultBytes: 16 << 10}, 86400 * (16 << 10), 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := SizeFor(tc.load)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.ResultsMaxBytes < tc.minBytes || cfg.MaxJobs < tc.minJobs {
+				t.Fatalf("%+v: results %d bytes, jobs %d; want at least %d and %d", tc.load, cfg.ResultsMaxBytes, cfg.MaxJobs, tc.minBytes, tc.minJobs)
+			}
+			if err := cfg.fill(); err != nil {
+				t.Fatalf("sized config does not validate: %v", err)
+			}
+		})
+	}
+	if _, err := SizeFor(Load{SyncPerSecond: -1}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("negative load: %v", err)
+	}
+}

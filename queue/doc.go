@@ -20,6 +20,13 @@
 // Every queue is bounded: the jobs and decode streams refuse new messages
 // when full (ErrQueueFull), reply subscriptions cap their pending frames, the results bucket has a size and a TTL.
 //
+// The bus is authenticated (auth.go): every connection is one role's nkey
+// user (edge, worker, billing, operator) with only the subject permissions
+// RolePermissions lists, so a job's tenant was set by an edge. Records of
+// synchronous jobs live only as long as redelivery needs them (bounds.go);
+// a full bucket is ErrStoreFull at once. Workers send heartbeat frames while
+// they hold a job, and Replies reports ErrWorkerLost when they stop.
+//
 // It carries data; it never decides policy (admission, quotas, scheduling) and
 // never imports edge/ or workers/.
 package queue

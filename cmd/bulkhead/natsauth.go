@@ -99,12 +99,12 @@ func (l *loadFlags) register(fs *flag.FlagSet) {
 }
 
 func (l *loadFlags) streams(requestTimeout time.Duration) (queue.StreamConfig, error) {
-	n, err := queue.SizeFor(queue.Load{SyncPerSecond: l.syncRPS, AsyncPerSecond: l.asyncRPS,
+	cfg, err := queue.SizeFor(queue.Load{SyncPerSecond: l.syncRPS, AsyncPerSecond: l.asyncRPS,
 		MaxResultBytes: l.resultBytes, RequestTimeout: requestTimeout})
 	if err != nil {
 		return queue.StreamConfig{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return queue.StreamConfig{ResultsMaxBytes: n}, nil
+	return cfg, nil
 }
 
 // fillInterval is how often the NATS node checks how full its stores are.

@@ -114,6 +114,9 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := require(fs, "tenant"); err != nil {
 		return err
 	}
+	if *ttl > auth.DefaultMaxLifetime {
+		return fmt.Errorf("%w: --ttl %v is longer than the edge accepts (%v)", errUsage, *ttl, auth.DefaultMaxLifetime)
+	}
 	key, err := auth.LoadOrCreateDevKey(*dir)
 	if err != nil {
 		return err
