@@ -155,7 +155,7 @@ func SizeFor(l Load) (StreamConfig, error) {
 	if l.SyncPerSecond < 0 || l.AsyncPerSecond < 0 || l.MaxResultBytes < 0 || l.ResultsTTL < 0 || l.RequestTimeout < 0 {
 		return StreamConfig{}, fmt.Errorf("%w: negative load %+v", ErrConfig, l)
 	}
-	sync := l.SyncPerSecond * ((l.RequestTimeout + SyncRecordKeep).Seconds()*recordBytes + CancelMarkerTTL.Seconds()*markerBytes)
+	sync := l.SyncPerSecond * ((l.RequestTimeout+SyncRecordKeep).Seconds()*recordBytes + CancelMarkerTTL.Seconds()*markerBytes)
 	async := l.AsyncPerSecond * l.ResultsTTL.Seconds() * float64(recordBytes+l.MaxResultBytes)
 	jobs := int64(headroom * (l.SyncPerSecond + l.AsyncPerSecond) * MaxQueueWait.Seconds())
 	return StreamConfig{
