@@ -3,6 +3,9 @@ package queue
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -311,3 +314,49 @@ func TestSizeFor(t *testing.T) {
 		t.Fatalf("negative load: %v", err)
 	}
 }
+
+// TestWatchFill: a store past 80 % of its limit is logged once, with its
+// name and fill level.
+func TestWatchFill(t *testing.T) {
+	env := startEnv(t, StreamConfig{ResultsMaxBytes: 16 << 10, Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := res.Create(ctx, &AsyncResult{ID: "fill-" + itoa(i), Tenant: "t", Status: StatusQueued}); errors.Is(err, ErrStoreFull) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncLog
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		WatchFill(wctx, slog.New(slog.NewTextHandler(&logs, nil)), env.js, 20*time.Millisecond)
+	}()
+	checkFor(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), "store filling up") || !strings.Contains(logs.String(), "KV_"+ResultsBucket) {
+			return errors.New("no fill warning yet: " + logs.String())
+		}
+		return nil
+	})
+	time.Sleep(100 * time.Millisecond) // several more checks: still one line
+	stop()
+	<-done
+	if n := strings.Count(logs.String(), "store filling up"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncLog) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncLog) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
