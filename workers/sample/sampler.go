@@ -26,6 +26,7 @@ type Sampler struct {
 	work    []float32 // penalized copy of the logits
 	weights []float32 // softmax weights when drawing from the whole vocabulary
 	counts  []int32   // occurrences in the penalty window; all zero between calls
+	masked  []float32 // penalized values with disallowed tokens at -Inf (SampleAllowed)
 	hist    *histogram
 }
 
@@ -54,7 +55,36 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if n > math.MaxInt32 {
 		panic("sample: vocabulary larger than int32")
 	}
+	return s.sampleVals(s.penalized(logits, history))
+}
+
+// SampleAllowed is Sample restricted to the tokens whose bit is set in allow
+// (bit id%64 of allow[id/64]), as a Matcher's Mask fills it: the penalties
+// apply first, then every other token's logit becomes -Inf, then the filters
+// and the draw run as in Sample. At least one token must be allowed.
+func (s *Sampler) SampleAllowed(logits []float32, history []int32, allow []uint64) int32 {
+	n := len(logits)
+	if n == 0 {
+		panic("sample: empty logits")
+	}
 	vals := s.penalized(logits, history)
+	if cap(s.masked) < n {
+		s.masked = make([]float32, n)
+	}
+	m := s.masked[:n]
+	ninf := float32(math.Inf(-1))
+	for i := range m {
+		if allow[i/64]&(1<<(i%64)) != 0 {
+			m[i] = vals[i]
+		} else {
+			m[i] = ninf
+		}
+	}
+	return s.sampleVals(m)
+}
+
+// sampleVals draws from penalized (and possibly masked) values.
+func (s *Sampler) sampleVals(vals []float32) int32 {
 	best := argmax(vals)
 	m := vals[best]
 	if s.p.Temperature == 0 || m != m || math.IsInf(float64(m), 0) {
