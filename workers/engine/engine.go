@@ -136,6 +136,11 @@ type Request struct {
 	// later requests. Without it the request neither reads nor publishes.
 	// Like Owner, it is the verified caller's choice, carried in the job.
 	CachePrefix bool
+	// Grammar, if set, constrains the output (structured output): each step
+	// samples only among the tokens that keep the text a prefix of the
+	// grammar's language, end-of-generation only where it is complete, and
+	// the sequence stops ("stop") once nothing more can follow.
+	Grammar *sample.Grammar
 }
 
 // Event is one item on a request's stream: a token, or the final event (Done
@@ -175,6 +180,9 @@ type Engine struct {
 	done chan struct{} // closed when Run returns
 
 	running atomic.Int64 // sequences in the batch, as of Run's last admit or step
+
+	vocabOnce sync.Once
+	vocab     *sample.Vocab // the tokenizer's trie for constrained decoding, built on first use
 
 	// step's buffers, owned by Run's goroutine.
 	chunkBuf []chunk
@@ -239,6 +247,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	s := newSequence(ctx, e.model, req, smp)
+	e.constrain(s)
 	if err := e.enqueue(s, nil); err != nil {
 		return nil, err
 	}
@@ -504,7 +513,7 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		}
 		if c.logits {
 			if s.handoff {
-				s.first = s.sampler.Sample(logits[li], s.history)
+				s.first = s.pick(logits[li])
 				s.finished = finishPrefilled
 			} else {
 				s.next(logits[li])

@@ -52,6 +52,7 @@ func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	s := newSequence(ctx, e.model, req, smp)
+	e.constrain(s)
 	s.handoff = true
 	s.events = make(chan Event, 1) // only the final event
 	if err := e.enqueue(s, nil); err != nil {
@@ -121,6 +122,7 @@ func (e *Engine) Resume(ctx context.Context, req Request, seq *kvcache.Sequence,
 		smp.Sample(make([]float32, e.model.Hyper.Vocab), nil)
 	}
 	s := newSequence(ctx, e.model, req, smp)
+	e.constrain(s)
 	s.kv = seq
 	s.prefilled = len(req.Prompt)
 	endedEarly := false

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -33,6 +34,66 @@ type sequence struct {
 	// samples first after it, and ends keeping its KV for the caller.
 	handoff bool
 	first   int32
+
+	// Constrained decoding (Request.Grammar): the matcher follows the output
+	// through the grammar; allow is the mask it fills each step.
+	matcher *sample.Matcher
+	vocab   *sample.Vocab
+	allow   []uint64
+}
+
+// ErrGrammarDeadEnd ends a constrained sequence in which no token of the
+// vocabulary can continue the output (a vocabulary without some byte).
+var ErrGrammarDeadEnd = errors.New("engine: no token can continue the constrained output")
+
+// constrain sets up s's grammar matcher, if its request has a grammar.
+func (e *Engine) constrain(s *sequence) {
+	if s.req.Grammar == nil {
+		return
+	}
+	s.vocab = e.vocabIndex()
+	s.matcher = s.req.Grammar.NewMatcher()
+	s.allow = make([]uint64, (s.vocab.Size()+63)/64)
+}
+
+// vocabIndex returns the tokenizer's trie for constrained decoding, building
+// it on first use: the bytes each token emits as generated text (control
+// tokens emit nothing and are never allowed).
+func (e *Engine) vocabIndex() *sample.Vocab {
+	e.vocabOnce.Do(func() {
+		e.vocab = NewVocab(e.model.Tokenizer, e.model.Hyper.Vocab)
+	})
+	return e.vocab
+}
+
+// NewVocab indexes a tokenizer's vocabulary (size rows of logits) for
+// constrained decoding.
+func NewVocab(t *tokenizer.Tokenizer, size int) *sample.Vocab {
+	pieces := make([]string, size)
+	var eog []int32
+	for id := range int32(size) {
+		if t.IsEOG(id) {
+			eog = append(eog, id)
+			continue
+		}
+		if !t.IsControl(id) {
+			pieces[id] = t.Piece(id)
+		}
+	}
+	return sample.NewVocab(pieces, eog)
+}
+
+// pick samples the next token, within the grammar if there is one; it
+// returns -1 with s.failed set when the grammar allows no token.
+func (s *sequence) pick(logits []float32) int32 {
+	if s.matcher == nil {
+		return s.sampler.Sample(logits, s.history)
+	}
+	if !s.matcher.Mask(s.vocab, s.allow) {
+		s.failed = ErrGrammarDeadEnd
+		return -1
+	}
+	return s.sampler.SampleAllowed(logits, s.history, s.allow)
 }
 
 // finishPrefilled is the internal finish reason of a Prefill that completed.
@@ -60,12 +121,22 @@ func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler
 
 // next samples a token from logits and emits it.
 func (s *sequence) next(logits []float32) {
-	s.accept(s.sampler.Sample(logits, s.history))
+	tok := s.pick(logits)
+	if s.failed != nil {
+		return
+	}
+	s.accept(tok)
 }
 
 // accept appends tok to the output and emits it, ending the sequence on an
 // end-of-generation token, a stop sequence or max tokens.
 func (s *sequence) accept(tok int32) {
+	if s.matcher != nil && !s.model.Tokenizer.IsEOG(tok) {
+		if err := s.matcher.Accept([]byte(s.vocab.Piece(tok))); err != nil {
+			s.failed = err
+			return
+		}
+	}
 	s.history = append(s.history, tok)
 	s.generated++
 	if !s.req.IgnoreEOS && s.model.Tokenizer.IsEOG(tok) {
@@ -78,6 +149,8 @@ func (s *sequence) accept(tok int32) {
 	switch {
 	case stopped:
 		s.finished, s.hitStop = "stop", true
+	case s.matcher != nil && s.matcher.Done():
+		s.finished = "stop" // the grammar's value is complete; nothing can follow
 	case s.generated >= s.req.MaxTokens:
 		s.finished = "length"
 	}

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+	"github.com/bulkhead-ai/bulkhead/workers/sample"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// writeQwen2Vocab writes a random-weight qwen2 model (tiny layers) whose
+// tokenizer is the real 151,936-token qwen2 vocabulary.
+func writeQwen2Vocab(t testing.TB) string {
+	t.Helper()
+	vf, err := gguf.Open(refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vf.Close()
+	toks, _ := vf.Strings("tokenizer.ggml.tokens")
+	vocab := uint64(len(toks))
+	const embd, heads, kvHeads, ffn, layers = 32, 2, 1, 48, 1
+	w := gguf.NewWriter()
+	w.SetString("general.architecture", "qwen2")
+	w.SetString("general.name", "bulkhead-test-qwen2-vocab")
+	w.SetUint32("qwen2.context_length", 512)
+	w.SetUint32("qwen2.embedding_length", embd)
+	w.SetUint32("qwen2.block_count", layers)
+	w.SetUint32("qwen2.feed_forward_length", ffn)
+	w.SetUint32("qwen2.attention.head_count", heads)
+	w.SetUint32("qwen2.attention.head_count_kv", kvHeads)
+	w.SetFloat32("qwen2.rope.freq_base", 1e6)
+	w.SetFloat32("qwen2.attention.layer_norm_rms_epsilon", 1e-6)
+	w.SetUint32("general.file_type", 0)
+	for k, v := range vf.KV {
+		if strings.HasPrefix(k, "tokenizer.") {
+			if err := w.Set(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	add := func(name string, center, std float64, shape ...uint64) {
+		n := uint64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		data := make([]byte, 4*n)
+		for i := range n {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(center+std*rng.NormFloat64())))
+		}
+		if err := w.AddTensor(name, shape, gguf.TypeF32, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hd := embd / heads
+	add("token_embd.weight", 0, 0.5, embd, vocab)
+	add("output_norm.weight", 1, 0.1, embd)
+	for i := range layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		add(p+"attn_norm.weight", 1, 0.1, embd)
+		add(p+"attn_q.weight", 0, 0.2, embd, embd)
+		add(p+"attn_q.bias", 0, 1, embd)
+		add(p+"attn_k.weight", 0, 0.2, embd, uint64(kvHeads*hd))
+		add(p+"attn_k.bias", 0, 1, uint64(kvHeads*hd))
+		add(p+"attn_v.weight", 0, 0.2, embd, uint64(kvHeads*hd))
+		add(p+"attn_v.bias", 0, 1, uint64(kvHeads*hd))
+		add(p+"attn_output.weight", 0, 0.2, embd, embd)
+		add(p+"ffn_norm.weight", 1, 0.1, embd)
+		add(p+"ffn_gate.weight", 0, 0.2, embd, ffn)
+		add(p+"ffn_up.weight", 0, 0.2, embd, ffn)
+		add(p+"ffn_down.weight", 0, 0.2, ffn, embd)
+	}
+	path := filepath.Join(t.TempDir(), "qwen2-vocab.gguf")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type schemaCase struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+}
+
+func schemaCases(t testing.TB) []schemaCase {
+	b, err := os.ReadFile("../sample/testdata/schemas.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []schemaCase
+	if err := json.Unmarshal(b, &cs); err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func compileCase(t testing.TB, c schemaCase) (*sample.Grammar, *jsonschema.Schema) {
+	t.Helper()
+	raw := c.Schema
+	g := sample.JSONObject()
+	if string(raw) == "null" {
+		raw = []byte(`{"type":"object"}`)
+	} else {
+		var err error
+		if g, err = sample.CompileSchema(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	v, err := comp.Compile("schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, v
+}
+
+// TestStructuredOutput generates 20 outputs per schema with seeded sampling
+// at temperature 1 from stories260K and from a random-weight model with the
+// qwen2 vocabulary: every output that ends "stop" parses and validates with a
+// JSON Schema library, and every one that does not parse ends "length".
+func TestStructuredOutput(t *testing.T) {
+	models := []struct {
+		name string
+		load func(t *testing.T) *Model
+	}{
+		{"stories260K", func(t *testing.T) *Model { return loadStories(t) }},
+		{"qwen2-vocab", func(t *testing.T) *Model { return loadQwen2(t, writeQwen2Vocab(t)) }},
+	}
+	cases := schemaCases(t)
+	if len(cases) < 30 {
+		t.Fatalf("%d schemas, want at least 30", len(cases))
+	}
+	const outputs, maxTokens = 20, 160
+	for _, mc := range models {
+		t.Run(mc.name, func(t *testing.T) {
+			m := mc.load(t)
+			e := startEngine(t, m, Config{Threads: 2, Context: 512, MaxBatch: outputs})
+			prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
+			var valid, lengths, tokens int
+			var elapsed time.Duration
+			for _, c := range cases {
+				t.Run(c.Name, func(t *testing.T) {
+					g, val := compileCase(t, c)
+					res := make([]*Result, outputs)
+					errs := make([]error, outputs)
+					var wg sync.WaitGroup
+					start := time.Now()
+					for i := range outputs {
+						wg.Go(func() {
+							res[i], errs[i] = e.Generate(context.Background(), Request{Owner: kvcache.Owner{Namespace: "t", Request: fmt.Sprint(i)},
+								Prompt: prompt, MaxTokens: maxTokens, Grammar: g,
+								Sampling: sample.Params{Temperature: 1, Seed: uint64(1000 + i)},
+							})
+						})
+					}
+					wg.Wait()
+					elapsed += time.Since(start)
+					for i, r := range res {
+						if errs[i] != nil {
+							t.Fatalf("output %d: %v", i, errs[i])
+						}
+						tokens += len(r.CompletionTokens)
+						inst, err := jsonschema.UnmarshalJSON(strings.NewReader(r.Text))
+						if err != nil {
+							if r.Finish != "length" {
+								t.Fatalf("output %d ended %q but does not parse: %v\n%q", i, r.Finish, err, r.Text)
+							}
+							lengths++
+							continue
+						}
+						if err := val.Validate(inst); err != nil {
+							t.Fatalf("output %d (%s) does not validate: %v\n%s", i, r.Finish, err, r.Text)
+						}
+						valid++
+					}
+				})
+			}
+			t.Logf("%s: %d schemas x %d outputs: %d valid, %d cut by max_tokens (finish length), %d tokens in %v",
+				mc.name, len(cases), outputs, valid, lengths, tokens, elapsed)
+		})
+	}
+}
