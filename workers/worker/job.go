@@ -331,7 +331,7 @@ func classify(err, cause error) (queue.ErrorKind, string) {
 	case errors.Is(err, engine.ErrContextLength):
 		return queue.ErrKindPromptTooLong, err.Error()
 	case errors.Is(err, engine.ErrExceedsPool):
-		return queue.ErrKindCapacity, "the request can never fit this worker's KV pool"
+		return queue.ErrKindCapacity, exceedsPoolMessage(err)
 	case errors.Is(err, kvcache.ErrPoolExhausted):
 		return queue.ErrKindCapacity, "the worker's KV pool is full"
 	case errors.Is(err, engine.ErrInvalidRequest), errors.Is(err, sample.ErrInvalidParams):
@@ -340,6 +340,19 @@ func classify(err, cause error) (queue.ErrorKind, string) {
 		return queue.ErrKindAborted, "the request was cancelled"
 	}
 	return queue.ErrKindInternal, "the worker failed to run the request"
+}
+
+// exceedsPoolMessage says by how much a request exceeds the KV pool, from the
+// engine's typed error's numbers (never its text).
+func exceedsPoolMessage(err error) string {
+	var le *engine.LengthError
+	if !errors.As(err, &le) {
+		return "the request can never fit this worker's KV pool"
+	}
+	if le.MaxTokens == 0 {
+		return fmt.Sprintf("the request's %d prompt tokens can never fit this worker's KV pool of %d tokens", le.PromptTokens, le.Limit)
+	}
+	return fmt.Sprintf("the request's %d prompt tokens + %d max tokens can never fit this worker's KV pool of %d tokens", le.PromptTokens, le.MaxTokens, le.Limit)
 }
 
 // heartbeat sends a heartbeat frame on rp's reply subject at once and every
