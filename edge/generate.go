@@ -120,6 +120,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Reply:        queue.ReplySubject(id),
 		Deadline:     time.Now().Add(s.cfg.RequestTimeout),
 		Rates:        jobRates(m),
+		Grammar:      in.grammar,
 	}
 }
 

@@ -39,6 +39,9 @@ type genInput struct {
 	sampling     queue.Sampling
 	stop         []string
 	cachePrefix  bool // opt in to the tenant's prefix cache (queue.Job.CachePrefix)
+
+	// grammar is response_format or a forced tool call (structured.go).
+	grammar *queue.Grammar
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -59,6 +62,7 @@ type nativeRequest struct {
 	Stop              json.RawMessage `json:"stop"`
 	CachePrefix       bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache
 	Tools             json.RawMessage `json:"tools"`
+	ResponseFormat    json.RawMessage `json:"response_format"`
 
 	// Async batch submission (?queueRequest=true) and polling.
 	Requests  []json.RawMessage `json:"requests"`
@@ -99,6 +103,7 @@ type chatRequest struct {
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
+	ResponseFormat      json.RawMessage `json:"response_format"`
 }
 
 // completionRequest is OpenAI's /v1/completions body.
@@ -116,6 +121,7 @@ type completionRequest struct {
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	N                *int            `json:"n"`
 	CachePrefix      bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
+	ResponseFormat   json.RawMessage `json:"response_format"`
 }
 
 // decodeJSON decodes exactly one JSON object from r into v. Malformed JSON,
@@ -399,6 +405,13 @@ func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 		return fail(err)
 	}
 	in.stop = stop
+	rf, err := parseResponseFormat(req.ResponseFormat, true)
+	if err != nil {
+		return fail(err)
+	}
+	if err := in.setGrammar(rf); err != nil {
+		return fail(err)
+	}
 	if req.MaxTokens != nil {
 		in.maxTokens = *req.MaxTokens
 	}
@@ -497,6 +510,13 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	if in.toolChoice, err = parseToolChoice(req.ToolChoice, in.tools); err != nil {
 		return "", nil, err
 	}
+	rf, err := parseResponseFormat(req.ResponseFormat, false)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := in.setGrammar(rf); err != nil {
+		return "", nil, err
+	}
 	return model, in, nil
 }
 
@@ -532,5 +552,12 @@ func completionInput(req *completionRequest) (string, *genInput, error) {
 		return "", nil, &InputError{Field: "prompt", Msg: "must not be empty"}
 	}
 	in.prompt = prompt
+	rf, err := parseResponseFormat(req.ResponseFormat, false)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := in.setGrammar(rf); err != nil {
+		return "", nil, err
+	}
 	return model, in, nil
 }

@@ -251,7 +251,11 @@ func withTools(f toolAPI, v *vocab, in *genInput) format {
 	if !in.toolsOn() {
 		return f
 	}
-	return &toolFormat{api: f, format: v.tools, choice: in.toolChoice, stream: toolcall.NewStream(v.tools)}
+	tf := v.tools
+	if in.forcedCall() {
+		tf = toolcall.Llama3 // the constrained call's shape (toolCallGrammar)
+	}
+	return &toolFormat{api: f, format: tf, choice: in.toolChoice, stream: toolcall.NewStream(tf)}
 }
 
 // frameText is the text of a frame as the tool-call parser reads it: with
@@ -300,6 +304,11 @@ func (t *toolFormat) writeError(w http.ResponseWriter, e *Error) { t.api.writeEr
 
 func (t *toolFormat) writeResult(w http.ResponseWriter, res *result) {
 	r := toolcall.Parse(t.format, res.text)
+	if len(r.Calls) == 0 && res.finish == "length" {
+		// max_tokens ran out before the call closed: say so, with the text.
+		t.api.writeToolResult(w, res, res.text, nil)
+		return
+	}
 	if err := t.check(r.Calls); err != nil {
 		t.api.writeError(w, t.toolError(err))
 		return
@@ -344,7 +353,7 @@ func (t *toolFormat) streamText(sw *sse, res *result, text string) error {
 
 func (t *toolFormat) streamEnd(sw *sse, res *result) error {
 	err := t.emit(sw, res, t.stream.Finish())
-	if err == nil && (t.choice.mode == choiceRequired || t.choice.mode == choiceNamed) && t.calls == 0 {
+	if err == nil && (t.choice.mode == choiceRequired || t.choice.mode == choiceNamed) && t.calls == 0 && res.finish != "length" {
 		err = errToolChoice
 	}
 	if errors.Is(err, errToolChoice) {

@@ -132,10 +132,15 @@ func TestToolChoice(t *testing.T) {
 		}
 	})
 	t.Run("named function", func(t *testing.T) {
-		h.setBehaviour(reply(hermesCall))
+		// A forced call is constrained to {"name":...,"parameters":{...}}
+		// (structured.go), whatever the model's own format.
+		h.setBehaviour(reply(`{"name":"get_weather","parameters":{"city":"Paris"}}`))
 		st, _, b := h.do("POST", "/v1/chat/completions", "alice", chatBody(modelQwenTools, "Hi", tools+`,"tool_choice":{"type":"function","function":{"name":"get_weather"}}`))
-		if st != 200 || !strings.Contains(string(b), `"finish_reason":"tool_calls"`) {
+		if st != 200 || !strings.Contains(string(b), `"finish_reason":"tool_calls"`) || !strings.Contains(string(b), `{\"city\":\"Paris\"}`) {
 			t.Fatalf("%d %s", st, b)
+		}
+		if g := h.lastJob().Grammar; g == nil || g.Kind != "json_schema" || !strings.Contains(string(g.Schema), `"const":"get_weather"`) {
+			t.Fatalf("job grammar %+v", g)
 		}
 	})
 	for _, bad := range []struct{ name, extra, msg string }{

@@ -61,6 +61,22 @@ type Job struct {
 	// decode hand-over. Usage events measure queue, first-token and total
 	// times from it.
 	Submitted time.Time `json:"submitted,omitzero"`
+	// Grammar, when set, constrains the output (structured output): the
+	// worker compiles it and samples only tokens that keep the text valid.
+	Grammar *Grammar `json:"grammar,omitempty"`
+}
+
+// Grammar kinds.
+const (
+	GrammarJSONObject = "json_object" // any JSON object
+	GrammarJSONSchema = "json_schema" // the values Schema allows
+)
+
+// Grammar is a job's output constraint: a kind and, for json_schema, the
+// JSON Schema the edge already checked compiles.
+type Grammar struct {
+	Kind   string          `json:"kind"`
+	Schema json.RawMessage `json:"schema,omitempty"`
 }
 
 // Rates are a model's prices in neurons per million tokens: prompt tokens

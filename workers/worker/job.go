@@ -123,7 +123,12 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if err := params.Validate(); err != nil {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
 	}
+	grammar, err := jobGrammar(job.Grammar)
+	if err != nil {
+		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
+	}
 	return engine.Request{
+		Grammar:     grammar,
 		Owner:       kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
 		Prompt:      prompt,
 		MaxTokens:   job.MaxTokens,
@@ -463,4 +468,18 @@ func (w *Worker) refuseUndecodable(log *slog.Logger, msg jetstream.Msg, derr err
 		}
 	}
 	w.settle(log, msg.TermWithReason("undecodable job"))
+}
+
+// jobGrammar compiles a job's output constraint (nil for none). The edge
+// compiled it already; a job that still fails is refused as invalid input.
+func jobGrammar(g *queue.Grammar) (*sample.Grammar, error) {
+	switch {
+	case g == nil:
+		return nil, nil
+	case g.Kind == queue.GrammarJSONObject:
+		return sample.JSONObject(), nil
+	case g.Kind == queue.GrammarJSONSchema:
+		return sample.CompileSchema(g.Schema)
+	}
+	return nil, fmt.Errorf("unknown grammar kind %q", g.Kind)
 }
