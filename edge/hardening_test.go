@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +90,7 @@ func TestSlowloris(t *testing.T) {
 	lim := HTTPLimits{ReadHeaderTimeout: 500 * time.Millisecond, BodyReadTimeout: time.Second, IdleTimeout: 700 * time.Millisecond}
 	addr := listen(t, h, lim)
 	base := openFDs(t)
+	var peak atomic.Int64
 
 	dial := func(t *testing.T) net.Conn {
 		t.Helper()
@@ -206,6 +208,7 @@ func TestSlowloris(t *testing.T) {
 				}
 			})
 		}
+		peak.Store(int64(openFDs(t)))
 		wg.Wait()
 		close(errs)
 		for err := range errs {
@@ -254,12 +257,14 @@ func TestSlowloris(t *testing.T) {
 	// Every connection is gone: the descriptors come back.
 	h.http.CloseClientConnections()
 	deadline := time.Now().Add(10 * time.Second)
-	for n := openFDs(t); n > base; n = openFDs(t) {
+	n := openFDs(t)
+	for ; n > base; n = openFDs(t) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d file descriptors open, baseline %d", n, base)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("file descriptors: baseline %d, peak %d with 20 trickling clients, back to %d", base, peak.Load(), n)
 }
 
 // TestHTTPLimitsValidate: negative limits name their field.
