@@ -141,6 +141,11 @@ type Request struct {
 	// grammar's language, end-of-generation only where it is complete, and
 	// the sequence stops ("stop") once nothing more can follow.
 	Grammar *sample.Grammar
+	// Logprobs puts each generated token's log-probability on its event,
+	// with the TopLogprobs (0 to sample.MaxTopLogprobs) most likely tokens,
+	// from the logits the sampler used (sample.Sampler.Logprobs).
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Event is one item on a request's stream: a token, or the final event (Done
@@ -152,6 +157,15 @@ type Event struct {
 	Finish string // "stop" (EOS or stop sequence) or "length"
 	Usage  Usage
 	Err    error
+	// Logprob is the token's log-probability and Top the most likely
+	// tokens at its step, when the request asked (Request.Logprobs).
+	Logprob *Logprob
+}
+
+// Logprob is one generated token's log-probability and the top alternatives.
+type Logprob struct {
+	Logprob float32
+	Top     []sample.TokenLogprob
 }
 
 // Usage counts a request's tokens.

@@ -40,6 +40,8 @@ type sequence struct {
 	matcher *sample.Matcher
 	vocab   *sample.Vocab
 	allow   []uint64
+
+	logprob *Logprob // the next accepted token's, when the request asks
 }
 
 // ErrGrammarDeadEnd ends a constrained sequence in which no token of the
@@ -125,6 +127,10 @@ func (s *sequence) next(logits []float32) {
 	if s.failed != nil {
 		return
 	}
+	if s.req.Logprobs {
+		lp, top := s.sampler.Logprobs(tok, s.req.TopLogprobs)
+		s.logprob = &Logprob{Logprob: lp, Top: top}
+	}
 	s.accept(tok)
 }
 
@@ -141,11 +147,11 @@ func (s *sequence) accept(tok int32) {
 	s.generated++
 	if !s.req.IgnoreEOS && s.model.Tokenizer.IsEOG(tok) {
 		s.finished = "stop" // the end-of-generation token itself has no text
-		s.events <- Event{Token: tok}
+		s.events <- Event{Token: tok, Logprob: s.takeLogprob()}
 		return
 	}
 	text, stopped := s.stop.Push(s.detok.Next(tok))
-	s.events <- Event{Token: tok, Text: text}
+	s.events <- Event{Token: tok, Text: text, Logprob: s.takeLogprob()}
 	switch {
 	case stopped:
 		s.finished, s.hitStop = "stop", true
@@ -154,6 +160,13 @@ func (s *sequence) accept(tok int32) {
 	case s.generated >= s.req.MaxTokens:
 		s.finished = "length"
 	}
+}
+
+// takeLogprob returns and clears the pending token's logprob.
+func (s *sequence) takeLogprob() *Logprob {
+	lp := s.logprob
+	s.logprob = nil
+	return lp
 }
 
 // finish frees the sequence's pages and sends its final event, which carries

@@ -202,3 +202,143 @@ func TestStructuredOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestConstrainedBatchInvariance: an unconstrained sequence's tokens do not
+// change because constrained ones share its batch.
+func TestConstrainedBatchInvariance(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, MaxBatch: 8})
+	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
+	req := func(i int, g *sample.Grammar) Request {
+		return Request{Owner: kvcache.Owner{Namespace: "t", Request: fmt.Sprint(i)}, Prompt: prompt, MaxTokens: 48,
+			Sampling: sample.Params{Temperature: 1, Seed: 42}, Grammar: g}
+	}
+	alone, err := e.Generate(context.Background(), req(0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"integer"}}},"required":["a","b"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make([]*Result, 8)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		var gi *sample.Grammar
+		if i > 0 {
+			gi = g
+		}
+		wg.Go(func() { res[i], errs[i] = e.Generate(context.Background(), req(i, gi)) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+	}
+	if !slicesEqual(res[0].CompletionTokens, alone.CompletionTokens) {
+		t.Fatalf("unconstrained tokens changed in a constrained batch:\nalone %v\nbatch %v", alone.CompletionTokens, res[0].CompletionTokens)
+	}
+}
+
+func slicesEqual(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLogprobs: each token carries its logprob and the top alternatives, the
+// greedy token is the top one, and a constrained token's logprob is the
+// model's (before the mask), so it can sit below the top.
+func TestLogprobs(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1})
+	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
+	for _, tc := range []struct {
+		name    string
+		grammar *sample.Grammar
+	}{{"free", nil}, {"json", sample.JSONObject()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			events, err := e.Submit(context.Background(), Request{Owner: own, Prompt: prompt, MaxTokens: 16,
+				Logprobs: true, TopLogprobs: 5, Grammar: tc.grammar})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for ev := range events {
+				if ev.Err != nil {
+					t.Fatal(ev.Err)
+				}
+				if ev.Done {
+					continue
+				}
+				n++
+				lp := ev.Logprob
+				if lp == nil || len(lp.Top) != 5 || lp.Logprob > 0 || math.IsNaN(float64(lp.Logprob)) {
+					t.Fatalf("token %d: logprob %+v", n, lp)
+				}
+				for i := 1; i < len(lp.Top); i++ {
+					if lp.Top[i].Logprob > lp.Top[i-1].Logprob {
+						t.Fatalf("top not sorted: %+v", lp.Top)
+					}
+				}
+				if tc.grammar == nil && (lp.Top[0].ID != ev.Token || lp.Top[0].Logprob != lp.Logprob) {
+					t.Fatalf("greedy token %d logprob %v, top %+v", ev.Token, lp.Logprob, lp.Top)
+				}
+				if lp.Logprob > lp.Top[0].Logprob {
+					t.Fatalf("token logprob %v above the top %v", lp.Logprob, lp.Top[0].Logprob)
+				}
+			}
+			if n == 0 {
+				t.Fatal("no tokens")
+			}
+		})
+	}
+}
+
+// BenchmarkConstrainedBatch decodes a batch of 8 from stories260K,
+// unconstrained and with every sequence under a JSON Schema.
+func BenchmarkConstrainedBatch(b *testing.B) {
+	m := loadStories(b)
+	e := startEngine(b, m, Config{Threads: 1, MaxBatch: 8})
+	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
+	g, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []struct {
+		name string
+		g    *sample.Grammar
+	}{{"unconstrained", nil}, {"json_schema", g}} {
+		b.Run(mode.name, func(b *testing.B) {
+			tokens := 0
+			for b.Loop() {
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				for i := range 8 {
+					wg.Go(func() {
+						r, err := e.Generate(context.Background(), Request{Owner: kvcache.Owner{Namespace: "t", Request: fmt.Sprint(i)},
+							Prompt: prompt, MaxTokens: 64, IgnoreEOS: mode.g == nil, Grammar: mode.g,
+							Sampling: sample.Params{Temperature: 1, Seed: uint64(i)}})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						tokens += len(r.CompletionTokens)
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

@@ -27,6 +27,7 @@ type Sampler struct {
 	weights []float32 // softmax weights when drawing from the whole vocabulary
 	counts  []int32   // occurrences in the penalty window; all zero between calls
 	masked  []float32 // penalized values with disallowed tokens at -Inf (SampleAllowed)
+	last    []float32 // the last call's penalized values, unmasked (Logprobs)
 	hist    *histogram
 }
 
@@ -55,7 +56,8 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if n > math.MaxInt32 {
 		panic("sample: vocabulary larger than int32")
 	}
-	return s.sampleVals(s.penalized(logits, history))
+	s.last = s.penalized(logits, history)
+	return s.sampleVals(s.last)
 }
 
 // SampleAllowed is Sample restricted to the tokens whose bit is set in allow
@@ -68,6 +70,7 @@ func (s *Sampler) SampleAllowed(logits []float32, history []int32, allow []uint6
 		panic("sample: empty logits")
 	}
 	vals := s.penalized(logits, history)
+	s.last = vals
 	if cap(s.masked) < n {
 		s.masked = make([]float32, n)
 	}
