@@ -27,6 +27,8 @@ type result struct {
 	text    string
 	finish  string // "stop" or "length"
 	usage   queue.Usage
+
+	logprobs *logprobTrack // nil unless the request asked (logprobs.go)
 }
 
 // format renders one API's responses: whole JSON answers, errors, and the
@@ -121,6 +123,8 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Deadline:     time.Now().Add(s.cfg.RequestTimeout),
 		Rates:        jobRates(m),
 		Grammar:      in.grammar,
+		Logprobs:     in.logprobs,
+		TopLogprobs:  in.topLogprobs,
 	}
 }
 
@@ -192,6 +196,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 	defer func() { rspan.SetAttributes(attribute.Int("bulkhead.reply.frames", frames)); endSpan(rspan, replyErr) }()
 
 	res := &result{id: id, model: m.Name, created: time.Now().Unix()}
+	if in.logprobs {
+		res.logprobs = &logprobTrack{}
+	}
 	var (
 		sw   *sse
 		text strings.Builder
@@ -238,6 +245,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 			fail(fr.Error)
 			return
 		case queue.KindToken, queue.KindFinal:
+			v.addLogprobs(res, fr)
 			if in.stream {
 				if sw == nil {
 					sw = startSSE(w)

@@ -120,7 +120,7 @@ func (chatFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError
 func (chatFormat) writeResult(w http.ResponseWriter, res *result) {
 	writeJSON(w, http.StatusOK, chatCompletion{
 		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
-		Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: &res.text}, FinishReason: res.finish}},
+		Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: &res.text}, Logprobs: res.chatLogprobs(false), FinishReason: res.finish}},
 		Usage:   usageOf(res),
 	})
 }
@@ -138,7 +138,7 @@ func (chatFormat) writeToolResult(w http.ResponseWriter, res *result, content st
 	}
 	writeJSON(w, http.StatusOK, chatCompletion{
 		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
-		Choices: []chatChoice{{Index: 0, Message: msg, FinishReason: res.finish}},
+		Choices: []chatChoice{{Index: 0, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish}},
 		Usage:   usageOf(res),
 	})
 }
@@ -166,11 +166,15 @@ func (f chatFormat) streamBegin(sw *sse, res *result) error {
 }
 
 func (f chatFormat) streamText(sw *sse, res *result, text string) error {
-	return sw.json("", f.chunk(res, chatDelta{Content: &text}, nil))
+	c := f.chunk(res, chatDelta{Content: &text}, nil)
+	c.Choices[0].Logprobs = res.chatLogprobs(true)
+	return sw.json("", c)
 }
 
 func (f chatFormat) streamEnd(sw *sse, res *result) error {
-	if err := sw.json("", f.chunk(res, chatDelta{}, ptr(res.finish))); err != nil {
+	end := f.chunk(res, chatDelta{}, ptr(res.finish))
+	end.Choices[0].Logprobs = res.chatLogprobs(true)
+	if err := sw.json("", end); err != nil {
 		return err
 	}
 	if f.includeUsage {
@@ -194,7 +198,7 @@ func (completionFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenA
 func (completionFormat) writeResult(w http.ResponseWriter, res *result) {
 	writeJSON(w, http.StatusOK, textCompletion{
 		ID: "cmpl-" + res.id, Object: "text_completion", Created: res.created, Model: res.model,
-		Choices: []textChoice{{Text: res.text, Index: 0, FinishReason: ptr(res.finish)}},
+		Choices: []textChoice{{Text: res.text, Index: 0, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish)}},
 		Usage:   usageOf(res),
 	})
 }
@@ -213,11 +217,15 @@ func (f completionFormat) chunk(res *result, text string, finish *string) textCo
 func (completionFormat) streamBegin(*sse, *result) error { return nil }
 
 func (f completionFormat) streamText(sw *sse, res *result, text string) error {
-	return sw.json("", f.chunk(res, text, nil))
+	c := f.chunk(res, text, nil)
+	c.Choices[0].Logprobs = res.textLogprobs(true)
+	return sw.json("", c)
 }
 
 func (f completionFormat) streamEnd(sw *sse, res *result) error {
-	if err := sw.json("", f.chunk(res, "", ptr(res.finish))); err != nil {
+	end := f.chunk(res, "", ptr(res.finish))
+	end.Choices[0].Logprobs = res.textLogprobs(true)
+	if err := sw.json("", end); err != nil {
 		return err
 	}
 	if f.includeUsage {

@@ -42,6 +42,10 @@ type genInput struct {
 
 	// grammar is response_format or a forced tool call (structured.go).
 	grammar *queue.Grammar
+	// logprobs asks for token logprobs, with topLogprobs alternatives
+	// (logprobs.go).
+	logprobs    bool
+	topLogprobs int
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -104,6 +108,8 @@ type chatRequest struct {
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
 	ResponseFormat      json.RawMessage `json:"response_format"`
+	Logprobs            *bool           `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
 }
 
 // completionRequest is OpenAI's /v1/completions body.
@@ -122,6 +128,7 @@ type completionRequest struct {
 	N                *int            `json:"n"`
 	CachePrefix      bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage `json:"response_format"`
+	Logprobs         *int            `json:"logprobs"` // the legacy API's count of top alternatives (0 to 20)
 }
 
 // decodeJSON decodes exactly one JSON object from r into v. Malformed JSON,
@@ -517,6 +524,16 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	if err := in.setGrammar(rf); err != nil {
 		return "", nil, err
 	}
+	if err := checkTopLogprobs("top_logprobs", req.TopLogprobs); err != nil {
+		return "", nil, err
+	}
+	if req.TopLogprobs != nil && (req.Logprobs == nil || !*req.Logprobs) {
+		return "", nil, &InputError{Field: "top_logprobs", Msg: "needs logprobs true"}
+	}
+	in.logprobs = req.Logprobs != nil && *req.Logprobs
+	if req.TopLogprobs != nil {
+		in.topLogprobs = *req.TopLogprobs
+	}
 	return model, in, nil
 }
 
@@ -558,6 +575,12 @@ func completionInput(req *completionRequest) (string, *genInput, error) {
 	}
 	if err := in.setGrammar(rf); err != nil {
 		return "", nil, err
+	}
+	if err := checkTopLogprobs("logprobs", req.Logprobs); err != nil {
+		return "", nil, err
+	}
+	if req.Logprobs != nil {
+		in.logprobs, in.topLogprobs = true, *req.Logprobs
 	}
 	return model, in, nil
 }

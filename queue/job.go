@@ -64,6 +64,24 @@ type Job struct {
 	// Grammar, when set, constrains the output (structured output): the
 	// worker compiles it and samples only tokens that keep the text valid.
 	Grammar *Grammar `json:"grammar,omitempty"`
+	// Logprobs asks for each token's log-probability on its frame, with the
+	// TopLogprobs (0 to 20) most likely alternatives.
+	Logprobs    bool `json:"logprobs,omitempty"`
+	TopLogprobs int  `json:"top_logprobs,omitempty"`
+}
+
+// TokenLogprob is one token's log-probability on a token frame, with the
+// most likely alternatives at its step when the job asked for them.
+type TokenLogprob struct {
+	Token   int32        `json:"token"`
+	Logprob float32      `json:"logprob"`
+	Top     []TopLogprob `json:"top,omitempty"`
+}
+
+// TopLogprob is one alternative token and its log-probability.
+type TopLogprob struct {
+	Token   int32   `json:"token"`
+	Logprob float32 `json:"logprob"`
 }
 
 // Grammar kinds.
@@ -181,6 +199,9 @@ type Frame struct {
 	Finish string      `json:"finish,omitempty"` // final: "stop" or "length"
 	Usage  *Usage      `json:"usage,omitempty"`  // final
 	Error  *FrameError `json:"error,omitempty"`  // error
+	// Logprobs are the token frame's tokens' log-probabilities, when the
+	// job asked (Job.Logprobs).
+	Logprobs []TokenLogprob `json:"logprobs,omitempty"`
 }
 
 // EncodeFrame and DecodeFrame are the frame codec (JSON).

@@ -103,6 +103,11 @@ func (r *Replier) Streamed() bool { return r.rec.Streamed }
 // compare-and-set; ErrLostClaim means another worker owns the job now and
 // this one must stop without sending anything more.
 func (r *Replier) Token(ctx context.Context, text string, tokens []int32) error {
+	return r.TokenLogprobs(ctx, text, tokens, nil)
+}
+
+// TokenLogprobs is Token with the tokens' log-probabilities on the frame.
+func (r *Replier) TokenLogprobs(ctx context.Context, text string, tokens []int32, lps []TokenLogprob) error {
 	if r.end {
 		return ErrEnded
 	}
@@ -119,7 +124,7 @@ func (r *Replier) Token(ctx context.Context, text string, tokens []int32) error 
 	if err := r.markStreamed(ctx); err != nil {
 		return err
 	}
-	return r.publish(&Frame{Kind: KindToken, Text: text, Tokens: tokens})
+	return r.publish(&Frame{Kind: KindToken, Text: text, Tokens: tokens, Logprobs: lps})
 }
 
 func (r *Replier) markStreamed(ctx context.Context) error {

@@ -161,4 +161,54 @@ func TestOpenAISDKStructured(t *testing.T) {
 		}
 		checkArgs(t, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
 	})
+	t.Run("logprobs", func(t *testing.T) {
+		params := openai.ChatCompletionNewParams{
+			Model:       clusterModel,
+			Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story")},
+			MaxTokens:   openai.Int(8),
+			Logprobs:    openai.Bool(true),
+			TopLogprobs: openai.Int(3),
+		}
+		res, err := client.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lps := res.Choices[0].Logprobs.Content
+		if len(lps) != 8 {
+			t.Fatalf("%d logprobs for 8 tokens: %+v", len(lps), res.Choices[0].Logprobs)
+		}
+		var joined strings.Builder
+		for _, lp := range lps {
+			joined.WriteString(lp.Token)
+			// Greedy: the chosen token is the most likely one.
+			if lp.Logprob > 0 || len(lp.TopLogprobs) != 3 || lp.TopLogprobs[0].Logprob != lp.Logprob {
+				t.Fatalf("logprob %+v", lp)
+			}
+		}
+		if strings.TrimSpace(joined.String()) != strings.TrimSpace(res.Choices[0].Message.Content) {
+			t.Errorf("tokens %q, content %q", joined.String(), res.Choices[0].Message.Content)
+		}
+		stream := client.Chat.Completions.NewStreaming(ctx, params)
+		n := 0
+		for stream.Next() {
+			for _, ch := range stream.Current().Choices {
+				n += len(ch.Logprobs.Content)
+			}
+		}
+		if err := stream.Err(); err != nil || n != 8 {
+			t.Fatalf("streamed %d logprobs, err %v", n, err)
+		}
+		comp, err := client.Completions.New(ctx, openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(clusterModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+			MaxTokens: openai.Int(6),
+			Logprobs:  openai.Int(2),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := comp.Choices[0].Logprobs; len(l.Tokens) != 6 || len(l.TokenLogprobs) != 6 || len(l.TopLogprobs) != 6 {
+			t.Fatalf("completion logprobs %+v", l)
+		}
+	})
 }

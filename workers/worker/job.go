@@ -127,8 +127,13 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if err != nil {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
 	}
+	if job.TopLogprobs < 0 || job.TopLogprobs > sample.MaxTopLogprobs {
+		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("top_logprobs %d outside [0, %d]", job.TopLogprobs, sample.MaxTopLogprobs)}
+	}
 	return engine.Request{
 		Grammar:     grammar,
+		Logprobs:    job.Logprobs,
+		TopLogprobs: job.TopLogprobs,
 		Owner:       kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
 		Prompt:      prompt,
 		MaxTokens:   job.MaxTokens,
@@ -268,7 +273,7 @@ func (w *Worker) stream(rctx, kctx context.Context, abort context.CancelCauseFun
 		case ev.Done:
 			final = &ev
 		case streamErr == nil:
-			if err := rp.Token(kctx, ev.Text, []int32{ev.Token}); err != nil {
+			if err := rp.TokenLogprobs(kctx, ev.Text, []int32{ev.Token}, frameLogprobs(ev)); err != nil {
 				streamErr = err
 				abort(err) // the engine ends the request at its next step
 			}
@@ -482,4 +487,18 @@ func jobGrammar(g *queue.Grammar) (*sample.Grammar, error) {
 		return sample.CompileSchema(g.Schema)
 	}
 	return nil, fmt.Errorf("unknown grammar kind %q", g.Kind)
+}
+
+// frameLogprobs is a token event's logprob as the frame carries it.
+func frameLogprobs(ev engine.Event) []queue.TokenLogprob {
+	if ev.Logprob == nil {
+		return nil
+	}
+	// JSON has no -Inf: a token the model gave no chance is floored.
+	floor := func(x float32) float32 { return max(x, -9999) }
+	lp := queue.TokenLogprob{Token: ev.Token, Logprob: floor(ev.Logprob.Logprob)}
+	for _, t := range ev.Logprob.Top {
+		lp.Top = append(lp.Top, queue.TopLogprob{Token: t.ID, Logprob: floor(t.Logprob)})
+	}
+	return []queue.TokenLogprob{lp}
 }
