@@ -306,8 +306,19 @@ func TestLogprobs(t *testing.T) {
 // BenchmarkConstrainedBatch decodes a batch of 8 from stories260K,
 // unconstrained and with every sequence under a JSON Schema.
 func BenchmarkConstrainedBatch(b *testing.B) {
-	m := loadStories(b)
-	e := startEngine(b, m, Config{Threads: 1, MaxBatch: 8})
+	for _, mc := range []struct {
+		name string
+		load func(b *testing.B) *Model
+	}{
+		{"stories260K", func(b *testing.B) *Model { return loadStories(b) }},
+		{"qwen2-vocab", func(b *testing.B) *Model { return loadQwen2(b, writeQwen2Vocab(b)) }},
+	} {
+		b.Run(mc.name, func(b *testing.B) { benchConstrainedBatch(b, mc.load(b)) })
+	}
+}
+
+func benchConstrainedBatch(b *testing.B, m *Model) {
+	e := startEngine(b, m, Config{Threads: 1, MaxBatch: 8, Context: 256})
 	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
 	g, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"]}`))
 	if err != nil {
@@ -316,7 +327,7 @@ func BenchmarkConstrainedBatch(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		g    *sample.Grammar
-	}{{"unconstrained", nil}, {"json_schema", g}} {
+	}{{"unconstrained", nil}, {"json_object", sample.JSONObject()}, {"json_schema", g}} {
 		b.Run(mode.name, func(b *testing.B) {
 			tokens := 0
 			for b.Loop() {
@@ -339,6 +350,43 @@ func BenchmarkConstrainedBatch(b *testing.B) {
 				wg.Wait()
 			}
 			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkMask measures the grammar mask at the qwen2 vocabulary's 151,936
+// tokens: per step, the mask for the current state, then the step's token
+// (the tokenization of a fixed JSON answer) is accepted. ns/op is per token.
+func BenchmarkMask(b *testing.B) {
+	m := loadQwen2(b, writeQwen2Vocab(b))
+	v := NewVocab(m.Tokenizer, m.Hyper.Vocab)
+	answer := `{"name":"Alice Smith, a writer from the coast","age":42,"tags":["poetry","long walks"],"ok":true,"score":0.875}`
+	ids := m.Tokenizer.Encode(answer, false, false)
+	schema, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string","maxLength":60},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"type":"string"},"maxItems":5},"ok":{"type":"boolean"},"score":{"type":"number","minimum":0,"maximum":1}},"required":["name","age","tags","ok","score"],"additionalProperties":false}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	allow := make([]uint64, (v.Size()+63)/64)
+	for _, g := range []struct {
+		name string
+		g    *sample.Grammar
+	}{{"json_object", sample.JSONObject()}, {"json_schema", schema}} {
+		b.Run(fmt.Sprintf("%s/vocab%d", g.name, v.Size()), func(b *testing.B) {
+			steps := 0
+			for b.Loop() {
+				mt := g.g.NewMatcher()
+				for _, id := range ids {
+					if !mt.Mask(v, allow) || allow[id/64]&(1<<(id%64)) == 0 {
+						b.Fatalf("token %q not allowed", v.Piece(id))
+					}
+					if err := mt.Accept([]byte(v.Piece(id))); err != nil {
+						b.Fatal(err)
+					}
+					steps++
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(steps), "µs/token")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
