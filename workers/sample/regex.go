@@ -58,7 +58,7 @@ type rstate struct {
 const maxRepeat = 64
 
 // maxRegexStates bounds the NFA of one pattern.
-const maxRegexStates = 4096
+const maxRegexStates = 2048
 
 // rast is a parsed pattern.
 type rast struct {
@@ -412,61 +412,68 @@ func (r *regex) build(a *rast, next int) int {
 }
 
 // finish computes closures restricted to live states (those that can still
-// reach the match), and the start set.
+// reach the match), the start set, and each state's shortest distance to the
+// match (a backward breadth-first search over the byte transitions).
 func (r *regex) finish(start int) {
 	n := len(r.states)
 	r.words = (n + 63) / 64
-	raw := make([]bitset, n)
+	raw := make([]bitset, n) // ε-closure, char and match states only
+	stack := []int{}
 	for i := range r.states {
 		set := make(bitset, r.words)
-		var walk func(int)
-		walk = func(s int) {
-			if set.has(s) {
-				return
-			}
-			set.set(s)
-			if r.states[s].eps {
-				for _, o := range r.states[s].outs {
-					walk(o)
-				}
-			}
-		}
-		walk(i)
-		raw[i] = set
-	}
-	live := make(bitset, r.words)
-	live.set(0)
-	for changed := true; changed; {
-		changed = false
-		for i, s := range r.states {
-			if live.has(i) {
+		seen := make(bitset, r.words)
+		stack = append(stack[:0], i)
+		for len(stack) > 0 {
+			s := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen.has(s) {
 				continue
 			}
-			var reach bitset
-			if s.eps {
-				reach = raw[i]
+			seen.set(s)
+			if r.states[s].eps {
+				stack = append(stack, r.states[s].outs...)
 			} else {
-				reach = raw[s.next]
+				set.set(s)
 			}
-			for w := range reach {
-				if reach[w]&live[w] != 0 {
-					live.set(i)
-					changed = true
-					break
-				}
+		}
+		raw[i] = set
+	}
+	// rev[t] lists the char states with a byte transition into t.
+	rev := make([][]int32, n)
+	for i, st := range r.states {
+		if st.eps || i == r.match {
+			continue
+		}
+		for w, word := range raw[st.next] {
+			for x := word; x != 0; x &= x - 1 {
+				t := w*64 + bits.TrailingZeros64(x)
+				rev[t] = append(rev[t], int32(i))
+			}
+		}
+	}
+	const far = 1 << 30
+	r.dist = make([]int, n)
+	for i := range r.dist {
+		r.dist[i] = far
+	}
+	r.dist[r.match] = 0
+	queue := []int{r.match}
+	for len(queue) > 0 {
+		t := queue[0]
+		queue = queue[1:]
+		for _, s := range rev[t] {
+			if r.dist[s] == far {
+				r.dist[s] = r.dist[t] + 1
+				queue = append(queue, int(s))
 			}
 		}
 	}
 	r.closure = make([]bitset, n)
-	for i := range raw {
-		c := raw[i]
+	for i, c := range raw {
 		empty := true
 		for w := range c {
-			c[w] &= live[w]
-			// keep only char and match states
-			for b := c[w]; b != 0; b &= b - 1 {
-				s := w*64 + bits.TrailingZeros64(b)
-				if r.states[s].eps {
+			for x := c[w]; x != 0; x &= x - 1 {
+				if s := w*64 + bits.TrailingZeros64(x); r.dist[s] == far {
 					c[w] &^= 1 << (s % 64)
 				}
 			}
@@ -479,26 +486,6 @@ func (r *regex) finish(start int) {
 		}
 	}
 	r.start = r.closure[start]
-	// Shortest remaining lengths, by relaxation to a fixed point.
-	const far = 1 << 30
-	r.dist = make([]int, n)
-	for i := range r.dist {
-		r.dist[i] = far
-	}
-	r.dist[r.match] = 0
-	for changed := true; changed; {
-		changed = false
-		for i := range r.states {
-			st := &r.states[i]
-			if st.eps || i == r.match || r.closure[st.next] == nil {
-				continue
-			}
-			if d := 1 + r.minDist(r.closure[st.next]); d < r.dist[i] {
-				r.dist[i] = d
-				changed = true
-			}
-		}
-	}
 }
 
 // minDist is the fewest bytes that complete a match from any state in cur.

@@ -30,6 +30,10 @@ func (e *SchemaError) Unwrap() error { return ErrSchema }
 // it the reference matches nothing, so optional recursive parts end there.
 const maxRefDepth = 3
 
+// maxSchemaNodes bounds the subschemas one schema compiles to, refs
+// expanded, so mutually recursive refs cannot blow up.
+const maxSchemaNodes = 4096
+
 // maxSchemaDepth bounds the nesting of a schema (and of its expanded refs).
 const maxSchemaDepth = 32
 
@@ -60,8 +64,9 @@ type obj struct {
 var never = &node{kind: kAlt}
 
 type compiler struct {
-	root any
-	refs map[string]int // expansions of each $ref on the current path
+	root  any
+	refs  map[string]int // expansions of each $ref on the current path
+	nodes int            // subschemas compiled so far
 }
 
 // CompileSchema compiles a JSON Schema into the grammar of the compact JSON
@@ -183,6 +188,9 @@ func writeString(b *bytes.Buffer, s string) {
 }
 
 func (c *compiler) compile(s any, depth int) (*node, error) {
+	if c.nodes++; c.nodes > maxSchemaNodes {
+		return nil, &SchemaError{Keyword: "$ref", Reason: fmt.Sprintf("the schema expands to more than %d subschemas", maxSchemaNodes)}
+	}
 	if depth > maxSchemaDepth {
 		return nil, &SchemaError{Keyword: "schema", Reason: fmt.Sprintf("nested deeper than %d", maxSchemaDepth)}
 	}
