@@ -66,6 +66,7 @@ type nativeRequest struct {
 	Stop              json.RawMessage `json:"stop"`
 	CachePrefix       bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache
 	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
 
 	// Async batch submission (?queueRequest=true) and polling.
@@ -390,7 +391,10 @@ func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 	if len(tools) > 0 && req.Raw {
 		return fail(&InputError{Field: "tools", Msg: "raw prompts do not go through the chat template, which writes the tools"})
 	}
-	in.tools, in.toolChoice = tools, toolChoice{mode: choiceAuto}
+	in.tools = tools
+	if in.toolChoice, err = parseToolChoice(req.ToolChoice, tools); err != nil {
+		return fail(err)
+	}
 	for _, err := range []error{
 		checkInt("max_tokens", req.MaxTokens, 1, math.MaxInt32),
 		checkFloat("temperature", req.Temperature, 0, 5),

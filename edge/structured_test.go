@@ -76,3 +76,58 @@ func TestToolCallGrammar(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestStructuredJobs: response_format and forced tool calls become the job's
+// grammar on every API, logprobs its flags, and stop next to a grammar is
+// refused.
+func TestStructuredJobs(t *testing.T) {
+	h := newChatHarness(t)
+	h.setBehaviour(reply(`{"name":"get_weather","parameters":{"city":"Paris"}}`))
+	rf := `,"response_format":{"type":"json_object"}`
+	tools := `,"tools":` + weatherTool
+	cases := []struct {
+		name, path, body, kind string
+	}{
+		{"chat json_object", "/v1/chat/completions", chatBody(modelQwenTools, "Hi", rf), "json_object"},
+		{"completions json_schema", "/v1/completions", `{"model":"` + modelQwenTools + `","prompt":"Hi","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"integer"}}}}`, "json_schema"},
+		{"native json_schema", "/ai/run/" + modelQwenTools, `{"prompt":"Hi","response_format":{"type":"json_schema","json_schema":{"type":"object","properties":{"a":{"type":"null"}}}}}`, "json_schema"},
+		{"native tool_choice required", "/ai/run/" + modelQwenTools, `{"messages":[{"role":"user","content":"Weather?"}],"tool_choice":"required"` + tools + `}`, "json_schema"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, b := h.do("POST", tc.path, "alice", tc.body)
+			if st != 200 {
+				t.Fatalf("%d %s", st, b)
+			}
+			if g := h.lastJob().Grammar; g == nil || g.Kind != tc.kind {
+				t.Fatalf("job grammar %+v, want %s", g, tc.kind)
+			}
+			if strings.Contains(tc.name, "tool_choice") && !strings.Contains(string(b), `"tool_calls"`) {
+				t.Fatalf("no tool calls: %s", b)
+			}
+		})
+	}
+	t.Run("logprobs", func(t *testing.T) {
+		st, _, b := h.do("POST", "/v1/chat/completions", "alice", chatBody(modelQwenTools, "Hi", `,"logprobs":true,"top_logprobs":4`))
+		if j := h.lastJob(); st != 200 || !j.Logprobs || j.TopLogprobs != 4 {
+			t.Fatalf("%d %s / %+v", st, b, j)
+		}
+	})
+	for _, bad := range []struct{ name, path, body, msg string }{
+		{"stop with a grammar", "/v1/chat/completions", chatBody(modelQwenTools, "Hi", rf+`,"stop":["x"]`), "stop"},
+		{"top_logprobs without logprobs", "/v1/chat/completions", chatBody(modelQwenTools, "Hi", `,"top_logprobs":2`), "top_logprobs"},
+		{"top_logprobs above 20", "/v1/chat/completions", chatBody(modelQwenTools, "Hi", `,"logprobs":true,"top_logprobs":21`), "top_logprobs"},
+		{"completions logprobs above 20", "/v1/completions", `{"model":"` + modelQwenTools + `","prompt":"Hi","logprobs":21}`, "logprobs"},
+		{"tool schema keyword", "/v1/chat/completions", chatBody(modelQwenTools, "Hi", `,"tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"string","format":"uri"}}}}}]`), `"format"`},
+		{"impossible schema", "/v1/chat/completions", chatBody(modelQwenTools, "Hi", `,"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"array","minItems":4,"maxItems":2}}}`), `"minItems"`},
+	} {
+		t.Run(bad.name, func(t *testing.T) {
+			st, _, b := h.do("POST", bad.path, "alice", bad.body)
+			// 400 with the keyword named; TestParseResponseFormat checks the
+			// table row is 5004 (the OpenAI error shape has no numeric code).
+			if _, _, msg := openAIErr(t, b); st != 400 || !strings.Contains(msg, bad.msg) {
+				t.Fatalf("%d %s", st, b)
+			}
+		})
+	}
+}
