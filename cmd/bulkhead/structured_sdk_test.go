@@ -79,6 +79,44 @@ func TestOpenAISDKStructured(t *testing.T) {
 			}
 		}
 	})
+	t.Run("json_schema streamed", func(t *testing.T) {
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model:       clusterModel,
+			Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Describe a person")},
+			MaxTokens:   openai.Int(200),
+			Temperature: openai.Float(1),
+			Seed:        openai.Int(11),
+			ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "person", Schema: person, Strict: openai.Bool(true)},
+			}},
+		})
+		var acc openai.ChatCompletionAccumulator
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]any
+		if ch := acc.Choices[0]; ch.FinishReason != "stop" || json.Unmarshal([]byte(ch.Message.Content), &p) != nil || len(p) != 3 {
+			t.Fatalf("finish %q content %q", ch.FinishReason, ch.Message.Content)
+		}
+	})
+	t.Run("completions json_object", func(t *testing.T) {
+		comp, err := client.Completions.New(ctx, openai.CompletionNewParams{
+			Model:     openai.CompletionNewParamsModel(clusterModel),
+			Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+			MaxTokens: openai.Int(200),
+			Seed:      openai.Int(3),
+		}, option.WithJSONSet("response_format", map[string]any{"type": "json_object"}), option.WithJSONSet("temperature", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if ch := comp.Choices[0]; ch.FinishReason == "stop" && json.Unmarshal([]byte(ch.Text), &obj) != nil || ch.FinishReason != "stop" && ch.FinishReason != "length" {
+			t.Fatalf("finish %q text %q", ch.FinishReason, ch.Text)
+		}
+	})
 	t.Run("json_schema cut by max_tokens", func(t *testing.T) {
 		res, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model:     clusterModel,
