@@ -23,6 +23,7 @@ type Vocab struct {
 	// no '"' or '\', complete UTF-8.
 	plain      []int32
 	plainRunes []int32
+	plainMask  []uint64 // plain as a bitset, for strings without maxLength
 }
 
 // trie is a byte trie in first-child/next-sibling form; node 0 is the root.
@@ -58,6 +59,10 @@ func NewVocab(pieces []string, eog []int32) *Vocab {
 		} else {
 			special = append(special, int32(id))
 		}
+	}
+	v.plainMask = make([]uint64, (len(pieces)+63)/64)
+	for _, id := range v.plain {
+		v.plainMask[id/64] |= 1 << (id % 64)
 	}
 	v.all = buildTrie(pieces, all)
 	v.special = buildTrie(pieces, special)
@@ -159,10 +164,17 @@ func (m *Matcher) Mask(v *Vocab, allow []uint64) bool {
 			if f.n.max >= 0 {
 				room = int32(f.n.max) - f.i
 			}
-			for k, id := range v.plain {
-				if room < 0 || v.plainRunes[k] <= room {
-					set(id)
-					any = true
+			if room < 0 {
+				for w, bits := range v.plainMask {
+					allow[w] |= bits
+				}
+				any = any || len(v.plain) > 0
+			} else {
+				for k, id := range v.plain {
+					if v.plainRunes[k] <= room {
+						set(id)
+						any = true
+					}
 				}
 			}
 			t = &v.special
