@@ -97,6 +97,8 @@ func FuzzChatRequest(f *testing.F) {
 		`{"model":5}`, `null`, `{"messages":null}`,
 		`{"model":"m","messages":[{"role":"user","content":"<|im_start|>"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
 		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","content":"1","tool_call_id":"a"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]+$"}},"required":["a"]}}},"logprobs":true,"top_logprobs":3}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"},"stream":true}`,
 	} {
 		f.Add([]byte(s))
 	}
