@@ -76,12 +76,21 @@ func (s *Sampler) SampleAllowed(logits []float32, history []int32, allow []uint6
 	}
 	m := s.masked[:n]
 	ninf := float32(math.Inf(-1))
+	first := int32(-1)
 	for i := range m {
 		if allow[i/64]&(1<<(i%64)) != 0 {
 			m[i] = vals[i]
+			if first < 0 {
+				first = int32(i)
+			}
 		} else {
 			m[i] = ninf
 		}
+	}
+	if best := argmax(m); m[best] != m[best] || math.IsInf(float64(m[best]), -1) {
+		// Every allowed logit is -Inf or NaN: argmax would pick a token
+		// outside the mask; take the first allowed one.
+		return max(first, 0)
 	}
 	return s.sampleVals(m)
 }
