@@ -35,6 +35,7 @@ type forward struct {
 	logitRows                []float32
 	logits                   []float32
 	out                      [][]float32    // run's result, reused
+	groups                   []attnGroup    // attention's row groups this step
 	views                    []kvcache.View // appendKV's result, reused
 
 	// The attention step's parameters, set before each pool.Run of attnFn
@@ -42,6 +43,13 @@ type forward struct {
 	aj     attnJob
 	attnFn func(lo, hi int)
 }
+
+// attnBlock is how many consecutive rows of a chunk attention takes at once:
+// they read each K and V page once for all of them (kernels.Dots4F16).
+const attnBlock = 4
+
+// attnGroup is up to attnBlock consecutive rows of one chunk, from row.
+type attnGroup struct{ row, n int }
 
 // attnJob is one layer's attention over the batch, shared by the pool's threads.
 type attnJob struct {
@@ -56,6 +64,9 @@ type attnJob struct {
 type attnScratch struct {
 	q16    []uint16
 	qf     []float32 // q16 as float32
+	q16x4  []uint16  // attend4: 4 rows' queries
+	qf4    []float32
+	s4     [attnBlock][]float32 // attend4: each row's scores
 	scores []float32
 	w16    []uint16 // softmax weights rounded to half
 }
@@ -69,6 +80,11 @@ func newForward(m *Model, pool *kernels.Pool) *forward {
 	for i := range fw.slot {
 		fw.slot[i].q16 = make([]uint16, m.Hyper.HeadDim)
 		fw.slot[i].qf = make([]float32, m.Hyper.HeadDim)
+		fw.slot[i].q16x4 = make([]uint16, attnBlock*m.Hyper.HeadDim)
+		fw.slot[i].qf4 = make([]float32, attnBlock*m.Hyper.HeadDim)
+		for j := range fw.slot[i].s4 {
+			fw.slot[i].s4[j] = make([]float32, 0, ctx)
+		}
 		fw.slot[i].scores = make([]float32, 0, ctx)
 		fw.slot[i].w16 = make([]uint16, 0, ctx)
 	}
@@ -111,6 +127,15 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 	}
 	fw.rowPos, fw.rowChunk = fw.rowPos[:T], fw.rowChunk[:T]
 
+	// Attention takes a chunk's rows in groups of 4 (blockSize) that share
+	// their keys but the last few.
+	fw.groups = fw.groups[:0]
+	for r, c := 0, 0; c < len(chunks); c++ {
+		for j := 0; j < len(chunks[c].tokens); j += attnBlock {
+			fw.groups = append(fw.groups, attnGroup{row: r + j, n: min(attnBlock, len(chunks[c].tokens)-j)})
+		}
+		r += len(chunks[c].tokens)
+	}
 	r := 0
 	for ci, c := range chunks {
 		for j, tok := range c.tokens {
@@ -309,36 +334,120 @@ func (fw *forward) attention(l int, chunks []*chunk, views []kvcache.View, T int
 		window = h.Window
 	}
 	fw.aj = attnJob{chunks: chunks, views: views, qd: qd, hd: hd, kvd: kvd,
-		group: group, window: window, items: T * h.Heads, scale: scale}
+		group: group, window: window, items: len(fw.groups) * h.Heads, scale: scale}
 	fw.pool.Run(len(fw.slot), fw.attnFn)
 	fw.aj.chunks, fw.aj.views = nil, nil
 }
 
-// attendSlots computes the (row, head) pairs of fw.aj for scratch slots
-// [lo,hi): slot s takes items s, s+nslot, ...
+// attendSlots computes the (row group, head) pairs of fw.aj for scratch slots
+// [lo,hi): slot s takes items s, s+nslot, ... A full group outside a sliding
+// window goes through attend4; every other row through attend. Both compute
+// each row exactly as attend alone would.
 func (fw *forward) attendSlots(lo, hi int) {
 	h, a := fw.m.Hyper, &fw.aj
 	nslot := len(fw.slot)
 	for s := lo; s < hi; s++ {
 		sc := &fw.slot[s]
 		for it := s; it < a.items; it += nslot {
-			r, head := it/h.Heads, it%h.Heads
-			out := fw.att[r*a.qd+head*a.hd : r*a.qd+(head+1)*a.hd]
-			clear(out)
-			c := a.chunks[fw.rowChunk[r]]
+			g, head := fw.groups[it/h.Heads], it%h.Heads
+			c := a.chunks[fw.rowChunk[g.row]]
+			var outs [attnBlock][]float32
+			for i := range g.n {
+				r := g.row + i
+				outs[i] = fw.att[r*a.qd+head*a.hd : r*a.qd+(head+1)*a.hd]
+				clear(outs[i])
+			}
 			if c.err != nil {
 				continue
 			}
-			// causal: positions t0..pos, t0 > 0 only inside a window
-			pos := fw.rowPos[r]
-			t0 := 0
-			if a.window > 0 {
-				t0 = max(0, pos-a.window+1)
+			view := &a.views[fw.rowChunk[g.row]]
+			koff := head / a.group * a.hd
+			if g.n == attnBlock && a.window == 0 {
+				for i := range attnBlock {
+					r := g.row + i
+					q16 := sc.q16x4[i*a.hd : (i+1)*a.hd]
+					kernels.F32ToF16s(q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+					kernels.F16ToF32s(sc.qf4[i*a.hd:(i+1)*a.hd], q16)
+				}
+				sc.attend4(&outs, view, fw.rowPos[g.row], koff, a.kvd, a.scale, h.AttnSoftCap)
+				continue
 			}
-			kernels.F32ToF16s(sc.q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
-			kernels.F16ToF32s(sc.qf, sc.q16)
-			sc.attend(out, &a.views[fw.rowChunk[r]], t0, pos+1, head/a.group*a.hd, a.kvd, a.scale, h.AttnSoftCap)
+			for i := range g.n {
+				r := g.row + i
+				// causal: positions t0..pos, t0 > 0 only inside a window
+				pos := fw.rowPos[r]
+				t0 := 0
+				if a.window > 0 {
+					t0 = max(0, pos-a.window+1)
+				}
+				kernels.F32ToF16s(sc.q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+				kernels.F16ToF32s(sc.qf, sc.q16)
+				sc.attend(outs[i], view, t0, pos+1, koff, a.kvd, a.scale, h.AttnSoftCap)
+			}
 		}
+	}
+}
+
+// attend4 is attend for 4 consecutive rows at positions p0..p0+3 with no
+// window: keys [0, p0] are shared and go through the 4-row kernels page by
+// page; row i's last i keys, and every softmax, are its own. Each row's scores
+// and value sums see the same operations in the same order as attend's.
+func (sc *attnScratch) attend4(outs *[attnBlock][]float32, view *kvcache.View, p0, koff, kvd int, scale, softCap float32) {
+	hd := len(outs[0])
+	n0 := p0 + 1 // keys every row reads
+	var sco [attnBlock][]float32
+	for i := range attnBlock {
+		if cap(sc.s4[i]) < n0+i {
+			sc.s4[i] = make([]float32, n0+i, 2*(n0+i))
+		}
+		sco[i] = sc.s4[i][:n0+i]
+	}
+	last := n0 + attnBlock - 1
+	var part [attnBlock][]float32
+	for p, t := 0, 0; t < last; p++ {
+		pl := view.PageLen(p)
+		kp := view.KPage(p)
+		if e := min(t+pl, n0); e > t {
+			for i := range part {
+				part[i] = sco[i][t:e]
+			}
+			kernels.Dots4F16(&part, sc.q16x4, sc.qf4, kp[koff:], kvd, hd, scale)
+		}
+		for i := 1; i < attnBlock; i++ {
+			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
+				kernels.DotsF16(sco[i][a:b], sc.q16x4[i*hd:(i+1)*hd], sc.qf4[i*hd:(i+1)*hd], kp[(a-t)*kvd+koff:], kvd, scale)
+			}
+		}
+		t += pl
+	}
+	for i := range attnBlock {
+		if softCap != 0 {
+			kernels.SoftCap(sco[i], softCap)
+		}
+		kernels.Softmax(sco[i])
+		// llama.cpp rounds the weights to half before they weight V.
+		if cap(sc.w16) < len(sco[i]) {
+			sc.w16 = make([]uint16, len(sco[i]), 2*len(sco[i]))
+		}
+		w16 := sc.w16[:len(sco[i])]
+		kernels.F32ToF16s(w16, sco[i])
+		kernels.F16ToF32s(sco[i], w16)
+	}
+	for p, t := 0, 0; t < last; p++ {
+		pl := view.PageLen(p)
+		vp := view.VPage(p)
+		if e := min(t+pl, n0); e > t {
+			for i := range part {
+				part[i] = sco[i][t:e]
+			}
+			kernels.Axpys4F16(outs, &part, vp[koff:], kvd)
+		}
+		for i := 1; i < attnBlock; i++ {
+			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
+				kernels.AxpysF16(outs[i], sco[i][a:b], vp[(a-t)*kvd+koff:], kvd)
+			}
+		}
+		t += pl
 	}
 }
 

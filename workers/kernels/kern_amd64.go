@@ -119,3 +119,9 @@ func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
 func readSumAVX(p *byte, n int) uint64
+
+//go:noescape
+func dots4F16AVX(o0, o1, o2, o3 *float32, q *float32, k *uint16, kstride uintptr, nk int, hd int, scale float32)
+
+//go:noescape
+func axpys4F16AVX(d0, d1, d2, d3 *float32, w0, w1, w2, w3 *float32, v *uint16, vstride uintptr, nk int, hd int)

@@ -163,3 +163,132 @@ axs8k:
 axsdone:
 	VZEROUPPER
 	RET
+
+// func dots4F16AVX(o0, o1, o2, o3 *float32, q *float32, k *uint16, kstride uintptr, nk int, hd int, scale float32)
+// Four queries (q + i*hd floats) against nk keys: oi[j] = dot(q_i, key j) *
+// scale, each dot in dotF16AVX's order; every key chunk is converted once for
+// the four queries.
+TEXT ·dots4F16AVX(SB), NOSPLIT, $0-76
+	MOVQ o0+0(FP), DI
+	MOVQ o1+8(FP), R12
+	MOVQ o2+16(FP), R13
+	MOVQ o3+24(FP), R14
+	MOVQ q+32(FP), SI
+	MOVQ k+40(FP), R8
+	MOVQ kstride+48(FP), BX
+	MOVQ nk+56(FP), CX
+	MOVQ hd+64(FP), DX
+	VBROADCASTSS scale+72(FP), X15
+	LEAQ (SI)(DX*4), R9
+	LEAQ (R9)(DX*4), R10
+	LEAQ (R10)(DX*4), R11
+	SHRQ $3, DX
+	TESTQ CX, CX
+	JZ    d4done
+d4key:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ DX, R15
+d4c:
+	VCVTPH2PS (R8)(AX*1), Y8
+	VFMADD231PS (SI)(AX*2), Y8, Y0
+	VFMADD231PS (R9)(AX*2), Y8, Y1
+	VFMADD231PS (R10)(AX*2), Y8, Y2
+	VFMADD231PS (R11)(AX*2), Y8, Y3
+	ADDQ $16, AX
+	DECQ R15
+	JNZ  d4c
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMULPS X15, X0, X0
+	VMOVSS X0, (DI)
+	VEXTRACTPS $1, X0, (R12)
+	VEXTRACTPS $2, X0, (R13)
+	VEXTRACTPS $3, X0, (R14)
+	ADDQ $4, DI
+	ADDQ $4, R12
+	ADDQ $4, R13
+	ADDQ $4, R14
+	ADDQ BX, R8
+	DECQ CX
+	JNZ  d4key
+d4done:
+	VZEROUPPER
+	RET
+
+// func axpys4F16AVX(d0, d1, d2, d3 *float32, w0, w1, w2, w3 *float32, v *uint16, vstride uintptr, nk int, hd int)
+// di[x] += wi[j]*v[j][x] for j < nk in order, x < hd (a multiple of 16), four
+// outputs sharing each converted V chunk; 16 dimensions at a time.
+TEXT ·axpys4F16AVX(SB), NOSPLIT, $0-96
+	MOVQ v+64(FP), R8
+	MOVQ vstride+72(FP), BX
+	MOVQ nk+80(FP), CX
+	MOVQ hd+88(FP), DX
+	XORQ R15, R15 // dimension offset in bytes of f32
+	TESTQ CX, CX
+	JZ    a4done
+a4blk:
+	CMPQ DX, $16
+	JLT  a4done
+	MOVQ d0+0(FP), DI
+	MOVQ d1+8(FP), R12
+	MOVQ d2+16(FP), R13
+	MOVQ d3+24(FP), R14
+	VMOVUPS (DI)(R15*1), Y0
+	VMOVUPS 32(DI)(R15*1), Y1
+	VMOVUPS (R12)(R15*1), Y2
+	VMOVUPS 32(R12)(R15*1), Y3
+	VMOVUPS (R13)(R15*1), Y4
+	VMOVUPS 32(R13)(R15*1), Y5
+	VMOVUPS (R14)(R15*1), Y6
+	VMOVUPS 32(R14)(R15*1), Y7
+	MOVQ R15, R9
+	SHRQ $1, R9
+	ADDQ R8, R9 // this block of key 0's values
+	MOVQ w0+32(FP), SI
+	MOVQ w1+40(FP), R10
+	MOVQ w2+48(FP), R11
+	MOVQ w3+56(FP), AX
+a4k:
+	VCVTPH2PS (R9), Y8
+	VCVTPH2PS 16(R9), Y9
+	VBROADCASTSS (SI), Y10
+	VBROADCASTSS (R10), Y11
+	VBROADCASTSS (R11), Y12
+	VBROADCASTSS (AX), Y13
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y1
+	VFMADD231PS Y11, Y8, Y2
+	VFMADD231PS Y11, Y9, Y3
+	VFMADD231PS Y12, Y8, Y4
+	VFMADD231PS Y12, Y9, Y5
+	VFMADD231PS Y13, Y8, Y6
+	VFMADD231PS Y13, Y9, Y7
+	ADDQ $4, SI
+	ADDQ $4, R10
+	ADDQ $4, R11
+	ADDQ $4, AX
+	ADDQ BX, R9
+	DECQ CX
+	JNZ  a4k
+	MOVQ nk+80(FP), CX
+	VMOVUPS Y0, (DI)(R15*1)
+	VMOVUPS Y1, 32(DI)(R15*1)
+	VMOVUPS Y2, (R12)(R15*1)
+	VMOVUPS Y3, 32(R12)(R15*1)
+	VMOVUPS Y4, (R13)(R15*1)
+	VMOVUPS Y5, 32(R13)(R15*1)
+	VMOVUPS Y6, (R14)(R15*1)
+	VMOVUPS Y7, 32(R14)(R15*1)
+	ADDQ $64, R15
+	SUBQ $16, DX
+	JMP  a4blk
+a4done:
+	VZEROUPPER
+	RET

@@ -47,3 +47,9 @@ func axpysF16AVX(*float32, *float32, *uint16, uintptr, int, int)         { panic
 func dot4x4F32Z(*byte, uintptr, *float32, uintptr, int, *[16]float32)    { panic("kernels: no asm") }
 func dot4x1F32Z(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
 func readSumAVX(*byte, int) uint64                                       { panic("kernels: no asm") }
+func dots4F16AVX(*float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int, float32) {
+	panic("kernels: no asm")
+}
+func axpys4F16AVX(*float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int) {
+	panic("kernels: no asm")
+}

@@ -204,3 +204,50 @@ func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
 		AxpyF16(dst, a, v[j*stride:j*stride+hd])
 	}
 }
+
+// Dots4F16 is DotsF16 for four queries against the same keys: out[i][j] =
+// DotF16(q[i*hd:(i+1)*hd], key j) * scale for j < len(out[0]) (all four the
+// same length), bitwise what four DotsF16 calls give; each key is converted
+// once for the four. q holds the queries as half, qf the same as float32.
+func Dots4F16(out *[4][]float32, q []uint16, qf []float32, k []uint16, stride, hd int, scale float32) {
+	nk := len(out[0])
+	if nk == 0 || hd == 0 {
+		return
+	}
+	_ = k[(nk-1)*stride+hd-1]
+	for i := range out {
+		if len(out[i]) != nk {
+			panic("kernels: Dots4F16 rows of different lengths")
+		}
+	}
+	if useAsm && hd%8 == 0 {
+		_ = qf[4*hd-1]
+		dots4F16AVX(&out[0][0], &out[1][0], &out[2][0], &out[3][0], &qf[0], &k[0], uintptr(stride*2), nk, hd, scale)
+		return
+	}
+	for i := range out {
+		DotsF16(out[i], q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, scale)
+	}
+}
+
+// Axpys4F16 is AxpysF16 for four outputs sharing the values: dst[i][x] +=
+// w[i][j]*half(v[j*stride+x]), key after key, bitwise four AxpysF16 calls.
+func Axpys4F16(dst, w *[4][]float32, v []uint16, stride int) {
+	nk, hd := len(w[0]), len(dst[0])
+	if nk == 0 || hd == 0 {
+		return
+	}
+	_ = v[(nk-1)*stride+hd-1]
+	for i := range dst {
+		if len(dst[i]) != hd || len(w[i]) != nk {
+			panic("kernels: Axpys4F16 rows of different lengths")
+		}
+	}
+	if useAsm && hd%16 == 0 {
+		axpys4F16AVX(&dst[0][0], &dst[1][0], &dst[2][0], &dst[3][0], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &v[0], uintptr(stride*2), nk, hd)
+		return
+	}
+	for i := range dst {
+		AxpysF16(dst[i], w[i], v, stride)
+	}
+}

@@ -344,3 +344,53 @@ func TestReadBandwidth(t *testing.T) {
 		t.Fatalf("bandwidth %g", bw)
 	}
 }
+
+// TestPageKernels4 checks Dots4F16 and Axpys4F16 bitwise against the one-query
+// kernels.
+func TestPageKernels4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	for _, hd := range []int{16, 64, 72, 128, 20} {
+		for _, nk := range []int{1, 5, 16} {
+			stride := hd*2 + 16
+			q := halves(rng, 4*hd)
+			qf := make([]float32, 4*hd)
+			F16ToF32s(qf, q)
+			k := halves(rng, nk*stride)
+			var got, w, dst [4][]float32
+			for i := range got {
+				got[i] = make([]float32, nk)
+				w[i] = make([]float32, nk)
+				dst[i] = make([]float32, hd)
+				for j := range w[i] {
+					w[i][j] = float32(rng.Float64())
+				}
+				for x := range dst[i] {
+					dst[i][x] = float32(rng.NormFloat64())
+				}
+			}
+			Dots4F16(&got, q, qf, k, stride, hd, 0.125)
+			want := make([]float32, nk)
+			for i := range got {
+				DotsF16(want, q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, 0.125)
+				for j := range want {
+					if math.Float32bits(got[i][j]) != math.Float32bits(want[j]) {
+						t.Fatalf("hd %d nk %d: dots4[%d][%d] %g != %g", hd, nk, i, j, got[i][j], want[j])
+					}
+				}
+			}
+			var ref [4][]float32
+			for i := range ref {
+				ref[i] = append([]float32(nil), dst[i]...)
+				AxpysF16(ref[i], w[i], k, stride)
+			}
+			Axpys4F16(&dst, &w, k, stride)
+			for i := range dst {
+				for x := range dst[i] {
+					if math.Float32bits(dst[i][x]) != math.Float32bits(ref[i][x]) {
+						t.Fatalf("hd %d nk %d: axpys4[%d][%d] %g != %g", hd, nk, i, x, dst[i][x], ref[i][x])
+					}
+				}
+			}
+		}
+	}
+}
