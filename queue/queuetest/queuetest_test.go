@@ -36,7 +36,7 @@ func TestWaitGoroutines(t *testing.T) {
 		{"one left", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := Goroutines()
+			before := settled(t)
 			stop := make(chan struct{})
 			done := make(chan struct{})
 			go func() { <-stop; close(done) }()
@@ -57,4 +57,25 @@ func TestWaitGoroutines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// settled returns the goroutine count once it has stopped changing, so
+// goroutines still winding down from an earlier test (a NATS server's) cannot
+// hide the one this test leaves behind.
+func settled(t *testing.T) int {
+	t.Helper()
+	n, same := Goroutines(), 0
+	for deadline := time.Now().Add(10 * time.Second); same < 5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutine count never settled (last %d)", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+		m := Goroutines()
+		if m == n {
+			same++
+		} else {
+			n, same = m, 0
+		}
+	}
+	return n
 }
