@@ -234,3 +234,39 @@ func TestParseAllocationIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestEvictKeepsData: evicting a mapped tensor's pages only drops them from
+// memory; reading again gives the same bytes. Evicting memory-backed data
+// (a file parsed from memory) does nothing.
+func TestEvictKeepsData(t *testing.T) {
+	f, err := Open(refdata.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, ti := range f.Tensors {
+		_, data, err := f.Tensor(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := append([]byte(nil), data...)
+		f.Evict(data)
+		if !bytes.Equal(before, data) {
+			t.Fatalf("tensor %s changed after Evict", ti.Name)
+		}
+	}
+	b, err := os.ReadFile(refdata.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, data, _ := mem.Tensor(mem.Tensors[len(mem.Tensors)-1].Name)
+	before := append([]byte(nil), data...)
+	mem.Evict(data)
+	if !bytes.Equal(before, data) {
+		t.Fatal("Evict changed memory-backed data")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // Sentinel errors. Every error from this package wraps one of them.
@@ -121,6 +122,27 @@ func Open(path string) (*File, error) {
 	}
 	f.mapped = m
 	return f, nil
+}
+
+// Evict tells the kernel that the mapped pages wholly inside b (tensor data of
+// this file) are not needed for now, so they leave the process's resident
+// set; a later read faults them back in from the file, unchanged. It does
+// nothing for a file parsed from memory, or for b outside the mapping.
+func (f *File) Evict(b []byte) {
+	if f.mapped == nil || len(b) == 0 {
+		return
+	}
+	base := uintptr(unsafe.Pointer(&f.mapped[0]))
+	p := uintptr(unsafe.Pointer(&b[0]))
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(f.mapped)) {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	lo := (p - base + page - 1) / page * page
+	hi := (p - base + uintptr(len(b))) / page * page
+	if hi > lo {
+		_ = syscall.Madvise(f.mapped[lo:hi], syscall.MADV_DONTNEED)
+	}
 }
 
 // Close unmaps the file. Tensor data obtained from it must not be used after.

@@ -179,6 +179,11 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 	if err != nil {
 		l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
 	}
+	if m.Packed() {
+		// The products read the interleaved copy; the mapped original (read
+		// once to make it, and by embedding lookups) need not stay resident.
+		l.f.Evict(data)
+	}
 	return m
 }
 

@@ -47,6 +47,10 @@ func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 	return m, nil
 }
 
+// Packed reports whether the matrix products read an interleaved copy of the
+// weights made at construction rather than Data (Row still reads Data).
+func (m Matrix) Packed() bool { return m.pack != nil }
+
 // rowSize is the bytes per row; m must have come from NewMatrix.
 func (m Matrix) rowSize() int { return m.Cols / m.Type.BlockSize() * m.Type.TypeSize() }
 
