@@ -27,7 +27,7 @@ func commands() []command {
 		{"chat", "chat templates: `chat render` prints a conversation as a model's template renders it", runChat},
 		{"generate", "generate text from a prompt with a GGUF model", runGenerate},
 		{"models", "model tools: `models synth|pull|list`", runModels},
-		{"bench", "benchmarks: `bench engine` measures prefill and decode tokens/s", runBench},
+		{"bench", "benchmarks: `bench engine` (prefill/decode tokens/s), `bench serve` (streams against a live edge)", runBench},
 		{"dev", "run everything in one process: NATS, edge, a worker per model, Redis", runDev},
 		{"edge", "run the HTTP edge (Workers AI and OpenAI APIs)", runEdgeCmd},
 		{"worker", "run a worker that serves jobs from NATS on the engine", runWorkerCmd},
