@@ -114,14 +114,14 @@ func (d *StreamDecoder) Next(id int32) string {
 		}
 	}
 	d.pending = d.clean.write(d.pending, p)
-	return d.emit(false)
+	return d.emit(false, p)
 }
 
 // Flush returns whatever is still held back; the decoder then starts over as
 // if new (the next id is again a first piece).
 func (d *StreamDecoder) Flush() string {
 	d.pending = d.clean.flush(d.pending)
-	s := d.emit(true)
+	s := d.emit(true, "")
 	d.first = true
 	return s
 }
@@ -139,7 +139,9 @@ func (d *StreamDecoder) piece(id int32) string {
 
 // emit returns the longest valid UTF-8 prefix of pending, replacing bytes that
 // can never start a valid sequence by U+FFFD; at end every byte is final.
-func (d *StreamDecoder) emit(end bool) string {
+// When that is exactly piece (the usual case: a whole piece, nothing held
+// back), piece itself is returned, so a decode step allocates no string.
+func (d *StreamDecoder) emit(end bool, piece string) string {
 	d.out = d.out[:0]
 	b := d.pending
 	i := 0
@@ -161,6 +163,9 @@ func (d *StreamDecoder) emit(end bool) string {
 		i += n
 	}
 	d.pending = append(d.pending[:0], b[i:]...)
+	if string(d.out) == piece {
+		return piece
+	}
 	return string(d.out)
 }
 
