@@ -113,8 +113,8 @@ func (l *loader) layer(L *Layer, p string, h Hyper) {
 	kv, qd := h.KVDim(), h.QDim()
 	L.AttnNorm = l.vector(p+"attn_norm.weight", h.Embd)
 	if h.FusedQKV {
-		qkv := l.matrix(p+"attn_qkv.weight", qd+2*kv, h.Embd)
-		L.Q, L.K, L.V = l.rows(qkv, 0, qd), l.rows(qkv, qd, qd+kv), l.rows(qkv, qd+kv, qd+2*kv)
+		qkv := l.fused(p+"attn_qkv.weight", h.Embd, qd, kv, kv)
+		L.Q, L.K, L.V = qkv[0], qkv[1], qkv[2]
 	} else {
 		L.Q = l.matrix(p+"attn_q.weight", qd, h.Embd)
 		L.K = l.matrix(p+"attn_k.weight", kv, h.Embd)
@@ -133,8 +133,8 @@ func (l *loader) layer(L *Layer, p string, h Hyper) {
 	L.FFNNorm = l.vector(p+"ffn_norm.weight", h.Embd)
 	if h.FusedQKV {
 		// ffn_up holds the gate rows, then the up rows (llama.cpp's SwiGLU split).
-		up := l.matrix(p+"ffn_up.weight", 2*h.FFN, h.Embd)
-		L.Gate, L.Up = l.rows(up, 0, h.FFN), l.rows(up, h.FFN, 2*h.FFN)
+		up := l.fused(p+"ffn_up.weight", h.Embd, h.FFN, h.FFN)
+		L.Gate, L.Up = up[0], up[1]
 	} else {
 		L.Gate = l.matrix(p+"ffn_gate.weight", h.FFN, h.Embd)
 		L.Up = l.matrix(p+"ffn_up.weight", h.FFN, h.Embd)
@@ -159,47 +159,52 @@ func (l *loader) fail(err error) {
 }
 
 func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
+	return l.fused(name, cols, rows)[0]
+}
+
+// fused reads a matrix whose rows stack several parts (phi3's attn_qkv and
+// gate|up; a plain matrix is one part) and returns one Matrix per part, each
+// over its own row range of the mapping. Every output element of a matrix
+// product depends on its own weight row only, so the parts compute exactly
+// what the fused product would; each part is built (and repacked) once.
+func (l *loader) fused(name string, cols int, parts ...int) []kernels.Matrix {
+	out := make([]kernels.Matrix, len(parts))
 	if l.err != nil {
-		return kernels.Matrix{}
+		return out
+	}
+	rows := 0
+	for _, n := range parts {
+		rows += n
 	}
 	info, data, err := l.f.Tensor(name)
 	if err != nil {
 		l.fail(fmt.Errorf("%w: %v", ErrBadModel, err))
-		return kernels.Matrix{}
+		return out
 	}
 	if len(info.Shape) != 2 || info.Shape[0] != uint64(cols) || info.Shape[1] != uint64(rows) {
 		l.fail(fmt.Errorf("%w: tensor %s has shape %v, want [%d %d]", ErrBadModel, name, info.Shape, cols, rows))
-		return kernels.Matrix{}
+		return out
 	}
 	if !info.Type.Supported() {
 		l.fail(&gguf.UnsupportedTypeError{Tensor: name, Type: info.Type})
-		return kernels.Matrix{}
+		return out
 	}
-	m, err := kernels.NewMatrix(info.Type, rows, cols, data)
-	if err != nil {
-		l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
+	rs := len(data) / rows
+	packed := false
+	for i, lo := 0, 0; i < len(parts); lo, i = lo+parts[i], i+1 {
+		m, err := kernels.NewMatrix(info.Type, parts[i], cols, data[lo*rs:(lo+parts[i])*rs])
+		if err != nil {
+			l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
+			return out
+		}
+		out[i], packed = m, packed || m.Packed()
 	}
-	if m.Packed() {
+	if packed {
 		// The products read the interleaved copy; the mapped original (read
 		// once to make it, and by embedding lookups) need not stay resident.
 		l.f.Evict(data)
 	}
-	return m
-}
-
-// rows returns rows [lo,hi) of m, sharing its data: a fused matrix's parts.
-// Every output element of a matrix product depends on its own weight row only,
-// so the parts compute exactly what the fused product would.
-func (l *loader) rows(m kernels.Matrix, lo, hi int) kernels.Matrix {
-	if l.err != nil {
-		return kernels.Matrix{}
-	}
-	rs := len(m.Data) / m.Rows
-	part, err := kernels.NewMatrix(m.Type, hi-lo, m.Cols, m.Data[lo*rs:hi*rs])
-	if err != nil {
-		l.fail(fmt.Errorf("%w: %v", ErrBadModel, err))
-	}
-	return part
+	return out
 }
 
 // vector reads a small 1-D tensor (norm weights, biases) into float32s.
