@@ -24,6 +24,7 @@ func TestJobRoundTrip(t *testing.T) {
 			Sampling: Sampling{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05, RepetitionPenalty: 1.1,
 				FrequencyPenalty: -0.5, PresencePenalty: 0.5, Seed: 1<<64 - 1},
 			Stop: []string{"\n\n", "END"}, RejectIfBusy: true, Async: true, Reply: "bulkhead.reply.req-1", Deadline: dl,
+			Weight: 2.5,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,12 +53,21 @@ func TestDecodeJobRefuses(t *testing.T) {
 		{"zero max tokens", `{"id":"a","tenant":"t","model":"m","max_tokens":0,"reply":"r","deadline":"2030-01-01T00:00:00Z"}`},
 		{"no reply, not async", `{"id":"a","tenant":"t","model":"m","max_tokens":1,"deadline":"2030-01-01T00:00:00Z"}`},
 		{"no deadline", `{"id":"a","tenant":"t","model":"m","max_tokens":1,"reply":"r"}`},
+		{"negative weight", `{"id":"a","tenant":"t","model":"m","max_tokens":1,"reply":"r","deadline":"2030-01-01T00:00:00Z","weight":-1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := DecodeJob([]byte(tc.in)); !errors.Is(err, ErrBadMessage) {
 				t.Errorf("DecodeJob(%s) = %v, want ErrBadMessage", tc.in, err)
 			}
 		})
+	}
+}
+
+func TestSchedWeight(t *testing.T) {
+	for _, tc := range []struct{ weight, want float64 }{{0, 1}, {1, 1}, {0.5, 0.5}, {3, 3}} {
+		if got := (&Job{Weight: tc.weight}).SchedWeight(); got != tc.want {
+			t.Errorf("Weight %v: SchedWeight %v, want %v", tc.weight, got, tc.want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -68,6 +69,19 @@ type Job struct {
 	// TopLogprobs (0 to 20) most likely alternatives.
 	Logprobs    bool `json:"logprobs,omitempty"`
 	TopLogprobs int  `json:"top_logprobs,omitempty"`
+	// Weight is the tenant's scheduling weight (its tenant class, see
+	// docs/fairness.md): a worker's fair scheduler gives a tenant of weight
+	// 2 twice the service of one of weight 1 when both wait. Only the edge
+	// sets it, from the class of the verified tenant; 0 means 1.
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// SchedWeight is the job's scheduling weight: Weight, or 1 when unset.
+func (j *Job) SchedWeight() float64 {
+	if j.Weight == 0 {
+		return 1
+	}
+	return j.Weight
 }
 
 // TokenLogprob is one token's log-probability on a token frame, with the
@@ -120,6 +134,8 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("%w: job %s has no reply subject", ErrBadMessage, j.ID)
 	case j.Deadline.IsZero():
 		return fmt.Errorf("%w: job %s has no deadline", ErrBadMessage, j.ID)
+	case j.Weight < 0 || math.IsNaN(j.Weight) || math.IsInf(j.Weight, 0):
+		return fmt.Errorf("%w: job %s weight %v", ErrBadMessage, j.ID, j.Weight)
 	}
 	return j.validateSegments()
 }
