@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,23 +17,19 @@ import (
 // pulled and verified and the answer streamed, or an error frame, or nothing
 // (the job already ended, or another worker holds it).
 func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
-	ctx, log, endDelivery := w.startDelivery(ctx, model, msg)
-	defer endDelivery()
-	log = log.With("role", RoleDecode)
+	ctx, d := w.startDelivery(ctx, res, model, eng, msg)
+	defer d.record()
+	d.log = d.log.With("role", RoleDecode)
 	h, err := queue.DecodeHandover(msg.Data())
 	if err != nil {
-		w.refuseUndecodable(log, msg, err)
+		d.refuseUndecodable(err)
 		return
 	}
-	job := &h.Job
-	jobAttributes(ctx, job)
-	log = log.With("job", job.ID, "tenant", job.Tenant)
-	kctx := context.WithoutCancel(ctx)
-	rp := w.claim(kctx, log, res, job, model, msg)
-	if rp == nil {
+	d.decoded(ctx, &h.Job)
+	if !d.claim(ctx) {
 		return
 	}
-	w.decode(ctx, kctx, log, res, rp, h, eng, msg)
+	d.decode(ctx, h)
 }
 
 // decode admits the job again with its own tokenizer, verifies the manifest
@@ -43,111 +38,119 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 // resumes the request and streams it. Any failure frees the sequence and
 // ends the job with an error; no path leads from a failed or partial
 // transfer to Resume.
-func (w *Worker) decode(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
-	h *queue.Handover, eng *engine.Engine, msg jetstream.Msg) {
-	job := &h.Job
-	rctx, abort, release := jobContext(ctx, job)
+func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
+	rctx, abort, release := jobContext(ctx, d.job)
 	defer release()
-	end := func(kind queue.ErrorKind, text string) {
-		w.fail(kctx, log, rp, kind, text)
-		w.settle(log, msg.Ack())
-	}
-	sub, cancelled, err := w.watchCancel(kctx, log, res, job, abort)
+	sub, cancelled, err := d.watchCancel(ctx, abort)
 	if err != nil {
-		end(queue.ErrKindInternal, "KV handoff failed: subscribing to cancel: "+err.Error())
+		d.end(ctx, queue.ErrKindInternal, "KV handoff failed: subscribing to cancel: "+err.Error())
 		return
 	}
 	defer sub.Unsubscribe()
 	if cancelled {
-		end(queue.ErrKindAborted, "the request was cancelled")
+		d.end(ctx, queue.ErrKindAborted, "the request was cancelled")
 		return
 	}
-
-	req, ref := admit(job, eng)
-	if ref != nil {
-		end(ref.kind, ref.msg)
+	if !d.admit(ctx) {
 		return
 	}
 	// The prompt's KV comes from the manifest: the prefill worker used the
 	// tenant's prefix cache if the job asked; this engine neither looks up
 	// nor publishes. Its usage reports the prefill side's count, which comes
 	// from another node: bounded to the prompt this worker tokenized.
-	req.CachePrefix = false
-	cached := min(max(h.CachedTokens, 0), len(req.Prompt))
-	m, err := handoff.DecodeManifest(h.Manifest)
+	d.req.CachePrefix = false
+	cached := min(max(h.CachedTokens, 0), len(d.req.Prompt))
+	m, err := d.verifyManifest(h.Manifest)
 	if err != nil {
-		end(queue.ErrKindInternal, "KV handoff failed: "+err.Error())
+		d.end(ctx, queue.ErrKindInternal, "KV handoff failed: "+err.Error())
 		return
 	}
-	layout := eng.KV().Layout()
-	if err := m.Verify(handoff.Expect{
-		RequestID:     job.ID,
-		Tenant:        job.Tenant,
-		Model:         job.Model,
-		WeightsDigest: eng.Model().Digest,
-		PromptTokens:  req.Prompt,
-		Layout:        handoff.Layout(layout),
-		MaxPageBytes:  layout.PageBytes(layout.PageSize),
-	}); err != nil {
-		end(queue.ErrKindInternal, "KV handoff failed: "+err.Error())
-		return
-	}
-	seq, err := eng.NewSequenceFor(req)
+	seq, err := d.eng.NewSequenceFor(d.req)
 	switch {
 	case errors.Is(err, kvcache.ErrPoolExhausted):
 		// Busy, not broken: the sender waits StartTimeout for a taker.
-		log.Info("KV pool full; requeueing the hand-over", "err", err)
-		w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
+		d.log.Info("KV pool full; requeueing the hand-over", "err", err)
+		d.requeue(ctx, d.w.cfg.BusyDelay)
 		return
 	case err != nil:
-		end(classify(err, nil))
+		kind, text := classify(err, nil)
+		d.end(ctx, kind, text)
 		return
 	}
-
-	stopBeat := w.heartbeat(log, msg, rp)
-	_, fspan := w.startSpan(rctx, spanHandoffReceive, attrModel.String(job.Model), attrPages.Int(len(m.Pages)))
-	fetchStart, fetched := time.Now(), 0
-	for _, pg := range m.Pages {
-		fetched += pg.Bytes
-	}
-	rcfg := w.cfg.Handoff.Receiver
-	if rcfg.MaxPageBytes == 0 {
-		rcfg.MaxPageBytes = layout.PageBytes(layout.PageSize)
-	}
-	err = handoff.Fetch(rctx, w.nc, m, rcfg, func(i int, page []byte) error {
-		return seq.ImportVerified(i, page, m.Pages[i].Checksum)
-	})
-	stopBeat()
-	w.cfg.Metrics.handoff(job.Model, "receive", fetched, time.Since(fetchStart), err)
-	fspan.SetAttributes(attrBytes.Int(fetched))
-	endSpan(fspan, err)
-	if err != nil {
+	if err := d.fetchKV(rctx, m, seq); err != nil {
 		seq.Free()
-		end(decodeFailure(err, context.Cause(rctx)))
+		kind, text := decodeFailure(err, context.Cause(rctx))
+		d.end(ctx, kind, text)
 		return
 	}
 	// Every page named by the manifest arrived, matched its checksum and was
 	// imported: only now may the request run, and only from now on is it
 	// billed (a hand-over that failed is the platform's loss, not the tenant's).
-	rp.Started(len(req.Prompt), cached)
-	events, err := eng.Resume(rctx, req, seq, m.FirstToken)
+	d.rp.Started(len(d.req.Prompt), cached)
+	events, err := d.eng.Resume(rctx, d.req, seq, m.FirstToken)
 	if err != nil {
 		seq.Free()
-		end(classify(err, context.Cause(rctx)))
+		kind, text := classify(err, context.Cause(rctx))
+		d.end(ctx, kind, text)
 		return
 	}
-	w.stream(rctx, kctx, abort, log, rp, job, events, msg, false, cached, nil)
+	d.stream(rctx, abort, events, cached, nil)
 }
 
-// decodeFailure maps a failed transfer to an error kind and message.
+// verifyManifest decodes a hand-over's manifest and verifies it against what
+// this worker knows: the job, its own weights, the prompt it tokenized and
+// its pool's layout.
+func (d *delivery) verifyManifest(raw []byte) (*handoff.Manifest, error) {
+	m, err := handoff.DecodeManifest(raw)
+	if err != nil {
+		return nil, err
+	}
+	layout := d.eng.KV().Layout()
+	err = m.Verify(handoff.Expect{
+		RequestID:     d.job.ID,
+		Tenant:        d.job.Tenant,
+		Model:         d.job.Model,
+		WeightsDigest: d.eng.Model().Digest,
+		PromptTokens:  d.req.Prompt,
+		Layout:        handoff.Layout(layout),
+		MaxPageBytes:  layout.PageBytes(layout.PageSize),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// fetchKV pulls every page m names into seq, each checked against its
+// checksum on import, with the heartbeat running; it returns nil only when
+// all arrived.
+func (d *delivery) fetchKV(rctx context.Context, m *handoff.Manifest, seq *kvcache.Sequence) error {
+	stopBeat := d.heartbeat()
+	_, span := d.w.startSpan(rctx, spanHandoffReceive, attrModel.String(d.job.Model), attrPages.Int(len(m.Pages)))
+	start, fetched := time.Now(), 0
+	for _, pg := range m.Pages {
+		fetched += pg.Bytes
+	}
+	rcfg := d.w.cfg.Handoff.Receiver
+	if rcfg.MaxPageBytes == 0 {
+		layout := d.eng.KV().Layout()
+		rcfg.MaxPageBytes = layout.PageBytes(layout.PageSize)
+	}
+	err := handoff.Fetch(rctx, d.w.nc, m, rcfg, func(i int, page []byte) error {
+		return seq.ImportVerified(i, page, m.Pages[i].Checksum)
+	})
+	stopBeat()
+	d.w.cfg.Metrics.handoff(d.job.Model, "receive", fetched, time.Since(start), err)
+	span.SetAttributes(attrBytes.Int(fetched))
+	endSpan(span, err)
+	return err
+}
+
+// decodeFailure maps a failed transfer to an error kind and a message for
+// the client: the shared cascade, then the transfer's error.
 func decodeFailure(err, cause error) (queue.ErrorKind, string) {
-	switch {
-	case errors.Is(cause, errAborted):
-		return queue.ErrKindAborted, "the request was cancelled"
-	case errors.Is(cause, context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		return queue.ErrKindTimeout, "the request's deadline passed"
-	case errors.Is(cause, errShutdown):
-		return queue.ErrKindInternal, "KV handoff failed: worker shut down"
+	if kind, text, ok := ended(err, cause, "KV handoff failed: worker shut down"); ok {
+		return kind, text
 	}
 	return queue.ErrKindInternal, "KV handoff failed: " + err.Error()
 }

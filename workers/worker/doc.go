@@ -43,6 +43,13 @@
 // a cancel that landed between the claim and the subscription ends the job
 // with an aborted frame instead of running it for nobody.
 //
+// Each delivery of a message is a delivery (delivery.go): the job, its
+// reply stream (queue.Replier), its engine and its outcome, with one method
+// per step (claim, admit, begin, run or prefill or decode, stream, fail,
+// requeue). One refusal switch (delivery.refuse) ends a job its engine did
+// not take; one cascade (ended) classifies a job whose context ended, with
+// each role's own cases on top (classify, decodeFailure, handOverFailure).
+//
 // Observability (trace.go, metrics.go): each delivery continues the trace
 // its message headers carry, with queue.wait, worker.job, engine.prefill,
 // engine.decode and handoff.send/receive spans (a decode worker's spans sit

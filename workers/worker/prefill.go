@@ -4,70 +4,55 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
 )
 
-// prefill runs an admitted job's prompt on eng and hands the request and its
-// KV to a decode worker: it exports every page, builds the manifest, offers
-// the pages (subscribed before the hand-over is published), publishes the
-// hand-over on the decode stream and serves the transfer until the decode
+// prefill runs an admitted job's prompt on its engine and hands the request
+// and its KV to a decode worker: it exports every page, builds the manifest,
+// offers the pages (subscribed before the hand-over is published), publishes
+// the hand-over on the decode stream and serves the transfer until the decode
 // side is done. The prompt's pages go back to the pool however that ends.
 // If the hand-over fails before the decode side streamed anything, the
-// request ends with an error frame; msg is acked once the hand-over ended.
-func (w *Worker) prefill(ctx, kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier,
-	job *queue.Job, eng *engine.Engine, req engine.Request, msg jetstream.Msg) {
-	rctx, _, stop, ok := w.begin(ctx, kctx, log, res, rp, job, msg)
+// request ends with an error frame; the message is acked once the hand-over
+// ended.
+func (d *delivery) prefill(ctx context.Context) {
+	rctx, _, stop, ok := d.begin(ctx)
 	if !ok {
 		return
 	}
 	defer stop()
 
-	stopBeat := w.heartbeat(log, msg, rp)
-	pctx, pspan := w.startSpan(rctx, spanPrefill, attrModel.String(job.Model), attrInTokens.Int(len(req.Prompt)))
-	p, err := eng.Prefill(pctx, req)
+	stopBeat := d.heartbeat()
+	pctx, pspan := d.w.startSpan(rctx, spanPrefill, attrModel.String(d.job.Model), attrInTokens.Int(len(d.req.Prompt)))
+	p, err := d.eng.Prefill(pctx, d.req)
 	endSpan(pspan, err)
 	if err != nil {
 		stopBeat()
-		cause := context.Cause(rctx)
-		switch {
-		case errors.Is(err, engine.ErrQueueFull) && job.RejectIfBusy:
-			w.fail(kctx, log, rp, queue.ErrKindCapacity, "the model is busy and the request asked not to wait")
-			w.settle(log, msg.Ack())
-		case errors.Is(err, engine.ErrQueueFull):
-			w.requeue(kctx, log, rp, msg, w.cfg.BusyDelay)
-		case errors.Is(err, engine.ErrClosed), errors.Is(cause, errShutdown):
-			w.requeue(kctx, log, rp, msg, 0)
-		default:
-			kind, text := classify(err, cause)
-			w.fail(kctx, log, rp, kind, text)
-			w.settle(log, msg.Ack())
-		}
+		d.refuse(rctx, err)
 		return
 	}
-	rp.Started(p.PromptTokens, p.CachedTokens)
-	err = w.handOver(rctx, log, job, eng, req, p)
+	d.rp.Started(p.PromptTokens, p.CachedTokens)
+	err = d.handOver(rctx, p)
 	p.Release() // Serve has returned: nothing reads the pages any more
 	stopBeat()
 	if err != nil {
-		w.failHandOver(kctx, log, res, rp, job, err, context.Cause(rctx))
+		d.failHandOver(ctx, err, context.Cause(rctx))
 	} else {
-		deliveryOf(kctx).outcome = outcomeHandedOver
-		log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens, "cached_tokens", p.CachedTokens)
+		d.outcome = outcomeHandedOver
+		d.log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens, "cached_tokens", p.CachedTokens)
 	}
-	w.settle(log, msg.Ack())
+	d.settle(d.msg.Ack())
 }
 
 // handOver exports p's pages, offers them and publishes the hand-over, then
 // serves the transfer. It returns nil only when the decode side pulled every
 // page and said it is done.
-func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job, eng *engine.Engine, req engine.Request, p *engine.Prefilled) (err error) {
+func (d *delivery) handOver(rctx context.Context, p *engine.Prefilled) (err error) {
+	job, eng, w := d.job, d.eng, d.w
 	// The decode side's spans are children of the send span: the hand-over
 	// message carries its context.
 	rctx, span := w.startSpan(rctx, spanHandoffSend, attrModel.String(job.Model))
@@ -92,7 +77,7 @@ func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job
 		Tenant:        job.Tenant,
 		Model:         job.Model,
 		WeightsDigest: eng.Model().Digest,
-		Prompt:        req.Prompt,
+		Prompt:        d.req.Prompt,
 		FirstToken:    p.First,
 		Layout:        handoff.Layout(eng.KV().Layout()),
 	}, pages)
@@ -111,7 +96,7 @@ func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job
 		snd.Close()
 		return err
 	}
-	log.Debug("hand-over published", "transfer", m.TransferID, "pages", len(pages))
+	d.log.Debug("hand-over published", "transfer", m.TransferID, "pages", len(pages))
 	return snd.Serve(rctx)
 }
 
@@ -120,44 +105,44 @@ func (w *Worker) handOver(rctx context.Context, log *slog.Logger, job *queue.Job
 // current; if a decode worker claimed it since, it claims it back and fails
 // it only if nothing was streamed and it has not ended (a decode worker that
 // streamed, or its redelivery, ends the job itself).
-func (w *Worker) failHandOver(kctx context.Context, log *slog.Logger, res *queue.Results, rp *queue.Replier, job *queue.Job, err, cause error) {
-	log.Warn("KV hand-over failed", "err", err)
-	kind, text := handOverFailure(err, cause, false, w.cfg.Handoff.Sender)
-	ferr := rp.FailIfHeld(kctx, kind, text)
+func (d *delivery) failHandOver(ctx context.Context, err, cause error) {
+	kctx := context.WithoutCancel(ctx)
+	d.log.Warn("KV hand-over failed", "err", err)
+	kind, text := handOverFailure(err, cause, false, d.w.cfg.Handoff.Sender)
+	ferr := d.rp.FailIfHeld(kctx, kind, text)
 	if !errors.Is(ferr, queue.ErrLostClaim) {
 		if !errors.Is(ferr, queue.ErrEnded) {
-			w.publishUsage(kctx, log, rp, queue.OutcomeOf(kind), nil)
+			d.publishUsage(kctx, queue.OutcomeOf(kind), nil)
 		}
 		if ferr != nil {
-			log.Error("sending error frame", "err", ferr)
+			d.log.Error("sending error frame", "err", ferr)
 		} else {
-			log.Info("job failed", "kind", kind, "reason", text)
+			d.log.Info("job failed", "kind", kind, "reason", text)
 		}
 		return
 	}
 	// A decode worker claimed the job after the hand-over was published.
-	rp2, claim, cerr := res.Claim(kctx, w.nc, job)
+	rp, claim, cerr := d.res.Claim(kctx, d.w.nc, d.job)
 	switch {
 	case cerr != nil:
-		log.Error("claiming the job back to fail it", "err", cerr)
+		d.log.Error("claiming the job back to fail it", "err", cerr)
 	case claim == queue.ClaimRun:
-		kind, text := handOverFailure(err, cause, true, w.cfg.Handoff.Sender)
-		w.fail(kctx, log, rp2, kind, text)
+		d.rp = rp
+		kind, text := handOverFailure(err, cause, true, d.w.cfg.Handoff.Sender)
+		d.fail(kctx, kind, text)
 	default:
-		log.Info("the decode side ended or streamed the job; leaving it", "claim", claim)
+		d.log.Info("the decode side ended or streamed the job; leaving it", "claim", claim)
 	}
 }
 
 // handOverFailure maps a failed hand-over to an error kind and a message for
-// the client. claimed says whether a decode worker had taken the hand-over.
+// the client: the shared cascade, then the sender's own cases. claimed says
+// whether a decode worker had taken the hand-over.
 func handOverFailure(err, cause error, claimed bool, cfg handoff.SenderConfig) (queue.ErrorKind, string) {
+	if kind, text, ok := ended(err, cause, "worker shut down during the KV handoff"); ok {
+		return kind, text
+	}
 	switch {
-	case errors.Is(cause, errAborted):
-		return queue.ErrKindAborted, "the request was cancelled"
-	case errors.Is(cause, context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		return queue.ErrKindTimeout, "the request's deadline passed"
-	case errors.Is(cause, errShutdown):
-		return queue.ErrKindInternal, "worker shut down during the KV handoff"
 	case errors.Is(err, queue.ErrQueueFull):
 		return queue.ErrKindCapacity, "no decode capacity: the decode queue is full"
 	case errors.Is(err, handoff.ErrAbandoned) && !claimed:

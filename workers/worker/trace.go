@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
 // tracerName is the instrumentation scope of the worker's spans.
@@ -53,29 +53,12 @@ const (
 	outcomeFinished   = "finished" // already ended or cancelled: not run
 )
 
-// delivery is what one job delivery's helpers learn about its end; it
-// travels in the delivery's context so fail, requeue and the final frame can
-// record it wherever they are called from.
-type delivery struct {
-	outcome string
-	kind    queue.ErrorKind
-}
-
-type deliveryKey struct{}
-
-func deliveryOf(ctx context.Context) *delivery {
-	if d, ok := ctx.Value(deliveryKey{}).(*delivery); ok {
-		return d
-	}
-	return &delivery{}
-}
-
 // startDelivery begins one delivery of a job message: the trace context from
 // its headers, the queue-wait span and histogram (from the stream's
 // timestamp to now), and the consumer span of the job, with the log carrying
-// its trace and span ids. end records the outcome as a metric and on the
-// span and ends it.
-func (w *Worker) startDelivery(ctx context.Context, model string, msg jetstream.Msg) (context.Context, *slog.Logger, func()) {
+// its trace and span ids. The delivery's record method records its outcome
+// as a metric and on the span and ends it.
+func (w *Worker) startDelivery(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) (context.Context, *delivery) {
 	ctx = queue.ExtractTrace(ctx, msg.Headers())
 	now := time.Now()
 	if meta, err := msg.Metadata(); err == nil && !meta.Timestamp.IsZero() && meta.Timestamp.Before(now) {
@@ -86,34 +69,34 @@ func (w *Worker) startDelivery(ctx context.Context, model string, msg jetstream.
 			wait.End(trace.WithTimestamp(now))
 		}
 	}
-	d := &delivery{}
-	ctx = context.WithValue(ctx, deliveryKey{}, d)
-	log := w.log.With("model", model)
-	var span trace.Span
+	d := &delivery{w: w, log: w.log.With("model", model), msg: msg, res: res, model: model, eng: eng}
 	if w.tracing {
-		ctx, span = w.tracer.Start(ctx, spanJob, trace.WithSpanKind(trace.SpanKindConsumer),
+		ctx, d.span = w.tracer.Start(ctx, spanJob, trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(attrModel.String(model), attrRole.String(string(w.cfg.Role)),
 				attribute.String("messaging.system", "nats"),
 				attribute.String("messaging.destination.name", msg.Subject())))
-		sc := span.SpanContext()
-		log = log.With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
+		sc := d.span.SpanContext()
+		d.log = d.log.With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
 	}
-	return ctx, log, func() {
-		outcome := d.outcome
-		if outcome == "" {
-			outcome = outcomeFailed
+	return ctx, d
+}
+
+// record ends a delivery: its outcome as a metric and on its span.
+func (d *delivery) record() {
+	outcome := d.outcome
+	if outcome == "" {
+		outcome = outcomeFailed
+	}
+	d.w.cfg.Metrics.job(d.model, d.w.cfg.Role, outcome)
+	if outcome == outcomeDone || outcome == outcomeHandedOver {
+		d.w.jobsDone.Add(1)
+	}
+	if d.span != nil {
+		d.span.SetAttributes(attrOutcome.String(outcome))
+		if d.kind != "" {
+			d.span.SetAttributes(attrErrorKind.String(string(d.kind)))
 		}
-		w.cfg.Metrics.job(model, w.cfg.Role, outcome)
-		if outcome == outcomeDone || outcome == outcomeHandedOver {
-			w.jobsDone.Add(1)
-		}
-		if span != nil {
-			span.SetAttributes(attrOutcome.String(outcome))
-			if d.kind != "" {
-				span.SetAttributes(attrErrorKind.String(string(d.kind)))
-			}
-			span.End()
-		}
+		d.span.End()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
@@ -17,21 +16,22 @@ import (
 // event (retries included).
 const usagePublishTimeout = 10 * time.Second
 
-// publishUsage publishes the one usage event of the job rp answers, which is
+// publishUsage publishes the one usage event of the delivery's job, which is
 // ending with outcome. final is the usage its final frame reports; nil for a
 // job that failed, which is billed for what ran: the prompt the engine took
 // (Replier.Started) and the tokens produced so far. A job refused or
 // cancelled before the engine took it cost nothing and has no event.
-func (w *Worker) publishUsage(ctx context.Context, log *slog.Logger, rp *queue.Replier, outcome string, final *queue.Usage) {
+func (d *delivery) publishUsage(ctx context.Context, outcome string, final *queue.Usage) {
+	rp := d.rp
 	if final == nil && !rp.Meter().Started {
 		return
 	}
-	ev := usageEvent(rp.Job(), rp.Meter(), outcome, final, w.cfg.ID, time.Now())
+	ev := usageEvent(rp.Job(), rp.Meter(), outcome, final, d.w.cfg.ID, time.Now())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usagePublishTimeout)
 	defer cancel()
 	var err error
 	for attempt := 0; ; attempt++ {
-		if err = queue.PublishUsage(ctx, w.js, ev); err == nil {
+		if err = queue.PublishUsage(ctx, d.w.js, ev); err == nil {
 			return
 		}
 		if ctx.Err() != nil || attempt == 4 {
@@ -42,7 +42,7 @@ func (w *Worker) publishUsage(ctx context.Context, log *slog.Logger, rp *queue.R
 		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
 		}
 	}
-	log.Error("publishing usage event: this request goes unbilled", "err", err, "outcome", outcome,
+	d.log.Error("publishing usage event: this request goes unbilled", "err", err, "outcome", outcome,
 		"prompt_tokens", ev.PromptTokens, "completion_tokens", ev.CompletionTokens)
 }
 
