@@ -51,6 +51,13 @@ func CapacityKey(model, worker string) string {
 // it is: the first node to create it fixes its TTL. The bucket writes a marker
 // when a record ages out, so watchers see dead workers leave.
 func SetupCapacity(ctx context.Context, js jetstream.JetStream, ttl time.Duration) (jetstream.KeyValue, error) {
+	return setupCapacity(ctx, js, ttl, 0)
+}
+
+// setupCapacity is SetupCapacity that also gives the bucket replicas
+// replicas (0: create with one, leave an existing bucket's as they are):
+// Setup's way of replicating a bucket that a worker created first.
+func setupCapacity(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
 	if ttl == 0 {
 		ttl = DefaultCapacityTTL
 	}
@@ -59,7 +66,7 @@ func SetupCapacity(ctx context.Context, js jetstream.JetStream, ttl time.Duratio
 	}
 	kv, err := js.KeyValue(ctx, CapacityBucket)
 	if err == nil {
-		return kv, nil
+		return kv, replicate(ctx, js, "KV_"+CapacityBucket, replicas)
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("queue: bucket %s: %w", CapacityBucket, err)
@@ -71,6 +78,7 @@ func SetupCapacity(ctx context.Context, js jetstream.JetStream, ttl time.Duratio
 		TTL:            ttl,
 		LimitMarkerTTL: ttl,
 		Storage:        jetstream.MemoryStorage,
+		Replicas:       max(replicas, 1),
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		// Another node created it between our look-up and our create.
@@ -80,6 +88,27 @@ func SetupCapacity(ctx context.Context, js jetstream.JetStream, ttl time.Duratio
 		return nil, fmt.Errorf("queue: bucket %s: %w", CapacityBucket, err)
 	}
 	return kv, nil
+}
+
+// replicate gives stream replicas replicas if it has fewer or more (0: leave
+// it as it is).
+func replicate(ctx context.Context, js jetstream.JetStream, stream string, replicas int) error {
+	if replicas == 0 {
+		return nil
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("queue: stream %s: %w", stream, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Replicas == replicas {
+		return nil
+	}
+	cfg.Replicas = replicas
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("queue: stream %s to %d replicas: %w", stream, replicas, err)
+	}
+	return nil
 }
 
 // PublishCapacity records that worker serves model at a context window of

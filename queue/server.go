@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -35,6 +36,62 @@ type ServerConfig struct {
 	Auth *Auth
 	// TLS, when set, is required of every client connection.
 	TLS *tls.Config
+
+	// Name is the server's name, unique within a cluster (JetStream's
+	// peers are named by it); default: the server's generated id.
+	Name string
+	// Cluster, when set, makes this server one node of a JetStream cluster.
+	Cluster *ClusterConfig
+}
+
+// ClusterConfig joins an embedded server to a NATS cluster: it listens for
+// routes from the other servers and dials the ones it is given. Any NATS
+// 2.10+ server can be a peer; nothing here is specific to ours.
+type ClusterConfig struct {
+	Name   string   // the cluster's name, the same on every peer; required
+	Host   string   // route listen address; default "127.0.0.1"
+	Port   int      // route port; -1 picks a free port; 0 means the NATS default 6222
+	Routes []string // peers' route URLs, nats-route://host:port; required (this server's own may be listed)
+
+	// TLS secures routes both ways: it must hold this server's certificate,
+	// RootCAs to verify the peers it dials and ClientCAs with
+	// tls.RequireAndVerifyClientCert to verify the peers that dial it
+	// (mutual TLS is how peers authenticate one another). Required when the
+	// route listener or any route is off loopback.
+	TLS *tls.Config
+}
+
+// validate fills defaults and refuses a cluster that cannot form or would
+// carry the bus in the clear off this machine.
+func (c *ClusterConfig) validate() ([]*url.URL, error) {
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	switch {
+	case c.Name == "":
+		return nil, fmt.Errorf("%w: Cluster.Name is required", ErrServer)
+	case c.Port < -1 || c.Port > 65535:
+		return nil, fmt.Errorf("%w: Cluster.Port %d", ErrServer, c.Port)
+	case len(c.Routes) == 0:
+		// JetStream's meta group cannot form without them.
+		return nil, fmt.Errorf("%w: a cluster needs Routes (its peers'; its own may be listed, so every peer can be given the same list)", ErrServer)
+	}
+	secure := c.TLS != nil && c.TLS.ClientAuth == tls.RequireAndVerifyClientCert && c.TLS.RootCAs != nil
+	if !loopback(c.Host) && !secure {
+		return nil, fmt.Errorf("%w: refusing to listen for routes on %s without mutual TLS", ErrServer, c.Host)
+	}
+	var routes []*url.URL
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" || u.Port() == "" {
+			return nil, fmt.Errorf("%w: route %q is not a URL like nats-route://host:6222", ErrServer, r)
+		}
+		if !loopback(u.Hostname()) && !secure {
+			return nil, fmt.Errorf("%w: refusing route %s off loopback without mutual TLS", ErrServer, r)
+		}
+		routes = append(routes, u)
+	}
+	return routes, nil
 }
 
 // loopback reports whether host names only this machine.
@@ -75,6 +132,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("%w: refusing to listen on %s without authentication and TLS", ErrServer, cfg.Host)
 	}
 	opts := &server.Options{
+		ServerName:         cfg.Name,
 		Host:               cfg.Host,
 		Port:               cfg.Port,
 		JetStream:          true,
@@ -91,6 +149,20 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 2
 		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	}
+	if c := cfg.Cluster; c != nil {
+		routes, err := c.validate()
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Name == "" {
+			return nil, fmt.Errorf("%w: a clustered server needs a Name (unique among its peers)", ErrServer)
+		}
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}
+		if c.TLS != nil {
+			opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = c.TLS, 2
+		}
+		opts.Routes = routes
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrServer, err)
@@ -106,6 +178,16 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 
 // ClientURL is the URL clients connect to, e.g. nats://127.0.0.1:4222.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// ClusterURL is the URL its peers' routes dial, e.g.
+// nats-route://127.0.0.1:6222; empty when the server is not clustered.
+func (s *Server) ClusterURL() string {
+	a := s.ns.ClusterAddr()
+	if a == nil {
+		return ""
+	}
+	return "nats-route://" + a.String()
+}
 
 // Shutdown stops the server and waits until it has stopped. It is idempotent.
 func (s *Server) Shutdown() {

@@ -21,7 +21,10 @@ type StreamConfig struct {
 	MaxAge          time.Duration // a job older than this is dropped; default 1h
 	Duplicates      time.Duration // Nats-Msg-Id de-duplication window; default 2m
 	Memory          bool          // keep jobs and results in memory instead of files
-	Replicas        int           // default 1
+	// Replicas is how many servers of a JetStream cluster hold each
+	// stream and bucket (1, or an odd number up to the cluster's size; 3
+	// survives the loss of one server); default 1.
+	Replicas int
 
 	MaxDecodeJobs  int64 // prefilled jobs waiting for a decode worker, all models; default 1000
 	MaxDecodeBytes int64 // bytes held by the decode stream; default 64 MiB
@@ -35,6 +38,9 @@ type StreamConfig struct {
 	MaxUsageBytes  int64         // bytes held by the usage stream; default 1 GiB
 	UsageMaxAge    time.Duration // an uncounted usage event older than this is dropped; default 7 days
 }
+
+// maxReplicas is JetStream's own limit on a stream's replicas.
+const maxReplicas = 5
 
 func (c *StreamConfig) fill() error {
 	if c.MaxJobs == 0 {
@@ -84,8 +90,8 @@ func (c *StreamConfig) fill() error {
 		return fmt.Errorf("%w: MaxAge %v", ErrConfig, c.MaxAge)
 	case c.Duplicates < 0 || c.Duplicates > c.MaxAge:
 		return fmt.Errorf("%w: Duplicates %v must lie in [0, MaxAge]", ErrConfig, c.Duplicates)
-	case c.Replicas < 0:
-		return fmt.Errorf("%w: Replicas %d", ErrConfig, c.Replicas)
+	case c.Replicas < 0 || c.Replicas > maxReplicas:
+		return fmt.Errorf("%w: Replicas %d must lie in [1, %d]", ErrConfig, c.Replicas, maxReplicas)
 	case c.MaxDecodeJobs < 0:
 		return fmt.Errorf("%w: MaxDecodeJobs %d", ErrConfig, c.MaxDecodeJobs)
 	case c.MaxDecodeBytes < 0:
@@ -182,8 +188,42 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 	}
 	// Workers publish capacity records and edges watch them, but only the
 	// node setting up may create a stream (see RolePermissions).
-	if _, err := SetupCapacity(ctx, js, cfg.CapacityTTL); err != nil {
+	if _, err := setupCapacity(ctx, js, cfg.CapacityTTL, cfg.Replicas); err != nil {
 		return err
+	}
+	return nil
+}
+
+// Replicated reports whether every stream and bucket Setup creates exists
+// with at least replicas replicas, each with a leader and all its replicas
+// current: what a node waits for after Setup on a cluster that is still
+// forming, and what tests check after a server is lost.
+func Replicated(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	for _, name := range streamsAll() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("queue: stream %s: %w", name, err)
+		}
+		info := s.CachedInfo()
+		if info.Config.Replicas < replicas {
+			return fmt.Errorf("queue: stream %s has %d replicas, want %d", name, info.Config.Replicas, replicas)
+		}
+		if replicas <= 1 {
+			continue
+		}
+		c := info.Cluster
+		if c == nil || c.Leader == "" {
+			return fmt.Errorf("queue: stream %s has no leader", name)
+		}
+		current := 0
+		for _, p := range c.Replicas {
+			if p.Current && !p.Offline {
+				current++
+			}
+		}
+		if current < replicas-1 {
+			return fmt.Errorf("queue: stream %s has %d current followers of %d", name, current, replicas-1)
+		}
 	}
 	return nil
 }
