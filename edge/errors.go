@@ -87,7 +87,7 @@ type Row struct {
 }
 
 // The error table. Codes 3003-3042 and 5004-5018 are Workers AI's own (see
-// its "Errors" reference); 3037, 3038, 3043, 3044 and 3045 are Bulkhead's
+// its "Errors" reference); 3037, 3038 and 3043-3050 are Bulkhead's
 // for refusals Workers AI does not document a code for; 10000 and 9109 are the
 // Cloudflare API's authentication and authorization codes.
 var (
@@ -131,6 +131,8 @@ var (
 		http.StatusServiceUnavailable, "server_error", "service_unavailable"}
 	rowWorkerLost = Row{"worker_lost", http.StatusServiceUnavailable, 3049, "The worker running the request stopped, please try again",
 		http.StatusServiceUnavailable, "server_error", "worker_lost"}
+	rowDraining = Row{"draining", http.StatusServiceUnavailable, 3050, "This edge is shutting down, please retry",
+		http.StatusServiceUnavailable, "server_error", "service_unavailable"}
 )
 
 // Retry-After of the 503s the edge answers at once.
@@ -147,7 +149,7 @@ func ErrorTable() []Row {
 		rowBodyTooLarge, rowQuotaExhausted, rowRateLimited, rowConcurrency,
 		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
 		rowUnavailable, rowNotFound, rowInternal,
-		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost,
+		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost, rowDraining,
 	}
 }
 
@@ -237,6 +239,8 @@ func Classify(err error) *Error {
 		return retryIn(newError(rowUnavailable, "", err), retryUnavailable)
 	case errors.Is(err, queue.ErrWorkerLost):
 		return retryIn(newError(rowWorkerLost, "", err), retryUnavailable)
+	case errors.Is(err, ErrDraining):
+		return retryIn(newError(rowDraining, "", err), retryDraining)
 	case errors.Is(err, queue.ErrStreamTimeout), errors.Is(err, context.DeadlineExceeded):
 		return newError(rowTimeout, "", err)
 	case errors.Is(err, context.Canceled):

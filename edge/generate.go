@@ -216,6 +216,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Princip
 		fr, err := replies.Next(ctx)
 		if err != nil {
 			if r.Context().Err() != nil {
+				if cause := context.Cause(r.Context()); errors.Is(cause, ErrDraining) {
+					fail(cause) // the edge's drain ran out of time: say so
+					return
+				}
 				s.log.Debug("edge: client gone", "id", id)
 				return
 			}

@@ -121,8 +121,9 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// Server serves the native and OpenAI APIs. It holds no per-request state;
-// each handler's work ends when it returns.
+// Server serves the native and OpenAI APIs. It holds no per-request state
+// but the count of requests in flight (for Drain); each handler's work ends
+// when it returns.
 type Server struct {
 	log    *slog.Logger
 	cfg    Config
@@ -132,6 +133,8 @@ type Server struct {
 
 	tracer  trace.Tracer // from cfg.TracerProvider; used only when tracing
 	tracing bool
+
+	drain drainer // requests in flight; refuses new ones once draining
 }
 
 // New validates cfg and loads every catalog model's tokenizer and chat
@@ -163,7 +166,7 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 		s.vocabs[m.Name] = v
 	}
 	s.routes()
-	s.h = s.observe(s.mux)
+	s.h = s.observe(s.gate(s.mux))
 	return s, nil
 }
 
