@@ -75,45 +75,11 @@ func (s *Server) parseRequestID(id string) (n int, ok bool) {
 func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Principal,
 	m *catalog.Model, v *vocab, req *nativeRequest) {
 	fail := func(err error) { writeNativeError(w, s.refuse(r, err)) }
-	switch {
-	case req.Prompt != nil || req.Messages != nil:
-		fail(&InputError{Field: "requests", Msg: "with queueRequest=true, send the prompts inside requests"})
-		return
-	case len(req.Requests) == 0:
-		fail(&InputError{Field: "requests", Msg: "must hold at least one request"})
-		return
-	case len(req.Requests) > s.cfg.MaxBatchRequests:
-		fail(&InputError{Field: "requests", Msg: fmt.Sprintf("at most %d requests, not %d", s.cfg.MaxBatchRequests, len(req.Requests))})
+	ins, err := s.asyncInputs(req)
+	if err != nil {
+		fail(err)
 		return
 	}
-	ins := make([]*genInput, len(req.Requests))
-	for i, raw := range req.Requests {
-		prefix := fmt.Sprintf("requests[%d]", i)
-		var one nativeRequest
-		if err := decodeRaw(raw, &one, prefix); err != nil {
-			fail(err)
-			return
-		}
-		if one.Requests != nil || one.RequestID != nil {
-			fail(&InputError{Field: prefix, Msg: "requests do not nest"})
-			return
-		}
-		in, err := nativeInput(&one, prefix)
-		if err != nil {
-			fail(err)
-			return
-		}
-		if in.stream {
-			fail(&InputError{Field: prefix + ".stream", Msg: "queued requests cannot stream"})
-			return
-		}
-		if len(in.tools) > 0 {
-			fail(&InputError{Field: prefix + ".tools", Msg: "queued requests cannot use tools"})
-			return
-		}
-		ins[i] = in
-	}
-
 	release, err := s.cfg.Quota.Acquire(r.Context(), p.Tenant)
 	if err != nil {
 		fail(err)
@@ -137,29 +103,74 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		jobs[i].Async = true
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
 	}
-	for i, job := range jobs {
-		if err := s.cfg.Queue.SubmitAsync(r.Context(), job); err != nil {
-			// The client never learns this batch's id: cancel the jobs
-			// queued before i (one already running ends aborted and is
-			// billed for what it ran) and say so.
-			cancelled := 0
-			for _, queued := range jobs[:i] {
-				if cerr := s.cfg.Queue.Cancel(queued.ID); cerr != nil {
-					s.log.Error("edge: cancelling a job of a failed batch", "job", queued.ID, "error", cerr)
-					continue
-				}
-				cancelled++
-			}
-			s.log.Warn("edge: async batch failed part-way; cancelled what it queued",
-				"request_id", requestID, "queued", i, "cancelled", cancelled, "of", len(jobs), "error", err)
-			e := s.refuse(r, err)
-			e.Message = fmt.Sprintf("%s: requests[%d] could not be queued; the batch was not accepted and the %d request(s) queued before it were cancelled",
-				e.Message, i, cancelled)
-			writeNativeError(w, e)
-			return
-		}
+	if s.queueBatch(w, r, requestID, jobs) {
+		writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
 	}
-	writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
+}
+
+// asyncInputs validates the requests of an async batch, each as a native
+// body that neither streams nor uses tools.
+func (s *Server) asyncInputs(req *nativeRequest) ([]*genInput, error) {
+	switch {
+	case req.Prompt != nil || req.Messages != nil:
+		return nil, &InputError{Field: "requests", Msg: "with queueRequest=true, send the prompts inside requests"}
+	case len(req.Requests) == 0:
+		return nil, &InputError{Field: "requests", Msg: "must hold at least one request"}
+	case len(req.Requests) > s.cfg.MaxBatchRequests:
+		return nil, &InputError{Field: "requests", Msg: fmt.Sprintf("at most %d requests, not %d", s.cfg.MaxBatchRequests, len(req.Requests))}
+	}
+	ins := make([]*genInput, len(req.Requests))
+	for i, raw := range req.Requests {
+		prefix := fmt.Sprintf("requests[%d]", i)
+		var one nativeRequest
+		if err := decodeRaw(raw, &one, prefix); err != nil {
+			return nil, err
+		}
+		if one.Requests != nil || one.RequestID != nil {
+			return nil, &InputError{Field: prefix, Msg: "requests do not nest"}
+		}
+		in, err := nativeInput(&one, prefix)
+		if err != nil {
+			return nil, err
+		}
+		if in.stream {
+			return nil, &InputError{Field: prefix + ".stream", Msg: "queued requests cannot stream"}
+		}
+		if len(in.tools) > 0 {
+			return nil, &InputError{Field: prefix + ".tools", Msg: "queued requests cannot use tools"}
+		}
+		ins[i] = in
+	}
+	return ins, nil
+}
+
+// queueBatch queues the jobs of batch requestID and reports whether all
+// went out. When one cannot, the client never learns the batch's id: it
+// cancels the jobs queued before it (one already running ends aborted and is
+// billed for what it ran) and answers with the error, saying so.
+func (s *Server) queueBatch(w http.ResponseWriter, r *http.Request, requestID string, jobs []*queue.Job) bool {
+	for i, job := range jobs {
+		err := s.cfg.Queue.SubmitAsync(r.Context(), job)
+		if err == nil {
+			continue
+		}
+		cancelled := 0
+		for _, queued := range jobs[:i] {
+			if cerr := s.cancel(r.Context(), queued.ID); cerr != nil {
+				s.log.Error("edge: cancelling a job of a failed batch", "job", queued.ID, "error", cerr)
+				continue
+			}
+			cancelled++
+		}
+		s.log.Warn("edge: async batch failed part-way; cancelled what it queued",
+			"request_id", requestID, "queued", i, "cancelled", cancelled, "of", len(jobs), "error", err)
+		e := s.refuse(r, err)
+		e.Message = fmt.Sprintf("%s: requests[%d] could not be queued; the batch was not accepted and the %d request(s) queued before it were cancelled",
+			e.Message, i, cancelled)
+		writeNativeError(w, e)
+		return false
+	}
+	return true
 }
 
 // pollAsync answers a poll: the batch's status while any request is queued

@@ -128,9 +128,21 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 	}
 }
 
+// call is one decoded and validated generation request on its way to a
+// worker.
+type call struct {
+	p  auth.Principal
+	m  *catalog.Model
+	v  *vocab
+	in *genInput
+	// defaultMax is the max_tokens used when the request gave none
+	// (negative: the rest of the window).
+	defaultMax int
+	f          format // renders the answer in the request's API
+}
+
 // generate runs one admitted-to-be request to the end: quota, admission,
-// enqueue, and the reply frames rendered by f. defaultMax is the max_tokens
-// used when the request gave none (negative: the rest of the window).
+// enqueue, and the reply frames rendered by c.f.
 //
 // A response is either a refusal from the error table or the whole answer:
 // a non-streaming answer is written only after the final frame; a stream
@@ -138,156 +150,202 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 // HTTP status, and a stream that breaks later ends with an error event and no
 // [DONE]. If the handler returns before the worker's last frame (client gone,
 // timeout, broken stream) the job is cancelled.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, p auth.Principal,
-	m *catalog.Model, v *vocab, in *genInput, defaultMax int, f format) {
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 	ri := infoOf(r)
-	ri.model = m.Name
+	ri.model = c.m.Name
 	_, qspan := s.startSpan(r.Context(), spanQuota)
-	release, err := s.cfg.Quota.Acquire(r.Context(), p.Tenant)
+	release, err := s.cfg.Quota.Acquire(r.Context(), c.p.Tenant)
 	endSpan(qspan, err)
 	if err != nil {
-		f.writeError(w, s.refuse(r, err))
+		c.f.writeError(w, s.refuse(r, err))
 		return
 	}
-	var used quota.Usage // what release charges; zero unless the request completes
-	defer func() { release(used) }()
+	rep := &replyStream{s: s, w: w, r: r, c: c}
+	defer func() { release(rep.used) }() // zero unless the request completes
 
 	_, aspan := s.startSpan(r.Context(), spanAdmission)
-	a, err := v.admit(in, m.ContextWindow, defaultMax)
+	a, err := c.v.admit(c.in, c.m.ContextWindow, c.defaultMax)
 	if err == nil {
 		aspan.SetAttributes(attrInTokens.Int(a.tokens), attrMaxTokens.Int(a.maxTokens))
 	}
 	endSpan(aspan, err)
 	if err != nil {
-		f.writeError(w, s.refuse(r, err))
+		c.f.writeError(w, s.refuse(r, err))
 		return
 	}
-	id := ri.id
-	job := s.newJob(id, p, m, a, in, r)
+	job := s.newJob(ri.id, c.p, c.m, a, c.in, r)
 	if s.cfg.LogContent {
-		s.log.DebugContext(r.Context(), "edge: prompt (--log-content)", "request_id", id, "prompt", job.Prompt)
+		s.log.DebugContext(r.Context(), "edge: prompt (--log-content)", "request_id", job.ID, "prompt", job.Prompt)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout+replyGrace)
 	defer cancel()
 	ectx, espan := s.startSpan(ctx, spanEnqueue, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.destination.name", queue.JobSubject(m.Name))))
+			attribute.String("messaging.destination.name", queue.JobSubject(c.m.Name))))
 	replies, err := s.cfg.Queue.Submit(ectx, job)
 	endSpan(espan, err)
 	if err != nil {
-		f.writeError(w, s.refuse(r, err))
+		c.f.writeError(w, s.refuse(r, err))
 		return
 	}
 	defer replies.Close()
-	finished := false // the worker sent its last frame
 	defer func() {
-		if !finished {
-			if err := s.cfg.Queue.Cancel(id); err != nil {
-				s.log.Warn("edge: cancel", "id", id, "error", err)
+		if !rep.finished {
+			if err := s.cancel(r.Context(), job.ID); err != nil {
+				s.log.Warn("edge: cancel", "id", job.ID, "error", err)
 			}
 		}
 	}()
-	_, rspan := s.startSpan(ctx, spanReply)
-	var (
-		frames   int
-		lastTok  time.Time
-		replyErr error
-	)
-	defer func() { rspan.SetAttributes(attribute.Int("bulkhead.reply.frames", frames)); endSpan(rspan, replyErr) }()
+	rep.relay(ctx, replies)
+}
 
-	res := &result{id: id, model: m.Name, created: time.Now().Unix()}
-	if in.logprobs {
-		res.logprobs = &logprobTrack{}
-	}
-	var (
-		sw   *sse
-		text strings.Builder
-	)
-	fail := func(err error) {
-		replyErr = err
-		e := s.refuse(r, err)
-		if sw == nil {
-			f.writeError(w, e)
-			return
-		}
-		_ = f.streamError(sw, e)
+// cancel cancels job id. It outlives ctx's cancellation (the client may be
+// gone) by cancelTimeout at most.
+func (s *Server) cancel(ctx context.Context, id string) error {
+	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer stop()
+	return s.cfg.Queue.Cancel(ctx, id)
+}
+
+// replyStream renders one request's reply frames as they arrive (generate).
+type replyStream struct {
+	s *Server
+	w http.ResponseWriter
+	r *http.Request
+	c call
+
+	res      *result
+	sw       *sse // the stream, once it started
+	text     strings.Builder
+	frames   int       // token and final frames so far
+	lastTok  time.Time // when the last of them arrived
+	err      error     // what ended the reply, if not its final frame
+	finished bool      // the worker sent its last frame
+	used     quota.Usage
+}
+
+// relay renders the frames of replies until the last, or until they break.
+func (rep *replyStream) relay(ctx context.Context, replies *queue.Replies) {
+	s, r := rep.s, rep.r
+	_, rspan := s.startSpan(ctx, spanReply)
+	defer func() {
+		rspan.SetAttributes(attribute.Int("bulkhead.reply.frames", rep.frames))
+		endSpan(rspan, rep.err)
+	}()
+	rep.res = &result{id: infoOf(r).id, model: rep.c.m.Name, created: time.Now().Unix()}
+	if rep.c.in.logprobs {
+		rep.res.logprobs = &logprobTrack{}
 	}
 	for {
 		fr, err := replies.Next(ctx)
 		if err != nil {
 			if r.Context().Err() != nil {
 				if cause := context.Cause(r.Context()); errors.Is(cause, ErrDraining) {
-					fail(cause) // the edge's drain ran out of time: say so
+					rep.fail(cause) // the edge's drain ran out of time: say so
 					return
 				}
-				s.log.Debug("edge: client gone", "id", id)
+				s.log.Debug("edge: client gone", "id", rep.res.id)
 				return
 			}
 			if errors.Is(err, io.EOF) {
 				err = ErrBrokenStream
 			}
-			fail(err)
+			rep.fail(err)
 			return
 		}
-		if fr.Kind == queue.KindToken || fr.Kind == queue.KindFinal {
-			now := time.Now()
-			if frames == 0 {
-				s.cfg.Metrics.firstToken(m.Name, now.Sub(ri.start))
-			} else if fr.Kind == queue.KindToken {
-				s.cfg.Metrics.interToken(m.Name, now.Sub(lastTok))
-			}
-			frames++
-			lastTok = now
-		}
-		switch fr.Kind {
-		case queue.KindError:
-			finished = true
-			if fr.Error == nil {
-				fail(ErrBrokenStream)
-				return
-			}
-			fail(fr.Error)
-			return
-		case queue.KindToken, queue.KindFinal:
-			v.addLogprobs(res, fr)
-			if in.stream {
-				if sw == nil {
-					sw = startSSE(w)
-					if err := f.streamBegin(sw, res); err != nil {
-						return
-					}
-				}
-				if chunk := v.frameText(in, fr); chunk != "" {
-					if err := f.streamText(sw, res, chunk); err != nil {
-						return
-					}
-				}
-			} else {
-				text.WriteString(v.frameText(in, fr))
-			}
-			if fr.Kind == queue.KindToken {
-				continue
-			}
-			finished = true
-			if fr.Usage == nil {
-				fail(ErrBrokenStream)
-				return
-			}
-			res.finish, res.usage = fr.Finish, *fr.Usage
-			s.cfg.Metrics.tokens(m.Name, res.usage.PromptTokens, res.usage.CompletionTokens)
-			ri.span.SetAttributes(attrInTokens.Int(res.usage.PromptTokens), attrOutTokens.Int(res.usage.CompletionTokens),
-				attrFinish.StringSlice([]string{res.finish}))
-			used = charge(m, id, res.usage)
-			if sw != nil {
-				_ = f.streamEnd(sw, res)
-				return
-			}
-			res.text = text.String()
-			f.writeResult(w, res)
-			return
-		default:
-			fail(ErrBrokenStream)
+		if !rep.frame(fr) {
 			return
 		}
 	}
+}
+
+// frame renders one frame and reports whether more are to come.
+func (rep *replyStream) frame(fr *queue.Frame) bool {
+	c, res := rep.c, rep.res
+	if fr.Kind == queue.KindToken || fr.Kind == queue.KindFinal {
+		now := time.Now()
+		if rep.frames == 0 {
+			rep.s.cfg.Metrics.firstToken(c.m.Name, now.Sub(infoOf(rep.r).start))
+		} else if fr.Kind == queue.KindToken {
+			rep.s.cfg.Metrics.interToken(c.m.Name, now.Sub(rep.lastTok))
+		}
+		rep.frames++
+		rep.lastTok = now
+	}
+	switch fr.Kind {
+	case queue.KindError:
+		rep.finished = true
+		if fr.Error == nil {
+			rep.fail(ErrBrokenStream)
+			return false
+		}
+		rep.fail(fr.Error)
+		return false
+	case queue.KindToken, queue.KindFinal:
+		c.v.addLogprobs(res, fr)
+		if !c.in.stream {
+			rep.text.WriteString(c.v.frameText(c.in, fr))
+		} else if !rep.streamText(fr) {
+			return false
+		}
+		if fr.Kind == queue.KindToken {
+			return true
+		}
+		rep.final(fr)
+		return false
+	}
+	rep.fail(ErrBrokenStream)
+	return false
+}
+
+// streamText sends a frame's text as a stream event, starting the stream at
+// the first; it reports false once the client cannot be written to.
+func (rep *replyStream) streamText(fr *queue.Frame) bool {
+	c := rep.c
+	if rep.sw == nil {
+		rep.sw = startSSE(rep.w)
+		if err := c.f.streamBegin(rep.sw, rep.res); err != nil {
+			return false
+		}
+	}
+	if chunk := c.v.frameText(c.in, fr); chunk != "" {
+		if err := c.f.streamText(rep.sw, rep.res, chunk); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// final ends the reply at its final frame: usage counted and charged, and
+// the stream's end or the whole answer written.
+func (rep *replyStream) final(fr *queue.Frame) {
+	c, res := rep.c, rep.res
+	rep.finished = true
+	if fr.Usage == nil {
+		rep.fail(ErrBrokenStream)
+		return
+	}
+	res.finish, res.usage = fr.Finish, *fr.Usage
+	rep.s.cfg.Metrics.tokens(c.m.Name, res.usage.PromptTokens, res.usage.CompletionTokens)
+	infoOf(rep.r).span.SetAttributes(attrInTokens.Int(res.usage.PromptTokens), attrOutTokens.Int(res.usage.CompletionTokens),
+		attrFinish.StringSlice([]string{res.finish}))
+	rep.used = charge(c.m, res.id, res.usage)
+	if rep.sw != nil {
+		_ = c.f.streamEnd(rep.sw, res)
+		return
+	}
+	res.text = rep.text.String()
+	c.f.writeResult(rep.w, res)
+}
+
+// fail ends the reply with err's table row: an error answer, or an error
+// event once the stream started.
+func (rep *replyStream) fail(err error) {
+	rep.err = err
+	e := rep.s.refuse(rep.r, err)
+	if rep.sw == nil {
+		rep.c.f.writeError(rep.w, e)
+		return
+	}
+	_ = rep.c.f.streamError(rep.sw, e)
 }

@@ -59,11 +59,22 @@ type chatChoice struct {
 	FinishReason string      `json:"finish_reason"`
 }
 
+// openAIHead begins every OpenAI answer and chunk.
+type openAIHead struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+}
+
+// head is res's openAIHead: its id (after prefix), object type, time and
+// model.
+func head(res *result, prefix, object string) openAIHead {
+	return openAIHead{ID: prefix + res.id, Object: object, Created: res.created, Model: res.model}
+}
+
 type chatCompletion struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
+	openAIHead
 	Choices []chatChoice `json:"choices"`
 	Usage   *openAIUsage `json:"usage"`
 }
@@ -82,10 +93,7 @@ type chunkChoice struct {
 }
 
 type chatChunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
+	openAIHead
 	Choices []chunkChoice `json:"choices"`
 	// Usage is omitted unless stream_options.include_usage asked for it;
 	// then it is null on every chunk but the last, which carries it.
@@ -100,10 +108,7 @@ type textChoice struct {
 }
 
 type textCompletion struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
+	openAIHead
 	Choices []textChoice `json:"choices"`
 	Usage   any          `json:"usage,omitempty"`
 }
@@ -118,10 +123,15 @@ type chatFormat struct{ includeUsage bool }
 func (chatFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
 
 func (chatFormat) writeResult(w http.ResponseWriter, res *result) {
+	writeChatCompletion(w, res, chatMessage{Role: "assistant", Content: &res.text})
+}
+
+// writeChatCompletion answers with res and its message msg.
+func writeChatCompletion(w http.ResponseWriter, res *result, msg chatMessage) {
 	writeJSON(w, http.StatusOK, chatCompletion{
-		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
-		Choices: []chatChoice{{Index: 0, Message: chatMessage{Role: "assistant", Content: &res.text}, Logprobs: res.chatLogprobs(false), FinishReason: res.finish}},
-		Usage:   usageOf(res),
+		openAIHead: head(res, "chatcmpl-", "chat.completion"),
+		Choices:    []chatChoice{{Index: 0, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish}},
+		Usage:      usageOf(res),
 	})
 }
 
@@ -136,11 +146,7 @@ func (chatFormat) writeToolResult(w http.ResponseWriter, res *result, content st
 	for _, c := range calls {
 		msg.ToolCalls = append(msg.ToolCalls, toOpenAICall(c))
 	}
-	writeJSON(w, http.StatusOK, chatCompletion{
-		ID: "chatcmpl-" + res.id, Object: "chat.completion", Created: res.created, Model: res.model,
-		Choices: []chatChoice{{Index: 0, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish}},
-		Usage:   usageOf(res),
-	})
+	writeChatCompletion(w, res, msg)
 }
 
 // streamCall sends one whole call as one tool_calls delta.
@@ -152,8 +158,8 @@ func (f chatFormat) streamCall(sw *sse, res *result, index int, c toolcall.Call)
 
 func (f chatFormat) chunk(res *result, d chatDelta, finish *string) chatChunk {
 	c := chatChunk{
-		ID: "chatcmpl-" + res.id, Object: "chat.completion.chunk", Created: res.created, Model: res.model,
-		Choices: []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}},
+		openAIHead: head(res, "chatcmpl-", "chat.completion.chunk"),
+		Choices:    []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}},
 	}
 	if f.includeUsage {
 		c.Usage = jsonNull
@@ -197,16 +203,16 @@ func (completionFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenA
 
 func (completionFormat) writeResult(w http.ResponseWriter, res *result) {
 	writeJSON(w, http.StatusOK, textCompletion{
-		ID: "cmpl-" + res.id, Object: "text_completion", Created: res.created, Model: res.model,
-		Choices: []textChoice{{Text: res.text, Index: 0, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish)}},
-		Usage:   usageOf(res),
+		openAIHead: head(res, "cmpl-", "text_completion"),
+		Choices:    []textChoice{{Text: res.text, Index: 0, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish)}},
+		Usage:      usageOf(res),
 	})
 }
 
 func (f completionFormat) chunk(res *result, text string, finish *string) textCompletion {
 	c := textCompletion{
-		ID: "cmpl-" + res.id, Object: "text_completion", Created: res.created, Model: res.model,
-		Choices: []textChoice{{Text: text, Index: 0, FinishReason: finish}},
+		openAIHead: head(res, "cmpl-", "text_completion"),
+		Choices:    []textChoice{{Text: text, Index: 0, FinishReason: finish}},
 	}
 	if f.includeUsage {
 		c.Usage = jsonNull
@@ -281,7 +287,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		writeOpenAIError(w, s.refuse(r, err))
 		return
 	}
-	s.generate(w, r, p, m, v, in, -1, formatFor(in, v))
+	s.generate(w, r, call{p: p, m: m, v: v, in: in, defaultMax: -1, f: formatFor(in, v)})
 }
 
 type openAIModel struct {

@@ -89,34 +89,10 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// chatRequest is OpenAI's /v1/chat/completions body.
-type chatRequest struct {
-	Model               *string         `json:"model"`
-	Messages            []wireMessage   `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	Seed                *int64          `json:"seed"`
-	Stop                json.RawMessage `json:"stop"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	FrequencyPenalty    *float64        `json:"frequency_penalty"`
-	PresencePenalty     *float64        `json:"presence_penalty"`
-	N                   *int            `json:"n"`
-	CachePrefix         bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
-	Tools               json.RawMessage `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
-	ResponseFormat      json.RawMessage `json:"response_format"`
-	Logprobs            *bool           `json:"logprobs"`
-	TopLogprobs         *int            `json:"top_logprobs"`
-}
-
-// completionRequest is OpenAI's /v1/completions body.
-type completionRequest struct {
+// openAIRequest holds the fields OpenAI's chat and completion bodies share;
+// both embed it, so they decode at the top level of the body.
+type openAIRequest struct {
 	Model            *string         `json:"model"`
-	Prompt           json.RawMessage `json:"prompt"`
 	MaxTokens        *int            `json:"max_tokens"`
 	Temperature      *float64        `json:"temperature"`
 	TopP             *float64        `json:"top_p"`
@@ -129,7 +105,25 @@ type completionRequest struct {
 	N                *int            `json:"n"`
 	CachePrefix      bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage `json:"response_format"`
-	Logprobs         *int            `json:"logprobs"` // the legacy API's count of top alternatives (0 to 20)
+}
+
+// chatRequest is OpenAI's /v1/chat/completions body.
+type chatRequest struct {
+	openAIRequest
+	Messages            []wireMessage   `json:"messages"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
+	Logprobs            *bool           `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+}
+
+// completionRequest is OpenAI's /v1/completions body.
+type completionRequest struct {
+	openAIRequest
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"` // the legacy API's count of top alternatives (0 to 20)
 }
 
 // decodeJSON decodes exactly one JSON object from r into v. Malformed JSON,
@@ -138,7 +132,7 @@ type completionRequest struct {
 func decodeJSON(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+		return unembed(decodeError(err), v)
 	}
 	var extra json.RawMessage
 	switch err := dec.Decode(&extra); {
@@ -149,6 +143,29 @@ func decodeJSON(r io.Reader, v any) error {
 	default:
 		return decodeError(err)
 	}
+}
+
+// unembed drops from an *InputError's field the names of the structs v
+// embeds (openAIRequest): the JSON decoder names the Go path of a promoted
+// field, but the client sent it at the top level.
+func unembed(err error, v any) error {
+	var in *InputError
+	if !errors.As(err, &in) || in.Field == "" {
+		return err
+	}
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return err
+	}
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Anonymous {
+			in.Field = strings.TrimPrefix(in.Field, f.Name+".")
+		}
+	}
+	return err
 }
 
 // decodeRaw decodes one already-isolated JSON value (an element of an array).
@@ -350,22 +367,33 @@ func parseContent(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// nativeInput validates a native body (not an async batch or poll).
+// nativeInput validates a native body (not an async batch or poll). prefix
+// names the body's place in a batch in the fields of its errors.
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: req.CachePrefix, now: time.Now()}
-	fail := func(err error) (*genInput, error) {
+	err := in.nativeText(req)
+	if err == nil {
+		err = in.nativeSampling(req)
+	}
+	if err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
 			ie.Field = joinField(prefix, ie.Field)
 		}
 		return nil, err
 	}
+	return in, nil
+}
+
+// nativeText reads what a native body asks to complete: its prompt or its
+// messages, and the tools the template writes.
+func (in *genInput) nativeText(req *nativeRequest) error {
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
-		return fail(&InputError{Msg: "give either prompt or messages, not both"})
+		return &InputError{Msg: "give either prompt or messages, not both"}
 	case req.Prompt != nil:
 		if *req.Prompt == "" {
-			return fail(&InputError{Field: "prompt", Msg: "must not be empty"})
+			return &InputError{Field: "prompt", Msg: "must not be empty"}
 		}
 		if req.Raw {
 			in.prompt = *req.Prompt
@@ -374,27 +402,31 @@ func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 		}
 	case req.Messages != nil:
 		if req.Raw {
-			return fail(&InputError{Field: "raw", Msg: "raw needs prompt, not messages"})
+			return &InputError{Field: "raw", Msg: "raw needs prompt, not messages"}
 		}
 		msgs, err := parseMessages(req.Messages)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		in.messages = msgs
 	default:
-		return fail(&InputError{Msg: "one of prompt or messages is required"})
+		return &InputError{Msg: "one of prompt or messages is required"}
 	}
 	tools, err := parseTools(req.Tools, true)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if len(tools) > 0 && req.Raw {
-		return fail(&InputError{Field: "tools", Msg: "raw prompts do not go through the chat template, which writes the tools"})
+		return &InputError{Field: "tools", Msg: "raw prompts do not go through the chat template, which writes the tools"}
 	}
 	in.tools = tools
-	if in.toolChoice, err = parseToolChoice(req.ToolChoice, tools); err != nil {
-		return fail(err)
-	}
+	in.toolChoice, err = parseToolChoice(req.ToolChoice, tools)
+	return err
+}
+
+// nativeSampling reads how a native body asks to generate: its limits,
+// sampling parameters, stop sequences and response format.
+func (in *genInput) nativeSampling(req *nativeRequest) error {
 	for _, err := range []error{
 		checkInt("max_tokens", req.MaxTokens, 1, math.MaxInt32),
 		checkFloat("temperature", req.Temperature, 0, 5),
@@ -405,23 +437,23 @@ func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 		checkFloat("presence_penalty", req.PresencePenalty, -2, 2),
 	} {
 		if err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	if req.Seed != nil && *req.Seed < 0 {
-		return fail(&InputError{Field: "seed", Msg: "must not be negative"})
+		return &InputError{Field: "seed", Msg: "must not be negative"}
 	}
 	stop, err := parseStop(req.Stop)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	in.stop = stop
 	rf, err := parseResponseFormat(req.ResponseFormat, true)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if err := in.setGrammar(rf); err != nil {
-		return fail(err)
+		return err
 	}
 	if req.MaxTokens != nil {
 		in.maxTokens = *req.MaxTokens
@@ -439,45 +471,47 @@ func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 	if req.Seed != nil {
 		in.sampling.Seed = uint64(*req.Seed)
 	}
-	return in, nil
+	return nil
 }
 
-// openAICommon validates the fields chat and completion requests share.
-func openAICommon(in *genInput, maxTokens, n *int, temp, topP, freq, pres *float64, seed *int64,
-	stop json.RawMessage, stream bool, opts *streamOptions) error {
+// input validates the fields chat and completion requests share into in;
+// maxTokens is the endpoint's own token limit (chat's max_completion_tokens
+// wins over max_tokens).
+func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 	for _, err := range []error{
 		checkInt("max_tokens", maxTokens, 1, math.MaxInt32),
-		checkInt("n", n, 1, 1),
-		checkFloat("temperature", temp, 0, 2),
-		checkFloat("top_p", topP, 0, 1),
-		checkFloat("frequency_penalty", freq, -2, 2),
-		checkFloat("presence_penalty", pres, -2, 2),
+		checkInt("n", r.N, 1, 1),
+		checkFloat("temperature", r.Temperature, 0, 2),
+		checkFloat("top_p", r.TopP, 0, 1),
+		checkFloat("frequency_penalty", r.FrequencyPenalty, -2, 2),
+		checkFloat("presence_penalty", r.PresencePenalty, -2, 2),
 	} {
 		if err != nil {
 			return err
 		}
 	}
-	st, err := parseStop(stop)
+	st, err := parseStop(r.Stop)
 	if err != nil {
 		return err
 	}
-	if opts != nil && !stream {
+	if r.StreamOptions != nil && !r.Stream {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
+	in.cachePrefix = r.CachePrefix
 	in.stop = st
-	in.stream = stream
-	in.includeUsage = opts != nil && opts.IncludeUsage
+	in.stream = r.Stream
+	in.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
 	if maxTokens != nil {
 		in.maxTokens = *maxTokens
 	}
 	in.sampling = queue.Sampling{
-		Temperature:      f32(temp),
-		TopP:             f32(topP),
-		FrequencyPenalty: f32(freq),
-		PresencePenalty:  f32(pres),
+		Temperature:      f32(r.Temperature),
+		TopP:             f32(r.TopP),
+		FrequencyPenalty: f32(r.FrequencyPenalty),
+		PresencePenalty:  f32(r.PresencePenalty),
 	}
-	if seed != nil {
-		in.sampling.Seed = uint64(*seed) // OpenAI accepts any integer; negative ones map one-to-one
+	if r.Seed != nil {
+		in.sampling.Seed = uint64(*r.Seed) // OpenAI accepts any integer; negative ones map one-to-one
 	}
 	return nil
 }
@@ -495,7 +529,7 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	in := &genInput{cachePrefix: req.CachePrefix, now: time.Now()}
+	in := &genInput{now: time.Now()}
 	maxTokens := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		if err := checkInt("max_completion_tokens", req.MaxCompletionTokens, 1, math.MaxInt32); err != nil {
@@ -503,8 +537,7 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 		}
 		maxTokens = req.MaxCompletionTokens
 	}
-	if err := openAICommon(in, maxTokens, req.N, req.Temperature, req.TopP, req.FrequencyPenalty,
-		req.PresencePenalty, req.Seed, req.Stop, req.Stream, req.StreamOptions); err != nil {
+	if err := req.input(in, maxTokens); err != nil {
 		return "", nil, err
 	}
 	if req.Messages == nil {
@@ -548,9 +581,8 @@ func completionInput(req *completionRequest) (string, *genInput, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	in := &genInput{raw: true, cachePrefix: req.CachePrefix}
-	if err := openAICommon(in, req.MaxTokens, req.N, req.Temperature, req.TopP, req.FrequencyPenalty,
-		req.PresencePenalty, req.Seed, req.Stop, req.Stream, req.StreamOptions); err != nil {
+	in := &genInput{raw: true}
+	if err := req.input(in, req.MaxTokens); err != nil {
 		return "", nil, err
 	}
 	raw := bytes.TrimSpace(req.Prompt)

@@ -34,7 +34,7 @@ type Limiter interface {
 // Queue publishes jobs and reads their replies. queue.Client implements it.
 type Queue interface {
 	Submit(ctx context.Context, job *queue.Job) (*queue.Replies, error)
-	Cancel(id string) error
+	Cancel(ctx context.Context, id string) error
 	SubmitAsync(ctx context.Context, job *queue.Job) error
 	AsyncStatus(ctx context.Context, id string) (*queue.AsyncResult, error)
 }
@@ -54,6 +54,9 @@ const (
 	// replyGrace is how long past a job's deadline the edge keeps waiting for
 	// the worker's own timeout frame before giving up itself.
 	replyGrace = 5 * time.Second
+	// cancelTimeout bounds recording the cancel of a job whose client is
+	// gone.
+	cancelTimeout = 5 * time.Second
 )
 
 // Config configures a Server. Zero values take the defaults noted.

@@ -133,7 +133,7 @@ func TestRolesCarryAJob(t *testing.T) {
 	if !errors.Is(err, io.EOF) || len(frames) != 2 {
 		t.Fatalf("edge read %d frames, %v", len(frames), err)
 	}
-	if err := c.Cancel("roles-1"); err != nil {
+	if err := c.Cancel(ctx, "roles-1"); err != nil {
 		t.Fatalf("edge cancels: %v", err)
 	}
 	async := testJob("roles-async")

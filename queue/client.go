@@ -180,18 +180,15 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	return nil
 }
 
-// cancelRecordTimeout bounds how long Cancel waits to record a cancel.
-const cancelRecordTimeout = 5 * time.Second
-
 // Cancel says that request id's client has gone. It first records the cancel
 // in the results bucket (Results.Cancel), so that a job still waiting in the
 // stream, or being claimed, is never run, and then tells the worker running
-// it, if any, which ends it with an aborted frame. Recording waits at most
-// cancelRecordTimeout; the signal is published even when recording fails.
-// Cancelling an unknown or finished request does nothing harmful.
-func (c *Client) Cancel(id string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cancelRecordTimeout)
-	defer cancel()
+// it, if any, which ends it with an aborted frame. Recording waits until ctx
+// ends (the caller bounds it; a client that is gone has a cancelled request
+// context, so the caller detaches from it first); the signal is published
+// even when recording fails. Cancelling an unknown or finished request does
+// nothing harmful.
+func (c *Client) Cancel(ctx context.Context, id string) error {
 	// The marker goes first: a worker subscribes to the signal and then reads
 	// the marker, so it either sees the marker or receives the signal.
 	res, rerr := c.openResults(ctx)

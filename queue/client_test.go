@@ -510,7 +510,7 @@ func TestCancelRecorded(t *testing.T) {
 				t.Fatalf("Cancelled before Cancel = %v, %v", got, err)
 			}
 			for range 2 { // cancelling again is harmless
-				if err := c.Cancel(job.ID); err != nil {
+				if err := c.Cancel(ctx, job.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
