@@ -92,7 +92,7 @@ func TestCancelBeforeWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			if err := ev.client.Cancel(job.ID); err != nil {
+			if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
 				t.Fatal(err)
 			}
 
@@ -145,7 +145,7 @@ func TestCancelBetweenClaimAndSubscribe(t *testing.T) {
 			hooked := make(chan error, 1)
 			d := deploy(t, ev, tc.split, tc.hookOn, func(j *queue.Job) {
 				if j.ID == job.ID {
-					hooked <- ev.client.Cancel(j.ID)
+					hooked <- ev.client.Cancel(t.Context(), j.ID)
 				}
 			})
 

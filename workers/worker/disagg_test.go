@@ -328,7 +328,7 @@ func TestDisaggregatedCancel(t *testing.T) {
 		if f, err := r.Next(context.Background()); err != nil || f.Kind != queue.KindToken {
 			t.Fatalf("first frame %+v, %v", f, err)
 		}
-		if err := ev.client.Cancel(job.ID); err != nil {
+		if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
 			t.Fatal(err)
 		}
 		frames, err := collect(t, r)

@@ -36,7 +36,7 @@ func TestCancel(t *testing.T) {
 		if err != nil || f.Kind != queue.KindToken {
 			t.Fatalf("first frame %+v, %v", f, err)
 		}
-		if err := ev.client.Cancel(job.ID); err != nil {
+		if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
 			t.Fatal(err)
 		}
 		frames, err := collect(t, r)

@@ -98,7 +98,7 @@ func TestUsageEvents(t *testing.T) {
 			}
 			seen++
 		}
-		if err := ev.client.Cancel(job.ID); err != nil {
+		if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
 			t.Fatal(err)
 		}
 		var produced int
