@@ -23,7 +23,10 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{PromptTokens: append([]int32(nil), req.Prompt...)}
+	res := &Result{
+		PromptTokens:     append([]int32(nil), req.Prompt...),
+		CompletionTokens: make([]int32, 0, req.MaxTokens),
+	}
 	var text strings.Builder
 	for ev := range events {
 		if ev.Err != nil {

@@ -3,6 +3,7 @@ package kvcache
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -189,6 +190,7 @@ func (p *Pool) alloc(s *Sequence, need int) error {
 // lock: they belong to s already, and s is inside Reserve.
 func (p *Pool) allocLocked(s *Sequence, need int) []int32 {
 	fromFree := min(need, len(p.free))
+	s.pages = slices.Grow(s.pages, need) // one allocation, whatever the length
 	for range fromFree {
 		id := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]

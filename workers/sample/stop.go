@@ -38,6 +38,7 @@ func (m *StopMatcher) Push(piece string) (emit string, stopped bool) {
 	if m.stopped {
 		return "", true
 	}
+	whole := len(m.held) == 0 // nothing held: piece may be emitted as it is
 	m.held = append(m.held, piece...)
 	if at := m.firstStop(); at >= 0 {
 		emit = string(m.held[:at])
@@ -46,6 +47,11 @@ func (m *StopMatcher) Push(piece string) (emit string, stopped bool) {
 		return emit, true
 	}
 	cut := safeCut(m.held, len(m.held)-m.partialStop())
+	if whole && cut == len(m.held) {
+		// The usual case: the piece goes out whole, without a new string.
+		m.held = m.held[:0]
+		return piece, false
+	}
 	emit = string(m.held[:cut])
 	m.held = m.held[:copy(m.held, m.held[cut:])]
 	return emit, false

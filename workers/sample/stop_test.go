@@ -192,3 +192,21 @@ func FuzzStopMatcher(f *testing.F) {
 		}
 	})
 }
+
+// TestStopMatcherPieceAllocs checks that a piece emitted whole, the usual
+// case, is returned as it is: no string is allocated per token.
+func TestStopMatcherPieceAllocs(t *testing.T) {
+	m := NewStopMatcher([]string{"\n\nUser:"})
+	pieces := []string{" Once", " upon", " a", " time", ",", " é"}
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		p := pieces[i%len(pieces)]
+		if got, stopped := m.Push(p); got != p || stopped {
+			t.Fatalf("Push(%q) = %q, %v", p, got, stopped)
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per piece, want 0", allocs)
+	}
+}
