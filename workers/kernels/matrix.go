@@ -14,7 +14,8 @@ type Matrix struct {
 	Rows, Cols int
 	Data       []byte
 
-	pack []byte // the weights interleaved for the AVX-512 kernels (repack.go), or nil
+	pack   []byte // the weights interleaved for the AVX-512 kernels (repack.go), or nil
+	copied bool   // Data is a copy made by NewMatrix (in huge pages), not the caller's
 }
 
 // NewMatrix checks that the type has kernels here, that Cols is a whole number
@@ -43,13 +44,19 @@ func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 	m := Matrix{Type: t, Rows: rows, Cols: cols, Data: data}
 	if active >= pathAVX512 {
 		m.pack = repack(m)
+		if t == gguf.TypeF32 {
+			// F32 rows are read as they are, from a copy in huge pages.
+			m.Data, m.copied = hugeCopy(data), true
+		}
 	}
 	return m, nil
 }
 
-// Packed reports whether the matrix products read an interleaved copy of the
-// weights made at construction rather than Data (Row still reads Data).
-func (m Matrix) Packed() bool { return m.pack != nil }
+// Packed reports whether the matrix reads only a copy of the weights made at
+// construction (interleaved, or F32 rows in huge pages on the AVX-512 path),
+// so the caller's data need not stay resident (Row reads Data, which is the
+// copy for F32 and the caller's otherwise).
+func (m Matrix) Packed() bool { return m.pack != nil || m.copied }
 
 // rowSize is the bytes per row; m must have come from NewMatrix.
 func (m Matrix) rowSize() int { return m.Cols / m.Type.BlockSize() * m.Type.TypeSize() }

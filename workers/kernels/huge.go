@@ -1,0 +1,64 @@
+package kernels
+
+import "sync"
+
+// hugePage is the size of a transparent huge page on the targets that have
+// them (x86-64 and arm64 Linux with 4 KiB base pages).
+const hugePage = 2 << 20
+
+// Weight copies of arenaMin bytes or more are placed one after another in
+// arena chunks of arenaChunk bytes, so that a model's many matrices, most of
+// them not a whole number of huge pages, still share huge pages; a copy of
+// over half a chunk gets its own.
+const (
+	arenaChunk = 32 << 20
+	arenaMin   = 64 << 10
+)
+
+// arena is the unused tail of the current chunk. A chunk stays allocated
+// while any copy in it is reachable.
+var arena struct {
+	mu   sync.Mutex // guards free
+	free []byte
+}
+
+// hugeCopy returns a copy of src in the Go heap that, where the system offers
+// it, is backed by transparent huge pages (hugeAdvise, hugeCollapse):
+// streaming a matrix of weights then takes a TLB entry per 2 MiB instead of
+// per 4 KiB. It starts on a 64-byte boundary.
+func hugeCopy(src []byte) []byte {
+	n := len(src)
+	if n < arenaMin {
+		return append(make([]byte, 0, n), src...)
+	}
+	var b []byte
+	if n > arenaChunk/2 {
+		b = hugeAlloc(n)
+	} else {
+		arena.mu.Lock()
+		if len(arena.free) < n {
+			arena.free = hugeAlloc(arenaChunk)
+		}
+		b = arena.free[:n:n]
+		arena.free = arena.free[min(len(arena.free), (n+63)&^63):]
+		arena.mu.Unlock()
+	}
+	copy(b, src)
+	// Pages the runtime had touched before the advice are still small.
+	hugeCollapse(b)
+	return b
+}
+
+// hugeAlloc returns n zero bytes starting on a hugePage boundary, advised to
+// be backed by huge pages as they are faulted in. A fresh large allocation is
+// memory the runtime has usually not touched yet, so the advice applies to it.
+func hugeAlloc(n int) []byte {
+	b := make([]byte, n+hugePage)
+	off := 0
+	if r := int(uintptrOf(b) % hugePage); r != 0 {
+		off = hugePage - r
+	}
+	b = b[off : off+n : off+n]
+	hugeAdvise(b)
+	return b
+}

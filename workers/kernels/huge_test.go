@@ -1,0 +1,49 @@
+package kernels
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// TestHugeCopy checks the weight copies: equal to their source, on 64-byte
+// boundaries, small ones packed one after another in a chunk, and an F32
+// matrix on the AVX-512 path reading its copy, not the caller's bytes.
+func TestHugeCopy(t *testing.T) {
+	var prev []byte
+	for _, n := range []int{100, arenaMin, arenaMin + 1, 3 << 20, arenaChunk/2 + 1} {
+		src := make([]byte, n)
+		for i := range src {
+			src[i] = byte(i*7 + n)
+		}
+		b := hugeCopy(src)
+		if !bytes.Equal(b, src) || cap(b) != n {
+			t.Fatalf("%d bytes: copy differs or has spare capacity %d", n, cap(b))
+		}
+		if n >= arenaMin && uintptrOf(b)%64 != 0 {
+			t.Fatalf("%d bytes: copy at %#x, not on a 64-byte boundary", n, uintptrOf(b))
+		}
+		if n == arenaMin+1 && prev != nil && uintptrOf(b) != uintptrOf(prev)+arenaMin {
+			t.Fatalf("consecutive copies not packed: %#x after %#x", uintptrOf(b), uintptrOf(prev))
+		}
+		prev = b
+	}
+
+	cols, rows := 64, 1024 // 256 KiB: an arena copy
+	data := make([]byte, rows*cols*4)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	m, err := NewMatrix(gguf.TypeF32, rows, cols, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := uintptrOf(m.Data) != uintptrOf(data)
+	if want := active >= pathAVX512; copied != want || m.Packed() != want {
+		t.Fatalf("path %v: F32 matrix copied %v, Packed %v; want %v", active, copied, m.Packed(), want)
+	}
+	if !bytes.Equal(m.Data, data) {
+		t.Fatal("the matrix's data differs from the caller's")
+	}
+}
