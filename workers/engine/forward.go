@@ -61,6 +61,15 @@ type attnJob struct {
 	scale         float32
 }
 
+// attnHead says where one head's keys and values are: its view, the offset of
+// its K/V columns in each row (koff) and the row length (kvd), with the score
+// scale and soft cap (0: none).
+type attnHead struct {
+	view           *kvcache.View
+	koff, kvd      int
+	scale, softCap float32
+}
+
 type attnScratch struct {
 	q16    []uint16
 	qf     []float32 // q16 as float32
@@ -103,6 +112,17 @@ func grow(b []float32, n int) []float32 {
 // the next run. Chunks that fail (a KV write or view refused) get err set and
 // no logits; the other chunks are unaffected.
 func (fw *forward) run(chunks []*chunk) [][]float32 {
+	T := fw.size(chunks)
+	fw.embed(chunks)
+	for l := range fw.m.Layers {
+		fw.layer(l, chunks, T)
+	}
+	return fw.logitsOf(chunks)
+}
+
+// size grows the scratch buffers for the step's rows, and lists attention's
+// row groups, and returns the number of rows.
+func (fw *forward) size(chunks []*chunk) int {
 	h := fw.m.Hyper
 	T := 0
 	for _, c := range chunks {
@@ -127,7 +147,7 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 	}
 	fw.rowPos, fw.rowChunk = fw.rowPos[:T], fw.rowChunk[:T]
 
-	// Attention takes a chunk's rows in groups of 4 (blockSize) that share
+	// Attention takes a chunk's rows in groups of attnBlock that share
 	// their keys but the last few.
 	fw.groups = fw.groups[:0]
 	for r, c := 0, 0; c < len(chunks); c++ {
@@ -136,6 +156,13 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 		}
 		r += len(chunks[c].tokens)
 	}
+	return T
+}
+
+// embed writes each row's embedding into fw.x and its RoPE angles, and
+// marks a chunk with a token outside the vocabulary as failed.
+func (fw *forward) embed(chunks []*chunk) {
+	h := fw.m.Hyper
 	r := 0
 	for ci, c := range chunks {
 		for j, tok := range c.tokens {
@@ -156,12 +183,12 @@ func (fw *forward) run(chunks []*chunk) [][]float32 {
 			r++
 		}
 	}
+}
 
-	for l := range fw.m.Layers {
-		fw.layer(l, chunks, T)
-	}
-
-	// Final norm and logits, only for the rows that need them.
+// logitsOf computes the final norm and the logits for the last row of every
+// chunk that wants them and has not failed.
+func (fw *forward) logitsOf(chunks []*chunk) [][]float32 {
+	h := fw.m.Hyper
 	nl := 0
 	for _, c := range chunks {
 		if c.logits && c.err == nil {
@@ -360,8 +387,8 @@ func (fw *forward) attendSlots(lo, hi int) {
 			if c.err != nil {
 				continue
 			}
-			view := &a.views[fw.rowChunk[g.row]]
-			koff := head / a.group * a.hd
+			ah := attnHead{view: &a.views[fw.rowChunk[g.row]], koff: head / a.group * a.hd, kvd: a.kvd,
+				scale: a.scale, softCap: h.AttnSoftCap}
 			if g.n == attnBlock && a.window == 0 {
 				for i := range attnBlock {
 					r := g.row + i
@@ -369,7 +396,7 @@ func (fw *forward) attendSlots(lo, hi int) {
 					kernels.F32ToF16s(q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
 					kernels.F16ToF32s(sc.qf4[i*a.hd:(i+1)*a.hd], q16)
 				}
-				sc.attend4(&outs, view, fw.rowPos[g.row], koff, a.kvd, a.scale, h.AttnSoftCap)
+				sc.attend4(&outs, &ah, fw.rowPos[g.row])
 				continue
 			}
 			for i := range g.n {
@@ -382,7 +409,7 @@ func (fw *forward) attendSlots(lo, hi int) {
 				}
 				kernels.F32ToF16s(sc.q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
 				kernels.F16ToF32s(sc.qf, sc.q16)
-				sc.attend(outs[i], view, t0, pos+1, koff, a.kvd, a.scale, h.AttnSoftCap)
+				sc.attend(outs[i], &ah, t0, pos+1)
 			}
 		}
 	}
@@ -392,7 +419,8 @@ func (fw *forward) attendSlots(lo, hi int) {
 // window: keys [0, p0] are shared and go through the 4-row kernels page by
 // page; row i's last i keys, and every softmax, are its own. Each row's scores
 // and value sums see the same operations in the same order as attend's.
-func (sc *attnScratch) attend4(outs *[attnBlock][]float32, view *kvcache.View, p0, koff, kvd int, scale, softCap float32) {
+func (sc *attnScratch) attend4(outs *[attnBlock][]float32, ah *attnHead, p0 int) {
+	view, koff, kvd := ah.view, ah.koff, ah.kvd
 	hd := len(outs[0])
 	n0 := p0 + 1 // keys every row reads
 	var sco [attnBlock][]float32
@@ -411,18 +439,18 @@ func (sc *attnScratch) attend4(outs *[attnBlock][]float32, view *kvcache.View, p
 			for i := range part {
 				part[i] = sco[i][t:e]
 			}
-			kernels.Dots4F16(&part, sc.q16x4, sc.qf4, kp[koff:], kvd, hd, scale)
+			kernels.Dots4F16(&part, sc.q16x4, sc.qf4, kp[koff:], kvd, ah.scale)
 		}
 		for i := 1; i < attnBlock; i++ {
 			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
-				kernels.DotsF16(sco[i][a:b], sc.q16x4[i*hd:(i+1)*hd], sc.qf4[i*hd:(i+1)*hd], kp[(a-t)*kvd+koff:], kvd, scale)
+				kernels.DotsF16(sco[i][a:b], sc.q16x4[i*hd:(i+1)*hd], sc.qf4[i*hd:(i+1)*hd], kp[(a-t)*kvd+koff:], kvd, ah.scale)
 			}
 		}
 		t += pl
 	}
 	for i := range attnBlock {
-		if softCap != 0 {
-			kernels.SoftCap(sco[i], softCap)
+		if ah.softCap != 0 {
+			kernels.SoftCap(sco[i], ah.softCap)
 		}
 		kernels.Softmax(sco[i])
 		// llama.cpp rounds the weights to half before they weight V.
@@ -452,8 +480,9 @@ func (sc *attnScratch) attend4(outs *[attnBlock][]float32, view *kvcache.View, p
 }
 
 // attend computes one head's attention output into out over view positions
-// [t0, n), with the head's K/V columns at koff in each row.
-func (sc *attnScratch) attend(out []float32, view *kvcache.View, t0, n, koff, kvd int, scale, softCap float32) {
+// [t0, n).
+func (sc *attnScratch) attend(out []float32, ah *attnHead, t0, n int) {
+	view, koff, kvd := ah.view, ah.koff, ah.kvd
 	m := n - t0
 	if cap(sc.scores) < m {
 		sc.scores = make([]float32, m, m+m/2)
@@ -472,11 +501,11 @@ func (sc *attnScratch) attend(out []float32, view *kvcache.View, t0, n, koff, kv
 		// Keys [j0, j1) of this page are positions t+j0 .. t+j1-1.
 		j0, j1 := max(0, t0-t), min(pl, n-t)
 		kp := view.KPage(p)
-		kernels.DotsF16(scores[t+j0-t0:t+j1-t0], sc.q16, sc.qf, kp[j0*kvd+koff:], kvd, scale)
+		kernels.DotsF16(scores[t+j0-t0:t+j1-t0], sc.q16, sc.qf, kp[j0*kvd+koff:], kvd, ah.scale)
 		t += pl
 	}
-	if softCap != 0 {
-		kernels.SoftCap(scores, softCap)
+	if ah.softCap != 0 {
+		kernels.SoftCap(scores, ah.softCap)
 	}
 	kernels.Softmax(scores)
 	// llama.cpp rounds the weights to half before they weight V.

@@ -208,9 +208,13 @@ func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
 // Dots4F16 is DotsF16 for four queries against the same keys: out[i][j] =
 // DotF16(q[i*hd:(i+1)*hd], key j) * scale for j < len(out[0]) (all four the
 // same length), bitwise what four DotsF16 calls give; each key is converted
-// once for the four. q holds the queries as half, qf the same as float32.
-func Dots4F16(out *[4][]float32, q []uint16, qf []float32, k []uint16, stride, hd int, scale float32) {
-	nk := len(out[0])
+// once for the four. q holds the queries as half, qf the same as float32,
+// each 4*hd long.
+func Dots4F16(out *[4][]float32, q []uint16, qf []float32, k []uint16, stride int, scale float32) {
+	nk, hd := len(out[0]), len(qf)/4
+	if len(q) != 4*hd || len(qf) != 4*hd {
+		panic("kernels: Dots4F16 queries of different lengths")
+	}
 	if nk == 0 || hd == 0 {
 		return
 	}

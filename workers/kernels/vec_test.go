@@ -368,7 +368,7 @@ func TestPageKernels4(t *testing.T) {
 					dst[i][x] = float32(rng.NormFloat64())
 				}
 			}
-			Dots4F16(&got, q, qf, k, stride, hd, 0.125)
+			Dots4F16(&got, q, qf, k, stride, 0.125)
 			want := make([]float32, nk)
 			for i := range got {
 				DotsF16(want, q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, 0.125)
