@@ -103,6 +103,6 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 // EnsureDecodeConsumer creates or updates the durable pull consumer decode
 // workers share for model's decode subject (explicit acks) and returns it.
 func EnsureDecodeConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
-	return ensureConsumer(ctx, js, DecodeStream, model, DecodeConsumerName(model), DecodeSubject(model),
-		"decode hand-overs for ", cfg)
+	return ensureConsumer(ctx, js, durable{stream: DecodeStream, model: model, name: DecodeConsumerName(model),
+		subject: DecodeSubject(model), description: "decode hand-overs for " + model}, cfg)
 }

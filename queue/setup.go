@@ -110,67 +110,16 @@ func (c *StreamConfig) fill() error {
 
 // Setup creates or updates the jobs stream (work-queue retention on "jobs.>",
 // bounded, refusing new jobs when full), the decode hand-over stream (the
-// same on "decode.>") and the results bucket. It is idempotent: every node
-// may call it at start-up.
+// same on "decode.>"), the usage stream and the results bucket. It is
+// idempotent: every node may call it at start-up.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
 	if err := cfg.fill(); err != nil {
 		return err
 	}
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
-	sc := jetstream.StreamConfig{
-		Name:        JobsStream,
-		Description: "Bulkhead inference jobs, one subject per model",
-		Subjects:    []string{JobsPrefix + ">"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     cfg.MaxJobs,
-		MaxBytes:    cfg.MaxBytes,
-		MaxAge:      cfg.MaxAge,
-		Duplicates:  cfg.Duplicates,
-		Storage:     storage,
-		Replicas:    cfg.Replicas,
-	}
-	if cfg.MaxJobsPerModel > 0 {
-		sc.MaxMsgsPerSubject = cfg.MaxJobsPerModel
-		sc.DiscardNewPerSubject = true
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("queue: stream %s: %w", JobsStream, err)
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        DecodeStream,
-		Description: "Bulkhead prefilled jobs waiting for a decode worker, one subject per model",
-		Subjects:    []string{DecodePrefix + ">"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     cfg.MaxDecodeJobs,
-		MaxBytes:    cfg.MaxDecodeBytes,
-		MaxAge:      cfg.MaxAge,
-		Duplicates:  cfg.Duplicates,
-		Storage:     storage,
-		Replicas:    cfg.Replicas,
-	}); err != nil {
-		return fmt.Errorf("queue: stream %s: %w", DecodeStream, err)
-	}
-	// Usage events wait here until billing counted them (work queue: an
-	// event leaves the stream when the billing consumer acks it).
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        UsageStream,
-		Description: "Bulkhead usage events, one per request that reached a worker, for billing",
-		Subjects:    []string{UsagePrefix + ">"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     cfg.MaxUsageEvents,
-		MaxBytes:    cfg.MaxUsageBytes,
-		MaxAge:      cfg.UsageMaxAge,
-		Duplicates:  cfg.Duplicates,
-		Storage:     storage,
-		Replicas:    cfg.Replicas,
-	}); err != nil {
-		return fmt.Errorf("queue: stream %s: %w", UsageStream, err)
+	for _, sc := range cfg.streams() {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
+		}
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      ResultsBucket,
@@ -178,7 +127,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 		History:     1,
 		TTL:         cfg.ResultsTTL,
 		MaxBytes:    cfg.ResultsMaxBytes,
-		Storage:     storage,
+		Storage:     cfg.storage(),
 		Replicas:    cfg.Replicas,
 		// Per-record TTLs: synchronous jobs' records live only as long as
 		// redelivery needs them (recordTTL), cancel markers CancelMarkerTTL.
@@ -192,6 +141,44 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 		return err
 	}
 	return nil
+}
+
+func (c *StreamConfig) storage() jetstream.StorageType {
+	if c.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// streams are the streams Setup creates: each a bounded work queue that
+// refuses new messages when full.
+func (c *StreamConfig) streams() []jetstream.StreamConfig {
+	workQueue := func(name, description, prefix string) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:        name,
+			Description: description,
+			Subjects:    []string{prefix + ">"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Discard:     jetstream.DiscardNew,
+			MaxAge:      c.MaxAge,
+			Duplicates:  c.Duplicates,
+			Storage:     c.storage(),
+			Replicas:    c.Replicas,
+		}
+	}
+	jobs := workQueue(JobsStream, "Bulkhead inference jobs, one subject per model", JobsPrefix)
+	jobs.MaxMsgs, jobs.MaxBytes = c.MaxJobs, c.MaxBytes
+	if c.MaxJobsPerModel > 0 {
+		jobs.MaxMsgsPerSubject = c.MaxJobsPerModel
+		jobs.DiscardNewPerSubject = true
+	}
+	decode := workQueue(DecodeStream, "Bulkhead prefilled jobs waiting for a decode worker, one subject per model", DecodePrefix)
+	decode.MaxMsgs, decode.MaxBytes = c.MaxDecodeJobs, c.MaxDecodeBytes
+	// Usage events wait here until billing counted them (work queue: an
+	// event leaves the stream when the billing consumer acks it).
+	usage := workQueue(UsageStream, "Bulkhead usage events, one per request that reached a worker, for billing", UsagePrefix)
+	usage.MaxMsgs, usage.MaxBytes, usage.MaxAge = c.MaxUsageEvents, c.MaxUsageBytes, c.UsageMaxAge
+	return []jetstream.StreamConfig{jobs, decode, usage}
 }
 
 // Replicated reports whether every stream and bucket Setup creates exists
@@ -281,23 +268,29 @@ func ConsumerName(model string) string { return "worker-" + ModelToken(model) }
 // EnsureConsumer creates or updates the durable pull consumer for model's job
 // subject (explicit acks) and returns it.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
-	return ensureConsumer(ctx, js, JobsStream, model, ConsumerName(model), JobSubject(model), "jobs for ", cfg)
+	return ensureConsumer(ctx, js, durable{stream: JobsStream, model: model, name: ConsumerName(model),
+		subject: JobSubject(model), description: "jobs for " + model}, cfg)
 }
 
-// ensureConsumer creates or updates a durable pull consumer with explicit
-// acks on stream, filtered to subject, for model.
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, model, name, subject, what string,
-	cfg ConsumerConfig) (jetstream.Consumer, error) {
-	if model == "" {
+// durable is the consumer the workers serving one model share on one
+// stream.
+type durable struct {
+	stream, model, name, subject, description string
+}
+
+// ensureConsumer creates or updates durable d: a pull consumer with explicit
+// acks on d.stream, filtered to d.subject.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, d durable, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	if d.model == "" {
 		return nil, fmt.Errorf("%w: empty model name", ErrConfig)
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   what + model,
-		FilterSubject: subject,
+	c, err := js.CreateOrUpdateConsumer(ctx, d.stream, jetstream.ConsumerConfig{
+		Durable:       d.name,
+		Description:   d.description,
+		FilterSubject: d.subject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    cfg.MaxDeliver,
@@ -305,7 +298,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, model, 
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer %s for %s: %w", name, model, err)
+		return nil, fmt.Errorf("queue: consumer %s for %s: %w", d.name, d.model, err)
 	}
 	return c, nil
 }
