@@ -196,7 +196,7 @@ func (s *Sender) answer(reply string, req request) error {
 	}
 	n := min(int(req.max), s.cfg.MaxChunk, len(page)-int(req.offset))
 	body := page[req.offset : int(req.offset)+n]
-	s.buf = appendChunk(s.buf[:0], kindData, uint32(len(s.pages)), req.page, req.offset, uint32(len(page)), body)
+	s.buf = chunk{kind: kindData, pages: uint32(len(s.pages)), page: req.page, offset: req.offset, total: uint32(len(page)), body: body}.append(s.buf[:0])
 	if s.cfg.corrupt != nil {
 		s.cfg.corrupt(int(req.page), s.buf[headerLen:])
 	}
@@ -213,6 +213,6 @@ func (s *Sender) answerError(reply, msg string) {
 	if len(msg) > maxReason {
 		msg = msg[:maxReason]
 	}
-	s.buf = appendChunk(s.buf[:0], kindError, uint32(len(s.pages)), 0, 0, 0, []byte(msg))
+	s.buf = chunk{kind: kindError, pages: uint32(len(s.pages)), body: []byte(msg)}.append(s.buf[:0])
 	_ = s.nc.Publish(reply, s.buf) // best effort: the receiver times out otherwise
 }

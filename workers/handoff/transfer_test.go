@@ -302,7 +302,7 @@ func (r *rawSender) answer(t *testing.T, msg *nats.Msg, req request) {
 	t.Helper()
 	page := r.pages[req.page]
 	n := min(int(req.max), len(page)-int(req.offset))
-	b := appendChunk(nil, kindData, uint32(len(r.pages)), req.page, req.offset, uint32(len(page)), page[req.offset:int(req.offset)+n])
+	b := chunk{kind: kindData, pages: uint32(len(r.pages)), page: req.page, offset: req.offset, total: uint32(len(page)), body: page[req.offset : int(req.offset)+n]}.append(nil)
 	if err := r.nc.Publish(msg.Reply, b); err != nil {
 		t.Fatal(err)
 	}

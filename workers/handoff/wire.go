@@ -99,18 +99,19 @@ type chunk struct {
 	body   []byte
 }
 
-// appendChunk appends an answer's header and body to dst. The CRC covers body.
-func appendChunk(dst []byte, kind byte, pages, page, offset, total uint32, body []byte) []byte {
+// append appends the answer's header and body to dst. The CRC is computed
+// over body (c.crc is not read).
+func (c chunk) append(dst []byte) []byte {
 	var h [headerLen]byte
-	h[0], h[1] = wireVersion, kind
-	binary.LittleEndian.PutUint32(h[2:], pages)
-	binary.LittleEndian.PutUint32(h[6:], page)
-	binary.LittleEndian.PutUint32(h[10:], offset)
-	binary.LittleEndian.PutUint32(h[14:], total)
-	binary.LittleEndian.PutUint32(h[18:], uint32(len(body)))
-	binary.LittleEndian.PutUint32(h[22:], crc32.Checksum(body, crc32cTable))
+	h[0], h[1] = wireVersion, c.kind
+	binary.LittleEndian.PutUint32(h[2:], c.pages)
+	binary.LittleEndian.PutUint32(h[6:], c.page)
+	binary.LittleEndian.PutUint32(h[10:], c.offset)
+	binary.LittleEndian.PutUint32(h[14:], c.total)
+	binary.LittleEndian.PutUint32(h[18:], uint32(len(c.body)))
+	binary.LittleEndian.PutUint32(h[22:], crc32.Checksum(c.body, crc32cTable))
 	dst = append(dst, h[:]...)
-	return append(dst, body...)
+	return append(dst, c.body...)
 }
 
 // decodeChunk checks an answer's structure: version, kind, a length that

@@ -52,7 +52,7 @@ func TestDecodeRequestRejects(t *testing.T) {
 
 func TestChunkRoundTrip(t *testing.T) {
 	body := []byte("0123456789")
-	b := appendChunk(nil, kindData, 5, 2, 100, 200, body)
+	b := chunk{kind: kindData, pages: 5, page: 2, offset: 100, total: 200, body: body}.append(nil)
 	c, err := decodeChunk(b)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestChunkRoundTrip(t *testing.T) {
 }
 
 func TestDecodeChunkRejects(t *testing.T) {
-	good := appendChunk(nil, kindData, 1, 0, 0, 10, []byte("abcd"))
+	good := chunk{kind: kindData, pages: 1, total: 10, body: []byte("abcd")}.append(nil)
 	edit := func(i int, v byte) []byte {
 		b := append([]byte(nil), good...)
 		b[i] = v
@@ -82,9 +82,9 @@ func TestDecodeChunkRejects(t *testing.T) {
 		{"unknown kind", edit(1, 9)},
 		{"length longer than body", edit(18, 5)},
 		{"length shorter than body", edit(18, 3)},
-		{"past the page end", appendChunk(nil, kindData, 1, 0, 8, 10, []byte("abcd"))},
-		{"offset overflow", appendChunk(nil, kindData, 1, 0, ^uint32(0), 10, []byte("a"))},
-		{"long error", appendChunk(nil, kindError, 1, 0, 0, 0, make([]byte, maxReason+1))},
+		{"past the page end", chunk{kind: kindData, pages: 1, offset: 8, total: 10, body: []byte("abcd")}.append(nil)},
+		{"offset overflow", chunk{kind: kindData, pages: 1, offset: ^uint32(0), total: 10, body: []byte("a")}.append(nil)},
+		{"long error", chunk{kind: kindError, pages: 1, body: make([]byte, maxReason+1)}.append(nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := decodeChunk(tc.data); !errors.Is(err, ErrProtocol) {
@@ -95,9 +95,9 @@ func TestDecodeChunkRejects(t *testing.T) {
 }
 
 func FuzzDecodeChunk(f *testing.F) {
-	f.Add(appendChunk(nil, kindData, 3, 1, 0, 8, []byte("abcdefgh")))
-	f.Add(appendChunk(nil, kindData, 3, 1, 4, 8, []byte("efgh")))
-	f.Add(appendChunk(nil, kindError, 3, 0, 0, 0, []byte("page 9 out of range")))
+	f.Add(chunk{kind: kindData, pages: 3, page: 1, total: 8, body: []byte("abcdefgh")}.append(nil))
+	f.Add(chunk{kind: kindData, pages: 3, page: 1, offset: 4, total: 8, body: []byte("efgh")}.append(nil))
+	f.Add(chunk{kind: kindError, pages: 3, body: []byte("page 9 out of range")}.append(nil))
 	f.Add([]byte{wireVersion, kindData})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := decodeChunk(data)
@@ -111,7 +111,7 @@ func FuzzDecodeChunk(f *testing.F) {
 			t.Fatalf("accepted a chunk past its page: %+v", c)
 		}
 		// Re-encoding what was accepted gives the same header fields back.
-		again := appendChunk(nil, c.kind, c.pages, c.page, c.offset, c.total, c.body)
+		again := c.append(nil)
 		if !bytes.Equal(again[:22], data[:22]) || !bytes.Equal(again[headerLen:], data[headerLen:]) {
 			t.Fatalf("re-encoded %x, input %x", again, data)
 		}
