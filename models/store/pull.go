@@ -210,175 +210,225 @@ func (p *pull) run(ctx context.Context) (pulled, error) {
 	}
 }
 
+// attempt is one request of a pull: the partial file it appends to and
+// what it learns of the file from the server.
+type attempt struct {
+	p         *pull
+	f         *os.File
+	meta      partialMeta // the partial file's sidecar, as read and then as rewritten
+	sum       hash.Hash   // of the partial file's bytes so far
+	offset    int64       // bytes in the partial file
+	resumed   int64       // bytes that were there before this request
+	total     int64       // the file's size; -1 while unknown
+	published string      // the sha256 the server publishes, if any
+	validator string      // the response's strong validator, for If-Range
+	stall     *time.Timer // cancels the request when no byte came for StallTimeout
+}
+
 // attempt makes one request. restart asks run to discard the partial file and
 // try again from byte 0.
 func (p *pull) attempt(ctx context.Context, fresh bool) (res pulled, restart bool, err error) {
-	var meta partialMeta
-	if data, err := os.ReadFile(p.meta); err == nil {
-		_ = json.Unmarshal(data, &meta)
+	a := &attempt{p: p, total: -1, sum: sha256.New()}
+	restart, err = a.open(fresh)
+	if a.f != nil {
+		defer a.f.Close()
 	}
-	f, err := os.OpenFile(p.partial, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return res, false, fmt.Errorf("store: %w", err)
+	if restart || err != nil {
+		return res, restart, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return res, false, fmt.Errorf("store: %w", err)
-	}
-	offset := st.Size()
-	if offset > 0 && (fresh || meta.URL != p.src.URL || offset < sniffLen) {
-		if err := f.Truncate(0); err != nil {
-			return res, false, fmt.Errorf("store: %w", err)
-		}
-		offset, meta = 0, partialMeta{}
-	}
-	sum := sha256.New()
-	if offset > 0 {
-		head := make([]byte, sniffLen)
-		if _, err := io.ReadFull(io.NewSectionReader(f, 0, sniffLen), head); err != nil {
-			return res, true, nil
-		}
-		if sniff(head, "") != nil {
-			return res, true, nil
-		}
-		if _, err := io.Copy(sum, io.NewSectionReader(f, 0, offset)); err != nil {
-			return res, false, fmt.Errorf("store: reading %s: %w", p.partial, err)
-		}
-	}
-
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stall := time.AfterFunc(p.s.cfg.StallTimeout, func() { cancel(errStalled) })
-	defer stall.Stop()
+	a.stall = time.AfterFunc(p.s.cfg.StallTimeout, func() { cancel(errStalled) })
+	defer a.stall.Stop()
 
-	hdr := http.Header{}
-	hdr.Set("User-Agent", "bulkhead-models-pull")
-	hdr.Set("Accept-Encoding", "identity") // a transparent gzip would hide the length and break ranges
-	if offset > 0 {
-		hdr.Set("Range", fmt.Sprintf("bytes=%d-", offset))
-		if meta.Validator != "" {
-			hdr.Set("If-Range", meta.Validator)
-		}
-	}
-	resp, h, err := p.s.get(actx, p.src.URL, hdr)
+	resp, h, err := a.request(actx)
 	if err != nil {
 		return res, false, err
 	}
 	defer resp.Body.Close()
-	published := h.sha256
-	if published == "" && offset > 0 {
-		published = meta.SHA256
+	if restart, err := a.size(resp, h); restart || err != nil {
+		return res, restart, err
 	}
-	if p.want != "" && published != "" && p.want != published {
-		return res, false, fmt.Errorf("%w: the server publishes sha256 %s for this file, not the %s expected", ErrChecksum, published, p.want)
-	}
-
-	validator := resp.Header.Get("ETag")
-	if strings.HasPrefix(validator, "W/") {
-		validator = "" // If-Range takes only a strong validator
-	}
-	if validator == "" {
-		validator = resp.Header.Get("Last-Modified")
-	}
-	total := int64(-1)
-	switch resp.StatusCode {
-	case http.StatusOK:
-		if offset > 0 { // the server ignored Range, or If-Range saw a changed file
-			if err := f.Truncate(0); err != nil {
-				return res, false, fmt.Errorf("store: %w", err)
-			}
-			offset = 0
-			sum.Reset()
-		}
-		total = resp.ContentLength
-	case http.StatusPartialContent:
-		first, last, tot, err := contentRange(resp.Header.Get("Content-Range"))
-		if err != nil {
-			return res, false, err
-		}
-		if first != offset || (resp.ContentLength >= 0 && resp.ContentLength != last-first+1) {
-			return res, true, nil
-		}
-		if meta.Validator != "" && validator != "" && validator != meta.Validator {
-			return res, true, nil // the file changed and If-Range was ignored
-		}
-		total = tot
-		if tot < 0 {
-			total = meta.Total
-		}
-	case http.StatusRequestedRangeNotSatisfiable:
-		_, _, tot, err := contentRange(resp.Header.Get("Content-Range"))
-		if offset == 0 || err != nil || tot != offset {
-			return res, true, nil
-		}
-		total = tot // the partial file is already whole
-	default:
-		return res, false, statusError(resp, h.url, p.src.Owner != "")
-	}
-	if h.size >= 0 {
-		if total >= 0 && total != h.size {
-			return res, false, fmt.Errorf("%w: the server says %d bytes but publishes a size of %d", ErrSize, total, h.size)
-		}
-		total = h.size
-	}
-	if total > p.s.cfg.MaxBytes {
-		return res, false, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, total, p.s.cfg.MaxBytes)
-	}
-	if total >= 0 && offset > total {
-		return res, true, nil
-	}
-	meta = partialMeta{URL: p.src.URL, Validator: validator, Total: total, SHA256: published}
-	if data, err := json.Marshal(meta); err == nil {
+	a.meta = partialMeta{URL: p.src.URL, Validator: a.validator, Total: a.total, SHA256: a.published}
+	if data, err := json.Marshal(a.meta); err == nil {
 		if err := writeAtomic(p.meta, data); err != nil {
 			return res, false, fmt.Errorf("store: %w", err)
 		}
 	}
-
-	resumed := offset
+	a.resumed = a.offset
 	if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
-		offset, err = p.copy(actx, f, resp, sum, offset, total, resumed, stall)
-		if err != nil {
+		if err := a.copy(actx, resp); err != nil {
 			return res, false, err
 		}
 	}
-	if total >= 0 && offset != total {
-		return res, false, fmt.Errorf("%w: %d of %d bytes arrived (run the same pull again to resume)", ErrInterrupted, offset, total)
-	}
-	if err := f.Sync(); err != nil {
-		return res, false, fmt.Errorf("store: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return res, false, fmt.Errorf("store: %w", err)
-	}
+	res, err = a.finish()
+	return res, false, err
+}
 
-	res = pulled{sum: hex.EncodeToString(sum.Sum(nil)), size: offset, resumed: resumed}
-	if p.want != "" && res.sum != p.want {
-		return res, false, fmt.Errorf("%w: the file's sha256 is %s, not the %s given", ErrChecksum, res.sum, p.want)
+// open opens the partial file and hashes what it holds; a fresh attempt,
+// another URL's or a too-short partial file starts from byte 0. It asks for
+// a restart when the bytes there are not a GGUF file's start.
+func (a *attempt) open(fresh bool) (restart bool, err error) {
+	p := a.p
+	if data, err := os.ReadFile(p.meta); err == nil {
+		_ = json.Unmarshal(data, &a.meta)
 	}
-	if published != "" && res.sum != published {
-		return res, false, fmt.Errorf("%w: the file's sha256 is %s, not the %s the server publishes", ErrChecksum, res.sum, published)
+	if a.f, err = os.OpenFile(p.partial, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		return false, fmt.Errorf("store: %w", err)
+	}
+	st, err := a.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("store: %w", err)
+	}
+	a.offset = st.Size()
+	if a.offset > 0 && (fresh || a.meta.URL != p.src.URL || a.offset < sniffLen) {
+		if err := a.f.Truncate(0); err != nil {
+			return false, fmt.Errorf("store: %w", err)
+		}
+		a.offset, a.meta = 0, partialMeta{}
+	}
+	if a.offset == 0 {
+		return false, nil
+	}
+	head := make([]byte, sniffLen)
+	if _, err := io.ReadFull(io.NewSectionReader(a.f, 0, sniffLen), head); err != nil {
+		return true, nil
+	}
+	if sniff(head, "") != nil {
+		return true, nil
+	}
+	if _, err := io.Copy(a.sum, io.NewSectionReader(a.f, 0, a.offset)); err != nil {
+		return false, fmt.Errorf("store: reading %s: %w", p.partial, err)
+	}
+	return false, nil
+}
+
+// request sends the GET, asking for the rest of a partial file, and checks
+// the checksum the server publishes against the one expected.
+func (a *attempt) request(ctx context.Context) (*http.Response, hops, error) {
+	hdr := http.Header{}
+	hdr.Set("User-Agent", "bulkhead-models-pull")
+	hdr.Set("Accept-Encoding", "identity") // a transparent gzip would hide the length and break ranges
+	if a.offset > 0 {
+		hdr.Set("Range", fmt.Sprintf("bytes=%d-", a.offset))
+		if a.meta.Validator != "" {
+			hdr.Set("If-Range", a.meta.Validator)
+		}
+	}
+	resp, h, err := a.p.s.get(ctx, a.p.src.URL, hdr)
+	if err != nil {
+		return nil, h, err
+	}
+	a.published = h.sha256
+	if a.published == "" && a.offset > 0 {
+		a.published = a.meta.SHA256
+	}
+	if a.p.want != "" && a.published != "" && a.p.want != a.published {
+		resp.Body.Close()
+		return nil, h, fmt.Errorf("%w: the server publishes sha256 %s for this file, not the %s expected", ErrChecksum, a.published, a.p.want)
+	}
+	a.validator = resp.Header.Get("ETag")
+	if strings.HasPrefix(a.validator, "W/") {
+		a.validator = "" // If-Range takes only a strong validator
+	}
+	if a.validator == "" {
+		a.validator = resp.Header.Get("Last-Modified")
+	}
+	return resp, h, nil
+}
+
+// size reads the response's status and the file's size from it: the whole
+// file (the partial one starts over), the rest of it, or nothing more (the
+// partial file is whole). It asks for a restart when the answer does not
+// continue the partial file.
+func (a *attempt) size(resp *http.Response, h hops) (restart bool, err error) {
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if a.offset > 0 { // the server ignored Range, or If-Range saw a changed file
+			if err := a.f.Truncate(0); err != nil {
+				return false, fmt.Errorf("store: %w", err)
+			}
+			a.offset = 0
+			a.sum.Reset()
+		}
+		a.total = resp.ContentLength
+	case http.StatusPartialContent:
+		first, last, tot, err := contentRange(resp.Header.Get("Content-Range"))
+		if err != nil {
+			return false, err
+		}
+		if first != a.offset || (resp.ContentLength >= 0 && resp.ContentLength != last-first+1) {
+			return true, nil
+		}
+		if a.meta.Validator != "" && a.validator != "" && a.validator != a.meta.Validator {
+			return true, nil // the file changed and If-Range was ignored
+		}
+		a.total = tot
+		if tot < 0 {
+			a.total = a.meta.Total
+		}
+	case http.StatusRequestedRangeNotSatisfiable:
+		_, _, tot, err := contentRange(resp.Header.Get("Content-Range"))
+		if a.offset == 0 || err != nil || tot != a.offset {
+			return true, nil
+		}
+		a.total = tot // the partial file is already whole
+	default:
+		return false, statusError(resp, h.url, a.p.src.Owner != "")
+	}
+	if h.size >= 0 {
+		if a.total >= 0 && a.total != h.size {
+			return false, fmt.Errorf("%w: the server says %d bytes but publishes a size of %d", ErrSize, a.total, h.size)
+		}
+		a.total = h.size
+	}
+	if a.total > a.p.s.cfg.MaxBytes {
+		return false, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, a.total, a.p.s.cfg.MaxBytes)
+	}
+	return a.total >= 0 && a.offset > a.total, nil
+}
+
+// finish checks the complete partial file: its size, its checksum against
+// the expected and the published ones, and its GGUF structure.
+func (a *attempt) finish() (pulled, error) {
+	p := a.p
+	if a.total >= 0 && a.offset != a.total {
+		return pulled{}, fmt.Errorf("%w: %d of %d bytes arrived (run the same pull again to resume)", ErrInterrupted, a.offset, a.total)
+	}
+	if err := a.f.Sync(); err != nil {
+		return pulled{}, fmt.Errorf("store: %w", err)
+	}
+	if err := a.f.Close(); err != nil {
+		return pulled{}, fmt.Errorf("store: %w", err)
+	}
+	res := pulled{sum: hex.EncodeToString(a.sum.Sum(nil)), size: a.offset, resumed: a.resumed}
+	if p.want != "" && res.sum != p.want {
+		return res, fmt.Errorf("%w: the file's sha256 is %s, not the %s given", ErrChecksum, res.sum, p.want)
+	}
+	if a.published != "" && res.sum != a.published {
+		return res, fmt.Errorf("%w: the file's sha256 is %s, not the %s the server publishes", ErrChecksum, res.sum, a.published)
 	}
 	switch {
-	case p.want != "" && published != "":
+	case p.want != "" && a.published != "":
 		res.verified = "given+published"
 	case p.want != "":
 		res.verified = "given"
-	case published != "":
+	case a.published != "":
 		res.verified = "published"
 	}
 	if err := validate(p.partial); err != nil {
-		return res, false, err
+		return res, err
 	}
-	return res, false, nil
+	return res, nil
 }
 
-// copy streams the body into f from offset, hashing and reporting progress;
-// it returns the new size. The first bytes of a file are sniffed before
-// anything is written.
-func (p *pull) copy(ctx context.Context, f *os.File, resp *http.Response, sum hash.Hash, offset, total, resumed int64, stall *time.Timer) (int64, error) {
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return offset, fmt.Errorf("store: %w", err)
+// copy streams the body into the partial file from a.offset, hashing and
+// reporting progress. The first bytes of a file are sniffed before anything
+// is written.
+func (a *attempt) copy(ctx context.Context, resp *http.Response) error {
+	p, f, total := a.p, a.f, a.total
+	if _, err := f.Seek(a.offset, io.SeekStart); err != nil {
+		return fmt.Errorf("store: %w", err)
 	}
 	limit := p.s.cfg.MaxBytes
 	if total >= 0 {
@@ -393,52 +443,52 @@ func (p *pull) copy(ctx context.Context, f *os.File, resp *http.Response, sum ha
 		if total >= 0 {
 			of = fmt.Sprintf(" of %d", total)
 		}
-		return fmt.Errorf("%w: after %d%s bytes: %w (run the same pull again to resume)", ErrInterrupted, offset, of, err)
+		return fmt.Errorf("%w: after %d%s bytes: %w (run the same pull again to resume)", ErrInterrupted, a.offset, of, err)
 	}
-	if offset == 0 {
+	if a.offset == 0 {
 		head := make([]byte, sniffLen)
 		n, err := io.ReadFull(body, head)
 		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, readErr(err)
+			return readErr(err)
 		}
 		if err := sniff(head[:n], resp.Header.Get("Content-Type")); err != nil {
-			return 0, err
+			return err
 		}
 		if _, err := f.Write(head); err != nil {
-			return 0, fmt.Errorf("store: %w", err)
+			return fmt.Errorf("store: %w", err)
 		}
-		sum.Write(head)
-		offset = sniffLen
+		a.sum.Write(head)
+		a.offset = sniffLen
 	}
-	w := io.MultiWriter(f, sum)
+	w := io.MultiWriter(f, a.sum)
 	buf := make([]byte, 1<<20)
 	report := func() {
 		if p.progress != nil {
-			p.progress(Progress{Name: p.name, Done: offset, Total: total, Resumed: resumed})
+			p.progress(Progress{Name: p.name, Done: a.offset, Total: total, Resumed: a.resumed})
 		}
 	}
 	report()
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			stall.Reset(p.s.cfg.StallTimeout)
-			if int64(n) > limit-offset {
+			a.stall.Reset(p.s.cfg.StallTimeout)
+			if int64(n) > limit-a.offset {
 				if total >= 0 {
-					return offset, fmt.Errorf("%w: the server sent more than the %d bytes it announced", ErrSize, total)
+					return fmt.Errorf("%w: the server sent more than the %d bytes it announced", ErrSize, total)
 				}
-				return offset, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+				return fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return offset, fmt.Errorf("store: %w", werr)
+				return fmt.Errorf("store: %w", werr)
 			}
-			offset += int64(n)
+			a.offset += int64(n)
 			report()
 		}
 		if errors.Is(err, io.EOF) {
-			return offset, nil
+			return nil
 		}
 		if err != nil {
-			return offset, readErr(err)
+			return readErr(err)
 		}
 	}
 }
