@@ -178,14 +178,36 @@ func Parse(b []byte) (*File, error) {
 	if nKV > uint64(r.left())/13 || nTensors > uint64(r.left())/32 {
 		return nil, fmt.Errorf("%w: %d tensors and %d keys cannot fit in %d bytes", ErrCorrupt, nTensors, nKV, len(b))
 	}
-	for i := uint64(0); i < nKV; i++ {
+	if err := f.readKV(r, nKV); err != nil {
+		return nil, err
+	}
+	for i := uint64(0); i < nTensors; i++ {
+		t, err := readTensorInfo(r, i)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := f.byName[t.Name]; dup {
+			return nil, fmt.Errorf("%w: duplicate tensor %q", ErrCorrupt, t.Name)
+		}
+		f.byName[t.Name] = len(f.Tensors)
+		f.Tensors = append(f.Tensors, t)
+	}
+	if err := f.placeData(b, r.off); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// readKV reads n metadata pairs, and the alignment they set.
+func (f *File) readKV(r *reader, n uint64) error {
+	for i := uint64(0); i < n; i++ {
 		key := r.str()
 		v := r.value(r.u32(), 0)
 		if r.err != nil {
-			return nil, fmt.Errorf("%w: metadata key %d (%q): %v", ErrCorrupt, i, key, r.err)
+			return fmt.Errorf("%w: metadata key %d (%q): %v", ErrCorrupt, i, key, r.err)
 		}
 		if _, dup := f.KV[key]; dup {
-			return nil, fmt.Errorf("%w: duplicate metadata key %q", ErrCorrupt, key)
+			return fmt.Errorf("%w: duplicate metadata key %q", ErrCorrupt, key)
 		}
 		f.Keys = append(f.Keys, key)
 		f.KV[key] = v
@@ -194,63 +216,68 @@ func Parse(b []byte) (*File, error) {
 	if v, ok := f.KV["general.alignment"]; ok {
 		a, ok := v.uint()
 		if !ok || a == 0 || a&(a-1) != 0 || a > 1<<16 {
-			return nil, fmt.Errorf("%w: general.alignment %v is not a power of two", ErrCorrupt, v.V)
+			return fmt.Errorf("%w: general.alignment %v is not a power of two", ErrCorrupt, v.V)
 		}
 		f.Alignment = a
 	}
-	for i := uint64(0); i < nTensors; i++ {
-		var t TensorInfo
-		t.Name = r.str()
-		nd := r.u32()
-		if r.err == nil && (nd == 0 || nd > maxDims) {
-			return nil, fmt.Errorf("%w: tensor %q has %d dimensions", ErrCorrupt, t.Name, nd)
-		}
-		elems := uint64(1)
-		for d := uint32(0); d < nd && r.err == nil; d++ {
-			n := r.u64()
-			if n == 0 || n > 1<<40 || elems > (1<<50)/n {
-				return nil, fmt.Errorf("%w: tensor %q has an impossible shape", ErrCorrupt, t.Name)
-			}
-			elems *= n
-			t.Shape = append(t.Shape, n)
-		}
-		t.Type = Type(r.u32())
-		t.Offset = r.u64()
-		if r.err != nil {
-			return nil, fmt.Errorf("%w: tensor info %d: %v", ErrCorrupt, i, r.err)
-		}
-		if !t.Type.Supported() {
-			// Named by type even when its layout is unknown to us, so the
-			// refusal says what the file holds, not just a number.
-			return nil, &UnsupportedTypeError{Tensor: t.Name, Type: t.Type}
-		}
-		if t.Shape[0]%uint64(t.Type.BlockSize()) != 0 {
-			return nil, fmt.Errorf("%w: tensor %q: row of %d is not a multiple of %s's block", ErrCorrupt, t.Name, t.Shape[0], t.Type)
-		}
-		t.Size = elems / uint64(t.Type.BlockSize()) * uint64(t.Type.TypeSize())
-		if _, dup := f.byName[t.Name]; dup {
-			return nil, fmt.Errorf("%w: duplicate tensor %q", ErrCorrupt, t.Name)
-		}
-		f.byName[t.Name] = len(f.Tensors)
-		f.Tensors = append(f.Tensors, t)
+	return nil
+}
+
+// readTensorInfo reads the info of tensor i: name, shape, type and offset,
+// and its size from them.
+func readTensorInfo(r *reader, i uint64) (TensorInfo, error) {
+	var t TensorInfo
+	t.Name = r.str()
+	nd := r.u32()
+	if r.err == nil && (nd == 0 || nd > maxDims) {
+		return t, fmt.Errorf("%w: tensor %q has %d dimensions", ErrCorrupt, t.Name, nd)
 	}
-	start := (uint64(r.off) + f.Alignment - 1) / f.Alignment * f.Alignment
+	elems := uint64(1)
+	for d := uint32(0); d < nd && r.err == nil; d++ {
+		n := r.u64()
+		if n == 0 || n > 1<<40 || elems > (1<<50)/n {
+			return t, fmt.Errorf("%w: tensor %q has an impossible shape", ErrCorrupt, t.Name)
+		}
+		elems *= n
+		t.Shape = append(t.Shape, n)
+	}
+	t.Type = Type(r.u32())
+	t.Offset = r.u64()
+	if r.err != nil {
+		return t, fmt.Errorf("%w: tensor info %d: %v", ErrCorrupt, i, r.err)
+	}
+	if !t.Type.Supported() {
+		// Named by type even when its layout is unknown to us, so the
+		// refusal says what the file holds, not just a number.
+		return t, &UnsupportedTypeError{Tensor: t.Name, Type: t.Type}
+	}
+	if t.Shape[0]%uint64(t.Type.BlockSize()) != 0 {
+		return t, fmt.Errorf("%w: tensor %q: row of %d is not a multiple of %s's block", ErrCorrupt, t.Name, t.Shape[0], t.Type)
+	}
+	t.Size = elems / uint64(t.Type.BlockSize()) * uint64(t.Type.TypeSize())
+	return t, nil
+}
+
+// placeData sets the tensor data section, which starts at the first aligned
+// offset after headerEnd, and checks that every tensor lies inside it.
+func (f *File) placeData(b []byte, headerEnd int) error {
+	start := (uint64(headerEnd) + f.Alignment - 1) / f.Alignment * f.Alignment
 	if start > uint64(len(b)) {
-		if nTensors > 0 {
-			return nil, fmt.Errorf("%w: truncated before tensor data", ErrCorrupt)
+		if len(f.Tensors) > 0 {
+			return fmt.Errorf("%w: truncated before tensor data", ErrCorrupt)
 		}
 		start = uint64(len(b))
 	}
 	f.data = b[start:]
 	for _, t := range f.Tensors {
 		if t.Offset%f.Alignment != 0 {
-			return nil, fmt.Errorf("%w: tensor %q offset %d is not aligned to %d", ErrCorrupt, t.Name, t.Offset, f.Alignment)
+			return fmt.Errorf("%w: tensor %q offset %d is not aligned to %d", ErrCorrupt, t.Name, t.Offset, f.Alignment)
 		}
 		if t.Offset > uint64(len(f.data)) || t.Size > uint64(len(f.data))-t.Offset {
-			return nil, fmt.Errorf("%w: tensor %q (%d bytes at %d) runs past the end of the file", ErrCorrupt, t.Name, t.Size, t.Offset)
+			return fmt.Errorf("%w: tensor %q (%d bytes at %d) runs past the end of the file", ErrCorrupt, t.Name, t.Size, t.Offset)
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // Tensor returns the info and raw bytes of the named tensor.
@@ -521,65 +548,34 @@ func decodeScalars(et ValueType, p []byte, n int) any {
 	case ValUint8:
 		return append([]uint8(nil), p...)
 	case ValInt8:
-		a := make([]int8, n)
-		for i := range a {
-			a[i] = int8(p[i])
-		}
-		return a
+		return scalars(p, n, 1, func(b []byte) int8 { return int8(b[0]) })
 	case ValBool:
-		a := make([]bool, n)
-		for i := range a {
-			a[i] = p[i] != 0
-		}
-		return a
+		return scalars(p, n, 1, func(b []byte) bool { return b[0] != 0 })
 	case ValUint16:
-		a := make([]uint16, n)
-		for i := range a {
-			a[i] = le.Uint16(p[2*i:])
-		}
-		return a
+		return scalars(p, n, 2, le.Uint16)
 	case ValInt16:
-		a := make([]int16, n)
-		for i := range a {
-			a[i] = int16(le.Uint16(p[2*i:]))
-		}
-		return a
+		return scalars(p, n, 2, func(b []byte) int16 { return int16(le.Uint16(b)) })
 	case ValUint32:
-		a := make([]uint32, n)
-		for i := range a {
-			a[i] = le.Uint32(p[4*i:])
-		}
-		return a
+		return scalars(p, n, 4, le.Uint32)
 	case ValInt32:
-		a := make([]int32, n)
-		for i := range a {
-			a[i] = int32(le.Uint32(p[4*i:]))
-		}
-		return a
+		return scalars(p, n, 4, func(b []byte) int32 { return int32(le.Uint32(b)) })
 	case ValFloat32:
-		a := make([]float32, n)
-		for i := range a {
-			a[i] = math.Float32frombits(le.Uint32(p[4*i:]))
-		}
-		return a
+		return scalars(p, n, 4, func(b []byte) float32 { return math.Float32frombits(le.Uint32(b)) })
 	case ValUint64:
-		a := make([]uint64, n)
-		for i := range a {
-			a[i] = le.Uint64(p[8*i:])
-		}
-		return a
+		return scalars(p, n, 8, le.Uint64)
 	case ValInt64:
-		a := make([]int64, n)
-		for i := range a {
-			a[i] = int64(le.Uint64(p[8*i:]))
-		}
-		return a
+		return scalars(p, n, 8, func(b []byte) int64 { return int64(le.Uint64(b)) })
 	case ValFloat64:
-		a := make([]float64, n)
-		for i := range a {
-			a[i] = math.Float64frombits(le.Uint64(p[8*i:]))
-		}
-		return a
+		return scalars(p, n, 8, func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) })
 	}
 	return nil
+}
+
+// scalars decodes n little-endian values of size bytes each from p.
+func scalars[T any](p []byte, n, size int, decode func([]byte) T) []T {
+	a := make([]T, n)
+	for i := range a {
+		a[i] = decode(p[size*i:])
+	}
+	return a
 }
