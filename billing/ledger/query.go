@@ -120,31 +120,9 @@ func (l *Ledger) Query(ctx context.Context, q Query) (*Report, error) {
 	if !ValidTenant(q.Tenant) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidTenant, q.Tenant)
 	}
-	var (
-		step    time.Duration
-		key     func(string, time.Time) string
-		maxBkts int
-	)
-	from, to := q.From.UTC(), q.To.UTC()
-	switch q.Granularity {
-	case Hour:
-		step, key, maxBkts = time.Hour, hourKey, MaxHourBuckets
-		from = from.Truncate(time.Hour)
-	case Day:
-		step, key, maxBkts = 24*time.Hour, dayKey, MaxDayBuckets
-		from = time.Date(from.Year(), from.Month(), from.Day(), 0, 0, 0, 0, time.UTC)
-	default:
-		return nil, fmt.Errorf("%w: granularity %q (want hour or day)", ErrQuery, q.Granularity)
-	}
-	if !to.After(q.From) {
-		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrQuery, q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
-	}
-	var starts []time.Time
-	for t := from; t.Before(to); t = t.Add(step) {
-		if len(starts) == maxBkts {
-			return nil, fmt.Errorf("%w: more than %d %s buckets", ErrQuery, maxBkts, q.Granularity)
-		}
-		starts = append(starts, t)
+	starts, key, err := q.buckets()
+	if err != nil {
+		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
@@ -162,40 +140,7 @@ func (l *Ledger) Query(ctx context.Context, q Query) (*Report, error) {
 	rep := &Report{TTFT: make(Histogram, len(LatencyBounds)+1), Total: make(Histogram, len(LatencyBounds)+1)}
 	models := map[string]bool{}
 	for i, cmd := range cmds {
-		points := map[string]*Point{}
-		for field, v := range cmd.Val() {
-			metric, model, ok := strings.Cut(field, "|")
-			if !ok || (q.Model != "" && model != q.Model) {
-				continue
-			}
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				continue
-			}
-			p := points[model]
-			if p == nil {
-				p = &Point{Start: starts[i], Model: model, Totals: Totals{Outcomes: map[string]int64{}}}
-				points[model] = p
-			}
-			switch {
-			case metric == mRequests:
-				p.Requests += n
-			case metric == mPrompt:
-				p.PromptTokens += n
-			case metric == mCached:
-				p.CachedTokens += n
-			case metric == mCompletion:
-				p.CompletionTokens += n
-			case metric == mMicro:
-				p.MicroNeurons += n
-			case strings.HasPrefix(metric, mOutcome):
-				p.Outcomes[strings.TrimPrefix(metric, mOutcome)] += n
-			case strings.HasPrefix(metric, mTTFT):
-				addBucket(rep.TTFT, strings.TrimPrefix(metric, mTTFT), n)
-			case strings.HasPrefix(metric, mTotal):
-				addBucket(rep.Total, strings.TrimPrefix(metric, mTotal), n)
-			}
-		}
+		points := rep.bucket(starts[i], cmd.Val(), q.Model)
 		names := make([]string, 0, len(points))
 		for m := range points {
 			names = append(names, m)
@@ -215,6 +160,79 @@ func (l *Ledger) Query(ctx context.Context, q Query) (*Report, error) {
 	}
 	slices.Sort(rep.Models)
 	return rep, nil
+}
+
+// buckets lists the starts of the buckets q covers, and the key of a
+// tenant's rollup of each.
+func (q Query) buckets() ([]time.Time, func(string, time.Time) string, error) {
+	var (
+		step    time.Duration
+		key     func(string, time.Time) string
+		maxBkts int
+	)
+	from, to := q.From.UTC(), q.To.UTC()
+	switch q.Granularity {
+	case Hour:
+		step, key, maxBkts = time.Hour, hourKey, MaxHourBuckets
+		from = from.Truncate(time.Hour)
+	case Day:
+		step, key, maxBkts = 24*time.Hour, dayKey, MaxDayBuckets
+		from = time.Date(from.Year(), from.Month(), from.Day(), 0, 0, 0, 0, time.UTC)
+	default:
+		return nil, nil, fmt.Errorf("%w: granularity %q (want hour or day)", ErrQuery, q.Granularity)
+	}
+	if !to.After(q.From) {
+		return nil, nil, fmt.Errorf("%w: from %s is not before to %s", ErrQuery, q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
+	}
+	var starts []time.Time
+	for t := from; t.Before(to); t = t.Add(step) {
+		if len(starts) == maxBkts {
+			return nil, nil, fmt.Errorf("%w: more than %d %s buckets", ErrQuery, maxBkts, q.Granularity)
+		}
+		starts = append(starts, t)
+	}
+	return starts, key, nil
+}
+
+// bucket reads one bucket's rollup fields ("metric|model": count) into a
+// point per model (only model's when it is not empty), and its latencies
+// into rep's histograms. Fields it does not know are skipped.
+func (rep *Report) bucket(start time.Time, fields map[string]string, model string) map[string]*Point {
+	points := map[string]*Point{}
+	for field, v := range fields {
+		metric, m, ok := strings.Cut(field, "|")
+		if !ok || (model != "" && m != model) {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		p := points[m]
+		if p == nil {
+			p = &Point{Start: start, Model: m, Totals: Totals{Outcomes: map[string]int64{}}}
+			points[m] = p
+		}
+		switch {
+		case metric == mRequests:
+			p.Requests += n
+		case metric == mPrompt:
+			p.PromptTokens += n
+		case metric == mCached:
+			p.CachedTokens += n
+		case metric == mCompletion:
+			p.CompletionTokens += n
+		case metric == mMicro:
+			p.MicroNeurons += n
+		case strings.HasPrefix(metric, mOutcome):
+			p.Outcomes[strings.TrimPrefix(metric, mOutcome)] += n
+		case strings.HasPrefix(metric, mTTFT):
+			addBucket(rep.TTFT, strings.TrimPrefix(metric, mTTFT), n)
+		case strings.HasPrefix(metric, mTotal):
+			addBucket(rep.Total, strings.TrimPrefix(metric, mTotal), n)
+		}
+	}
+	return points
 }
 
 func addBucket(h Histogram, idx string, n int64) {
