@@ -321,76 +321,13 @@ func feedArray(f *frame, b byte, out []*frame) []*frame {
 // String phases: 0 before '"'; 1 inside (j continuation bytes pending);
 // 2 after '\'; 3 in a \u escape (j hex digits read).
 func feedString(f *frame, b byte, out []*frame) []*frame {
-	n := f.n
-	roomy := n.max < 0 || int(f.i) < n.max
 	switch f.phase {
 	case 0:
 		if b == '"' {
 			return append(out, f.with(1))
 		}
 	case 1:
-		if f.j > 0 {
-			lo, hi := byte(f.v>>8), byte(f.v)
-			if b < lo || b > hi {
-				return out
-			}
-			c := *f
-			c.j--
-			c.v = 0x80BF
-			return append(out, &c)
-		}
-		switch {
-		case b == '"':
-			if int(f.i) >= n.min && (n.pattern == nil || n.pattern.accepts(f.nfa)) {
-				return append(out, advance(f.up))
-			}
-		case b == '\\':
-			if n.pattern == nil && roomy {
-				return append(out, f.with(2))
-			}
-		case b < 0x20:
-		case b < 0x80:
-			if !roomy {
-				return out
-			}
-			if n.pattern == nil && n.max < 0 && int(f.i) >= n.min {
-				return append(out, f) // nothing the grammar tracks changes
-			}
-			c := *f
-			c.i++
-			if n.pattern != nil {
-				c.nfa = n.pattern.step(f.nfa, b)
-				if c.nfa == nil || (n.max >= 0 && int(c.i)+n.pattern.minDist(c.nfa) > n.max) {
-					return out
-				}
-			}
-			return append(out, &c)
-		default:
-			if n.pattern != nil || !roomy {
-				return out
-			}
-			c := *f
-			c.i++
-			switch {
-			case b >= 0xC2 && b <= 0xDF:
-				c.j, c.v = 1, 0x80BF
-			case b == 0xE0:
-				c.j, c.v = 2, 0xA0BF
-			case b == 0xED:
-				c.j, c.v = 2, 0x809F
-			case b >= 0xE1 && b <= 0xEF:
-				c.j, c.v = 2, 0x80BF
-			case b == 0xF0:
-				c.j, c.v = 3, 0x90BF
-			case b >= 0xF1 && b <= 0xF3:
-				c.j, c.v = 3, 0x80BF
-			case b == 0xF4:
-				c.j, c.v = 3, 0x808F
-			default:
-				return out
-			}
-			return append(out, &c)
-		}
+		return feedStringChar(f, b, out)
 	case 2:
 		switch b {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -403,26 +340,111 @@ func feedString(f *frame, b byte, out []*frame) []*frame {
 			return append(out, c)
 		}
 	case 3:
-		if !isHex(b) {
+		return feedUnicodeEscape(f, b, out)
+	}
+	return out
+}
+
+// feedStringChar feeds a byte inside a string: a continuation byte of a
+// UTF-8 sequence, the closing quote, a backslash, or the next character.
+func feedStringChar(f *frame, b byte, out []*frame) []*frame {
+	n := f.n
+	roomy := n.max < 0 || int(f.i) < n.max
+	if f.j > 0 {
+		lo, hi := byte(f.v>>8), byte(f.v)
+		if b < lo || b > hi {
 			return out
 		}
 		c := *f
-		// No surrogates (\uD800-\uDFFF): a pair would count as one
-		// character where the grammar counts two.
-		switch {
-		case f.j == 0 && (b == 'd' || b == 'D'):
-			c.v = 1
-		case f.j == 1 && f.v == 1 && b >= '8':
+		c.j--
+		c.v = 0x80BF
+		return append(out, &c)
+	}
+	switch {
+	case b == '"':
+		if int(f.i) >= n.min && (n.pattern == nil || n.pattern.accepts(f.nfa)) {
+			return append(out, advance(f.up))
+		}
+	case b == '\\':
+		if n.pattern == nil && roomy {
+			return append(out, f.with(2))
+		}
+	case b < 0x20:
+	case b < 0x80:
+		if !roomy {
 			return out
 		}
-		c.j++
-		if c.j == 4 {
-			c.phase, c.j, c.v = 1, 0, 0
-			c.i++
+		if n.pattern == nil && n.max < 0 && int(f.i) >= n.min {
+			return append(out, f) // nothing the grammar tracks changes
 		}
+		c := *f
+		c.i++
+		if n.pattern != nil {
+			c.nfa = n.pattern.step(f.nfa, b)
+			if c.nfa == nil || (n.max >= 0 && int(c.i)+n.pattern.minDist(c.nfa) > n.max) {
+				return out
+			}
+		}
+		return append(out, &c)
+	default:
+		if n.pattern != nil || !roomy {
+			return out
+		}
+		pending, next, ok := utf8Lead(b)
+		if !ok {
+			return out
+		}
+		c := *f
+		c.i++
+		c.j, c.v = pending, next
 		return append(out, &c)
 	}
 	return out
+}
+
+// utf8Lead reads the first byte of a multi-byte UTF-8 sequence: how many
+// continuation bytes follow, and the range of the next one (lo<<8 | hi),
+// which excludes overlong forms, surrogates and code points past U+10FFFF.
+func utf8Lead(b byte) (pending int32, next int64, ok bool) {
+	switch {
+	case b >= 0xC2 && b <= 0xDF:
+		return 1, 0x80BF, true
+	case b == 0xE0:
+		return 2, 0xA0BF, true
+	case b == 0xED:
+		return 2, 0x809F, true
+	case b >= 0xE1 && b <= 0xEF:
+		return 2, 0x80BF, true
+	case b == 0xF0:
+		return 3, 0x90BF, true
+	case b >= 0xF1 && b <= 0xF3:
+		return 3, 0x80BF, true
+	case b == 0xF4:
+		return 3, 0x808F, true
+	}
+	return 0, 0, false
+}
+
+// feedUnicodeEscape feeds a hex digit of a \u escape.
+func feedUnicodeEscape(f *frame, b byte, out []*frame) []*frame {
+	if !isHex(b) {
+		return out
+	}
+	c := *f
+	// No surrogates (\uD800-\uDFFF): a pair would count as one
+	// character where the grammar counts two.
+	switch {
+	case f.j == 0 && (b == 'd' || b == 'D'):
+		c.v = 1
+	case f.j == 1 && f.v == 1 && b >= '8':
+		return out
+	}
+	c.j++
+	if c.j == 4 {
+		c.phase, c.j, c.v = 1, 0, 0
+		c.i++
+	}
+	return append(out, &c)
 }
 
 func isDigit(b byte) bool { return b >= '0' && b <= '9' }
