@@ -125,3 +125,12 @@ func dots4F16AVX(o0, o1, o2, o3 *float32, q *float32, k *uint16, kstride uintptr
 
 //go:noescape
 func axpys4F16AVX(d0, d1, d2, d3 *float32, w0, w1, w2, w3 *float32, v *uint16, vstride uintptr, nk int, hd int)
+
+// AVX-512 forms of the V page kernels (kern_attn_avx512_amd64.s), bitwise
+// axpysF16AVX and axpys4F16AVX; hd a multiple of 16.
+//
+//go:noescape
+func axpysF16Z(dst *float32, w *float32, v *uint16, vstride uintptr, nk int, hd int)
+
+//go:noescape
+func axpys4F16Z(d0, d1, d2, d3 *float32, w0, w1, w2, w3 *float32, v *uint16, vstride uintptr, nk int, hd int)

@@ -53,3 +53,8 @@ func dots4F16AVX(*float32, *float32, *float32, *float32, *float32, *uint16, uint
 func axpys4F16AVX(*float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int) {
 	panic("kernels: no asm")
 }
+
+func axpysF16Z(*float32, *float32, *uint16, uintptr, int, int) { panic("kernels: no asm") }
+func axpys4F16Z(*float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int) {
+	panic("kernels: no asm")
+}

@@ -196,7 +196,11 @@ func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
 		return
 	}
 	_ = v[(len(w)-1)*stride+hd-1]
-	if useAsm && hd%8 == 0 {
+	switch {
+	case active >= pathAVX512 && hd%16 == 0:
+		axpysF16Z(&dst[0], &w[0], &v[0], uintptr(stride*2), len(w), hd)
+		return
+	case useAsm && hd%8 == 0:
 		axpysF16AVX(&dst[0], &w[0], &v[0], uintptr(stride*2), len(w), hd)
 		return
 	}
@@ -247,7 +251,11 @@ func Axpys4F16(dst, w *[4][]float32, v []uint16, stride int) {
 			panic("kernels: Axpys4F16 rows of different lengths")
 		}
 	}
-	if useAsm && hd%16 == 0 {
+	switch {
+	case active >= pathAVX512 && hd%16 == 0:
+		axpys4F16Z(&dst[0][0], &dst[1][0], &dst[2][0], &dst[3][0], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &v[0], uintptr(stride*2), nk, hd)
+		return
+	case useAsm && hd%16 == 0:
 		axpys4F16AVX(&dst[0][0], &dst[1][0], &dst[2][0], &dst[3][0], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &v[0], uintptr(stride*2), nk, hd)
 		return
 	}
