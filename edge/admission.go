@@ -45,12 +45,12 @@ func loadVocab(log *slog.Logger, name, path string, trust bool) (*vocab, error) 
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: model %q: %w", ErrInvalidConfig, name, err)
+		return nil, fmt.Errorf("%w: model %q: %w", ErrConfig, name, err)
 	}
 	defer f.Close()
 	tok, err := tokenizer.FromGGUF(f)
 	if err != nil {
-		return nil, fmt.Errorf("%w: model %q: %w", ErrInvalidConfig, name, err)
+		return nil, fmt.Errorf("%w: model %q: %w", ErrConfig, name, err)
 	}
 	v := &vocab{tok: tok}
 	if st, err := os.Stat(path); err == nil {
@@ -69,7 +69,7 @@ func loadVocab(log *slog.Logger, name, path string, trust bool) (*vocab, error) 
 		TrustContent:  trust,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: model %q: %w", ErrInvalidConfig, name, err)
+		return nil, fmt.Errorf("%w: model %q: %w", ErrConfig, name, err)
 	}
 	v.tmpl = tmpl
 	v.tools = toolcall.Detect(src)

@@ -24,7 +24,7 @@ var (
 	ErrAccountMismatch = errors.New("edge: account id does not match the token's tenant")
 	ErrNotFound        = errors.New("edge: not found")
 	ErrBrokenStream    = errors.New("edge: reply stream ended without a final frame")
-	ErrInvalidConfig   = errors.New("edge: invalid config")
+	ErrConfig          = errors.New("edge: invalid config")
 )
 
 // InputError is a request body that does not decode or validate. Field names

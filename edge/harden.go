@@ -31,13 +31,13 @@ type HTTPLimits struct {
 func (l *HTTPLimits) fill() error {
 	switch {
 	case l.ReadHeaderTimeout < 0:
-		return fmt.Errorf("%w: HTTP ReadHeaderTimeout %v is negative", ErrInvalidConfig, l.ReadHeaderTimeout)
+		return fmt.Errorf("%w: HTTP ReadHeaderTimeout %v is negative", ErrConfig, l.ReadHeaderTimeout)
 	case l.BodyReadTimeout < 0:
-		return fmt.Errorf("%w: HTTP BodyReadTimeout %v is negative", ErrInvalidConfig, l.BodyReadTimeout)
+		return fmt.Errorf("%w: HTTP BodyReadTimeout %v is negative", ErrConfig, l.BodyReadTimeout)
 	case l.IdleTimeout < 0:
-		return fmt.Errorf("%w: HTTP IdleTimeout %v is negative", ErrInvalidConfig, l.IdleTimeout)
+		return fmt.Errorf("%w: HTTP IdleTimeout %v is negative", ErrConfig, l.IdleTimeout)
 	case l.MaxHeaderBytes < 0:
-		return fmt.Errorf("%w: HTTP MaxHeaderBytes %d is negative", ErrInvalidConfig, l.MaxHeaderBytes)
+		return fmt.Errorf("%w: HTTP MaxHeaderBytes %d is negative", ErrConfig, l.MaxHeaderBytes)
 	}
 	if l.ReadHeaderTimeout == 0 {
 		l.ReadHeaderTimeout = DefaultReadHeaderTimeout

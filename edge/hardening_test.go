@@ -270,7 +270,7 @@ func TestSlowloris(t *testing.T) {
 // TestHTTPLimitsValidate: negative limits name their field.
 func TestHTTPLimitsValidate(t *testing.T) {
 	for _, l := range []HTTPLimits{{ReadHeaderTimeout: -1}, {BodyReadTimeout: -1}, {IdleTimeout: -1}, {MaxHeaderBytes: -1}} {
-		if _, err := NewHTTPServer(http.NotFoundHandler(), l); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := NewHTTPServer(http.NotFoundHandler(), l); !errors.Is(err, ErrConfig) {
 			t.Fatalf("%+v: %v", l, err)
 		}
 	}

@@ -90,21 +90,21 @@ type Config struct {
 func (c *Config) fill() error {
 	switch {
 	case c.Catalog == nil:
-		return fmt.Errorf("%w: Catalog is nil", ErrInvalidConfig)
+		return fmt.Errorf("%w: Catalog is nil", ErrConfig)
 	case c.Auth == nil:
-		return fmt.Errorf("%w: Auth is nil", ErrInvalidConfig)
+		return fmt.Errorf("%w: Auth is nil", ErrConfig)
 	case c.Quota == nil:
-		return fmt.Errorf("%w: Quota is nil", ErrInvalidConfig)
+		return fmt.Errorf("%w: Quota is nil", ErrConfig)
 	case c.Queue == nil:
-		return fmt.Errorf("%w: Queue is nil", ErrInvalidConfig)
+		return fmt.Errorf("%w: Queue is nil", ErrConfig)
 	case c.RequestTimeout < 0:
-		return fmt.Errorf("%w: RequestTimeout %v is negative", ErrInvalidConfig, c.RequestTimeout)
+		return fmt.Errorf("%w: RequestTimeout %v is negative", ErrConfig, c.RequestTimeout)
 	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, c.MaxBodyBytes)
+		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrConfig, c.MaxBodyBytes)
 	case c.DefaultMaxTokens < 0:
-		return fmt.Errorf("%w: DefaultMaxTokens %d is negative", ErrInvalidConfig, c.DefaultMaxTokens)
+		return fmt.Errorf("%w: DefaultMaxTokens %d is negative", ErrConfig, c.DefaultMaxTokens)
 	case c.MaxBatchRequests < 0:
-		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrInvalidConfig, c.MaxBatchRequests)
+		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrConfig, c.MaxBatchRequests)
 	}
 	if err := c.HTTP.fill(); err != nil {
 		return err
@@ -156,11 +156,11 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 	}
 	models := cfg.Catalog.Models()
 	if len(models) == 0 {
-		return nil, fmt.Errorf("%w: the catalog has no models", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: the catalog has no models", ErrConfig)
 	}
 	for _, m := range models {
 		if m.ContextWindow <= 0 {
-			return nil, fmt.Errorf("%w: model %q has context window %d", ErrInvalidConfig, m.Name, m.ContextWindow)
+			return nil, fmt.Errorf("%w: model %q has context window %d", ErrConfig, m.Name, m.ContextWindow)
 		}
 		v, err := loadVocab(log, m.Name, m.Path, trustContent(m))
 		if err != nil {

@@ -37,8 +37,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := good()
 			c.mutate(&cfg)
-			if _, err := New(nil, cfg); !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("err %v, want ErrInvalidConfig", err)
+			if _, err := New(nil, cfg); !errors.Is(err, ErrConfig) {
+				t.Errorf("err %v, want ErrConfig", err)
 			}
 		})
 	}
@@ -53,7 +53,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		}
 	})
 	t.Run("unreadable model file", func(t *testing.T) {
-		if _, err := loadVocab(nil, "x", filepath.Join(t.TempDir(), "missing.gguf"), false); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := loadVocab(nil, "x", filepath.Join(t.TempDir(), "missing.gguf"), false); !errors.Is(err, ErrConfig) {
 			t.Errorf("err %v", err)
 		}
 	})

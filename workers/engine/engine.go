@@ -93,15 +93,15 @@ func (c *Config) fill(h Hyper) error {
 	}
 	switch {
 	case c.Threads < 0:
-		return fmt.Errorf("%w: Threads %d", ErrInvalidConfig, c.Threads)
+		return fmt.Errorf("%w: Threads %d", ErrConfig, c.Threads)
 	case c.Context < 0:
-		return fmt.Errorf("%w: Context %d", ErrInvalidConfig, c.Context)
+		return fmt.Errorf("%w: Context %d", ErrConfig, c.Context)
 	case c.PageSize < 0, c.MaxBatch < 0, c.ChunkSize < 0, c.QueueSize < 0:
-		return fmt.Errorf("%w: PageSize, MaxBatch, ChunkSize and QueueSize must be positive", ErrInvalidConfig)
+		return fmt.Errorf("%w: PageSize, MaxBatch, ChunkSize and QueueSize must be positive", ErrConfig)
 	case c.KVPages < 0 || c.KVTokens < 0 || c.KVBytes < 0:
-		return fmt.Errorf("%w: KV pool size is negative", ErrInvalidConfig)
+		return fmt.Errorf("%w: KV pool size is negative", ErrConfig)
 	case set > 1:
-		return fmt.Errorf("%w: set only one of KVPages, KVTokens, KVBytes", ErrInvalidConfig)
+		return fmt.Errorf("%w: set only one of KVPages, KVTokens, KVBytes", ErrConfig)
 	}
 	if set == 0 {
 		c.KVTokens = c.Context // one full-context request
@@ -116,8 +116,8 @@ func (c *Config) fill(h Hyper) error {
 // looks again for pages freed outside the batch.
 const admitRetry = 5 * time.Millisecond
 
-// ErrInvalidConfig reports a configuration that cannot be served.
-var ErrInvalidConfig = errors.New("engine: invalid config")
+// ErrConfig reports a configuration that cannot be served.
+var ErrConfig = errors.New("engine: invalid config")
 
 // Request is one generation job. Owner names the tenant namespace and request
 // id; it comes from the verified caller, never from the request body.
@@ -211,7 +211,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if err := kernels.CheckKernels(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -222,12 +222,12 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 		Poison: cfg.Poison, Scrub: cfg.Scrub,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	capTokens := kv.TotalPages() * kv.PageSize()
 	if capTokens < cfg.Context && !cfg.AllowSmallPool {
 		return nil, fmt.Errorf("%w: KV pool holds %d tokens (%d pages of %d) but the context window is %d tokens; enlarge the pool or lower the context",
-			ErrInvalidConfig, capTokens, kv.TotalPages(), kv.PageSize(), cfg.Context)
+			ErrConfig, capTokens, kv.TotalPages(), kv.PageSize(), cfg.Context)
 	}
 	pool := kernels.NewPool(cfg.Threads)
 	log.Info("engine kernels", "kernels", kernels.Kernels(), "threads", pool.Threads())

@@ -194,8 +194,8 @@ func TestRequestErrors(t *testing.T) {
 func TestSmallPoolRefusedAtStart(t *testing.T) {
 	m := loadStories(t)
 	_, err := New(nil, m, Config{Context: 2048, KVTokens: 1024})
-	if !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("a 1024-token pool for a 2048-token context: error %v, want ErrInvalidConfig", err)
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("a 1024-token pool for a 2048-token context: error %v, want ErrConfig", err)
 	}
 	// With the check off, a request larger than the pool is still refused, by name.
 	e := startEngine(t, m, Config{Threads: 1, Context: 2048, KVTokens: 256, AllowSmallPool: true})

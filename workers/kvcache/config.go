@@ -72,16 +72,16 @@ func (c Config) normalized() (Config, error) {
 	switch c.Scrub {
 	case ScrubOnFree, ScrubNever:
 	default:
-		return Config{}, fmt.Errorf("%w: Scrub %d is not a ScrubMode", ErrInvalidConfig, int(c.Scrub))
+		return Config{}, fmt.Errorf("%w: Scrub %d is not a ScrubMode", ErrConfig, int(c.Scrub))
 	}
 	if c.Pages < 0 {
-		return Config{}, fmt.Errorf("%w: Pages must not be negative, got %d", ErrInvalidConfig, c.Pages)
+		return Config{}, fmt.Errorf("%w: Pages must not be negative, got %d", ErrConfig, c.Pages)
 	}
 	if c.MemoryBytes < 0 {
-		return Config{}, fmt.Errorf("%w: MemoryBytes must not be negative, got %d", ErrInvalidConfig, c.MemoryBytes)
+		return Config{}, fmt.Errorf("%w: MemoryBytes must not be negative, got %d", ErrConfig, c.MemoryBytes)
 	}
 	if (c.Pages == 0) == (c.MemoryBytes == 0) {
-		return Config{}, fmt.Errorf("%w: set exactly one of Pages (%d) and MemoryBytes (%d)", ErrInvalidConfig, c.Pages, c.MemoryBytes)
+		return Config{}, fmt.Errorf("%w: set exactly one of Pages (%d) and MemoryBytes (%d)", ErrConfig, c.Pages, c.MemoryBytes)
 	}
 	per, err := c.BytesPerPage()
 	if err != nil {
@@ -90,21 +90,21 @@ func (c Config) normalized() (Config, error) {
 	if c.MemoryBytes > 0 {
 		n := c.MemoryBytes / per
 		if n == 0 {
-			return Config{}, fmt.Errorf("%w: MemoryBytes %d is smaller than one page (%d bytes)", ErrInvalidConfig, c.MemoryBytes, per)
+			return Config{}, fmt.Errorf("%w: MemoryBytes %d is smaller than one page (%d bytes)", ErrConfig, c.MemoryBytes, per)
 		}
 		if n > MaxPages {
-			return Config{}, fmt.Errorf("%w: MemoryBytes %d makes %d pages, more than %d", ErrInvalidConfig, c.MemoryBytes, n, MaxPages)
+			return Config{}, fmt.Errorf("%w: MemoryBytes %d makes %d pages, more than %d", ErrConfig, c.MemoryBytes, n, MaxPages)
 		}
 		c.Pages = int(n)
 		c.MemoryBytes = 0
 	}
 	if c.Pages > MaxPages {
-		return Config{}, fmt.Errorf("%w: Pages %d is more than %d", ErrInvalidConfig, c.Pages, MaxPages)
+		return Config{}, fmt.Errorf("%w: Pages %d is more than %d", ErrConfig, c.Pages, MaxPages)
 	}
 	// Each layer's K slice holds Pages*PageSize*KVDim halves; its byte size
 	// times 2*Layers must fit an int64 and its length an int.
 	if int64(c.Pages) > math.MaxInt64/per {
-		return Config{}, fmt.Errorf("%w: %d pages of %d bytes overflow", ErrInvalidConfig, c.Pages, per)
+		return Config{}, fmt.Errorf("%w: %d pages of %d bytes overflow", ErrConfig, c.Pages, per)
 	}
 	return c, nil
 }
@@ -117,11 +117,11 @@ func (c Config) checkShape() error {
 		v    int
 	}{{"Layers", c.Layers}, {"KVHeads", c.KVHeads}, {"HeadDim", c.HeadDim}} {
 		if f.v <= 0 {
-			return fmt.Errorf("%w: %s must be > 0, got %d", ErrInvalidConfig, f.name, f.v)
+			return fmt.Errorf("%w: %s must be > 0, got %d", ErrConfig, f.name, f.v)
 		}
 	}
 	if c.PageSize < 0 || c.PageSize > MaxPageSize || c.PageSize&(c.PageSize-1) != 0 {
-		return fmt.Errorf("%w: PageSize must be 0 or a power of two up to %d, got %d", ErrInvalidConfig, MaxPageSize, c.PageSize)
+		return fmt.Errorf("%w: PageSize must be 0 or a power of two up to %d, got %d", ErrConfig, MaxPageSize, c.PageSize)
 	}
 	ps := int64(c.PageSize)
 	if ps == 0 {
@@ -131,7 +131,7 @@ func (c Config) checkShape() error {
 	b := int64(4)
 	for _, f := range []int64{int64(c.Layers), ps, int64(c.KVHeads), int64(c.HeadDim)} {
 		if b > math.MaxInt64/f {
-			return fmt.Errorf("%w: page of %d layers x %d slots x %d heads x %d dims overflows", ErrInvalidConfig, c.Layers, ps, c.KVHeads, c.HeadDim)
+			return fmt.Errorf("%w: page of %d layers x %d slots x %d heads x %d dims overflows", ErrConfig, c.Layers, ps, c.KVHeads, c.HeadDim)
 		}
 		b *= f
 	}

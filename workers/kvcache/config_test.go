@@ -35,8 +35,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			c := good
 			tc.edit(&c)
 			p, err := New(c)
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("New(%+v) = %v, %v; want ErrInvalidConfig", c, p, err)
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("New(%+v) = %v, %v; want ErrConfig", c, p, err)
 			}
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("error %q does not name %q", err, tc.field)
@@ -103,7 +103,7 @@ func TestBytesForTokens(t *testing.T) {
 		{"8192 context", smol, 8192, 512 * 368640, nil},
 		{"8193 takes another page", smol, 8193, 513 * 368640, nil},
 		{"negative", smol, -1, 0, ErrInvalidArgument},
-		{"bad shape", Config{Layers: 1, KVHeads: 0, HeadDim: 1}, 16, 0, ErrInvalidConfig},
+		{"bad shape", Config{Layers: 1, KVHeads: 0, HeadDim: 1}, 16, 0, ErrConfig},
 		{"overflow", Config{Layers: 1 << 20, KVHeads: 1 << 10, HeadDim: 1 << 10}, math.MaxInt, 0, ErrInvalidArgument},
 	}
 	for _, tc := range cases {

@@ -7,8 +7,8 @@ import (
 
 // Sentinel errors. Functions wrap them with %w and add the details.
 var (
-	// ErrInvalidConfig reports a Config field that is missing or out of range.
-	ErrInvalidConfig = errors.New("kvcache: invalid config")
+	// ErrConfig reports a Config field that is missing or out of range.
+	ErrConfig = errors.New("kvcache: invalid config")
 	// ErrPoolExhausted reports that a reservation needs more free pages than the
 	// pool has; the error is an *AllocError.
 	ErrPoolExhausted = errors.New("kvcache: pool exhausted")

@@ -65,7 +65,7 @@ func New(cfg Config) (*Pool, error) {
 	kvDim := c.KVDim()
 	perLayer := c.Pages * c.PageSize * kvDim
 	if perLayer/c.Pages/c.PageSize != kvDim {
-		return nil, fmt.Errorf("%w: %d pages of %d slots of %d values overflow", ErrInvalidConfig, c.Pages, c.PageSize, kvDim)
+		return nil, fmt.Errorf("%w: %d pages of %d slots of %d values overflow", ErrConfig, c.Pages, c.PageSize, kvDim)
 	}
 	p := &Pool{
 		cfg:         c,
