@@ -28,7 +28,10 @@ type HTTPLimits struct {
 	MaxHeaderBytes    int           // largest request line plus headers
 }
 
-func (l *HTTPLimits) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (l *HTTPLimits) Validate() error {
 	switch {
 	case l.ReadHeaderTimeout < 0:
 		return fmt.Errorf("%w: HTTP ReadHeaderTimeout %v is negative", ErrConfig, l.ReadHeaderTimeout)
@@ -57,7 +60,7 @@ func (l *HTTPLimits) fill() error {
 // NewHTTPServer returns an http.Server for h with l's limits: every
 // listener of a node (the edge's, a metrics listener) is built with it.
 func NewHTTPServer(h http.Handler, l HTTPLimits) (*http.Server, error) {
-	if err := l.fill(); err != nil {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	return &http.Server{

@@ -87,7 +87,10 @@ type Config struct {
 	DailyNeurons float64
 }
 
-func (c *Config) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *Config) Validate() error {
 	switch {
 	case c.Catalog == nil:
 		return fmt.Errorf("%w: Catalog is nil", ErrConfig)
@@ -106,7 +109,7 @@ func (c *Config) fill() error {
 	case c.MaxBatchRequests < 0:
 		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrConfig, c.MaxBatchRequests)
 	}
-	if err := c.HTTP.fill(); err != nil {
+	if err := c.HTTP.Validate(); err != nil {
 		return err
 	}
 	if c.RequestTimeout == 0 {
@@ -147,7 +150,7 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{log: log, cfg: cfg, vocabs: make(map[string]*vocab)}

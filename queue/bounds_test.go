@@ -305,7 +305,7 @@ func TestSizeFor(t *testing.T) {
 			if cfg.ResultsMaxBytes < tc.minBytes || cfg.MaxJobs < tc.minJobs {
 				t.Fatalf("%+v: results %d bytes, jobs %d; want at least %d and %d", tc.load, cfg.ResultsMaxBytes, cfg.MaxJobs, tc.minBytes, tc.minJobs)
 			}
-			if err := cfg.fill(); err != nil {
+			if err := cfg.Validate(); err != nil {
 				t.Fatalf("sized config does not validate: %v", err)
 			}
 		})

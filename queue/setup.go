@@ -42,7 +42,10 @@ type StreamConfig struct {
 // maxReplicas is JetStream's own limit on a stream's replicas.
 const maxReplicas = 5
 
-func (c *StreamConfig) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *StreamConfig) Validate() error {
 	if c.MaxJobs == 0 {
 		c.MaxJobs = 10000
 	}
@@ -113,7 +116,7 @@ func (c *StreamConfig) fill() error {
 // same on "decode.>"), the usage stream and the results bucket. It is
 // idempotent: every node may call it at start-up.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	for _, sc := range cfg.streams() {
@@ -240,7 +243,10 @@ type ConsumerConfig struct {
 	MaxAckPending int           // jobs handed out and not yet acked, all workers; default 256
 }
 
-func (c *ConsumerConfig) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *ConsumerConfig) Validate() error {
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
 	}
@@ -284,7 +290,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, d durable, cfg 
 	if d.model == "" {
 		return nil, fmt.Errorf("%w: empty model name", ErrConfig)
 	}
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c, err := js.CreateOrUpdateConsumer(ctx, d.stream, jetstream.ConsumerConfig{

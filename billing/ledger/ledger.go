@@ -42,7 +42,10 @@ type Config struct {
 	Now       func() time.Time
 }
 
-func (c *Config) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *Config) Validate() error {
 	if c.HourTTL == 0 {
 		c.HourTTL = DefaultHourTTL
 	}
@@ -89,7 +92,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ledger, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: a Redis client is required", ErrConfig)
 	}
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &Ledger{rdb: rdb, cfg: cfg, record: redis.NewScript(recordLua)}, nil

@@ -43,7 +43,10 @@ type Config struct {
 	AfterCount func(n int64)
 }
 
-func (c *Config) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *Config) Validate() error {
 	if c.Batch == 0 {
 		c.Batch = 64
 	}
@@ -85,7 +88,7 @@ func New(log *slog.Logger, js jetstream.JetStream, rec Recorder, cfg Config) (*M
 	if js == nil || rec == nil {
 		return nil, fmt.Errorf("%w: a JetStream context and a Recorder are required", ErrConfig)
 	}
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {

@@ -32,7 +32,10 @@ type Config struct {
 	Seed             uint64   // makes the prompts reproducible
 }
 
-func (c *Config) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *Config) Validate() error {
 	if c.Requests == 0 {
 		c.Requests = 400
 	}
@@ -105,7 +108,7 @@ type prompt struct {
 
 // Run executes a canary run: probe, quiet references, then the load phase.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	window, err := contextWindow(ctx, cfg.Tenants[0].Client, cfg.Model)

@@ -37,7 +37,10 @@ type ReceiverConfig struct {
 	MaxPageBytes int
 }
 
-func (c *ReceiverConfig) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *ReceiverConfig) Validate() error {
 	if c.Window == 0 {
 		c.Window = DefaultWindow
 	}
@@ -105,7 +108,7 @@ type fetch struct {
 // or the sender answers with an error, ctx's error when ctx ends, or sink's
 // error. It never retries a request.
 func Fetch(ctx context.Context, nc *nats.Conn, m *Manifest, cfg ReceiverConfig, sink func(i int, page []byte) error) error {
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	if err := m.check(cfg.MaxPageBytes); err != nil {

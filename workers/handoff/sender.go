@@ -39,7 +39,10 @@ type SenderConfig struct {
 	served func(n int)
 }
 
-func (c *SenderConfig) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *SenderConfig) Validate() error {
 	if c.MaxChunk == 0 {
 		c.MaxChunk = DefaultMaxChunk
 	}
@@ -79,7 +82,7 @@ type Sender struct {
 // worker. The caller must call Serve or Close. pages must stay unchanged until
 // then; the caller frees them after.
 func NewSender(nc *nats.Conn, m *Manifest, pages [][]byte, cfg SenderConfig) (*Sender, error) {
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := m.check(maxPageBytes); err != nil {

@@ -60,11 +60,12 @@ type Config struct {
 // KVDim is the number of half values in one K (or V) row: KVHeads*HeadDim.
 func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
-// normalized returns c with defaults applied and Pages resolved, or an error
-// naming the first bad field.
-func (c Config) normalized() (Config, error) {
+// Validate applies the defaults and resolves Pages from MemoryBytes (which
+// becomes 0), or reports the first bad field, wrapping ErrConfig. It is
+// idempotent; New calls it on its own copy.
+func (c *Config) Validate() error {
 	if err := c.checkShape(); err != nil {
-		return Config{}, err
+		return err
 	}
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
@@ -72,41 +73,41 @@ func (c Config) normalized() (Config, error) {
 	switch c.Scrub {
 	case ScrubOnFree, ScrubNever:
 	default:
-		return Config{}, fmt.Errorf("%w: Scrub %d is not a ScrubMode", ErrConfig, int(c.Scrub))
+		return fmt.Errorf("%w: Scrub %d is not a ScrubMode", ErrConfig, int(c.Scrub))
 	}
 	if c.Pages < 0 {
-		return Config{}, fmt.Errorf("%w: Pages must not be negative, got %d", ErrConfig, c.Pages)
+		return fmt.Errorf("%w: Pages must not be negative, got %d", ErrConfig, c.Pages)
 	}
 	if c.MemoryBytes < 0 {
-		return Config{}, fmt.Errorf("%w: MemoryBytes must not be negative, got %d", ErrConfig, c.MemoryBytes)
+		return fmt.Errorf("%w: MemoryBytes must not be negative, got %d", ErrConfig, c.MemoryBytes)
 	}
 	if (c.Pages == 0) == (c.MemoryBytes == 0) {
-		return Config{}, fmt.Errorf("%w: set exactly one of Pages (%d) and MemoryBytes (%d)", ErrConfig, c.Pages, c.MemoryBytes)
+		return fmt.Errorf("%w: set exactly one of Pages (%d) and MemoryBytes (%d)", ErrConfig, c.Pages, c.MemoryBytes)
 	}
 	per, err := c.BytesPerPage()
 	if err != nil {
-		return Config{}, err
+		return err
 	}
 	if c.MemoryBytes > 0 {
 		n := c.MemoryBytes / per
 		if n == 0 {
-			return Config{}, fmt.Errorf("%w: MemoryBytes %d is smaller than one page (%d bytes)", ErrConfig, c.MemoryBytes, per)
+			return fmt.Errorf("%w: MemoryBytes %d is smaller than one page (%d bytes)", ErrConfig, c.MemoryBytes, per)
 		}
 		if n > MaxPages {
-			return Config{}, fmt.Errorf("%w: MemoryBytes %d makes %d pages, more than %d", ErrConfig, c.MemoryBytes, n, MaxPages)
+			return fmt.Errorf("%w: MemoryBytes %d makes %d pages, more than %d", ErrConfig, c.MemoryBytes, n, MaxPages)
 		}
 		c.Pages = int(n)
 		c.MemoryBytes = 0
 	}
 	if c.Pages > MaxPages {
-		return Config{}, fmt.Errorf("%w: Pages %d is more than %d", ErrConfig, c.Pages, MaxPages)
+		return fmt.Errorf("%w: Pages %d is more than %d", ErrConfig, c.Pages, MaxPages)
 	}
 	// Each layer's K slice holds Pages*PageSize*KVDim halves; its byte size
 	// times 2*Layers must fit an int64 and its length an int.
 	if int64(c.Pages) > math.MaxInt64/per {
-		return Config{}, fmt.Errorf("%w: %d pages of %d bytes overflow", ErrConfig, c.Pages, per)
+		return fmt.Errorf("%w: %d pages of %d bytes overflow", ErrConfig, c.Pages, per)
 	}
-	return c, nil
+	return nil
 }
 
 // checkShape validates Layers, KVHeads, HeadDim and PageSize and that one page's

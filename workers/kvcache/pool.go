@@ -17,7 +17,7 @@ type Owner struct {
 // Pool is a fixed set of KV pages shared by many sequences. It is safe for
 // concurrent use; each Sequence must be used by one goroutine at a time.
 type Pool struct {
-	cfg        Config // normalized: PageSize and Pages set, MemoryBytes 0
+	cfg        Config // validated: PageSize and Pages set, MemoryBytes 0
 	layers     int
 	kvDim      int
 	pageSize   int
@@ -58,8 +58,8 @@ type Pool struct {
 // New builds a pool, allocating all of its pages now. Every free page is zero,
 // or PoisonF16 when cfg.Poison is set.
 func New(cfg Config) (*Pool, error) {
-	c, err := cfg.normalized()
-	if err != nil {
+	c := cfg
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	kvDim := c.KVDim()

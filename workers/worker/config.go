@@ -91,7 +91,10 @@ type Config struct {
 	beforeWatch func(job *queue.Job)
 }
 
-func (c *Config) fill() error {
+// Validate fills zero fields with their defaults and reports the first bad
+// one, wrapping ErrConfig. What it configures calls it; callers may call it
+// first to fail early.
+func (c *Config) Validate() error {
 	if c.Role == "" {
 		c.Role = RoleUnified
 	}

@@ -40,7 +40,7 @@ func New(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*
 	if nc == nil || js == nil {
 		return nil, fmt.Errorf("%w: nil NATS connection or JetStream context", ErrConfig)
 	}
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
