@@ -307,19 +307,18 @@ func (e *edgeFlags) verifier(log *slog.Logger, dev *auth.DevKey) (*auth.Verifier
 		cfg = dev.VerifierConfig()
 	}
 	cfg.Algorithms = strings.Split(e.algorithms, ",")
-	cfg.Log = log.With("node", "edge")
 	if e.hs256Secret != "" {
 		cfg.HS256Secret = []byte(e.hs256Secret)
 		cfg.Algorithms = append(cfg.Algorithms, auth.AlgHS256)
 	}
-	return auth.NewVerifier(cfg)
+	return auth.NewVerifier(log.With("node", "edge"), cfg)
 }
 
 // quota builds the quota limiter over rdb (nil when no limit is set).
 func (e *edgeFlags) quota(log *slog.Logger, rdb redis.UniversalClient) (*quota.Quota, error) {
-	return quota.New(rdb, quota.Config{
+	return quota.New(log, rdb, quota.Config{
 		RequestsPerMinute: e.rpm, MaxConcurrent: e.maxConcurrent, DailyNeurons: e.dailyNeurons,
-		FailOpen: e.failOpen, LeaseTTL: e.requestTimeout + time.Minute, Log: log,
+		FailOpen: e.failOpen, LeaseTTL: e.requestTimeout + time.Minute,
 	})
 }
 

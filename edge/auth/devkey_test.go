@@ -68,7 +68,7 @@ func TestDevKey(t *testing.T) {
 		}
 	})
 
-	v, err := NewVerifier(func() Config { c := k.VerifierConfig(); c.Now = fixedNow; return c }())
+	v, err := NewVerifier(nil, func() Config { c := k.VerifierConfig(); c.Now = fixedNow; return c }())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestDevKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			vt, err := NewVerifier(Config{JWKSFile: k.JWKSPath(), Issuer: DevIssuer, Now: func() time.Time { return tc.at }})
+			vt, err := NewVerifier(nil, Config{JWKSFile: k.JWKSPath(), Issuer: DevIssuer, Now: func() time.Time { return tc.at }})
 			if err != nil {
 				t.Fatal(err)
 			}

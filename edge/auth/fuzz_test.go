@@ -16,7 +16,7 @@ func FuzzVerify(f *testing.F) {
 	secret := []byte(strings.Repeat("fuzz-secret-", 3))
 	path := jwksPath(f)
 	writeJWKS(f, path, testNow, ed)
-	v, err := NewVerifier(Config{JWKSFile: path, HS256Secret: secret, Now: fixedNow})
+	v, err := NewVerifier(nil, Config{JWKSFile: path, HS256Secret: secret, Now: fixedNow})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func BenchmarkVerify(b *testing.B) {
 	rs := rsaKey("r")
 	path := jwksPath(b)
 	writeJWKS(b, path, testNow, ed, ec, rs)
-	v, err := NewVerifier(Config{JWKSFile: path, Now: fixedNow})
+	v, err := NewVerifier(nil, Config{JWKSFile: path, Now: fixedNow})
 	if err != nil {
 		b.Fatal(err)
 	}

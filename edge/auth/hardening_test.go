@@ -108,8 +108,8 @@ func TestJWKSReloadFailureReadiness(t *testing.T) {
 	path := jwksPath(t)
 	writeJWKS(t, path, testNow, k)
 	var logs syncBuf
-	v, err := NewVerifier(Config{JWKSFile: path, ReloadEvery: time.Second, Now: clk.Now, StaleKeys: time.Hour,
-		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	v, err := NewVerifier(slog.New(slog.NewTextHandler(&logs, nil)),
+		Config{JWKSFile: path, ReloadEvery: time.Second, Now: clk.Now, StaleKeys: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

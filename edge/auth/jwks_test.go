@@ -98,7 +98,7 @@ func TestJWKSRotation(t *testing.T) {
 	clk := &clock{t: testNow}
 	path := jwksPath(t)
 	writeJWKS(t, path, testNow, k1)
-	v, err := NewVerifier(Config{JWKSFile: path, ReloadEvery: time.Second, Now: clk.Now})
+	v, err := NewVerifier(nil, Config{JWKSFile: path, ReloadEvery: time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestJWKSConcurrentReload(t *testing.T) {
 	k1, k2 := edKey("k1", 1), edKey("k2", 2)
 	path := jwksPath(t)
 	writeJWKS(t, path, testNow, k1, k2)
-	v, err := NewVerifier(Config{JWKSFile: path, ReloadEvery: time.Nanosecond, Now: time.Now})
+	v, err := NewVerifier(nil, Config{JWKSFile: path, ReloadEvery: time.Nanosecond, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,9 @@ const (
 
 // DefaultAlgorithms are accepted when Config.Algorithms is empty, plus HS256
 // when Config.HS256Secret is set.
+// ErrConfig reports a verifier configuration that cannot run.
+var ErrConfig = errors.New("auth: config")
+
 var defaultAlgorithms = []string{AlgEdDSA, AlgES256, AlgRS256}
 
 const (
@@ -66,8 +69,6 @@ type Config struct {
 	// the file stopped reloading (unreadable, removed, malformed): past it
 	// Ready reports the keys expired. 0 means DefaultStaleKeys.
 	StaleKeys time.Duration
-	// Log receives JWKS reload failures; nil discards them.
-	Log *slog.Logger
 }
 
 const (
@@ -80,42 +81,42 @@ const (
 // Validate reports the first bad field; it does not touch the file system.
 func (c *Config) Validate() error {
 	if c.JWKSFile == "" && len(c.HS256Secret) == 0 {
-		return errors.New("auth: config: JWKSFile or HS256Secret is required")
+		return fmt.Errorf("%w: JWKSFile or HS256Secret is required", ErrConfig)
 	}
 	if len(c.HS256Secret) > 0 && len(c.HS256Secret) < MinHS256Secret {
-		return fmt.Errorf("auth: config: HS256Secret is %d bytes, want at least %d", len(c.HS256Secret), MinHS256Secret)
+		return fmt.Errorf("%w: HS256Secret is %d bytes, want at least %d", ErrConfig, len(c.HS256Secret), MinHS256Secret)
 	}
 	for _, a := range c.Algorithms {
 		switch a {
 		case AlgEdDSA, AlgES256, AlgRS256:
 			if c.JWKSFile == "" {
-				return fmt.Errorf("auth: config: Algorithms has %s but JWKSFile is empty", a)
+				return fmt.Errorf("%w: Algorithms has %s but JWKSFile is empty", ErrConfig, a)
 			}
 		case AlgHS256:
 			if len(c.HS256Secret) == 0 {
-				return errors.New("auth: config: Algorithms has HS256 but HS256Secret is empty")
+				return fmt.Errorf("%w: Algorithms has HS256 but HS256Secret is empty", ErrConfig)
 			}
 		default:
-			return fmt.Errorf("auth: config: Algorithms: %q is not supported", a)
+			return fmt.Errorf("%w: Algorithms: %q is not supported", ErrConfig, a)
 		}
 	}
 	if c.Leeway < 0 || c.Leeway > MaxLeeway {
-		return fmt.Errorf("auth: config: Leeway %v is outside [0, %v]", c.Leeway, MaxLeeway)
+		return fmt.Errorf("%w: Leeway %v is outside [0, %v]", ErrConfig, c.Leeway, MaxLeeway)
 	}
 	if c.ReloadEvery < 0 {
-		return fmt.Errorf("auth: config: ReloadEvery %v is negative", c.ReloadEvery)
+		return fmt.Errorf("%w: ReloadEvery %v is negative", ErrConfig, c.ReloadEvery)
 	}
 	if c.MaxLifetime < 0 {
-		return fmt.Errorf("auth: config: MaxLifetime %v is negative", c.MaxLifetime)
+		return fmt.Errorf("%w: MaxLifetime %v is negative", ErrConfig, c.MaxLifetime)
 	}
 	if c.StaleKeys < 0 {
-		return fmt.Errorf("auth: config: StaleKeys %v is negative", c.StaleKeys)
+		return fmt.Errorf("%w: StaleKeys %v is negative", ErrConfig, c.StaleKeys)
 	}
 	if c.Audience != "" && !validName(c.Audience) {
-		return errors.New("auth: config: Audience is malformed")
+		return fmt.Errorf("%w: Audience is malformed", ErrConfig)
 	}
 	if c.Issuer != "" && !validName(c.Issuer) {
-		return errors.New("auth: config: Issuer is malformed")
+		return fmt.Errorf("%w: Issuer is malformed", ErrConfig)
 	}
 	return nil
 }
@@ -131,8 +132,9 @@ type Verifier struct {
 	lifetime time.Duration
 }
 
-// NewVerifier validates cfg and loads the JWKS file.
-func NewVerifier(cfg Config) (*Verifier, error) {
+// NewVerifier validates cfg and loads the JWKS file. log receives JWKS
+// reload failures; nil discards them.
+func NewVerifier(log *slog.Logger, cfg Config) (*Verifier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -156,7 +158,6 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if stale == 0 {
 		stale = DefaultStaleKeys
 	}
-	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

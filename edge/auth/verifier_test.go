@@ -23,7 +23,7 @@ func newTestVerifier(t testing.TB, cfg Config, keys ...testKey) (*Verifier, stri
 	if cfg.Now == nil {
 		cfg.Now = fixedNow
 	}
-	v, err := NewVerifier(cfg)
+	v, err := NewVerifier(nil, cfg)
 	if err != nil {
 		t.Fatalf("NewVerifier: %v", err)
 	}
@@ -316,7 +316,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	t.Run("missing file", func(t *testing.T) {
-		_, err := NewVerifier(Config{JWKSFile: jwksPath(t)})
+		_, err := NewVerifier(nil, Config{JWKSFile: jwksPath(t)})
 		if !errors.Is(err, ErrJWKS) {
 			t.Fatalf("NewVerifier = %v, want ErrJWKS", err)
 		}

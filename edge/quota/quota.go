@@ -29,6 +29,8 @@ var (
 	// ErrInvalidTenant: the tenant id is empty or has characters that do not
 	// belong in a key. Tenants come from verified tokens, so this is a bug.
 	ErrInvalidTenant = errors.New("quota: invalid tenant")
+	// ErrConfig reports limits that cannot run.
+	ErrConfig = errors.New("quota: config")
 )
 
 // LimitError is a refusal with its retry hint. It unwraps to ErrRateLimited,
@@ -88,25 +90,23 @@ type Config struct {
 	Timeout time.Duration
 	// Now is the clock (tests inject one); nil means time.Now.
 	Now func() time.Time
-	// Log receives fail-open and release errors; nil discards them.
-	Log *slog.Logger
 }
 
 // Validate reports the first bad field.
 func (c *Config) Validate() error {
 	switch {
 	case c.RequestsPerMinute < 0:
-		return fmt.Errorf("quota: config: RequestsPerMinute %d is negative", c.RequestsPerMinute)
+		return fmt.Errorf("%w: RequestsPerMinute %d is negative", ErrConfig, c.RequestsPerMinute)
 	case c.MaxConcurrent < 0:
-		return fmt.Errorf("quota: config: MaxConcurrent %d is negative", c.MaxConcurrent)
+		return fmt.Errorf("%w: MaxConcurrent %d is negative", ErrConfig, c.MaxConcurrent)
 	case c.DailyNeurons < 0 || math.IsNaN(c.DailyNeurons) || math.IsInf(c.DailyNeurons, 0):
-		return fmt.Errorf("quota: config: DailyNeurons %v is negative or not finite", c.DailyNeurons)
+		return fmt.Errorf("%w: DailyNeurons %v is negative or not finite", ErrConfig, c.DailyNeurons)
 	case c.LeaseTTL < 0:
-		return fmt.Errorf("quota: config: LeaseTTL %v is negative", c.LeaseTTL)
+		return fmt.Errorf("%w: LeaseTTL %v is negative", ErrConfig, c.LeaseTTL)
 	case c.LeaseTTL > 0 && c.LeaseTTL < time.Second:
-		return fmt.Errorf("quota: config: LeaseTTL %v is under a second", c.LeaseTTL)
+		return fmt.Errorf("%w: LeaseTTL %v is under a second", ErrConfig, c.LeaseTTL)
 	case c.Timeout < 0:
-		return fmt.Errorf("quota: config: Timeout %v is negative", c.Timeout)
+		return fmt.Errorf("%w: Timeout %v is negative", ErrConfig, c.Timeout)
 	}
 	return nil
 }
@@ -123,15 +123,16 @@ type Quota struct {
 	releaseScr *redis.Script // releaseLua
 }
 
-// New validates cfg and returns a Quota over rdb (not contacted here).
-func New(rdb redis.UniversalClient, cfg Config) (*Quota, error) {
+// New validates cfg and returns a Quota over rdb (not contacted here). log
+// receives fail-open and release errors; nil discards them.
+func New(log *slog.Logger, rdb redis.UniversalClient, cfg Config) (*Quota, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if rdb == nil && cfg.limited() {
 		return nil, errors.New("quota: a Redis client is required when any limit is set")
 	}
-	q := &Quota{rdb: rdb, cfg: cfg, now: cfg.Now, log: cfg.Log, leaseTTL: cfg.LeaseTTL, timeout: cfg.Timeout,
+	q := &Quota{rdb: rdb, cfg: cfg, now: cfg.Now, log: log, leaseTTL: cfg.LeaseTTL, timeout: cfg.Timeout,
 		acquireScr: redis.NewScript(acquireLua), releaseScr: redis.NewScript(releaseLua)}
 	if q.now == nil {
 		q.now = time.Now

@@ -37,7 +37,7 @@ var t0 = time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func newQuota(t testing.TB, rdb redis.UniversalClient, cfg Config) *Quota {
 	t.Helper()
-	q, err := New(rdb, cfg)
+	q, err := New(nil, rdb, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -72,7 +72,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(newRedis(t), tc.cfg)
+			_, err := New(nil, newRedis(t), tc.cfg)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -85,7 +85,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	t.Run("nil client with limits", func(t *testing.T) {
-		if _, err := New(nil, Config{MaxConcurrent: 1}); err == nil {
+		if _, err := New(nil, nil, Config{MaxConcurrent: 1}); err == nil {
 			t.Fatal("New accepted a nil client with limits set")
 		}
 	})
@@ -405,8 +405,10 @@ func TestRedisDown(t *testing.T) {
 		var logs bytes.Buffer
 		c := cfg
 		c.FailOpen = true
-		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
-		q := newQuota(t, client(closedAddr), c)
+		q, err := New(slog.New(slog.NewTextHandler(&logs, nil)), client(closedAddr), c)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
 		release, err := q.Acquire(context.Background(), "acme")
 		if err != nil {
 			t.Fatalf("Acquire = %v, want admission", err)
