@@ -24,7 +24,8 @@ const HandoffPrefix = "bulkhead.handoff."
 // subject permissions RolePermissions lists, nothing more.
 const (
 	// RoleEdge publishes jobs and cancels, reads reply frames, reads and
-	// writes job records, and follows worker capacity.
+	// writes job records and follows them to their end, and follows worker
+	// capacity.
 	RoleEdge = "edge"
 	// RoleWorker consumes jobs and hand-overs, publishes reply frames,
 	// hand-overs and usage events, writes job records and its capacity, and
@@ -244,6 +245,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, JobsPrefix+">", CancelPrefix+">")
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
 		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...) // watching worker windows
+		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)  // watching jobs end (WatchEnded)
 		subs = append(subs, ReplyPrefix+">")
 	case RoleWorker:
 		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", UsagePrefix+">", HandoffPrefix+">", inbox)

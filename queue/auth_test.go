@@ -87,6 +87,12 @@ func TestRolesCarryAJob(t *testing.T) {
 		t.Fatal("the edge does not see the worker's capacity")
 	}
 	c := NewClient(enc, ejs).WithLiveness(live)
+	// The edge follows job records to their end (WatchEnded).
+	ended := make(chan *AsyncResult, 4)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- c.WatchEnded(wctx, func(r *AsyncResult) { ended <- r }) }()
+	defer func() { stopWatch(); <-watchDone }()
 	job := testJob("roles-1")
 	replies, err := c.Submit(ctx, job)
 	if err != nil {
@@ -132,6 +138,16 @@ func TestRolesCarryAJob(t *testing.T) {
 	frames, err := readAll(t, replies)
 	if !errors.Is(err, io.EOF) || len(frames) != 2 {
 		t.Fatalf("edge read %d frames, %v", len(frames), err)
+	}
+	select {
+	case r := <-ended:
+		if r.ID != job.ID || r.Status != StatusDone || r.Tenant != job.Tenant {
+			t.Fatalf("edge saw %+v end, want %s done", r, job.ID)
+		}
+	case err := <-watchDone:
+		t.Fatalf("edge's watch of job records ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the edge did not see the job end")
 	}
 	if err := c.Cancel(ctx, "roles-1"); err != nil {
 		t.Fatalf("edge cancels: %v", err)

@@ -15,10 +15,14 @@ import (
 
 // Errors the edge side sees.
 var (
-	ErrQueueFull     = errors.New("queue: jobs stream full")
-	ErrDuplicate     = errors.New("queue: duplicate job id")
-	ErrGap           = errors.New("queue: reply frames missing or repeated")
-	ErrStreamTimeout = errors.New("queue: no reply frame within the idle timeout")
+	ErrQueueFull = errors.New("queue: jobs stream full")
+	// ErrTenantQueueFull: the job's tenant has StreamConfig.MaxJobsPerTenant
+	// jobs for its model in the stream already; other tenants' jobs are
+	// still taken.
+	ErrTenantQueueFull = errors.New("queue: the tenant's share of the jobs stream is full")
+	ErrDuplicate       = errors.New("queue: duplicate job id")
+	ErrGap             = errors.New("queue: reply frames missing or repeated")
+	ErrStreamTimeout   = errors.New("queue: no reply frame within the idle timeout")
 	// ErrUnavailable: the bus is down or did not acknowledge a job within
 	// the publish timeout; the edge answers 503 at once.
 	ErrUnavailable = errors.New("queue: NATS unavailable")
@@ -123,10 +127,11 @@ func (c *Client) openResults(ctx context.Context) (*Results, error) {
 	return res, nil
 }
 
-// Submit subscribes to job.Reply, then publishes the job on its model's
-// subject with Nats-Msg-Id = job.ID. A full stream is ErrQueueFull; a job id
-// seen within the de-duplication window is ErrDuplicate. The caller must Close
-// the returned Replies.
+// Submit subscribes to job.Reply, then publishes the job on its model's and
+// tenant's subject (TenantJobSubject) with Nats-Msg-Id = job.ID. A full
+// stream is ErrQueueFull, a tenant at its share of it ErrTenantQueueFull; a
+// job id seen within the de-duplication window is ErrDuplicate. The caller
+// must Close the returned Replies.
 func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
 	if err := job.Validate(); err != nil {
 		return nil, err
@@ -157,7 +162,7 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(JobSubject(job.Model))
+	msg := nats.NewMsg(TenantJobSubject(job.Model, job.Tenant))
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, job.ID)
 	InjectTrace(ctx, msg.Header)
@@ -170,6 +175,9 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	if err != nil {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && api.ErrorCode == jsStoreFailed && strings.Contains(api.Description, "maximum") {
+			if strings.Contains(api.Description, "per subject") {
+				return fmt.Errorf("%w: tenant %s, model %s: %s", ErrTenantQueueFull, job.Tenant, job.Model, api.Description)
+			}
 			return fmt.Errorf("%w: %s", ErrQueueFull, api.Description)
 		}
 		return fmt.Errorf("queue: publishing job %s: %w", job.ID, err)

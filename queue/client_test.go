@@ -196,7 +196,6 @@ func TestStreamBound(t *testing.T) {
 		jobs []string // models of the jobs submitted; the last must be refused
 	}{
 		{"max jobs", StreamConfig{MaxJobs: 2}, []string{"a", "b", "c"}},
-		{"max jobs per model", StreamConfig{MaxJobsPerModel: 1}, []string{"a", "b", "a"}},
 		{"max bytes", StreamConfig{MaxBytes: 700}, []string{"a", "a", "a", "a", "a", "a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -413,7 +412,8 @@ func TestSetup(t *testing.T) {
 	}{
 		{"negative MaxJobs", StreamConfig{MaxJobs: -1}},
 		{"negative MaxBytes", StreamConfig{MaxBytes: -1}},
-		{"negative per model", StreamConfig{MaxJobsPerModel: -1}},
+		{"negative per tenant", StreamConfig{MaxJobsPerTenant: -1}},
+		{"per tenant above all", StreamConfig{MaxJobs: 5, MaxJobsPerTenant: 6}},
 		{"duplicates beyond age", StreamConfig{MaxAge: time.Minute, Duplicates: time.Hour}},
 		{"negative TTL", StreamConfig{ResultsTTL: -1}},
 	} {

@@ -104,5 +104,5 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 // workers share for model's decode subject (explicit acks) and returns it.
 func EnsureDecodeConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	return ensureConsumer(ctx, js, durable{stream: DecodeStream, model: model, name: DecodeConsumerName(model),
-		subject: DecodeSubject(model), description: "decode hand-overs for " + model}, cfg)
+		subjects: []string{DecodeSubject(model)}, description: "decode hand-overs for " + model}, cfg)
 }

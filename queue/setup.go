@@ -15,12 +15,18 @@ var ErrConfig = errors.New("queue: invalid config")
 // StreamConfig bounds the jobs stream and the results bucket. Zero values take
 // the defaults noted; negative values are refused.
 type StreamConfig struct {
-	MaxJobs         int64         // jobs waiting in the stream, all models; default 10000
-	MaxBytes        int64         // bytes held by the stream; default 256 MiB
-	MaxJobsPerModel int64         // jobs waiting per model subject; 0 means only MaxJobs applies
-	MaxAge          time.Duration // a job older than this is dropped; default 1h
-	Duplicates      time.Duration // Nats-Msg-Id de-duplication window; default 2m
-	Memory          bool          // keep jobs and results in memory instead of files
+	MaxJobs  int64 // jobs waiting in the stream, all models; default 10000
+	MaxBytes int64 // bytes held by the stream; default 256 MiB
+	// MaxJobsPerTenant bounds one tenant's jobs per model (its subject,
+	// TenantJobSubject): waiting or running, since a job leaves the work
+	// queue when its worker acks it at the end. Default MaxJobs/10 (at
+	// least 1); it may not exceed MaxJobs. The edge bounds each tenant
+	// class more tightly across models (docs/fairness.md); this is the
+	// stream's own guarantee that no tenant fills it.
+	MaxJobsPerTenant int64
+	MaxAge           time.Duration // a job older than this is dropped; default 1h
+	Duplicates       time.Duration // Nats-Msg-Id de-duplication window; default 2m
+	Memory           bool          // keep jobs and results in memory instead of files
 	// Replicas is how many servers of a JetStream cluster hold each
 	// stream and bucket (1, or an odd number up to the cluster's size; 3
 	// survives the loss of one server); default 1.
@@ -51,6 +57,9 @@ func (c *StreamConfig) Validate() error {
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = 256 << 20
+	}
+	if c.MaxJobsPerTenant == 0 {
+		c.MaxJobsPerTenant = max(c.MaxJobs/10, 1)
 	}
 	if c.MaxAge == 0 {
 		c.MaxAge = time.Hour
@@ -87,8 +96,8 @@ func (c *StreamConfig) Validate() error {
 		return fmt.Errorf("%w: MaxJobs %d", ErrConfig, c.MaxJobs)
 	case c.MaxBytes < 0:
 		return fmt.Errorf("%w: MaxBytes %d", ErrConfig, c.MaxBytes)
-	case c.MaxJobsPerModel < 0:
-		return fmt.Errorf("%w: MaxJobsPerModel %d", ErrConfig, c.MaxJobsPerModel)
+	case c.MaxJobsPerTenant < 0 || c.MaxJobsPerTenant > c.MaxJobs:
+		return fmt.Errorf("%w: MaxJobsPerTenant %d must lie in [1, MaxJobs %d]", ErrConfig, c.MaxJobsPerTenant, c.MaxJobs)
 	case c.MaxAge < 0:
 		return fmt.Errorf("%w: MaxAge %v", ErrConfig, c.MaxAge)
 	case c.Duplicates < 0 || c.Duplicates > c.MaxAge:
@@ -112,14 +121,27 @@ func (c *StreamConfig) Validate() error {
 }
 
 // Setup creates or updates the jobs stream (work-queue retention on "jobs.>",
-// bounded, refusing new jobs when full), the decode hand-over stream (the
-// same on "decode.>"), the usage stream and the results bucket. It is
-// idempotent: every node may call it at start-up.
+// one subject per model and tenant, bounded in all and per subject, refusing
+// new jobs when full), the decode hand-over stream (the same on "decode.>"),
+// the usage stream and the results bucket. It is idempotent: every node may
+// call it at start-up.
+//
+// On an existing jobs stream it never drops a queued job: JetStream deletes
+// the oldest messages of a subject above a lowered per-subject limit, so
+// while one subject holds more than MaxJobsPerTenant (jobs an older edge
+// queued on a model's own subject, JobSubject) the limit is set to that
+// count instead, and the next Setup after the workers drained it lowers it.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	for _, sc := range cfg.streams() {
+	streams := cfg.streams()
+	perSubject, err := keepQueued(ctx, js, cfg.MaxJobsPerTenant)
+	if err != nil {
+		return err
+	}
+	streams[0].MaxMsgsPerSubject = perSubject // the jobs stream
+	for _, sc := range streams {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
 		}
@@ -169,19 +191,41 @@ func (c *StreamConfig) streams() []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 		}
 	}
-	jobs := workQueue(JobsStream, "Bulkhead inference jobs, one subject per model", JobsPrefix)
+	jobs := workQueue(JobsStream, "Bulkhead inference jobs, one subject per model and tenant", JobsPrefix)
 	jobs.MaxMsgs, jobs.MaxBytes = c.MaxJobs, c.MaxBytes
-	if c.MaxJobsPerModel > 0 {
-		jobs.MaxMsgsPerSubject = c.MaxJobsPerModel
-		jobs.DiscardNewPerSubject = true
-	}
+	jobs.MaxMsgsPerSubject, jobs.DiscardNewPerSubject = c.MaxJobsPerTenant, true
 	decode := workQueue(DecodeStream, "Bulkhead prefilled jobs waiting for a decode worker, one subject per model", DecodePrefix)
 	decode.MaxMsgs, decode.MaxBytes = c.MaxDecodeJobs, c.MaxDecodeBytes
 	// Usage events wait here until billing counted them (work queue: an
 	// event leaves the stream when the billing consumer acks it).
 	usage := workQueue(UsageStream, "Bulkhead usage events, one per request that reached a worker, for billing", UsagePrefix)
 	usage.MaxMsgs, usage.MaxBytes, usage.MaxAge = c.MaxUsageEvents, c.MaxUsageBytes, c.UsageMaxAge
-	return []jetstream.StreamConfig{jobs, decode, usage}
+	return []jetstream.StreamConfig{jobs, decode, usage} // the jobs stream first (Setup)
+}
+
+// keepQueued is the per-subject limit Setup may give an existing jobs
+// stream without deleting a queued job: want, or the most jobs one subject
+// holds when that is more and the stream's limit is not already as high.
+func keepQueued(ctx context.Context, js jetstream.JetStream, want int64) (int64, error) {
+	st, err := js.Stream(ctx, JobsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	if cur := st.CachedInfo().Config.MaxMsgsPerSubject; cur > 0 && cur <= want {
+		return want, nil // not lowered: nothing is deleted
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(JobsPrefix+">"))
+	if err != nil {
+		return 0, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	most := want
+	for _, n := range info.State.Subjects {
+		most = max(most, int64(n))
+	}
+	return most, nil
 }
 
 // Replicated reports whether every stream and bucket Setup creates exists
@@ -275,17 +319,20 @@ func ConsumerName(model string) string { return "worker-" + ModelToken(model) }
 // subject (explicit acks) and returns it.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, model string, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	return ensureConsumer(ctx, js, durable{stream: JobsStream, model: model, name: ConsumerName(model),
-		subject: JobSubject(model), description: "jobs for " + model}, cfg)
+		subjects: JobFilters(model), description: "jobs for " + model}, cfg)
 }
 
 // durable is the consumer the workers serving one model share on one
 // stream.
 type durable struct {
-	stream, model, name, subject, description string
+	stream, model, name, description string
+	subjects                         []string // its filter
 }
 
 // ensureConsumer creates or updates durable d: a pull consumer with explicit
-// acks on d.stream, filtered to d.subject.
+// acks on d.stream, filtered to d.subjects. An existing consumer filtered to
+// one subject (before per-tenant job subjects) is updated in place and keeps
+// its position.
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, d durable, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	if d.model == "" {
 		return nil, fmt.Errorf("%w: empty model name", ErrConfig)
@@ -293,16 +340,21 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, d durable, cfg 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := js.CreateOrUpdateConsumer(ctx, d.stream, jetstream.ConsumerConfig{
+	cc := jetstream.ConsumerConfig{
 		Durable:       d.name,
 		Description:   d.description,
-		FilterSubject: d.subject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    cfg.MaxDeliver,
 		MaxAckPending: cfg.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	}
+	if len(d.subjects) == 1 {
+		cc.FilterSubject = d.subjects[0]
+	} else {
+		cc.FilterSubjects = d.subjects
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, d.stream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer %s for %s: %w", d.name, d.model, err)
 	}
