@@ -22,6 +22,9 @@ var (
 	ErrRateLimited = errors.New("quota: rate limited")
 	// ErrConcurrency: the tenant has MaxConcurrent requests in flight (429).
 	ErrConcurrency = errors.New("quota: too many concurrent requests")
+	// ErrQueueBound: the tenant holds its class's Jobs.MaxQueued jobs
+	// queued or running (429).
+	ErrQueueBound = errors.New("quota: the tenant's queued jobs reached its class's bound")
 	// ErrBudgetExhausted: the tenant used its daily neurons (429).
 	ErrBudgetExhausted = errors.New("quota: daily neuron budget exhausted")
 	// ErrUnavailable: Redis could not be asked and FailOpen is off (503).
@@ -34,11 +37,13 @@ var (
 )
 
 // LimitError is a refusal with its retry hint. It unwraps to ErrRateLimited,
-// ErrConcurrency or ErrBudgetExhausted.
+// ErrConcurrency, ErrQueueBound or ErrBudgetExhausted.
 type LimitError struct {
 	Err        error         // one of the sentinels above
 	Limit      float64       // the limit that was hit
 	RetryAfter time.Duration // when a retry may succeed; 0 when unknown
+	InUse      int           // what the limit counted already (requests or jobs); 0 for the budget
+	Requested  int           // what the refused request asked for (its jobs)
 }
 
 func (e *LimitError) Error() string {
@@ -66,6 +71,11 @@ const (
 	DefaultLeaseTTL = 15 * time.Minute
 	// DefaultTimeout bounds each Redis round trip.
 	DefaultTimeout = 2 * time.Second
+	// QueueRetryAfter is the retry hint of ErrQueueBound: jobs end within
+	// seconds as a rule, so a slot is likely free again by then.
+	QueueRetryAfter = time.Second
+	// MaxJobsPerCall bounds Jobs.IDs (an async batch is far smaller).
+	MaxJobsPerCall = 1024
 	// KeyPrefix starts every key this package writes.
 	KeyPrefix = "bulkhead:quota:"
 
@@ -168,15 +178,20 @@ const (
 	resBudget
 	resConcurrency
 	resRate
+	resQueued
 )
 
-// acquireScript checks every configured limit and, only if all pass, records
-// the request in the rate window and takes a concurrency lease.
+// acquireScript checks every configured limit for n jobs and, only if all
+// pass, records each job in the rate window and takes a lease per job. A
+// lease counts against both the concurrency limit and the class's queue
+// bound: for a synchronous request its one job, for an async batch every
+// job, until released or expired.
 //
 // KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day
 // ARGV: 1 now ms, 2 rpm (0 = off), 3 window ms, 4 max concurrent (0 = off),
-// 5 lease ttl ms, 6 daily budget (0 = off), 7 request id
-// Reply: {code, retry-after ms (rate limit only)}
+// 5 lease ttl ms, 6 daily budget (0 = off), 7 max queued (0 = off),
+// 8.. the jobs' ids (n = #ARGV - 7)
+// Reply: {code, retry-after ms (rate limit only; -1: never), in use}
 const acquireLua = `
 local now = tonumber(ARGV[1])
 local rpm = tonumber(ARGV[2])
@@ -184,82 +199,144 @@ local window = tonumber(ARGV[3])
 local maxc = tonumber(ARGV[4])
 local lease = tonumber(ARGV[5])
 local budget = tonumber(ARGV[6])
-local id = ARGV[7]
+local maxq = tonumber(ARGV[7])
+local n = #ARGV - 7
 if budget > 0 then
   local used = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if used >= budget then return {1, 0} end
+  if used >= budget then return {1, 0, 0} end
 end
-if maxc > 0 then
+if maxc > 0 or maxq > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= maxc then
-    return {2, 0}
-  end
+  local held = redis.call('ZCARD', KEYS[2])
+  if maxc > 0 and held + n > maxc then return {2, 0, held} end
+  if maxq > 0 and held + n > maxq then return {4, 0, held} end
 end
 if rpm > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-  if redis.call('ZCARD', KEYS[1]) >= rpm then
-    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    return {3, tonumber(first[2]) + window - now}
+  local used = redis.call('ZCARD', KEYS[1])
+  if used + n > rpm then
+    if n > rpm then return {3, -1, used} end
+    local k = used + n - rpm
+    local e = redis.call('ZRANGE', KEYS[1], k - 1, k - 1, 'WITHSCORES')
+    return {3, tonumber(e[2]) + window - now, used}
   end
-  redis.call('ZADD', KEYS[1], now, id)
+  for i = 8, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
   redis.call('PEXPIRE', KEYS[1], window)
 end
-if maxc > 0 then
-  redis.call('ZADD', KEYS[2], now + lease, id)
-  redis.call('PEXPIRE', KEYS[2], lease)
+if maxc > 0 or maxq > 0 then
+  for i = 8, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
+  if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
 end
-return {0, 0}
+return {0, 0, 0}
 `
 
-// releaseScript gives back a lease and charges the micro-neurons used,
+// releaseScript gives back leases and charges the micro-neurons used,
 // once per request id when one is given (the claim billing/ledger shares).
 //
 // KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim
-// ARGV: 1 lease id, 2 micro-neurons (>= 0), 3 ttl ms of the neuron key,
-// 4 "1" when KEYS[3] is a claim to take, 5 ttl ms of the claim
+// ARGV: 1 micro-neurons (>= 0), 2 ttl ms of the neuron key, 3 "1" when
+// KEYS[3] is a claim to take, 4 ttl ms of the claim, 5.. lease ids
 const releaseLua = `
-redis.call('ZREM', KEYS[1], ARGV[1])
-local n = tonumber(ARGV[2])
+for i = 5, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) end
+local n = tonumber(ARGV[1])
 if n > 0 then
-  if ARGV[4] == '1' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[5]) then
+  if ARGV[3] == '1' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
     return 0
   end
-  redis.call('INCRBY', KEYS[2], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('INCRBY', KEYS[2], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 return 0
 `
 
-// Acquire admits one request of tenant or refuses it. On success the caller
-// must call release exactly once when the request ends (later calls do
-// nothing), passing what it consumed. Refusals are *LimitError (wrapping
-// ErrRateLimited, ErrConcurrency or ErrBudgetExhausted), ErrUnavailable
-// when Redis cannot be asked and FailOpen is off, or ctx's error.
+// Acquire admits one request of tenant or refuses it: AcquireJobs for one
+// job under a fresh lease id, with no queue bound.
 func (q *Quota) Acquire(ctx context.Context, tenant string) (release func(Usage), err error) {
-	if !validTenant(tenant) {
-		return nil, fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
-	}
-	if !q.cfg.limited() {
-		return func(Usage) {}, nil
-	}
-	now := q.now()
 	id, err := newID()
 	if err != nil {
 		return nil, fmt.Errorf("quota: request id: %w", err)
 	}
+	return q.AcquireJobs(ctx, tenant, Jobs{IDs: []string{id}})
+}
+
+// Jobs is what one request queues, for AcquireJobs.
+type Jobs struct {
+	// IDs name the request's jobs, one lease each: a synchronous request's
+	// one job, or every job of an async batch. Each counts as one request
+	// in the rate window and one slot of the concurrency limit and of
+	// MaxQueued while its lease lives. Unique, non-empty, at most
+	// MaxJobsPerCall.
+	IDs []string
+	// LeaseTTL is how long the leases live unreleased: 0 means
+	// Config.LeaseTTL. An async job's lease is released by ReleaseJobs
+	// when its record says it ended; the TTL (its deadline and a margin)
+	// frees it if nobody saw it end.
+	LeaseTTL time.Duration
+	// MaxQueued is the tenant class's bound on its leases (jobs queued or
+	// running); 0: none. Counted only when a Redis client is configured.
+	MaxQueued int
+}
+
+func (j *Jobs) validate() error {
+	switch {
+	case len(j.IDs) == 0 || len(j.IDs) > MaxJobsPerCall:
+		return fmt.Errorf("quota: %d job ids, want 1 to %d", len(j.IDs), MaxJobsPerCall)
+	case j.LeaseTTL < 0 || j.MaxQueued < 0:
+		return fmt.Errorf("quota: negative LeaseTTL %v or MaxQueued %d", j.LeaseTTL, j.MaxQueued)
+	}
+	seen := make(map[string]bool, len(j.IDs))
+	for _, id := range j.IDs {
+		if id == "" || seen[id] {
+			return fmt.Errorf("quota: job id %q empty or repeated", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// AcquireJobs admits a request of tenant queueing len(jobs.IDs) jobs, all of
+// them or none: every limit is checked for all of them at once and, only if
+// all pass, each job takes a rate-window entry and a lease. On success the
+// caller must call release exactly once (later calls do nothing), passing
+// what the request consumed; it gives back every lease that ReleaseJobs did
+// not give back already. Refusals are *LimitError (wrapping ErrRateLimited,
+// ErrConcurrency, ErrQueueBound or ErrBudgetExhausted), ErrUnavailable when
+// Redis cannot be asked and FailOpen is off, or ctx's error.
+func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (release func(Usage), err error) {
+	if !validTenant(tenant) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
+	}
+	if err := jobs.validate(); err != nil {
+		return nil, err
+	}
+	maxq := jobs.MaxQueued
+	if q.rdb == nil {
+		maxq = 0 // no store to count in: the stream's per-tenant bound applies alone
+	}
+	if !q.cfg.limited() && maxq == 0 {
+		return func(Usage) {}, nil
+	}
+	ttl := jobs.LeaseTTL
+	if ttl == 0 {
+		ttl = q.leaseTTL
+	}
+	now := q.now()
 	day := now.UTC()
 	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day)}
 	args := []any{
 		now.UnixMilli(),
 		q.cfg.RequestsPerMinute, rateWindow.Milliseconds(),
-		q.cfg.MaxConcurrent, q.leaseTTL.Milliseconds(),
+		q.cfg.MaxConcurrent, ttl.Milliseconds(),
 		price.ToMicro(q.cfg.DailyNeurons),
-		id,
+		maxq,
+	}
+	for _, id := range jobs.IDs {
+		args = append(args, id)
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.timeout)
 	res, err := q.acquireScr.Run(cctx, q.rdb, keys, args...).Int64Slice()
 	cancel()
-	if err == nil && len(res) != 2 {
+	if err == nil && len(res) != 3 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
@@ -268,41 +345,81 @@ func (q *Quota) Acquire(ctx context.Context, tenant string) (release func(Usage)
 		}
 		if q.cfg.FailOpen {
 			q.log.Warn("quota: Redis unavailable, admitting request (fail open)", "tenant", tenant, "err", err)
-			return q.releaser(tenant, id, day), nil
+			return q.releaser(tenant, nil, day), nil
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	retry := time.Duration(res[1]) * time.Millisecond
+	return q.verdict(res, tenant, jobs, maxq, day)
+}
+
+// verdict turns the acquire script's reply into a release func or a
+// refusal.
+func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq int, day time.Time) (func(Usage), error) {
+	n, inUse := len(jobs.IDs), int(res[2])
 	switch res[0] {
 	case resOK:
-		return q.releaser(tenant, id, day), nil
+		var leases []string // taken only under a concurrency limit or a queue bound
+		if q.cfg.MaxConcurrent > 0 || maxq > 0 {
+			leases = jobs.IDs
+		}
+		return q.releaser(tenant, leases, day), nil
 	case resBudget:
-		return nil, &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day)}
+		return nil, &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: n}
 	case resConcurrency:
-		return nil, &LimitError{Err: ErrConcurrency, Limit: float64(q.cfg.MaxConcurrent), RetryAfter: 0}
+		return nil, &LimitError{Err: ErrConcurrency, Limit: float64(q.cfg.MaxConcurrent), InUse: inUse, Requested: n}
+	case resQueued:
+		return nil, &LimitError{Err: ErrQueueBound, Limit: float64(jobs.MaxQueued), RetryAfter: QueueRetryAfter, InUse: inUse, Requested: n}
 	case resRate:
-		return nil, &LimitError{Err: ErrRateLimited, Limit: float64(q.cfg.RequestsPerMinute), RetryAfter: max(retry, time.Millisecond)}
+		retry := max(time.Duration(res[1])*time.Millisecond, time.Millisecond)
+		if res[1] < 0 {
+			retry = 0 // more jobs than the limit: no wait helps
+		}
+		return nil, &LimitError{Err: ErrRateLimited, Limit: float64(q.cfg.RequestsPerMinute),
+			RetryAfter: retry, InUse: inUse, Requested: n}
 	default:
 		return nil, fmt.Errorf("%w: unexpected script result %d", ErrUnavailable, res[0])
 	}
 }
 
-// releaser returns the release func of one admitted request. The neurons
-// are charged to the UTC day the request was admitted on.
-func (q *Quota) releaser(tenant, id string, day time.Time) func(Usage) {
+// ReleaseJobs gives back the leases of tenant's jobs ids (an async job that
+// ended), charging nothing: billing counts its usage event. Ids without a
+// lease are skipped, so every edge may release every ended job.
+func (q *Quota) ReleaseJobs(ctx context.Context, tenant string, ids ...string) error {
+	if !validTenant(tenant) {
+		return fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
+	}
+	if q.rdb == nil || len(ids) == 0 {
+		return nil
+	}
+	members := make([]any, len(ids))
+	for i, id := range ids {
+		members[i] = id
+	}
+	cctx, cancel := context.WithTimeout(ctx, q.timeout)
+	defer cancel()
+	if err := q.rdb.ZRem(cctx, leaseKey(tenant), members...).Err(); err != nil {
+		return fmt.Errorf("%w: releasing %d job(s) of %s: %v", ErrUnavailable, len(ids), tenant, err)
+	}
+	return nil
+}
+
+// releaser returns the release func of one admitted request, which gives
+// back the leases ids (nil: it took none) and charges the neurons to the
+// UTC day the request was admitted on.
+func (q *Quota) releaser(tenant string, ids []string, day time.Time) func(Usage) {
 	var once sync.Once
 	return func(u Usage) {
-		once.Do(func() { q.release(tenant, id, day, u) })
+		once.Do(func() { q.release(tenant, ids, day, u) })
 	}
 }
 
-func (q *Quota) release(tenant, id string, day time.Time, u Usage) {
+func (q *Quota) release(tenant string, ids []string, day time.Time, u Usage) {
 	n := u.Neurons
 	if n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
 		q.log.Error("quota: release with invalid neurons, charging none", "tenant", tenant, "neurons", n)
 		n = 0
 	}
-	if q.cfg.MaxConcurrent == 0 && (q.cfg.DailyNeurons == 0 || n == 0) {
+	if len(ids) == 0 && (q.cfg.DailyNeurons == 0 || n == 0) {
 		return // nothing to give back or charge
 	}
 	ttl := untilMidnight(day) + dayGrace
@@ -316,9 +433,12 @@ func (q *Quota) release(tenant, id string, day time.Time, u Usage) {
 		claim, take = ledger.ChargedKey(tenant, u.RequestID), "1"
 	}
 	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim}
-	err := q.releaseScr.Run(ctx, q.rdb, keys, id, price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds()).Err()
-	if err != nil {
-		// The lease expires by itself after LeaseTTL; the neurons are lost to
+	args := []any{price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds()}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if err := q.releaseScr.Run(ctx, q.rdb, keys, args...).Err(); err != nil {
+		// The lease expires by itself after its TTL; the neurons are lost to
 		// the quota (billing counts them from usage events, not from here).
 		q.log.Error("quota: release failed", "tenant", tenant, "neurons", n, "err", err)
 	}
