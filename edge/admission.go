@@ -158,7 +158,8 @@ func (v *vocab) encode(a admitted) []int32 {
 
 // admit renders and tokenizes the prompt and checks it against the context
 // window. defaultMax is used when the request gave no max_tokens; a negative
-// defaultMax means "the rest of the window" (OpenAI's default).
+// defaultMax, -n, means n or the rest of the window, whichever is less (the
+// OpenAI API's default, bounded: see PropDefaultMaxTokens).
 func (v *vocab) admit(in *genInput, window, defaultMax int) (admitted, error) {
 	a, err := v.render(in)
 	if err != nil {
@@ -172,7 +173,7 @@ func (v *vocab) admit(in *genInput, window, defaultMax int) (admitted, error) {
 	if a.maxTokens == 0 {
 		a.maxTokens = defaultMax
 		if defaultMax < 0 {
-			a.maxTokens = max(window-a.tokens, 1)
+			a.maxTokens = max(min(-defaultMax, window-a.tokens), 1)
 		}
 	}
 	if a.tokens+a.maxTokens > window {

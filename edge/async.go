@@ -68,10 +68,13 @@ func (s *Server) parseRequestID(id string) (n int, ok bool) {
 }
 
 // submitAsync admits every request of a batch and queues them. Nothing is
-// queued unless every request passes admission, and a batch that fails to
-// queue part-way cancels the requests it queued and says so. The quota is
-// taken once for the batch and charges nothing itself: every job that runs
-// is billed from its worker's usage event, the day total included.
+// queued unless every request passes admission and the quota: every job
+// counts as one request of the tenant's rate window, and holds one slot of
+// its concurrency limit and of its class's queue bound from now until the
+// job ends (ReleaseEnded) or its lease expires. A batch that fails to queue
+// part-way cancels the requests it queued, gives back every slot, and says
+// so. The quota charges nothing itself: every job that runs is billed from
+// its worker's usage event, the day total included.
 func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Principal,
 	m *catalog.Model, v *vocab, req *nativeRequest) {
 	fail := func(err error) { writeNativeError(w, s.refuse(r, err)) }
@@ -80,17 +83,26 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		fail(err)
 		return
 	}
-	release, err := s.cfg.Quota.Acquire(r.Context(), p.Tenant)
+	requestID := fmt.Sprintf("%s-%d", newID(), len(ins))
+	ids := make([]string, len(ins))
+	for i := range ids {
+		ids[i] = jobID(requestID, i)
+	}
+	release, err := s.acquireAsync(r.Context(), p.Tenant, ids)
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer release(quota.Usage{}) // billed per job from usage events
+	queued := false // then the jobs hold their slots until they end
+	defer func() {
+		if !queued {
+			release(quota.Usage{}) // billed per job from usage events
+		}
+	}()
 
-	requestID := fmt.Sprintf("%s-%d", newID(), len(ins))
 	jobs := make([]*queue.Job, len(ins))
 	for i, in := range ins {
-		a, err := v.admit(in, m.ContextWindow, s.cfg.DefaultMaxTokens)
+		a, err := v.admit(in, m.ContextWindow, s.defaultMaxTokens(m))
 		if err != nil {
 			var ie *InputError
 			if errors.As(err, &ie) {
@@ -99,11 +111,11 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 			fail(fmt.Errorf("requests[%d]: %w", i, err))
 			return
 		}
-		jobs[i] = s.newJob(jobID(requestID, i), p, m, a, in, r)
+		jobs[i] = s.newJob(ids[i], p, m, a, in, r)
 		jobs[i].Async = true
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
 	}
-	if s.queueBatch(w, r, requestID, jobs) {
+	if queued = s.queueBatch(w, r, requestID, jobs); queued {
 		writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
 	}
 }

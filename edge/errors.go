@@ -133,12 +133,17 @@ var (
 		http.StatusServiceUnavailable, "server_error", "worker_lost"}
 	rowDraining = Row{"draining", http.StatusServiceUnavailable, 3050, "This edge is shutting down, please retry",
 		http.StatusServiceUnavailable, "server_error", "service_unavailable"}
+	rowTenantQueueFull = Row{"tenant_queue_full", http.StatusTooManyRequests, 3051,
+		"Too many of your requests are queued or running; retry when some have finished",
+		http.StatusTooManyRequests, "requests", "tenant_queue_full"}
 )
 
 // Retry-After of the 503s the edge answers at once.
 const (
 	retryNoWorker    = 5 * time.Second
 	retryUnavailable = 2 * time.Second
+	// retryTenantQueue: jobs end within seconds as a rule.
+	retryTenantQueue = time.Second
 )
 
 // ErrorTable returns every row of the error table, for documentation and
@@ -149,7 +154,7 @@ func ErrorTable() []Row {
 		rowBodyTooLarge, rowQuotaExhausted, rowRateLimited, rowConcurrency,
 		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
 		rowUnavailable, rowNotFound, rowInternal,
-		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost, rowDraining,
+		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost, rowDraining, rowTenantQueueFull,
 	}
 }
 
@@ -224,7 +229,12 @@ func Classify(err error) *Error {
 	case errors.Is(err, quota.ErrRateLimited):
 		return withRetry(newError(rowRateLimited, "", err), err)
 	case errors.Is(err, quota.ErrConcurrency):
-		return withRetry(newError(rowConcurrency, "", err), err)
+		return withRetry(newError(rowConcurrency, limitMessage(rowConcurrency, err), err), err)
+	case errors.Is(err, quota.ErrQueueBound):
+		return retryIn(newError(rowTenantQueueFull, limitMessage(rowTenantQueueFull, err), err), retryTenantQueue)
+	case errors.Is(err, queue.ErrTenantQueueFull):
+		return retryIn(newError(rowTenantQueueFull,
+			"Too many of your requests for this model are waiting in the queue; retry when some have finished", err), retryTenantQueue)
 	case errors.Is(err, quota.ErrUnavailable):
 		return newError(rowUnavailable, "", err)
 	case errors.Is(err, queue.ErrQueueFull):
@@ -253,6 +263,17 @@ func Classify(err error) *Error {
 	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
 	// only that the server failed; the cause goes to the log.
 	return newError(rowInternal, "", err)
+}
+
+// limitMessage says how many jobs a concurrency or queue-bound refusal
+// counted against which limit (an async batch asks for one slot per job).
+func limitMessage(r Row, err error) string {
+	var le *quota.LimitError
+	if !errors.As(err, &le) || le.Requested == 0 {
+		return r.Message
+	}
+	return fmt.Sprintf("%s: %d of your jobs are queued or running, this request adds %d, the limit is %d",
+		r.Message, le.InUse, le.Requested, int(le.Limit))
 }
 
 func withRetry(e *Error, err error) *Error {

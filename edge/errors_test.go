@@ -52,6 +52,11 @@ func TestClassify(t *testing.T) {
 		{"budget", &quota.LimitError{Err: quota.ErrBudgetExhausted, RetryAfter: 90 * time.Minute}, rowQuotaExhausted, "neurons", "", 90 * time.Minute},
 		{"rate", &quota.LimitError{Err: quota.ErrRateLimited, RetryAfter: 3 * time.Second}, rowRateLimited, "per minute", "", 3 * time.Second},
 		{"concurrency", quota.ErrConcurrency, rowConcurrency, "concurrent", "", 0},
+		{"concurrency of a batch", &quota.LimitError{Err: quota.ErrConcurrency, Limit: 2, Requested: 32}, rowConcurrency,
+			"0 of your jobs are queued or running, this request adds 32, the limit is 2", "", 0},
+		{"class queue bound", &quota.LimitError{Err: quota.ErrQueueBound, Limit: 8, InUse: 7, Requested: 2, RetryAfter: time.Second},
+			rowTenantQueueFull, "7 of your jobs are queued or running, this request adds 2, the limit is 8", "", time.Second},
+		{"stream's tenant bound", fmt.Errorf("%w: tenant a", queue.ErrTenantQueueFull), rowTenantQueueFull, "waiting in the queue", "", time.Second},
 		{"redis down", quota.ErrUnavailable, rowUnavailable, "unavailable", "", 0},
 		{"queue full", fmt.Errorf("%w: maximum messages", queue.ErrQueueFull), rowCapacity, "Capacity", "", 0},
 		{"idle timeout", queue.ErrStreamTimeout, rowTimeout, "timeout", "", 0},
@@ -102,7 +107,7 @@ func TestClassify(t *testing.T) {
 // TestErrorsOverHTTP drives every error row through the real handlers and
 // checks status, code and message on the native API.
 func TestErrorsOverHTTP(t *testing.T) {
-	h := newHarness(t, harnessOpts{maxBody: 4096, idleTimeout: 300 * time.Millisecond, maxPerModel: 1})
+	h := newHarness(t, harnessOpts{maxBody: 4096, idleTimeout: 300 * time.Millisecond, maxPerTenant: 1})
 	run := "/ai/run/" + modelStories
 	fail := func(kind queue.ErrorKind, msg string) behaviour {
 		return func(ctx context.Context, h *harness, job *queue.Job, rp *queue.Replier) {
@@ -169,8 +174,11 @@ func TestErrorsOverHTTP(t *testing.T) {
 		{name: "concurrency", path: run, token: "alice", body: `{"prompt":"x"}`, limiter: quota.ErrConcurrency, status: 429, code: 3038},
 		{name: "budget", path: run, token: "alice", body: `{"prompt":"x"}`, limiter: quota.ErrBudgetExhausted, status: 429, code: 3036},
 		{name: "redis down", path: run, token: "alice", body: `{"prompt":"x"}`, limiter: quota.ErrUnavailable, status: 503, code: 3043},
-		{name: "queue full", path: "/ai/run/" + modelIdle + "?queueRequest=true", token: "alice", body: `{"requests":[{"prompt":"x"}]}`,
-			status: 429, code: 3040},
+		{name: "tenant queue full", path: "/ai/run/" + modelIdle + "?queueRequest=true", token: "alice", body: `{"requests":[{"prompt":"x"}]}`,
+			status: 429, code: 3051, msgHas: "waiting in the queue"},
+		{name: "tenant class bound", path: run, token: "alice", body: `{"prompt":"x"}`, status: 429, code: 3051,
+			limiter: &quota.LimitError{Err: quota.ErrQueueBound, Limit: 4, InUse: 4, Requested: 1, RetryAfter: time.Second},
+			msgHas:  "4 of your jobs are queued or running, this request adds 1, the limit is 4"},
 		{name: "worker busy", path: run + "?rejectIfBusy=true", token: "alice", body: `{"prompt":"x"}`,
 			worker: fail(queue.ErrKindCapacity, "all slots busy"), status: 429, code: 3040, msgHas: "all slots busy", enqueues: true},
 		{name: "worker prompt too long", path: run, token: "alice", body: `{"prompt":"x"}`,

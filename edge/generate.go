@@ -125,6 +125,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Grammar:      in.grammar,
 		Logprobs:     in.logprobs,
 		TopLogprobs:  in.topLogprobs,
+		Weight:       s.class(p.Tenant).Weight,
 	}
 }
 
@@ -136,7 +137,7 @@ type call struct {
 	v  *vocab
 	in *genInput
 	// defaultMax is the max_tokens used when the request gave none
-	// (negative: the rest of the window).
+	// (negative, -n: n or the rest of the window, whichever is less).
 	defaultMax int
 	f          format // renders the answer in the request's API
 }
@@ -154,7 +155,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 	ri := infoOf(r)
 	ri.model = c.m.Name
 	_, qspan := s.startSpan(r.Context(), spanQuota)
-	release, err := s.cfg.Quota.Acquire(r.Context(), c.p.Tenant)
+	release, err := s.acquireSync(r.Context(), c.p.Tenant, infoOf(r).id)
 	endSpan(qspan, err)
 	if err != nil {
 		c.f.writeError(w, s.refuse(r, err))

@@ -23,6 +23,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/refdata"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -86,7 +87,9 @@ type fakeLimiter struct {
 	released []quota.Usage
 }
 
-func (l *fakeLimiter) Acquire(_ context.Context, tenant string) (func(quota.Usage), error) {
+func (l *fakeLimiter) ReleaseJobs(context.Context, string, ...string) error { return nil }
+
+func (l *fakeLimiter) AcquireJobs(_ context.Context, tenant string, _ quota.Jobs) (func(quota.Usage), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
@@ -157,12 +160,14 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	maxBody     int64
-	idleTimeout time.Duration
-	maxPerModel int64
-	tracer      trace.TracerProvider // nil: tracing off
-	metrics     *Metrics             // nil: no metrics
-	live        queue.Liveness       // nil: every model has workers
+	maxBody      int64
+	idleTimeout  time.Duration
+	maxPerTenant int64                // StreamConfig.MaxJobsPerTenant
+	tracer       trace.TracerProvider // nil: tracing off
+	metrics      *Metrics             // nil: no metrics
+	live         queue.Liveness       // nil: every model has workers
+	quota        Limiter              // nil: the harness's fakeLimiter
+	tenants      *tenants.Table       // nil: every tenant in the default class
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -176,7 +181,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	nc, js := queuetest.JetStream(t, queuetest.Server(t).ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.Setup(ctx, js, queue.StreamConfig{Memory: true, MaxJobsPerModel: o.maxPerModel}); err != nil {
+	if err := queue.Setup(ctx, js, queue.StreamConfig{Memory: true, MaxJobsPerTenant: o.maxPerTenant}); err != nil {
 		t.Fatalf("setup: %v", err)
 	}
 	qc := queue.NewClient(nc, js)
@@ -189,7 +194,11 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		qc = qc.WithLiveness(o.live)
 	}
 	h := &harness{t: t, nc: nc, js: js, limiter: &fakeLimiter{}, catalog: cat, behave: reply("Hello", " world")}
-	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: h.limiter, Queue: qc,
+	var lim Limiter = h.limiter
+	if o.quota != nil {
+		lim = o.quota
+	}
+	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants,
 		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, Metrics: o.metrics})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)

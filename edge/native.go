@@ -156,7 +156,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			writeNativeError(w, s.refuse(r, err))
 			return
 		}
-		s.generate(w, r, call{p: p, m: m, v: v, in: in, defaultMax: s.cfg.DefaultMaxTokens, f: withTools(nativeFormat{}, v, in)})
+		s.generate(w, r, call{p: p, m: m, v: v, in: in, defaultMax: s.defaultMaxTokens(m), f: withTools(nativeFormat{}, v, in)})
 	}
 }
 

@@ -287,7 +287,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		writeOpenAIError(w, s.refuse(r, err))
 		return
 	}
-	s.generate(w, r, call{p: p, m: m, v: v, in: in, defaultMax: -1, f: formatFor(in, v)})
+	s.generate(w, r, call{p: p, m: m, v: v, in: in, defaultMax: -s.defaultMaxTokens(m), f: formatFor(in, v)})
 }
 
 type openAIModel struct {

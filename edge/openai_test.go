@@ -39,11 +39,19 @@ func TestOpenAIChat(t *testing.T) {
 			}
 		})
 	}
-	t.Run("default max_tokens is the rest of the window", func(t *testing.T) {
+	t.Run("default max_tokens is bounded, not the rest of the window", func(t *testing.T) {
 		h.do("POST", "/v1/chat/completions", "alice", `{"model":"`+modelStories+`","messages":[{"role":"user","content":"Hi"}]}`)
+		if job := h.lastJob(); job.MaxTokens != DefaultMaxTokens {
+			t.Errorf("max_tokens %d, want the default %d", job.MaxTokens, DefaultMaxTokens)
+		}
+	})
+	t.Run("default max_tokens is at most the rest of the window", func(t *testing.T) {
+		long := strings.Repeat("Once upon a time there was a little girl. ", 150)
+		status, _, b := h.do("POST", "/v1/completions", "alice", `{"model":"`+modelStories+`","prompt":"`+long+`"}`)
 		job := h.lastJob()
-		if job.PromptTokens+job.MaxTokens != 2048 {
-			t.Errorf("prompt %d + max %d, want the 2048 window", job.PromptTokens, job.MaxTokens)
+		if status != 200 || job.PromptTokens+job.MaxTokens != 2048 || job.MaxTokens >= DefaultMaxTokens {
+			t.Errorf("status %d, prompt %d + max %d, want the rest of the 2048 window under %d: %.200s",
+				status, job.PromptTokens, job.MaxTokens, DefaultMaxTokens, b)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
@@ -25,10 +26,13 @@ type Authenticator interface {
 	Authenticate(r *http.Request) (auth.Principal, error)
 }
 
-// Limiter admits a tenant's request against its quotas and is told what the
-// request cost when it ends. edge/quota.Quota implements it.
+// Limiter admits a tenant's request, and every job it queues, against its
+// quotas and its class's queue bound, and is told what the request cost
+// when it ends; ReleaseJobs gives back the slots of async jobs that ended.
+// edge/quota.Quota implements it.
 type Limiter interface {
-	Acquire(ctx context.Context, tenant string) (release func(usage quota.Usage), err error)
+	AcquireJobs(ctx context.Context, tenant string, jobs quota.Jobs) (release func(usage quota.Usage), err error)
+	ReleaseJobs(ctx context.Context, tenant string, ids ...string) error
 }
 
 // Queue publishes jobs and reads their replies. queue.Client implements it.
@@ -68,9 +72,12 @@ type Config struct {
 
 	RequestTimeout   time.Duration // a job's deadline after it is accepted; default 2m
 	MaxBodyBytes     int64         // request body limit; default 1 MiB
-	DefaultMaxTokens int           // native max_tokens when absent; default 256
+	DefaultMaxTokens int           // max_tokens when absent, both APIs (catalog property default_max_tokens overrides it); default 256
 	MaxBatchRequests int           // requests in one async batch; default 32
 	HTTP             HTTPLimits    // limits of the listener HTTPServer builds; zero fields take defaults
+	// Tenants maps each verified tenant to its class (queue bound and
+	// scheduling weight); nil puts every tenant in tenants.DefaultClass.
+	Tenants *tenants.Table
 
 	// TracerProvider makes the edge's spans; nil (or a no-op provider) turns
 	// tracing off, and then the request path does no tracing work.
@@ -124,6 +131,13 @@ func (c *Config) Validate() error {
 	if c.MaxBatchRequests == 0 {
 		c.MaxBatchRequests = DefaultMaxBatchRequests
 	}
+	if c.Tenants == nil {
+		t, err := tenants.New(tenants.Config{})
+		if err != nil {
+			return err
+		}
+		c.Tenants = t
+	}
 	return nil
 }
 
@@ -164,6 +178,9 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 	for _, m := range models {
 		if m.ContextWindow <= 0 {
 			return nil, fmt.Errorf("%w: model %q has context window %d", ErrConfig, m.Name, m.ContextWindow)
+		}
+		if _, err := modelMaxTokens(m, cfg.DefaultMaxTokens); err != nil {
+			return nil, err
 		}
 		v, err := loadVocab(log, m.Name, m.Path, trustContent(m))
 		if err != nil {

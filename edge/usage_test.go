@@ -251,11 +251,11 @@ func TestUsageAPI(t *testing.T) {
 // TestAsyncBatchFailsPartWay: a batch whose second request cannot be queued
 // is refused, says that the first was cancelled, and the first is.
 func TestAsyncBatchFailsPartWay(t *testing.T) {
-	h := newHarness(t, harnessOpts{maxPerModel: 1})
+	h := newHarness(t, harnessOpts{maxPerTenant: 1})
 	status, _, body := h.do("POST", "/ai/run/"+modelIdle+"?queueRequest=true", "alice",
 		`{"requests":[{"prompt":"Once upon a time","max_tokens":4},{"prompt":"Lily","max_tokens":4}]}`)
 	code, msg := nativeErr(t, body)
-	if status != 429 || code != 3040 || !strings.Contains(msg, "requests[1] could not be queued") || !strings.Contains(msg, "1 request(s) queued before it were cancelled") {
+	if status != 429 || code != 3051 || !strings.Contains(msg, "requests[1] could not be queued") || !strings.Contains(msg, "1 request(s) queued before it were cancelled") {
 		t.Fatalf("status %d, code %d: %s", status, code, msg)
 	}
 	ctx := context.Background()
@@ -263,7 +263,7 @@ func TestAsyncBatchFailsPartWay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, queue.JobSubject(modelIdle))
+	m, err := s.GetLastMsgForSubject(ctx, queue.TenantJobSubject(modelIdle, "alice"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,10 +224,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer func() { stopFollow(); waitFollow() }()
+	classes, err := ef.tenants()
+	if err != nil {
+		return err
+	}
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs).WithLiveness(live),
 		Ledger: lg, DailyNeurons: ef.dailyNeurons,
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody, HTTP: ef.http,
+		Tenants: classes, DefaultMaxTokens: ef.maxTokens,
 		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
 	if err != nil {

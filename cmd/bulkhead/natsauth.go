@@ -90,12 +90,14 @@ type loadFlags struct {
 	syncRPS     float64
 	asyncRPS    float64
 	resultBytes int64
+	perTenant   int64
 }
 
 func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&l.syncRPS, "sync-rps", 50, "sustained synchronous requests per second the results bucket is sized for")
 	fs.Float64Var(&l.asyncRPS, "async-rps", 0.1, "sustained async requests per second the results bucket is sized for (results live 24 h)")
 	fs.Int64Var(&l.resultBytes, "async-result-bytes", 16<<10, "largest async result text the results bucket is sized for")
+	fs.Int64Var(&l.perTenant, "jobs-per-tenant", 0, "jobs one tenant may hold in the jobs stream per model, waiting or running (0: a tenth of the stream)")
 }
 
 func (l *loadFlags) streams(requestTimeout time.Duration) (queue.StreamConfig, error) {
@@ -104,6 +106,10 @@ func (l *loadFlags) streams(requestTimeout time.Duration) (queue.StreamConfig, e
 	if err != nil {
 		return queue.StreamConfig{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if l.perTenant < 0 || l.perTenant > cfg.MaxJobs {
+		return queue.StreamConfig{}, fmt.Errorf("%w: --jobs-per-tenant %d must lie in [0, %d] (the jobs stream's size)", errUsage, l.perTenant, cfg.MaxJobs)
+	}
+	cfg.MaxJobsPerTenant = l.perTenant
 	return cfg, nil
 }
 

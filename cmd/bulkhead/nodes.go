@@ -21,6 +21,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/store"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -273,6 +274,9 @@ type edgeFlags struct {
 	requestTimeout time.Duration
 	maxBody        int64
 	http           edge.HTTPLimits
+	classes        string // --tenant-classes
+	members        string // --tenant-class
+	maxTokens      int    // --default-max-tokens
 }
 
 func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
@@ -291,6 +295,9 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
 	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
 	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running (all models), weight its share of a worker; the class \"default\" (max_queued=256, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
+	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
+	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
 	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
 	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")
 	fs.DurationVar(&e.http.IdleTimeout, "http-idle-timeout", edge.DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
@@ -314,6 +321,23 @@ func (e *edgeFlags) verifier(log *slog.Logger, dev *auth.DevKey) (*auth.Verifier
 	return auth.NewVerifier(log.With("node", "edge"), cfg)
 }
 
+// tenants builds the tenant class table.
+func (e *edgeFlags) tenants() (*tenants.Table, error) {
+	classes, err := tenants.ParseClasses(e.classes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tenant-classes: %v", errUsage, err)
+	}
+	members, err := tenants.ParseMembers(e.members)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tenant-class: %v", errUsage, err)
+	}
+	t, err := tenants.New(tenants.Config{Classes: classes, Members: members})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return t, nil
+}
+
 // quota builds the quota limiter over rdb (nil when no limit is set).
 func (e *edgeFlags) quota(log *slog.Logger, rdb redis.UniversalClient) (*quota.Quota, error) {
 	return quota.New(log, rdb, quota.Config{
@@ -335,6 +359,16 @@ func serveEdge(ctx context.Context, log *slog.Logger, srv *edge.Server, h *healt
 	if err != nil {
 		return err
 	}
+	// Ended async jobs give their quota slots back until the server is shut.
+	relCtx, stopRel := context.WithCancel(context.Background())
+	relDone := make(chan struct{})
+	go func() {
+		defer close(relDone)
+		if err := srv.ReleaseEnded(relCtx); err != nil {
+			log.Warn("edge: no longer watching async jobs end; their quota slots expire by themselves", "error", err)
+		}
+	}()
+	defer func() { stopRel(); <-relDone }()
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

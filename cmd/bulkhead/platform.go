@@ -298,10 +298,15 @@ func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer func() { stopFollow(); waitFollow() }()
+	classes, err := ef.tenants()
+	if err != nil {
+		return err
+	}
 	srv, err := edge.New(log.With("node", "edge"), edge.Config{
 		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js).WithLiveness(live),
 		Ledger: lg, DailyNeurons: ef.dailyNeurons,
 		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody, HTTP: ef.http,
+		Tenants: classes, DefaultMaxTokens: ef.maxTokens,
 		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
 	})
 	if err != nil {

@@ -1,0 +1,186 @@
+package edge
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+	"github.com/bulkhead-ai/bulkhead/edge/tenants"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// realQuota is a Quota on a fresh redis-server.
+func realQuota(t *testing.T, cfg quota.Config) *quota.Quota {
+	t.Helper()
+	rs, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	q, err := quota.New(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// gate holds the harness worker's answers to one tenant's async jobs until
+// opened.
+type gate struct {
+	tenant string
+	open   chan struct{}
+	once   sync.Once
+}
+
+func (g *gate) behaviour(next behaviour) behaviour {
+	return func(ctx context.Context, h *harness, job *queue.Job, rp *queue.Replier) {
+		if job.Tenant == g.tenant && job.Async {
+			select {
+			case <-g.open:
+			case <-ctx.Done():
+				return
+			}
+		}
+		next(ctx, h, job, rp)
+	}
+}
+
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
+
+// startReleasing runs the server's ReleaseEnded for the test's life.
+func startReleasing(t *testing.T, h *harness) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.srv.ReleaseEnded(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("ReleaseEnded: %v", err)
+		}
+	})
+}
+
+// TestAsyncCountsConcurrency: with a real quota on redis-server, every job
+// of an async batch holds a concurrency slot from submission until its
+// record ends. A tenant limited to 2 cannot queue a batch of 3, queues one
+// of 2, is then refused a synchronous request while they wait, and gets its
+// slots back once the worker finished them (the edge saw their records end).
+// Another tenant is never affected.
+func TestAsyncCountsConcurrency(t *testing.T) {
+	q := realQuota(t, quota.Config{MaxConcurrent: 2})
+	h := newHarness(t, harnessOpts{quota: q})
+	g := &gate{tenant: "alice", open: make(chan struct{})}
+	t.Cleanup(g.release)
+	h.setBehaviour(g.behaviour(reply("Hi")))
+	startReleasing(t, h)
+	run := "/ai/run/" + modelStories
+	batch := func(n int) string {
+		return `{"requests":[` + strings.TrimSuffix(strings.Repeat(`{"prompt":"Once upon a time","max_tokens":2},`, n), ",") + `]}`
+	}
+
+	status, _, body := h.do("POST", run+"?queueRequest=true", "alice", batch(3))
+	if code, msg := nativeErr(t, body); status != 429 || code != 3038 ||
+		!strings.Contains(msg, "0 of your jobs are queued or running, this request adds 3, the limit is 2") {
+		t.Fatalf("a batch of 3 over a limit of 2: %d %d %s", status, code, msg)
+	}
+	status, _, body = h.do("POST", run+"?queueRequest=true", "alice", batch(2))
+	if status != 200 {
+		t.Fatalf("a batch of 2: %d %s", status, body)
+	}
+	status, _, body = h.do("POST", run, "alice", `{"prompt":"Once upon a time","max_tokens":2}`)
+	if code, _ := nativeErr(t, body); status != 429 || code != 3038 {
+		t.Fatalf("a sync request beside 2 queued jobs: %d %d", status, code)
+	}
+	for range 3 { // bob's requests run while alice's jobs are held
+		if status, _, body := h.do("POST", run, "bob", `{"prompt":"Once upon a time","max_tokens":2}`); status != 200 {
+			t.Fatalf("bob refused: %d %s", status, body)
+		}
+	}
+	g.release()
+	waitFor(t, "alice's slots to come back after her jobs ended", func() bool {
+		status, _, _ := h.do("POST", run, "alice", `{"prompt":"Once upon a time","max_tokens":2}`)
+		return status == 200
+	})
+	status, _, body = h.do("POST", run+"?queueRequest=true", "alice", batch(2))
+	if status != 200 {
+		t.Fatalf("a batch of 2 once the first ended: %d %s", status, body)
+	}
+	waitDone(t, h, "alice", body)
+}
+
+// waitDone polls the async batch a submit answered until it is done.
+func waitDone(t *testing.T, h *harness, token string, submitted []byte) {
+	t.Helper()
+	id, _ := mustJSON(t, submitted)["result"].(map[string]any)["request_id"].(string)
+	waitFor(t, "batch "+id+" to finish", func() bool {
+		_, _, b := h.do("POST", "/ai/run/"+modelStories, token, `{"request_id":"`+id+`"}`)
+		return strings.Contains(string(b), `"status":"done"`)
+	})
+}
+
+// TestTenantClasses: a class's max_queued bounds its tenants' queued jobs
+// (429 tenant_queue_full with Retry-After, others unaffected), and its
+// weight travels on every job; tenants outside any class get the default.
+func TestTenantClasses(t *testing.T) {
+	q := realQuota(t, quota.Config{})
+	classes, err := tenants.New(tenants.Config{
+		Classes: []tenants.Class{{Name: "small", MaxQueued: 3, Weight: 4}},
+		Members: map[string]string{"alice": "small"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, harnessOpts{quota: q, tenants: classes})
+	g := &gate{tenant: "alice", open: make(chan struct{})}
+	t.Cleanup(g.release)
+	h.setBehaviour(g.behaviour(reply("Hi")))
+	startReleasing(t, h)
+	async := "/ai/run/" + modelStories + "?queueRequest=true"
+	two := `{"requests":[{"prompt":"Once upon a time","max_tokens":2},{"prompt":"Lily","max_tokens":2}]}`
+
+	if status, _, body := h.do("POST", async, "alice", two); status != 200 {
+		t.Fatalf("alice's first batch: %d %s", status, body)
+	}
+	status, hdr, body := h.do("POST", async, "alice", two)
+	code, msg := nativeErr(t, body)
+	if status != http.StatusTooManyRequests || code != 3051 || hdr.Get("Retry-After") != "1" ||
+		!strings.Contains(msg, "2 of your jobs are queued or running, this request adds 2, the limit is 3") {
+		t.Fatalf("alice over her class's bound: %d %d Retry-After %q: %s", status, code, hdr.Get("Retry-After"), msg)
+	}
+	status, _, body = h.do("POST", "/v1/chat/completions", "alice", `{"model":"`+modelStories+`","messages":[{"role":"user","content":"Hi"}]}`)
+	if status != 200 {
+		t.Fatalf("alice's third job, within the bound: %d %s", status, body)
+	}
+	if job := h.lastJob(); job.Tenant != "alice" || job.Weight != 4 {
+		t.Errorf("alice's job: tenant %s weight %v, want weight 4", job.Tenant, job.Weight)
+	}
+	if status, _, body := h.do("POST", async, "bob", two); status != 200 {
+		t.Fatalf("bob beside a full alice: %d %s", status, body)
+	}
+	waitFor(t, "bob's jobs to reach the worker", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, j := range h.jobs {
+			if j.Tenant == "bob" {
+				return j.Weight == 1
+			}
+		}
+		return false
+	})
+	g.release()
+	var last []byte
+	waitFor(t, "alice's slots to come back", func() bool {
+		status, _, b := h.do("POST", async, "alice", two)
+		last = b
+		return status == 200
+	})
+	waitDone(t, h, "alice", last)
+}
