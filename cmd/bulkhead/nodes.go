@@ -295,7 +295,7 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
 	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
 	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
-	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running (all models), weight its share of a worker; the class \"default\" (max_queued=256, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
+	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: only --jobs-per-tenant of the jobs stream), weight its share of a worker; the class \"default\" (max_queued=0, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
 	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
 	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")

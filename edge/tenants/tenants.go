@@ -12,10 +12,12 @@ import (
 // ErrConfig reports a class table that cannot be used.
 var ErrConfig = errors.New("tenants: invalid config")
 
-// Defaults of the class every tenant not assigned one gets.
+// Defaults of the class every tenant not assigned one gets. Its
+// MaxQueued is 0: without a configured class bound only the jobs stream's
+// per-tenant bound applies, and an edge without quotas needs no Redis.
 const (
 	DefaultClass     = "default"
-	DefaultMaxQueued = 256
+	DefaultMaxQueued = 0
 	DefaultWeight    = 1
 	// MaxWeight bounds a class's weight: a scheduler's counters stay
 	// meaningful well within float64 at this ratio.
