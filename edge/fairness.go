@@ -39,7 +39,7 @@ func modelMaxTokens(m *catalog.Model, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n >= m.ContextWindow {
-		return 0, fmt.Errorf("%w: model %q: %s %q must be an integer in [1, %d)", ErrInvalidConfig, m.Name,
+		return 0, fmt.Errorf("%w: model %q: %s %q must be an integer in [1, %d)", ErrConfig, m.Name,
 			PropDefaultMaxTokens, v, m.ContextWindow)
 	}
 	return n, nil

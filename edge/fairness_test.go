@@ -25,7 +25,7 @@ func realQuota(t *testing.T, cfg quota.Config) *quota.Quota {
 	t.Cleanup(rs.Stop)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	q, err := quota.New(rdb, cfg)
+	q, err := quota.New(nil, rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
