@@ -284,7 +284,7 @@ func TestExpKernels(t *testing.T) {
 func TestPageKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	for _, hd := range []int{8, 64, 72, 96, 128, 256, 20} {
-		for _, nk := range []int{1, 3, 4, 7, 16} {
+		for _, nk := range []int{1, 3, 4, 7, 8, 16, 23} {
 			stride := hd*3 + 8
 			q := halves(rng, hd)
 			qf := make([]float32, hd)
