@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,8 +58,12 @@ type Config struct {
 	MaxBatch  int   // sequences in flight at once; default 16
 	ChunkSize int   // prompt tokens per step across the batch (chunked prefill); default 256
 	QueueSize int   // requests waiting for a slot; default 64; full → ErrQueueFull
-	Poison    bool  // fill free KV pages with NaN (debug)
-	Scrub     kvcache.ScrubMode
+	// PrefillCost and DecodeCost weigh a prompt token computed and a token
+	// generated in the tenants' virtual token counters (fair.go); default 1
+	// each.
+	PrefillCost, DecodeCost float64
+	Poison                  bool // fill free KV pages with NaN (debug)
+	Scrub                   kvcache.ScrubMode
 
 	// OnStep, if set, is called by Run before each forward pass with the
 	// number of sequences in the batch (for metrics). It must not block.
@@ -85,6 +90,12 @@ func (c *Config) fill(h Hyper) error {
 	if c.QueueSize == 0 {
 		c.QueueSize = 64
 	}
+	if c.PrefillCost == 0 {
+		c.PrefillCost = 1
+	}
+	if c.DecodeCost == 0 {
+		c.DecodeCost = 1
+	}
 	set := 0
 	for _, on := range []bool{c.KVPages != 0, c.KVTokens != 0, c.KVBytes != 0} {
 		if on {
@@ -98,6 +109,8 @@ func (c *Config) fill(h Hyper) error {
 		return fmt.Errorf("%w: Context %d", ErrConfig, c.Context)
 	case c.PageSize < 0, c.MaxBatch < 0, c.ChunkSize < 0, c.QueueSize < 0:
 		return fmt.Errorf("%w: PageSize, MaxBatch, ChunkSize and QueueSize must be positive", ErrConfig)
+	case !(c.PrefillCost > 0 && c.DecodeCost > 0) || math.IsInf(c.PrefillCost, 0) || math.IsInf(c.DecodeCost, 0):
+		return fmt.Errorf("%w: PrefillCost %v and DecodeCost %v must be finite and positive", ErrConfig, c.PrefillCost, c.DecodeCost)
 	case c.KVPages < 0 || c.KVTokens < 0 || c.KVBytes < 0:
 		return fmt.Errorf("%w: KV pool size is negative", ErrConfig)
 	case set > 1:
@@ -146,6 +159,12 @@ type Request struct {
 	// from the logits the sampler used (sample.Sampler.Logprobs).
 	Logprobs    bool
 	TopLogprobs int
+	// Weight is the request's share in fair scheduling between tenants,
+	// from the verified caller's tenant class; 0 means 1. A tenant's
+	// counter grows by its service divided by the weight of its latest
+	// request, so weight 2 gets twice the tokens of weight 1 when both
+	// saturate the engine.
+	Weight float64
 }
 
 // Event is one item on a request's stream: a token, or the final event (Done
@@ -186,10 +205,12 @@ type Engine struct {
 	kv    *kvcache.Pool
 	fw    *forward
 
-	mu      sync.Mutex // guards waiting and closed
-	waiting []*sequence
-	closed  bool
-	wake    chan struct{} // capacity 1: a request arrived or the engine closed
+	mu       sync.Mutex // guards waiting, requeued and closed; taken before fair.mu
+	waiting  []*sequence
+	requeued int // of waiting, sequences preempted (not counted against QueueSize)
+	closed   bool
+	fair     *fairness
+	wake     chan struct{} // capacity 1: a request arrived or the engine closed
 
 	done chan struct{} // closed when Run returns
 
@@ -236,6 +257,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 		fw:   newForward(m, pool),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
+		fair: newFairness(cfg),
 	}
 	return e, nil
 }
@@ -279,7 +301,7 @@ func (e *Engine) enqueue(s *sequence, ready func() bool) error {
 	if e.closed {
 		return ErrClosed
 	}
-	if len(e.waiting) >= e.cfg.QueueSize {
+	if len(e.waiting)-e.requeued >= e.cfg.QueueSize {
 		return ErrQueueFull
 	}
 	if ready != nil && !ready() {
@@ -305,6 +327,9 @@ func (e *Engine) check(req Request, holdsCompletion bool) error {
 		return fmt.Errorf("%w: no tenant namespace", ErrInvalidRequest)
 	case req.MaxTokens < 1:
 		return fmt.Errorf("%w: max_tokens %d < 1", ErrInvalidRequest, req.MaxTokens)
+	}
+	if err := checkWeight(req.Weight); err != nil {
+		return err
 	}
 	for _, t := range req.Prompt {
 		if t < 0 || int(t) >= e.model.Hyper.Vocab {
@@ -350,7 +375,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		e.mu.Lock()
 		w := e.waiting
-		e.waiting = nil
+		e.waiting, e.requeued = nil, 0
 		e.closed = true
 		e.mu.Unlock()
 		for _, s := range w {
@@ -400,46 +425,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// admit moves waiting requests into the batch while there is room in the batch
-// and in the KV pool, in arrival order (a request that does not fit now blocks
-// the ones behind it, so large requests are not starved).
-func (e *Engine) admit(active []*sequence) []*sequence {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	// Requests cancelled while waiting leave now, wherever they are in line.
-	kept := e.waiting[:0]
-	for _, s := range e.waiting {
-		if err := s.ctx.Err(); err != nil {
-			s.finish(Event{Err: err})
-			continue
-		}
-		kept = append(kept, s)
-	}
-	clear(e.waiting[len(kept):])
-	e.waiting = kept
-	for len(e.waiting) > 0 && len(active) < e.cfg.MaxBatch {
-		s := e.waiting[0]
-		if s.kv == nil { // a resumed sequence arrives with its KV
-			kv, err := e.reserve(s)
-			if err != nil {
-				// The request fits an empty pool (check made sure), so while
-				// anyone holds pages, waiting will get it in: running
-				// sequences, and prefilled or imported ones held by callers.
-				if errors.Is(err, kvcache.ErrPoolExhausted) && (len(active) > 0 || e.kv.UsedPages() > 0) {
-					break
-				}
-				e.waiting = e.waiting[1:]
-				s.finish(Event{Err: fmt.Errorf("engine: reserving KV: %w", err)})
-				continue
-			}
-			s.kv = kv
-		}
-		e.waiting = e.waiting[1:]
-		active = append(active, s)
-	}
-	return active
-}
-
 // reserve allocates s's KV, all or nothing. With CachePrefix it starts from
 // the longest run of the prompt's full pages that the tenant's cache holds
 // for this model, never including the page of the last prompt token (that
@@ -461,7 +446,10 @@ func (e *Engine) reserve(s *sequence) (*kvcache.Sequence, error) {
 		kv.Free()
 		return nil, err
 	}
-	s.prefilled, s.cached = cached, cached
+	s.prefilled = cached
+	if s.sched.preempts == 0 { // usage counts the first admission's hits
+		s.cached = cached
+	}
 	return kv, nil
 }
 
@@ -497,14 +485,14 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			continue
 		}
 		c := &e.chunkBuf[len(chunks)]
-		if s.prefilled < len(s.req.Prompt) {
+		if target := s.target(); s.prefilled < target {
 			if budget <= 0 {
 				continue
 			}
-			n := min(budget, len(s.req.Prompt)-s.prefilled)
+			n := min(budget, target-s.prefilled)
 			budget -= n
-			*c = chunk{seq: s.kv, tokens: s.req.Prompt[s.prefilled : s.prefilled+n], pos0: s.prefilled}
-			c.logits = s.prefilled+n == len(s.req.Prompt)
+			*c = chunk{seq: s.kv, tokens: s.history[s.prefilled : s.prefilled+n], pos0: s.prefilled}
+			c.logits = s.prefilled+n == target
 		} else {
 			*c = chunk{seq: s.kv, tokens: s.history[len(s.history)-1:], pos0: len(s.history) - 1, logits: true}
 		}
@@ -519,9 +507,10 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			s.failed = c.err
 			continue
 		}
-		if s.prefilled < len(s.req.Prompt) {
+		if s.prefilled < s.target() {
 			s.prefilled += len(c.tokens)
-			if s.prefilled == len(s.req.Prompt) && s.req.CachePrefix {
+			if s.prefilled >= len(s.req.Prompt) && s.req.CachePrefix && !s.sched.published {
+				s.sched.published = true
 				e.publish(s)
 			}
 		}
@@ -530,7 +519,9 @@ func (e *Engine) step(active []*sequence) []*sequence {
 				s.first = s.pick(logits[li])
 				s.finished = finishPrefilled
 			} else {
+				g := s.generated
 				s.next(logits[li])
+				e.fair.decoded(s, s.generated-g)
 			}
 			li++
 		}

@@ -42,6 +42,8 @@ type sequence struct {
 	allow   []uint64
 
 	logprob *Logprob // the next accepted token's, when the request asks
+
+	sched schedState // fair scheduling and preemption (fair.go)
 }
 
 // ErrGrammarDeadEnd ends a constrained sequence in which no token of the
