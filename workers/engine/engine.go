@@ -559,6 +559,9 @@ func (e *Engine) Stats() Stats {
 	return Stats{Running: int(e.running.Load()), Waiting: waiting}
 }
 
+// MaxBatch returns the most sequences the engine runs at once.
+func (e *Engine) MaxBatch() int { return e.cfg.MaxBatch }
+
 // Threads returns the number of kernel threads.
 func (e *Engine) Threads() int { return e.pool.Threads() }
 

@@ -364,10 +364,10 @@ func TestFairHeadOfLine(t *testing.T) {
 		})
 	}
 	<-started // A holds the pool and decodes
-	// Best of 3, as the baseline: each time a new tenant B, once A's call
+	// Best of 5, as the baseline: each time a new tenant B, once A's call
 	// back in the pool has run past its protection after a preemption.
 	loaded := time.Duration(math.MaxInt64)
-	for i := range 3 {
+	for i := range 5 {
 		decoded := e.Service()["a"].DecodeTokens
 		checkFor(t, time.Minute, func() bool { return e.Service()["a"].DecodeTokens >= decoded+64 })
 		d, got := timed(t, e, small(fmt.Sprint("b", i)))
@@ -376,13 +376,13 @@ func TestFairHeadOfLine(t *testing.T) {
 			t.Errorf("B's tokens under load %v, alone %v", got, want)
 		}
 	}
-	t.Logf("B's 8-token request: %v alone, %v behind 16 whole-window calls (%.1fx), best of 5 and 3",
+	t.Logf("B's 8-token request: %v alone, %v behind 16 whole-window calls (%.1fx), best of 5 each",
 		unloaded, loaded, float64(loaded)/float64(unloaded))
 	if loaded > 3*unloaded {
 		t.Errorf("B took %v under load, more than 3x its %v alone", loaded, unloaded)
 	}
-	if n := e.Service()["a"].Preempted; n < 3 {
-		t.Errorf("A preempted %d times, want 3 (once for each B)", n)
+	if n := e.Service()["a"].Preempted; n < 5 {
+		t.Errorf("A preempted %d times, want 5 (once for each B)", n)
 	}
 	cancel()
 	wg.Wait()

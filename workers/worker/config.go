@@ -64,6 +64,12 @@ type Config struct {
 	// Concurrency bounds the jobs in flight at once, all models together;
 	// default 16.
 	Concurrency int
+	// Lookahead bounds, per model, the jobs pulled that its engine has not
+	// started yet (waiting for a batch slot or KV pages, or still being
+	// claimed): the worker pulls no more than the engine can start within
+	// about one batch turnover, and the engine chooses among those fairly
+	// (docs/fairness.md). Default each engine's MaxBatch.
+	Lookahead int
 	// HeartbeatEvery is how often a running job's message is marked in
 	// progress; default 10s, and it must be shorter than Consumer.AckWait.
 	HeartbeatEvery time.Duration
@@ -128,6 +134,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Models is empty", ErrConfig)
 	case c.Concurrency < 0:
 		return fmt.Errorf("%w: Concurrency %d", ErrConfig, c.Concurrency)
+	case c.Lookahead < 0:
+		return fmt.Errorf("%w: Lookahead %d", ErrConfig, c.Lookahead)
 	case c.HeartbeatEvery < 0 || c.HeartbeatEvery >= ackWait:
 		return fmt.Errorf("%w: HeartbeatEvery %v must be positive and below Consumer.AckWait %v", ErrConfig, c.HeartbeatEvery, ackWait)
 	case c.Grace < 0:

@@ -90,6 +90,7 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 		Sampling:    params,
 		Stop:        job.Stop,
 		CachePrefix: job.CachePrefix,
+		Weight:      job.SchedWeight(),
 	}, nil
 }
 

@@ -106,9 +106,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	var jobs, loops sync.WaitGroup
 	for _, m := range models {
 		loops.Go(func() {
-			w.fetch(ctx, m.cons, slots, func(msg jetstream.Msg) {
+			var inFlight atomic.Int64 // this model's jobs pulled and not ended
+			ended := make(chan struct{}, 1)
+			g := gate{ended: ended, ready: func() bool { return w.canPull(m.eng, inFlight.Load()) }}
+			w.fetch(ctx, m.cons, slots, g, func(msg jetstream.Msg) {
+				inFlight.Add(1)
 				jobs.Go(func() {
 					defer func() { <-slots }()
+					defer func() {
+						inFlight.Add(-1)
+						select {
+						case ended <- struct{}{}:
+						default:
+						}
+					}()
 					handle(jobCtx, res, m.name, m.eng, msg)
 				})
 			})
@@ -131,10 +142,51 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetch pulls one job at a time while a slot is free, until ctx ends; start
-// runs each job, which frees its slot when done.
-func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan struct{}, start func(jetstream.Msg)) {
+// pullPoll is how often a fetch loop held back by Lookahead looks again at
+// its engine (it also looks each time one of its jobs ends).
+const pullPoll = time.Millisecond
+
+// gate holds a fetch loop back until its engine can start another job soon.
+type gate struct {
+	ready func() bool
+	ended <-chan struct{} // a job of the model ended
+}
+
+// wait returns once ready reports true, or false when ctx ends first.
+func (g gate) wait(ctx context.Context, poll *time.Ticker) bool {
+	for !g.ready() {
+		select {
+		case <-g.ended:
+		case <-poll.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// canPull reports whether the worker may pull another job for eng: fewer
+// than Lookahead of the model's inFlight jobs are not running in its batch
+// yet. The engine, not the order of the stream, then decides which tenant's
+// job runs next.
+func (w *Worker) canPull(eng *engine.Engine, inFlight int64) bool {
+	look := w.cfg.Lookahead
+	if look == 0 {
+		look = eng.MaxBatch()
+	}
+	return inFlight-int64(eng.Stats().Running) < int64(look)
+}
+
+// fetch pulls one job at a time while a slot is free and the gate says the
+// engine can start another soon, until ctx ends; start runs each job, which
+// frees its slot when done.
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan struct{}, g gate, start func(jetstream.Msg)) {
+	poll := time.NewTicker(pullPoll)
+	defer poll.Stop()
 	for {
+		if !g.wait(ctx, poll) {
+			return
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():

@@ -1,0 +1,172 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+)
+
+// wholeWindow is a job standing for a chat call without max_tokens before
+// the edge bounded it: the rest of the context window.
+func wholeWindow(t *testing.T, e *engine.Engine, tenant string) *queue.Job {
+	job := newJob(t, "Once upon a time", 0)
+	job.Tenant = tenant
+	job.MaxTokens = e.Context() - len(e.Model().Tokenizer.Encode(job.Prompt, true, false))
+	return job
+}
+
+// runJob submits job and reads its stream to the end, returning how long it
+// took; it fails the test unless the job ends with a final frame.
+func runJob(t *testing.T, ev *env, job *queue.Job) time.Duration {
+	t.Helper()
+	start := time.Now()
+	r, err := ev.client.Submit(context.Background(), job)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer r.Close()
+	frames, err := collect(t, r)
+	if !errors.Is(err, io.EOF) || len(frames) == 0 || frames[len(frames)-1].Kind != queue.KindFinal {
+		t.Errorf("job %s (tenant %s) ended with %v after %d frames", job.ID, job.Tenant, err, len(frames))
+	}
+	return time.Since(start)
+}
+
+// TestPullsWhatStartsSoon: with jobs queued that the engine cannot start
+// (its pool holds one whole-window job), the worker keeps at most Lookahead
+// pulled jobs waiting beyond those running, and leaves the rest in the
+// stream for other workers, though Concurrency would allow them all.
+func TestPullsWhatStartsSoon(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{Context: 512, MaxBatch: 4})
+	const lookahead, jobs = 2, 10
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32, Lookahead: lookahead})
+	var cons jetstream.Consumer
+	checkFor(t, 10*time.Second, func() (err error) {
+		cons, err = ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
+		return err
+	})
+	var wg sync.WaitGroup
+	for range jobs {
+		job := wholeWindow(t, e, "tenant-a")
+		wg.Go(func() { runJob(t, ev, job) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	maxPulled, heldBack := 0, false
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(2 * time.Millisecond):
+		}
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxPulled = max(maxPulled, info.NumAckPending)
+		heldBack = heldBack || (info.NumPending > 0 && info.NumAckPending > 0)
+	}
+	// One job runs (the pool holds one), Lookahead more wait in the engine.
+	if maxPulled > 1+lookahead {
+		t.Errorf("the worker held up to %d jobs at once, want at most %d (1 running + Lookahead %d)", maxPulled, 1+lookahead, lookahead)
+	}
+	if !heldBack {
+		t.Error("the worker never left a job in the stream while it held others")
+	}
+	t.Logf("at most %d of %d jobs pulled at once", maxPulled, jobs)
+}
+
+// startEngineFile is startEngine on another model file of ../shared.
+func startEngineFile(t *testing.T, path string, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	m, err := engine.Load(refdata.Path(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	e, err := engine.New(nil, m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background()) }()
+	t.Cleanup(func() {
+		e.Close()
+		<-done
+		if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+			t.Errorf("KV pages leaked: %d of %d free", free, total)
+		}
+	})
+	return e
+}
+
+// TestHeadOfLineThroughWorker is the head-of-line case through NATS and a
+// worker: tenant A's 16 whole-window jobs, then tenant B's 8-token job. B
+// is served within 3x its latency on the idle worker (best of 5 each): the
+// worker pulls B past A's waiting jobs, and the engine lets B preempt A. The
+// model is the 4-layer llama-tiny (random weights, stories260K's vocabulary),
+// slow enough per token that A's frames (one per token) do not take the CPU
+// B's job needs: with stories260K, A streams some 20,000 frames a second.
+func TestHeadOfLineThroughWorker(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngineFile(t, "models/quant/llama-tiny-f32.gguf", engine.Config{Threads: 1, Context: 512})
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32, Grace: 100 * time.Millisecond})
+	small := func(tenant string) *queue.Job {
+		job := newJob(t, "Once upon a time", 8)
+		job.Tenant = tenant
+		return job
+	}
+	unloaded := time.Duration(math.MaxInt64)
+	for range 5 {
+		unloaded = min(unloaded, runJob(t, ev, small("solo")))
+	}
+	var streams []*queue.Replies
+	for range 16 {
+		job := wholeWindow(t, e, "tenant-a")
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, r)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ev.client.Cancel(ctx, job.ID)
+			r.Close()
+		})
+	}
+	// Each B is a new tenant, sent once A's call back in the pool has run
+	// past its protection after the last preemption.
+	loaded := time.Duration(math.MaxInt64)
+	var trials []time.Duration
+	for i := range 5 {
+		decoded := e.Service()["tenant-a"].DecodeTokens
+		checkFor(t, time.Minute, func() error {
+			if e.Service()["tenant-a"].DecodeTokens < decoded+72 { // past the protection: at most 512/8 tokens
+				return errors.New("tenant A does not progress")
+			}
+			return nil
+		})
+		d := runJob(t, ev, small(fmt.Sprint("tenant-b", i)))
+		trials = append(trials, d.Round(10*time.Microsecond))
+		loaded = min(loaded, d)
+	}
+	t.Logf("B's 8-token job: %v alone, %v behind 16 whole-window jobs (%.1fx), best of 5 each (%v); A preempted %d times",
+		unloaded, loaded, float64(loaded)/float64(unloaded), trials, e.Service()["tenant-a"].Preempted)
+	if loaded > 3*unloaded {
+		t.Errorf("B took %v under load, more than 3x its %v alone", loaded, unloaded)
+	}
+}
