@@ -1,7 +1,9 @@
 // Package engine runs llama-family models: it loads a GGUF file into a Model,
 // computes the forward pass for a batch of sequences over the paged KV cache, and
 // schedules requests with continuous batching (sequences join and leave between
-// steps, prompts are prefilled in chunks).
+// steps, prompts are prefilled in chunks), fairly between tenants: admission
+// by virtual token counter, with preemption (and recompute) of a tenant over
+// its fair share when one under it is held out (fair.go).
 //
 // The engine owns the order of arithmetic: each row of a batch is computed the
 // same way whatever else shares the batch, so a request's greedy output depends

@@ -163,9 +163,28 @@ func (f *fairness) observe(now time.Time, active, waiting []*sequence) {
 	for _, s := range waiting {
 		see(s, false)
 	}
-	// The floor: the least counter among tenants that stay present, or, if
-	// all left, the greatest among those that left. Lingering tenants count
-	// for neither.
+	fresh, lingering := f.settle(now, fresh)
+	for _, t := range fresh {
+		t.Counter = max(t.Counter, f.floor)
+		t.present = true
+	}
+	f.present = append(here, lingering...)
+	if len(f.tenants)-len(f.present) > maxIdleTenants {
+		for name, t := range f.tenants {
+			if !t.present {
+				delete(f.tenants, name)
+			}
+		}
+	}
+}
+
+// settle sorts the tenants present at the last round into those that stay,
+// those that linger (nothing in the engine for less than presenceLinger)
+// and those that left, adding to fresh the lingering ones back too late, and
+// raises the floor: to the least counter among tenants that stay, or, if all
+// left, to the greatest among those that left. Lingering tenants count for
+// neither. It returns fresh and the lingering tenants. f.mu is held.
+func (f *fairness) settle(now time.Time, fresh []*tenantState) ([]*tenantState, []*tenantState) {
 	stay, left := math.Inf(1), math.Inf(-1)
 	var lingering []*tenantState
 	for _, t := range f.present {
@@ -195,18 +214,7 @@ func (f *fairness) observe(now time.Time, active, waiting []*sequence) {
 	case !math.IsInf(left, -1):
 		f.floor = max(f.floor, left)
 	}
-	for _, t := range fresh {
-		t.Counter = max(t.Counter, f.floor)
-		t.present = true
-	}
-	f.present = append(here, lingering...)
-	if len(f.tenants)-len(f.present) > maxIdleTenants {
-		for name, t := range f.tenants {
-			if !t.present {
-				delete(f.tenants, name)
-			}
-		}
-	}
+	return fresh, lingering
 }
 
 // ownPages is the number of pages a sequence would free: those it holds
