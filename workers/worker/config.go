@@ -64,10 +64,11 @@ type Config struct {
 	// Concurrency bounds the jobs in flight at once, all models together;
 	// default 16.
 	Concurrency int
-	// Lookahead bounds, per model, the jobs pulled that its engine has not
-	// started yet (waiting for a batch slot or KV pages, or still being
-	// claimed): the worker pulls no more than the engine can start within
-	// about one batch turnover, and the engine chooses among those fairly
+	// Lookahead bounds, per model, the jobs pulled that are not running in
+	// its engine's batch (being claimed, waiting for a batch slot or KV
+	// pages, or, on the prefill and decode roles, handing KV over): the
+	// worker pulls no more than the engine can start within about one batch
+	// turnover, and the engine chooses among those fairly
 	// (docs/fairness.md). Default each engine's MaxBatch.
 	Lookahead int
 	// HeartbeatEvery is how often a running job's message is marked in
