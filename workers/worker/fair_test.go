@@ -79,9 +79,11 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 		maxPulled = max(maxPulled, info.NumAckPending)
 		heldBack = heldBack || (info.NumPending > 0 && info.NumAckPending > 0)
 	}
-	// One job runs (the pool holds one), Lookahead more wait in the engine.
-	if maxPulled > 1+lookahead {
-		t.Errorf("the worker held up to %d jobs at once, want at most %d (1 running + Lookahead %d)", maxPulled, 1+lookahead, lookahead)
+	// One job runs (the pool holds one), Lookahead more wait in the engine,
+	// and one more may be a finished job whose ack the server has not
+	// processed yet (acks are asynchronous): far from the 10 queued.
+	if want := 1 + lookahead + 1; maxPulled > want {
+		t.Errorf("the worker held up to %d jobs at once, want at most %d (1 running + Lookahead %d + 1 being acked)", maxPulled, want, lookahead)
 	}
 	if !heldBack {
 		t.Error("the worker never left a job in the stream while it held others")
