@@ -58,12 +58,13 @@ type Config struct {
 	MaxBatch  int   // sequences in flight at once; default 16
 	ChunkSize int   // prompt tokens per step across the batch (chunked prefill); default 256
 	QueueSize int   // requests waiting for a slot; default 64; full → ErrQueueFull
+	Poison    bool  // fill free KV pages with NaN (debug)
+	Scrub     kvcache.ScrubMode
+
 	// PrefillCost and DecodeCost weigh a prompt token computed and a token
 	// generated in the tenants' virtual token counters (fair.go); default 1
 	// each.
 	PrefillCost, DecodeCost float64
-	Poison                  bool // fill free KV pages with NaN (debug)
-	Scrub                   kvcache.ScrubMode
 
 	// OnStep, if set, is called by Run before each forward pass with the
 	// number of sequences in the batch (for metrics). It must not block.

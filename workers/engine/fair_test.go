@@ -504,3 +504,14 @@ func TestFairWeights(t *testing.T) {
 		})
 	}
 }
+
+// TestFairCostsRefused: counter costs that are negative or not finite stop
+// the engine at start, by name.
+func TestFairCostsRefused(t *testing.T) {
+	m := loadStories(t)
+	for _, cfg := range []Config{{PrefillCost: -1}, {DecodeCost: math.Inf(1)}, {DecodeCost: math.NaN()}} {
+		if _, err := New(nil, m, cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("config %+v: error %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}
