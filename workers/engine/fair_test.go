@@ -510,8 +510,8 @@ func TestFairWeights(t *testing.T) {
 func TestFairCostsRefused(t *testing.T) {
 	m := loadStories(t)
 	for _, cfg := range []Config{{PrefillCost: -1}, {DecodeCost: math.Inf(1)}, {DecodeCost: math.NaN()}} {
-		if _, err := New(nil, m, cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("config %+v: error %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(nil, m, cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("config %+v: error %v, want ErrConfig", cfg, err)
 		}
 	}
 }
