@@ -64,12 +64,13 @@ type Config struct {
 	// Concurrency bounds the jobs in flight at once, all models together;
 	// default 16.
 	Concurrency int
-	// Lookahead bounds, per model, the jobs pulled that are not running in
-	// its engine's batch (being claimed, waiting for a batch slot or KV
-	// pages, or, on the prefill and decode roles, handing KV over): the
-	// worker pulls no more than the engine can start within about one batch
-	// turnover, and the engine chooses among those fairly
-	// (docs/fairness.md). Default each engine's MaxBatch.
+	// Lookahead bounds, per model, the jobs pulled that have not started in
+	// its engine's batch: those not yet in the engine's queue (being
+	// claimed, or on the decode role pulling their KV) and those waiting in
+	// it for a batch slot or KV pages. The worker pulls no more than the
+	// engine can start within about one batch turnover, and the engine
+	// chooses among those fairly (docs/fairness.md). Default each engine's
+	// MaxBatch.
 	Lookahead int
 	// HeartbeatEvery is how often a running job's message is marked in
 	// progress; default 10s, and it must be shorter than Consumer.AckWait.

@@ -19,6 +19,7 @@ import (
 func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
 	ctx, d := w.startDelivery(ctx, res, model, eng, msg)
 	defer d.record()
+	defer d.enterEngine() // if it never did
 	d.log = d.log.With("role", RoleDecode)
 	h, err := queue.DecodeHandover(msg.Data())
 	if err != nil {
@@ -87,6 +88,7 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 	// imported: only now may the request run, and only from now on is it
 	// billed (a hand-over that failed is the platform's loss, not the tenant's).
 	d.rp.Started(len(d.req.Prompt), cached)
+	d.enterEngine() // a transfer counted as not started yet
 	events, err := d.eng.Resume(rctx, d.req, seq, m.FirstToken)
 	if err != nil {
 		seq.Free()

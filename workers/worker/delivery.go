@@ -39,6 +39,8 @@ type delivery struct {
 	// How the delivery ended, recorded as a metric and on the span by record.
 	outcome string
 	kind    queue.ErrorKind
+
+	entered bool // the job reached the engine's queue, or ended (enterEngine)
 }
 
 // refusal is a job ended before it reached the engine.

@@ -28,6 +28,7 @@ var (
 func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, eng *engine.Engine, msg jetstream.Msg) {
 	ctx, d := w.startDelivery(ctx, res, model, eng, msg)
 	defer d.record()
+	defer d.enterEngine() // if it never did
 	job, err := queue.DecodeJob(msg.Data())
 	if err != nil {
 		d.refuseUndecodable(err)
@@ -103,6 +104,7 @@ func (d *delivery) run(ctx context.Context) {
 	defer stop()
 
 	pctx, prefill := d.w.startSpan(rctx, spanPrefill, attrModel.String(d.job.Model), attrInTokens.Int(len(d.req.Prompt)))
+	d.enterEngine()
 	events, err := d.eng.Submit(pctx, d.req)
 	if err != nil {
 		if !errors.Is(err, engine.ErrQueueFull) && !errors.Is(err, engine.ErrClosed) {

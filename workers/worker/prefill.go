@@ -28,6 +28,7 @@ func (d *delivery) prefill(ctx context.Context) {
 
 	stopBeat := d.heartbeat()
 	pctx, pspan := d.w.startSpan(rctx, spanPrefill, attrModel.String(d.job.Model), attrInTokens.Int(len(d.req.Prompt)))
+	d.enterEngine()
 	p, err := d.eng.Prefill(pctx, d.req)
 	endSpan(pspan, err)
 	if err != nil {

@@ -32,6 +32,9 @@ type Worker struct {
 	tracer   trace.Tracer // from cfg.TracerProvider; used only when tracing
 	tracing  bool
 	jobsDone atomic.Uint64 // deliveries that completed or handed over
+	// pulls counts, per model, the jobs pulled and not yet in the engine's
+	// queue; set by Run before its fetch loops start, read-only after.
+	pulls map[string]*pulled
 }
 
 // New validates cfg and returns a worker. It does not touch the network until
@@ -85,7 +88,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.Role == RoleDecode {
 		ensure, handle = queue.EnsureDecodeConsumer, w.handleDecode
 	}
+	w.pulls = map[string]*pulled{}
 	for name, eng := range w.cfg.Models {
+		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
 		c, err := ensure(ctx, w.js, name, w.cfg.Consumer)
 		if err != nil {
 			return err
@@ -106,20 +111,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	var jobs, loops sync.WaitGroup
 	for _, m := range models {
 		loops.Go(func() {
-			var inFlight atomic.Int64 // this model's jobs pulled and not ended
-			ended := make(chan struct{}, 1)
-			g := gate{ended: ended, ready: func() bool { return w.canPull(m.eng, inFlight.Load()) }}
+			p := w.pulls[m.name]
+			g := gate{entered: p.entered, ready: func() bool { return w.canPull(m.eng, p.before.Load()) }}
 			w.fetch(ctx, m.cons, slots, g, func(msg jetstream.Msg) {
-				inFlight.Add(1)
+				p.before.Add(1)
 				jobs.Go(func() {
 					defer func() { <-slots }()
-					defer func() {
-						inFlight.Add(-1)
-						select {
-						case ended <- struct{}{}:
-						default:
-						}
-					}()
 					handle(jobCtx, res, m.name, m.eng, msg)
 				})
 			})
@@ -143,20 +140,20 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // pullPoll is how often a fetch loop held back by Lookahead looks again at
-// its engine (it also looks each time one of its jobs ends).
+// its engine (it also looks each time one of its jobs reaches the engine).
 const pullPoll = time.Millisecond
 
 // gate holds a fetch loop back until its engine can start another job soon.
 type gate struct {
-	ready func() bool
-	ended <-chan struct{} // a job of the model ended
+	ready   func() bool
+	entered <-chan struct{} // a job of the model reached the engine or ended
 }
 
 // wait returns once ready reports true, or false when ctx ends first.
 func (g gate) wait(ctx context.Context, poll *time.Ticker) bool {
 	for !g.ready() {
 		select {
-		case <-g.ended:
+		case <-g.entered:
 		case <-poll.C:
 		case <-ctx.Done():
 			return false
@@ -165,16 +162,38 @@ func (g gate) wait(ctx context.Context, poll *time.Ticker) bool {
 	return true
 }
 
+// pulled counts one model's jobs pulled that have not reached its engine's
+// queue yet.
+type pulled struct {
+	before  atomic.Int64
+	entered chan struct{} // capacity 1: one of them reached the engine or ended
+}
+
 // canPull reports whether the worker may pull another job for eng: fewer
-// than Lookahead of the model's inFlight jobs are not running in its batch
-// yet. The engine, not the order of the stream, then decides which tenant's
-// job runs next.
-func (w *Worker) canPull(eng *engine.Engine, inFlight int64) bool {
+// than Lookahead of the model's jobs are between the pull and the engine's
+// batch (before its queue, or waiting in it). The engine, not the order of
+// the stream, then decides which tenant's job runs next.
+func (w *Worker) canPull(eng *engine.Engine, before int64) bool {
 	look := w.cfg.Lookahead
 	if look == 0 {
 		look = eng.MaxBatch()
 	}
-	return inFlight-int64(eng.Stats().Running) < int64(look)
+	return before+int64(eng.Stats().Waiting) < int64(look)
+}
+
+// enterEngine records that the delivery's job reached its engine's queue, or
+// ended without; the first call counts, later ones do nothing.
+func (d *delivery) enterEngine() {
+	if d.entered {
+		return
+	}
+	d.entered = true
+	p := d.w.pulls[d.model]
+	p.before.Add(-1)
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
 }
 
 // fetch pulls one job at a time while a slot is free and the gate says the
