@@ -120,7 +120,8 @@ func startEngineFile(t *testing.T, path string, cfg engine.Config) *engine.Engin
 
 // TestHeadOfLineThroughWorker is the head-of-line case through NATS and a
 // worker: tenant A's 16 whole-window jobs, then tenant B's 8-token job. B
-// is served within 3x its latency on the idle worker (best of 5 each): the
+// is served within 3x its latency on the idle worker (best of 7 each, as
+// single trials vary tenfold on a loaded machine): the
 // worker pulls B past A's waiting jobs, and the engine lets B preempt A. The
 // model is the 4-layer llama-tiny (random weights, stories260K's vocabulary),
 // slow enough per token that A's frames (one per token) do not take the CPU
@@ -135,7 +136,7 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 		return job
 	}
 	unloaded := time.Duration(math.MaxInt64)
-	for range 5 {
+	for range 7 {
 		unloaded = min(unloaded, runJob(t, ev, small("solo")))
 	}
 	var streams []*queue.Replies
@@ -157,7 +158,7 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 	// past its protection after the last preemption.
 	loaded := time.Duration(math.MaxInt64)
 	var trials []time.Duration
-	for i := range 5 {
+	for i := range 7 {
 		decoded := e.Service()["tenant-a"].DecodeTokens
 		checkFor(t, time.Minute, func() error {
 			if e.Service()["tenant-a"].DecodeTokens < decoded+72 { // past the protection: at most 512/8 tokens
@@ -169,7 +170,7 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 		trials = append(trials, d.Round(10*time.Microsecond))
 		loaded = min(loaded, d)
 	}
-	t.Logf("B's 8-token job: %v alone, %v behind 16 whole-window jobs (%.1fx), best of 5 each (%v); A preempted %d times",
+	t.Logf("B's 8-token job: %v alone, %v behind 16 whole-window jobs (%.1fx), best of 7 each (%v); A preempted %d times",
 		unloaded, loaded, float64(loaded)/float64(unloaded), trials, e.Service()["tenant-a"].Preempted)
 	if loaded > 3*unloaded {
 		t.Errorf("B took %v under load, more than 3x its %v alone", loaded, unloaded)
