@@ -68,9 +68,9 @@ type Config struct {
 	// its engine's batch: those not yet in the engine's queue (being
 	// claimed, or on the decode role pulling their KV) and those waiting in
 	// it for a batch slot or KV pages. The worker pulls no more than the
-	// engine can start within about one batch turnover, and the engine
-	// chooses among those fairly (docs/fairness.md). Default each engine's
-	// MaxBatch.
+	// engine can start within about two batch turnovers, and the engine
+	// chooses among those fairly (docs/fairness.md). Default twice each
+	// engine's MaxBatch.
 	Lookahead int
 	// HeartbeatEvery is how often a running job's message is marked in
 	// progress; default 10s, and it must be shorter than Consumer.AckWait.

@@ -176,7 +176,7 @@ type pulled struct {
 func (w *Worker) canPull(eng *engine.Engine, before int64) bool {
 	look := w.cfg.Lookahead
 	if look == 0 {
-		look = eng.MaxBatch()
+		look = 2 * eng.MaxBatch()
 	}
 	return before+int64(eng.Stats().Waiting) < int64(look)
 }
