@@ -392,7 +392,9 @@ func TestFairHeadOfLine(t *testing.T) {
 }
 
 // TestPreemptionKeepsOutput: sequences preempted and recomputed, greedy and
-// sampled, on a poisoned pool, give the tokens they give alone.
+// sampled, on a poisoned pool, give the tokens they give alone, and so do
+// the requests of the tenant that preempts them (a canary's check: no
+// response differs from its quiet reference).
 func TestPreemptionKeepsOutput(t *testing.T) {
 	m := loadStories(t)
 	cases := loadGolden(t)
@@ -409,13 +411,16 @@ func TestPreemptionKeepsOutput(t *testing.T) {
 		}
 		return out
 	}
+	small := Request{Owner: kvcache.Owner{Namespace: "b", Request: "b"}, Prompt: []int32{1, 403, 407}, MaxTokens: 4, IgnoreEOS: true}
 	ref := map[string][]int32{}
+	var smallRef []int32
 	{
 		e := startEngine(t, m, Config{Threads: 1, Poison: true})
 		for _, r := range reqs("a") {
 			_, toks := timed(t, e, r)
 			ref[r.Owner.Request] = toks
 		}
+		_, smallRef = timed(t, e, small)
 	}
 	// The pool holds two of A's sequences; B's stream of short requests
 	// takes a slot each time, preempting A.
@@ -435,8 +440,9 @@ func TestPreemptionKeepsOutput(t *testing.T) {
 	}
 	checkFor(t, 10*time.Second, func() bool { return e.Stats().Running == 2 })
 	for i := 0; e.Stats().Running+e.Stats().Waiting > 0 && i < 40; i++ {
-		small := Request{Owner: kvcache.Owner{Namespace: "b", Request: "b"}, Prompt: []int32{1, 403, 407}, MaxTokens: 4, IgnoreEOS: true}
-		timed(t, e, small)
+		if _, toks := timed(t, e, small); !slices.Equal(toks, smallRef) {
+			t.Errorf("B's request %d: tokens %v under the flood, %v quiet", i, toks, smallRef)
+		}
 	}
 	wg.Wait()
 	if got := e.Service()["a"].Preempted; got < 2 {
