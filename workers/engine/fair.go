@@ -27,7 +27,7 @@ import (
 // never held back (work-conserving).
 //
 // When the chosen sequence does not fit (no batch slot or too few free
-// pages) and its tenant holds less than its fair share of the engine,
+// pages) and its tenant holds less than half its fair share of the engine,
 // sequences of tenants over theirs are preempted to make room (see
 // victims): their pages are freed, scrubbed like any freed page, and they
 // wait again to recompute their prompt and output so far before decoding on.
