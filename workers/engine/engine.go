@@ -70,6 +70,10 @@ type Config struct {
 	// number of sequences in the batch (for metrics). It must not block.
 	OnStep func(batch int)
 
+	// ClampContext serves a pool smaller than Context at the pool's size
+	// (Engine.Context reports it) instead of refusing to start (fit.go).
+	ClampContext bool
+
 	// AllowSmallPool skips the start-up check that the pool can hold one request
 	// at the full context window. Tests use it to show later checks hold alone.
 	AllowSmallPool bool
@@ -227,7 +231,8 @@ type Engine struct {
 }
 
 // New builds an engine for a loaded model. A KV pool that cannot hold one
-// request at the advertised context window is refused.
+// request at the advertised context window is refused with a *PoolError, or
+// with cfg.ClampContext served at the pool's size.
 func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 	if err := cfg.fill(m.Hyper); err != nil {
 		return nil, err
@@ -246,10 +251,10 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	capTokens := kv.TotalPages() * kv.PageSize()
-	if capTokens < cfg.Context && !cfg.AllowSmallPool {
-		return nil, fmt.Errorf("%w: KV pool holds %d tokens (%d pages of %d) but the context window is %d tokens; enlarge the pool or lower the context",
-			ErrConfig, capTokens, kv.TotalPages(), kv.PageSize(), cfg.Context)
+	if !cfg.AllowSmallPool {
+		if cfg.Context, err = fitContext(kv.TotalPages(), kv.PageSize(), cfg.Context, cfg.ClampContext); err != nil {
+			return nil, err
+		}
 	}
 	pool := kernels.NewPool(cfg.Threads)
 	log.Info("engine kernels", "kernels", kernels.Kernels(), "threads", pool.Threads())
