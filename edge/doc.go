@@ -13,6 +13,10 @@
 // enqueue and reply spans below it; Metrics counts requests, latencies,
 // tokens and refusals, never by tenant. Neither ever holds prompt text.
 //
+// It owns the capacity-following policy too (capacity.go): an edge
+// advertises and admits by no more than the smallest window its live workers
+// publish, and refuses at once a model no worker serves (after LiveGrace).
+//
 // It also owns the one table of stable error codes (errors.go): every refusal
 // a client can see is a row of it, rendered in the native envelope or in
 // OpenAI's error shape, and one function maps Go errors to rows.

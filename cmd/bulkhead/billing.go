@@ -18,71 +18,62 @@ import (
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
+// billingFlags are `bulkhead billing`'s flags.
+type billingFlags struct {
+	natsURL   string
+	redisURL  string
+	ackWait   time.Duration
+	exitAfter int64
+	obs       obsFlags
+	nats      natsFlags
+}
+
 // runBilling runs the billing consumer: usage events from NATS into the
 // ledger in Redis, until a signal.
 func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f billingFlags
 	fs := newFlags("billing", stderr)
-	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
-	redisURL := fs.String("redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
-	ackWait := fs.Duration("ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
-	var of obsFlags
-	of.register(fs, true, false)
-	var nf natsFlags
-	nf.register(fs)
-	exitAfter := fs.Int64("fault-exit-after", 0, "testing: exit (status 3) right after counting this many events, before acknowledging the last (0: never)")
+	fs.StringVar(&f.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL")
+	fs.StringVar(&f.redisURL, "redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
+	fs.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
+	f.obs.register(fs, true, false)
+	f.nats.register(fs)
+	fs.Int64Var(&f.exitAfter, "fault-exit-after", 0, "testing: exit (status 3) right after counting this many events, before acknowledging the last (0: never)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := require(fs, "redis"); err != nil {
 		return err
 	}
-	opt, err := redis.ParseURL(*redisURL)
-	if err != nil {
-		return fmt.Errorf("%w: --redis: %v", errUsage, err)
-	}
-	log, err := of.logger(stderr)
+	rdb, err := dialRedis(f.redisURL)
 	if err != nil {
 		return err
 	}
-	tel, err := newTelemetry(ctx, log, "bulkhead-billing", "billing")
+	defer rdb.Close()
+	return f.run(ctx, stdout, stderr, rdb)
+}
+
+// run starts the billing node on rdb and counts until ctx ends.
+func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *redis.Client) error {
+	log, tel, err := f.obs.startNode(ctx, stderr, "bulkhead-billing", "billing")
 	if err != nil {
 		return err
 	}
 	defer tel.shutdown(log)
 	h := newHealth()
-	stopOps, err := serveOps(log, of.metricsListen, h, tel.reg)
+	stopHealth, err := f.obs.serveHealth(ctx, log, h, tel)
 	if err != nil {
 		return err
 	}
-	defer stopOps()
-	defer context.AfterFunc(ctx, h.drain)()
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	defer stopHealth()
 	h.add("redis", redisCheck(rdb))
-	l, err := ledger.New(rdb, ledger.Config{})
-	if err != nil {
-		return err
-	}
-	natsOpts, err := nf.options()
-	if err != nil {
-		return err
-	}
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-billing", natsOpts...)
+	nc, js, err := f.nats.connect(ctx, log, f.natsURL, "bulkhead-billing")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	h.add("nats", natsCheck(nc))
-	mcfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: *ackWait}, TracerProvider: tel.tp}
-	if *exitAfter > 0 {
-		mcfg.AfterCount = func(n int64) {
-			if n == *exitAfter {
-				fmt.Fprintf(stderr, "billing: --fault-exit-after %d: exiting with event %d counted and not acknowledged\n", n, n)
-				os.Exit(3)
-			}
-		}
-	}
-	m, err := meter.New(log.With("node", "billing"), js, l, mcfg)
+	_, m, err := newMeter(log, js, rdb, f.meterConfig(stderr, tel))
 	if err != nil {
 		return err
 	}
@@ -96,8 +87,23 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		s := m.Stats()
 		log.Info("billing stopped", "counted", s.Counted, "duplicates", s.Duplicates, "rejected", s.Rejected, "retried", s.Retried)
 	}()
-	fmt.Fprintf(stdout, "billing: counting usage events from %s into %s\n", *natsURL, opt.Addr)
+	fmt.Fprintf(stdout, "billing: counting usage events from %s into %s\n", f.natsURL, rdb.Options().Addr)
 	return m.Run(ctx)
+}
+
+// meterConfig is the meter's configuration from the flags; with
+// --fault-exit-after the process exits mid-event (fault tests).
+func (f *billingFlags) meterConfig(stderr io.Writer, tel *telemetry) meter.Config {
+	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp}
+	if f.exitAfter > 0 {
+		cfg.AfterCount = func(n int64) {
+			if n == f.exitAfter {
+				fmt.Fprintf(stderr, "billing: --fault-exit-after %d: exiting with event %d counted and not acknowledged\n", n, n)
+				os.Exit(3)
+			}
+		}
+	}
+	return cfg
 }
 
 // billingMetrics exports m's counts as bulkhead_billing_events_total by
@@ -126,20 +132,13 @@ func billingMetrics(reg prometheus.Registerer, m *meter.Meter) error {
 // startBilling runs the billing consumer in this process (dev) until the
 // returned stop is called, and returns the ledger it counts into.
 func startBilling(log *slog.Logger, tp trace.TracerProvider, js jetstream.JetStream, rdb redis.UniversalClient) (*ledger.Ledger, func(), error) {
-	l, err := ledger.New(rdb, ledger.Config{})
+	l, m, err := newMeter(log, js, rdb, meter.Config{TracerProvider: tp})
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := meter.New(log.With("node", "billing"), js, l, meter.Config{TracerProvider: tp})
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	stop := background(m.Run)
 	return l, func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			log.Error("billing stopped", "err", err)
 		}
 	}, nil

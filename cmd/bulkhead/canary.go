@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
@@ -81,46 +78,36 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // canaryTenants builds the tenants' clients from minted or given tokens.
 func canaryTenants(edgeURL, keyDir, tokenFile string, n int) ([]canary.Tenant, error) {
-	var out []canary.Tenant
 	switch {
 	case keyDir != "" && tokenFile != "":
 		return nil, fmt.Errorf("%w: give --key-dir or --tokens, not both", errUsage)
 	case keyDir != "":
-		key, err := auth.LoadOrCreateDevKey(keyDir)
-		if err != nil {
-			return nil, err
-		}
-		for i := range n {
-			id := fmt.Sprintf("canary-%d", i)
-			tok, err := key.Mint(id, []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, canary.Tenant{ID: id, Client: client.New(edgeURL, tok)})
-		}
+		return mintTenants(edgeURL, keyDir, n)
 	case tokenFile != "":
-		f, err := os.Open(tokenFile)
+		ts, err := canary.LoadTenants(tokenFile, edgeURL)
+		if errors.Is(err, canary.ErrTokenFile) {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		return ts, err
+	}
+	return nil, fmt.Errorf("%w: give --key-dir (dev) or --tokens FILE", errUsage)
+}
+
+// mintTenants mints n canary tenants' tokens (canary-0, canary-1, ...)
+// with the dev key in keyDir.
+func mintTenants(edgeURL, keyDir string, n int) ([]canary.Tenant, error) {
+	key, err := auth.LoadOrCreateDevKey(keyDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []canary.Tenant
+	for i := range n {
+		id := fmt.Sprintf("canary-%d", i)
+		tok, err := key.Mint(id, []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 64<<10)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
-				continue
-			}
-			if len(fields) != 2 {
-				return nil, fmt.Errorf("%w: %s: want `tenant token` lines", errUsage, tokenFile)
-			}
-			out = append(out, canary.Tenant{ID: fields[0], Client: client.New(edgeURL, fields[1])})
-		}
-		if err := sc.Err(); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("%w: give --key-dir (dev) or --tokens FILE", errUsage)
+		out = append(out, canary.Tenant{ID: id, Client: client.New(edgeURL, tok)})
 	}
 	return out, nil
 }

@@ -42,38 +42,6 @@ func bytesPerPage(t *testing.T) int64 {
 	return per
 }
 
-func TestPoolPages(t *testing.T) {
-	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	per := bytesPerPage(t)
-	tests := []struct {
-		name     string
-		kvTokens int
-		kvBytes  int64
-		window   int
-		want     int // pages
-	}{
-		{"tokens in whole pages", 256, 0, 2048, 16},
-		{"tokens round up to a page", 300, 0, 2048, 19},
-		{"tokens win over bytes", 32, 100 * per, 2048, 2},
-		{"bytes round down to whole pages", 0, 10*per + per - 1, 2048, 10},
-		{"bytes under one page", 0, per - 1, 2048, 0},
-		{"neither: one full window", 0, 0, 2048, 128},
-		{"neither, a window off the page size", 0, 0, 100, 7},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := poolPages(m.Hyper, tc.kvTokens, tc.kvBytes, tc.window)
-			if err != nil || got != tc.want {
-				t.Fatalf("poolPages(%d tokens, %d bytes, window %d) = %d, %v; want %d pages", tc.kvTokens, tc.kvBytes, tc.window, got, err, tc.want)
-			}
-		})
-	}
-}
-
 // TestPoolTooSmallRefusesStart runs worker and dev with a KV pool smaller
 // than the context window: each refuses to start, exit 1, naming the model,
 // the pool's tokens and the window.
@@ -437,24 +405,21 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 	})
 }
 
-// TestFitContext checks the start-up check alone: the window served, the
-// error's numbers, and the clamp landing in the catalog with a WARN line.
+// TestFitContext checks the engines' start-up through the flags: the window
+// served, the refusal's numbers (engine.PoolError, the pool-fit rule) with
+// the flags that would fit it, and a clamp landing in the catalog with a
+// WARN line.
 func TestFitContext(t *testing.T) {
 	path := refdata.Path(t, "models/stories260K.gguf")
-	m, err := engine.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
 	tests := []struct {
 		name    string
 		flags   engineFlags
-		want    int        // window served (and advertised afterwards)
-		wantErr *poolError // nil when the model starts
+		want    int               // window served (and advertised afterwards)
+		wantErr *engine.PoolError // nil when the model starts
 	}{
 		{"one full window by default", engineFlags{}, 2048, nil},
 		{"a pool that holds the window", engineFlags{kvTokens: 4096}, 2048, nil},
-		{"too small", engineFlags{kvTokens: 256}, 2048, &poolError{Model: clampModel, Pages: 16, PageSize: 16, Context: 2048}},
+		{"too small", engineFlags{kvTokens: 256}, 2048, &engine.PoolError{Pages: 16, PageSize: 16, Context: 2048}},
 		{"too small, clamped", engineFlags{kvTokens: 256, clamp: true}, 256, nil},
 		{"clamped to whole pages", engineFlags{kvTokens: 250, clamp: true}, 256, nil},
 		{"a pool that fits needs no clamp", engineFlags{kvTokens: 2048, clamp: true}, 2048, nil},
@@ -465,17 +430,22 @@ func TestFitContext(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cm, _ := cat.Lookup(clampModel)
 			var logs syncBuffer
-			got, err := tc.flags.fitContext(newLogger(&logs), cat, cm, m.Hyper)
-			var pe *poolError
+			tc.flags.threads, tc.flags.scrub, tc.flags.maxBatch, tc.flags.queueSize = 1, "on-free", 1, 1
+			engines, stop, err := tc.flags.engines(newLogger(&logs), cat)
+			var pe *engine.PoolError
 			switch {
 			case tc.wantErr == nil && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.wantErr != nil && (!errors.As(err, &pe) || *pe != *tc.wantErr || !errors.Is(err, errPoolTooSmall)):
+			case tc.wantErr != nil && (!errors.As(err, &pe) || *pe != *tc.wantErr || !errors.Is(err, engine.ErrPoolTooSmall)):
 				t.Fatalf("error %v, want %+v", err, *tc.wantErr)
-			case tc.wantErr == nil && got != tc.want:
-				t.Fatalf("window %d, want %d", got, tc.want)
+			case tc.wantErr != nil && !strings.Contains(err.Error(), clampModel) || err != nil && !strings.Contains(err.Error(), "--clamp-context"):
+				t.Fatalf("error %q names neither the model nor the flags", err)
+			case tc.wantErr == nil && engines[clampModel].Context() != tc.want:
+				t.Fatalf("window %d, want %d", engines[clampModel].Context(), tc.want)
+			}
+			if stop != nil {
+				stop()
 			}
 			if adv, _ := cat.EffectiveContext(clampModel); adv != tc.want {
 				t.Fatalf("catalog advertises %d, want %d", adv, tc.want)

@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/builtin"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
@@ -22,233 +20,262 @@ import (
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
+// devFlags are `bulkhead dev`'s flags.
+type devFlags struct {
+	dataDir  string
+	natsPort int
+	disagg   bool
+	nPrefill int
+	nDecode  int
+	catalog  catalogFlags
+	edge     edgeFlags
+	engine   engineFlags
+	obs      obsFlags
+}
+
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f devFlags
 	fs := newFlags("dev", stderr)
-	dataDir := fs.String("data-dir", defaultDataDir(), "where dev keeps its JetStream store, signing key and built-in model")
-	natsListen := fs.Int("nats-port", -1, "port of the embedded NATS server (-1: any free port)")
-	disagg := fs.Bool("disaggregated", false, "run prefill and decode workers apart, each with its own engines and KV pools, handing each request's KV over NATS")
-	nPrefill := fs.Int("prefill-workers", 1, "prefill workers with --disaggregated")
-	nDecode := fs.Int("decode-workers", 1, "decode workers with --disaggregated")
-	var cf catalogFlags
-	var ef edgeFlags
-	var wf engineFlags
-	var of obsFlags
-	cf.register(fs)
-	ef.register(fs, true)
-	wf.register(fs)
-	of.register(fs, false, true)
+	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "where dev keeps its JetStream store, signing key and built-in model")
+	fs.IntVar(&f.natsPort, "nats-port", -1, "port of the embedded NATS server (-1: any free port)")
+	fs.BoolVar(&f.disagg, "disaggregated", false, "run prefill and decode workers apart, each with its own engines and KV pools, handing each request's KV over NATS")
+	fs.IntVar(&f.nPrefill, "prefill-workers", 1, "prefill workers with --disaggregated")
+	fs.IntVar(&f.nDecode, "decode-workers", 1, "decode workers with --disaggregated")
+	f.catalog.register(fs)
+	f.edge.register(fs, true)
+	f.engine.register(fs)
+	f.obs.register(fs, false, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	roles := []worker.Role{worker.RoleUnified}
-	if *disagg {
-		if *nPrefill < 1 || *nDecode < 1 {
-			return fmt.Errorf("%w: --prefill-workers %d and --decode-workers %d must be at least 1", errUsage, *nPrefill, *nDecode)
-		}
-		roles = nil
-		for range *nPrefill {
-			roles = append(roles, worker.RolePrefill)
-		}
-		for range *nDecode {
-			roles = append(roles, worker.RoleDecode)
-		}
+	roles, err := f.roles()
+	if err != nil {
+		return err
 	}
-	log, err := of.logger(stderr)
+	return f.run(ctx, stdout, stderr, roles)
+}
+
+// roles are the workers dev runs: one unified, or --prefill-workers prefill
+// and --decode-workers decode workers with --disaggregated.
+func (f *devFlags) roles() ([]worker.Role, error) {
+	if !f.disagg {
+		return []worker.Role{worker.RoleUnified}, nil
+	}
+	if f.nPrefill < 1 || f.nDecode < 1 {
+		return nil, fmt.Errorf("%w: --prefill-workers %d and --decode-workers %d must be at least 1", errUsage, f.nPrefill, f.nDecode)
+	}
+	var roles []worker.Role
+	for range f.nPrefill {
+		roles = append(roles, worker.RolePrefill)
+	}
+	for range f.nDecode {
+		roles = append(roles, worker.RoleDecode)
+	}
+	return roles, nil
+}
+
+// run starts every node in this process and serves until ctx ends: the
+// engines first, then NATS, Redis, the workers, billing and last the edge,
+// which stops first.
+func (f *devFlags) run(ctx context.Context, stdout, stderr io.Writer, roles []worker.Role) error {
+	log, tel, err := f.obs.startNode(ctx, stderr, "bulkhead-dev", "dev")
 	if err != nil {
 		return err
 	}
 	// One tracer provider and one registry for every node of the process:
 	// /metrics on the edge's listener shows the edge and all workers.
-	tel, err := newTelemetry(ctx, log, "bulkhead-dev", "dev")
-	if err != nil {
-		return err
-	}
 	defer tel.shutdown(log)
-	em, err := edge.NewMetrics(tel.reg)
-	if err != nil {
-		return err
-	}
 	wm, err := worker.NewMetrics(tel.reg)
 	if err != nil {
 		return err
 	}
-	wf.onStep = wm.OnStep
-	h := newHealth()
-	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+	f.engine.onStep = wm.OnStep
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return err
 	}
-	cat, err := cf.load()
+	cat, err := f.loadCatalog(log)
 	if err != nil {
-		return err
-	}
-	if cat == nil {
-		path, err := builtin.WriteTo(*dataDir)
-		if err != nil {
-			return err
-		}
-		if cat, err = catalog.FromFlags([]string{builtin.Name + "=" + path}); err != nil {
-			return err
-		}
-		log.Info("no --model given: serving the built-in TinyStories model (stories260K, MIT licence)", "model", builtin.Name)
-	}
-	if err := wf.applyContext(cat); err != nil {
 		return err
 	}
 	// Engines for every model and every worker (each its own KV pools),
 	// before anything else starts: a KV pool too small for the context
 	// refuses start-up here, or (--clamp-context) clamps the window in cat,
 	// which the edge below advertises and admits by.
-	engineCtx, stopEngines := context.WithCancel(context.Background())
-	defer stopEngines()
 	engineSets := make([]map[string]*engine.Engine, len(roles))
 	for i := range roles {
-		engines, closeEngines, err := wf.engines(engineCtx, log, cat)
+		engines, closeEngines, err := f.engine.engines(log, cat)
 		if err != nil {
 			return err
 		}
 		defer closeEngines()
 		engineSets[i] = engines
 	}
+	ns, natsAuth, stopNATS, err := f.startNATS(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopNATS()
+	d := devNode{log: log, tel: tel, url: ns.ClientURL(), auth: natsAuth}
+	return d.serve(ctx, f, devWorkers{roles: roles, engines: engineSets, metrics: wm}, cat, stdout)
+}
 
-	// NATS with JetStream, in process.
-	// Every role has its own credentials and permissions, even in one
-	// process; nodes joining from elsewhere use the files in nats-creds/.
-	credsDir := filepath.Join(*dataDir, "nats-creds")
+// loadCatalog is the catalog the flags give, else the built-in model
+// written into the data directory.
+func (f *devFlags) loadCatalog(log *slog.Logger) (*catalog.Catalog, error) {
+	cat, err := f.catalog.load()
+	if err != nil {
+		return nil, err
+	}
+	if cat == nil {
+		path, err := builtin.WriteTo(f.dataDir)
+		if err != nil {
+			return nil, err
+		}
+		if cat, err = catalog.FromFlags([]string{builtin.Name + "=" + path}); err != nil {
+			return nil, err
+		}
+		log.Info("no --model given: serving the built-in TinyStories model (stories260K, MIT licence)", "model", builtin.Name)
+	}
+	if err := f.engine.applyContext(cat); err != nil {
+		return nil, err
+	}
+	return cat, nil
+}
+
+// startNATS runs NATS with JetStream in process. Every role has its own
+// credentials and permissions, even in one process; nodes joining from
+// elsewhere use the files in nats-creds/.
+func (f *devFlags) startNATS(ctx context.Context, log *slog.Logger) (*queue.Server, *queue.Auth, func(), error) {
+	credsDir := filepath.Join(f.dataDir, "nats-creds")
 	natsAuth, err := queue.LoadOrCreateAuth(credsDir)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	ns, err := queue.StartServer(queue.ServerConfig{Port: *natsListen, StoreDir: filepath.Join(*dataDir, "jetstream"), Auth: natsAuth})
+	ns, stop, err := startNATS(ctx, log, queue.ServerConfig{Port: f.natsPort, StoreDir: filepath.Join(f.dataDir, "jetstream"), Auth: natsAuth},
+		natsAuth.Credentials(queue.RoleOperator), queue.StreamConfig{})
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer ns.Shutdown()
-	stopOp, err := operate(ctx, log, ns.ClientURL(), natsAuth.Credentials(queue.RoleOperator), queue.StreamConfig{})
-	if err != nil {
-		return err
-	}
-	defer stopOp()
 	log.Info("NATS requires role credentials", "url", ns.ClientURL(), "creds_dir", credsDir)
-	roleOpts := func(role string) []nats.Option { return natsAuth.Credentials(role).Options() }
+	return ns, natsAuth, stop, nil
+}
 
-	// Redis: the one given, else an embedded Redis-compatible server.
-	var rdb redis.UniversalClient
-	if ef.redisURL != "" {
-		opt, err := redis.ParseURL(ef.redisURL)
-		if err != nil {
-			return fmt.Errorf("%w: --redis: %v", errUsage, err)
-		}
-		rdb = redis.NewClient(opt)
-	} else {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
-		}
-		defer mr.Close()
-		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	}
-	defer rdb.Close()
-	h.add("redis", redisCheck(rdb))
+// devNode is dev's process-wide wiring: its logger and telemetry, and the
+// embedded NATS every node connects to with its role's credentials.
+type devNode struct {
+	log  *slog.Logger
+	tel  *telemetry
+	url  string
+	auth *queue.Auth
+}
 
-	dev, err := auth.LoadOrCreateDevKey(*dataDir)
+// devWorkers are dev's workers: a role and an engine set each.
+type devWorkers struct {
+	roles   []worker.Role
+	engines []map[string]*engine.Engine
+	metrics *worker.Metrics
+}
+
+// connect opens a connection with role's credentials.
+func (d devNode) connect(ctx context.Context, role, name string) (*nats.Conn, jetstream.JetStream, error) {
+	return connect(ctx, d.log, d.url, name, d.auth.Credentials(role).Options()...)
+}
+
+// serve starts Redis, the workers, billing and the edge, and serves until
+// ctx ends.
+func (d devNode) serve(ctx context.Context, f *devFlags, ws devWorkers, cat *catalog.Catalog, stdout io.Writer) error {
+	n := edgeNode{log: d.log, tel: d.tel, h: newHealth(), cat: cat, logContent: f.obs.logContent,
+		ready: func(addr string) { d.banner(stdout, cat, addr, f.dataDir) }}
+	rdb, closeRedis, err := devRedis(f.edge.redisURL)
 	if err != nil {
 		return err
 	}
-	verifier, err := ef.verifier(log, dev)
+	defer closeRedis()
+	n.rdb = rdb
+	n.h.add("redis", redisCheck(rdb))
+	dev, err := auth.LoadOrCreateDevKey(f.dataDir)
 	if err != nil {
 		return err
 	}
-	// Not ready once the JWKS file has failed to reload past its keys' grace.
-	h.add("jwks", func(context.Context) error { return verifier.Ready() })
-	q, err := ef.quota(log, rdb)
-	if err != nil {
+	if n.verifier, err = f.edge.verifier(d.log, dev); err != nil {
 		return err
 	}
-
 	// Every connection sets the streams up before any worker creates its
 	// consumers: nats-server races a stream update against a consumer
 	// creation on the same stream. Each worker has its own connection.
-	type conn struct {
-		nc *nats.Conn
-		js jetstream.JetStream
-	}
-	conns := make([]conn, len(roles))
-	for i, role := range roles {
-		nc, js, err := connect(ctx, log, ns.ClientURL(), fmt.Sprintf("bulkhead-dev-%s-worker-%d", role, i), roleOpts(queue.RoleWorker)...)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		conns[i] = conn{nc, js}
-	}
-	enc, ejs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-edge", roleOpts(queue.RoleEdge)...)
+	conns, closeConns, err := d.connectWorkers(ctx, ws.roles)
 	if err != nil {
 		return err
 	}
-	defer enc.Close()
-	h.add("nats", natsCheck(enc))
-
-	// Workers: the job loops over their engines.
-	for i, role := range roles {
-		capCtx, stopCap := context.WithCancel(context.Background())
-		waitCap := publishCapacity(capCtx, log, conns[i].js, workerID(), engineSets[i])
-		defer func() { stopCap(); waitCap() }()
-		workerCtx, stopWorker := context.WithCancel(context.Background())
-		workerDone := make(chan error, 1)
-		go func() {
-			workerDone <- runWorker(workerCtx, log.With("worker", i), conns[i].nc, conns[i].js, engineSets[i], wf.concurrency, role,
-				workerObs{tp: tel.tp, metrics: wm, name: fmt.Sprintf("dev-%d", i)})
-		}()
-		defer func() { stopWorker(); <-workerDone }()
+	defer closeConns()
+	if n.nc, n.js, err = d.connect(ctx, queue.RoleEdge, "bulkhead-dev-edge"); err != nil {
+		return err
 	}
-
+	defer n.nc.Close()
+	n.h.add("nats", natsCheck(n.nc))
+	defer d.startWorkers(ws, conns, f.engine.concurrency)()
 	// Billing: usage events into the ledger the usage API and the budget read.
-	bnc, bjs, err := connect(ctx, log, ns.ClientURL(), "bulkhead-dev-billing", roleOpts(queue.RoleBilling)...)
+	bnc, bjs, err := d.connect(ctx, queue.RoleBilling, "bulkhead-dev-billing")
 	if err != nil {
 		return err
 	}
 	defer bnc.Close()
-	lg, stopBilling, err := startBilling(log, tel.tp, bjs, rdb)
-	if err != nil {
+	var stopBilling func()
+	if n.ledger, stopBilling, err = startBilling(d.log, d.tel.tp, bjs, rdb); err != nil {
 		return err
 	}
 	defer stopBilling()
+	// Workers joining this NATS from elsewhere may hold less than dev's own:
+	// the edge follows the capacity bucket.
+	return f.edge.serve(ctx, n)
+}
 
-	// Edge.
-	// Workers joining this NATS from elsewhere may hold less than dev's own.
-	followCtx, stopFollow := context.WithCancel(context.Background())
-	live := queue.NewLiveModels(liveGrace)
-	waitFollow, err := followCapacity(followCtx, log, ejs, cat, live)
-	if err != nil {
-		stopFollow()
-		return err
+// workerConn is one worker's connection.
+type workerConn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// connectWorkers opens one connection per worker; closeAll closes them.
+func (d devNode) connectWorkers(ctx context.Context, roles []worker.Role) (conns []workerConn, closeAll func(), err error) {
+	closeAll = func() {
+		for _, c := range conns {
+			c.nc.Close()
+		}
 	}
-	defer func() { stopFollow(); waitFollow() }()
-	classes, err := ef.tenants()
-	if err != nil {
-		return err
+	for i, role := range roles {
+		nc, js, err := d.connect(ctx, queue.RoleWorker, fmt.Sprintf("bulkhead-dev-%s-worker-%d", role, i))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, workerConn{nc, js})
 	}
-	srv, err := edge.New(log.With("node", "edge"), edge.Config{
-		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(enc, ejs).WithLiveness(live),
-		Ledger: lg, DailyNeurons: ef.dailyNeurons,
-		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody, HTTP: ef.http,
-		Tenants: classes, DefaultMaxTokens: ef.maxTokens,
-		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
-	})
-	if err != nil {
-		return err
+	return conns, closeAll, nil
+}
+
+// startWorkers starts a worker on each connection with its role and
+// engines; stop stops them, the last started first, each after draining.
+func (d devNode) startWorkers(ws devWorkers, conns []workerConn, concurrency int) (stop func()) {
+	stops := make([]func() error, len(conns))
+	for i, c := range conns {
+		n := workerNode{log: d.log.With("worker", i), nc: c.nc, js: c.js, engines: ws.engines[i], role: ws.roles[i], concurrency: concurrency,
+			obs: workerObs{tp: d.tel.tp, metrics: ws.metrics, name: fmt.Sprintf("dev-%d", i)}}
+		stops[i] = background(n.run)
 	}
-	defer registerEdge(log, enc, catalogNames(cat))()
-	err = serveEdge(ctx, log, srv, h, tel.reg, ef.listen, func(addr string) {
-		first := cat.Models()[0].Name
-		fmt.Fprintf(stdout, `Bulkhead dev is serving %d model(s) at http://%s (NATS at %s).
+	return func() {
+		for _, s := range slices.Backward(stops) {
+			_ = s()
+		}
+	}
+}
+
+// banner tells the developer where dev serves and how to call it.
+func (d devNode) banner(w io.Writer, cat *catalog.Catalog, addr, dataDir string) {
+	first := cat.Models()[0].Name
+	fmt.Fprintf(w, `Bulkhead dev is serving %d model(s) at http://%s (NATS at %s).
 Mint a token and call it:
   TOKEN=$(bulkhead token --tenant acme --key-dir %q)
   curl -s http://%s/ai/run/%s -H "Authorization: Bearer $TOKEN" -d '{"prompt":"Once upon a time","max_tokens":32}'
-`, len(cat.Models()), addr, ns.ClientURL(), *dataDir, addr, first)
-	})
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+`, len(cat.Models()), addr, d.url, dataDir, addr, first)
 }

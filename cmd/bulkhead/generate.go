@@ -72,18 +72,15 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if window == 0 {
 		window = m.Hyper.Context
 	}
-	eng, err := engine.New(slog.New(slog.NewTextHandler(stderr, nil)), m, engine.Config{
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	eng, err := engine.New(log, m, engine.Config{
 		Threads: *threads, Context: window, KVTokens: window, Poison: *poison, MaxBatch: 1, QueueSize: 1,
 		Scrub: kvcache.ScrubOnFree,
 	})
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	defer func() { eng.Close(); <-done }()
+	defer runEngine(log, eng)()
 
 	ids := m.Tokenizer.Encode(*prompt, true, false)
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: smp.params(),

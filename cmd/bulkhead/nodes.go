@@ -6,28 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bulkhead-ai/bulkhead/edge"
-	"github.com/bulkhead-ai/bulkhead/edge/auth"
-	"github.com/bulkhead-ai/bulkhead/edge/quota"
-	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/store"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
-	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 // listFlag collects a repeatable flag.
@@ -35,6 +25,23 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// nodeFlags are the flags every model-serving node joining NATS has (edge,
+// worker): where NATS is and how to authenticate to it, the models, and the
+// logs and metrics (obsFlags.register's listen and content).
+type nodeFlags struct {
+	natsURL string
+	nats    natsFlags
+	catalog catalogFlags
+	obs     obsFlags
+}
+
+func (n *nodeFlags) register(fs *flag.FlagSet, listen, content bool) {
+	fs.StringVar(&n.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL")
+	n.nats.register(fs)
+	n.catalog.register(fs)
+	n.obs.register(fs, listen, content)
+}
 
 // catalogFlags choose the models a node serves.
 type catalogFlags struct {
@@ -66,6 +73,19 @@ func (c *catalogFlags) load() (*catalog.Catalog, error) {
 	}
 	return nil, nil
 }
+
+// loadRequired is load for a node that serves models: one of the flags is
+// required.
+func (c *catalogFlags) loadRequired() (*catalog.Catalog, error) {
+	cat, err := c.load()
+	if err == nil && cat == nil {
+		err = fmt.Errorf("%w: give --model NAME=PATH.gguf or --catalog FILE", errUsage)
+	}
+	return cat, err
+}
+
+// pageSize is the KV page size, in tokens, of every engine the nodes build.
+const pageSize = kvcache.DefaultPageSize
 
 // resolveNames rewrites each bare NAME in --model to NAME=PATH from the model
 // directory, which is opened only when one is given.
@@ -138,33 +158,22 @@ func (e *engineFlags) applyContext(cat *catalog.Catalog) error {
 	return nil
 }
 
-// engines loads every catalog model and runs an engine for each until ctx
-// ends. stop closes them and waits. A model whose KV pool cannot hold one
-// request at its advertised context window is refused (a *poolError naming the
-// numbers), or with --clamp-context its window is clamped in cat to the pool's
-// size, so that everything built on cat advertises the window served.
-func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalog.Catalog) (map[string]*engine.Engine, func(), error) {
-	var scrub kvcache.ScrubMode
-	switch e.scrub {
-	case "on-free":
-		scrub = kvcache.ScrubOnFree
-	case "never":
-		scrub = kvcache.ScrubNever
-	default:
-		return nil, nil, fmt.Errorf("%w: --kv-scrub %q (want on-free or never)", errUsage, e.scrub)
+// engines loads every catalog model and runs an engine for each until stop,
+// which closes them and waits. Each engine applies the pool-fit rule
+// (engine.New): a model whose KV pool cannot hold one request at its
+// advertised context window is refused, naming the numbers, or with
+// --clamp-context served at the pool's size, and then its window is clamped
+// in cat too, so that everything built on cat advertises the window served.
+func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog) (map[string]*engine.Engine, func(), error) {
+	scrub, err := e.scrubMode()
+	if err != nil {
+		return nil, nil, err
 	}
-	var (
-		wg     sync.WaitGroup
-		out    = map[string]*engine.Engine{}
-		models []*engine.Model
-	)
+	out := map[string]*engine.Engine{}
+	var stops []func()
 	stop := func() {
-		for _, en := range out {
-			en.Close()
-		}
-		wg.Wait()
-		for _, m := range models {
-			m.Close()
+		for _, s := range slices.Backward(stops) {
+			s()
 		}
 	}
 	for _, cm := range cat.Models() {
@@ -173,39 +182,72 @@ func (e *engineFlags) engines(ctx context.Context, log *slog.Logger, cat *catalo
 			stop()
 			return nil, nil, fmt.Errorf("model %s: %w", cm.Name, err)
 		}
-		models = append(models, m)
-		window, err := e.fitContext(log, cat, cm, m.Hyper)
+		stops = append(stops, func() { m.Close() })
+		en, err := e.engine(log, cat, cm, m, scrub)
 		if err != nil {
 			stop()
 			return nil, nil, err
 		}
-		cfg := engine.Config{
-			Threads: e.threads, Context: window, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
-			Poison: e.poison, Scrub: scrub, KVTokens: cm.KVPoolTokens, KVBytes: cm.KVPoolBytes,
-		}
-		if e.onStep != nil {
-			cfg.OnStep = e.onStep(cm.Name)
-		}
-		if e.kvTokens > 0 {
-			cfg.KVTokens, cfg.KVBytes = e.kvTokens, 0
-		}
-		en, err := engine.New(log.With("model", cm.Name), m, cfg)
-		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("model %s: %w", cm.Name, err)
-		}
 		out[cm.Name] = en
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := en.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("engine stopped", "model", cm.Name, "err", err)
-			}
-		}()
+		stops = append(stops, runEngine(log.With("model", cm.Name), en))
+		if err := clampCatalog(log, cat, cm, en); err != nil {
+			stop()
+			return nil, nil, err
+		}
 		log.Info("model ready", "model", cm.Name, "path", cm.Path, "context", en.Context(),
 			"kv_pool_tokens", en.KV().TotalPages()*en.KV().PageSize())
 	}
 	return out, stop, nil
+}
+
+// scrubMode is --kv-scrub.
+func (e *engineFlags) scrubMode() (kvcache.ScrubMode, error) {
+	switch e.scrub {
+	case "on-free":
+		return kvcache.ScrubOnFree, nil
+	case "never":
+		return kvcache.ScrubNever, nil
+	}
+	return 0, fmt.Errorf("%w: --kv-scrub %q (want on-free or never)", errUsage, e.scrub)
+}
+
+// engine builds catalog model cm's engine on m. A pool refused names the
+// flags that would fit it.
+func (e *engineFlags) engine(log *slog.Logger, cat *catalog.Catalog, cm *catalog.Model, m *engine.Model, scrub kvcache.ScrubMode) (*engine.Engine, error) {
+	cfg := engine.Config{
+		Threads: e.threads, Context: cm.ContextWindow, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
+		Poison: e.poison, Scrub: scrub, KVTokens: cm.KVPoolTokens, KVBytes: cm.KVPoolBytes, ClampContext: e.clamp,
+	}
+	if e.onStep != nil {
+		cfg.OnStep = e.onStep(cm.Name)
+	}
+	if e.kvTokens > 0 {
+		cfg.KVTokens, cfg.KVBytes = e.kvTokens, 0
+	}
+	en, err := engine.New(log.With("model", cm.Name), m, cfg)
+	if pe := (*engine.PoolError)(nil); errors.As(err, &pe) {
+		return nil, fmt.Errorf("model %s: %w; enlarge --kv-pool-tokens, lower --context, or pass --clamp-context to advertise %d", cm.Name, err, pe.Tokens())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", cm.Name, err)
+	}
+	return en, nil
+}
+
+// clampCatalog lowers cm's window in cat to the one en serves, when the
+// engine clamped it to its pool (--clamp-context), and says so at WARN.
+func clampCatalog(log *slog.Logger, cat *catalog.Catalog, cm *catalog.Model, en *engine.Engine) error {
+	window := en.Context()
+	if window >= cm.ContextWindow {
+		return nil
+	}
+	if err := cat.Clamp(cm.Name, window); err != nil {
+		return err
+	}
+	log.Warn("KV pool smaller than the context window: advertising the pool's size (--clamp-context)",
+		"model", cm.Name, "kv_pool_tokens", window, "pages", en.KV().TotalPages(), "page_size", en.KV().PageSize(),
+		"context_was", cm.ContextWindow, "context", window)
+	return nil
 }
 
 // connect opens a NATS connection (with opts: credentials, TLS) and
@@ -234,156 +276,4 @@ func connect(ctx context.Context, log *slog.Logger, url, name string, opts ...na
 		return nil, nil, fmt.Errorf("setting up JetStream at %s: %w", url, err)
 	}
 	return nc, js, nil
-}
-
-// workerObs is what a worker reports through: its tracer provider (nil:
-// tracing off), the process's worker metrics, and its name among them.
-type workerObs struct {
-	tp      trace.TracerProvider
-	metrics *worker.Metrics
-	name    string
-}
-
-// runWorker serves jobs for the engines in role until ctx ends, then drains.
-// It registers the worker with the fleet meanwhile.
-func runWorker(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, engines map[string]*engine.Engine, concurrency int, role worker.Role, obs workerObs) error {
-	w, err := worker.New(log.With("node", "worker"), nc, js, worker.Config{Role: role, Models: engines, Concurrency: concurrency,
-		TracerProvider: obs.tp, Metrics: obs.metrics})
-	if err != nil {
-		return err
-	}
-	obs.metrics.AddEngines(obs.name, role, engines)
-	unregister := registerWorker(log, nc, string(role), engines, w.JobsDone)
-	defer unregister()
-	return w.Run(ctx)
-}
-
-// edgeFlags configure the HTTP edge.
-type edgeFlags struct {
-	listen         string
-	redisURL       string
-	jwks           string
-	algorithms     string
-	hs256Secret    string
-	audience       string
-	issuer         string
-	rpm            int
-	maxConcurrent  int
-	dailyNeurons   float64
-	failOpen       bool
-	requestTimeout time.Duration
-	maxBody        int64
-	http           edge.HTTPLimits
-	classes        string // --tenant-classes
-	members        string // --tenant-class
-	maxTokens      int    // --default-max-tokens
-}
-
-func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
-	fs.StringVar(&e.listen, "listen", "127.0.0.1:8787", "HTTP listen address")
-	if withRedis {
-		fs.StringVar(&e.redisURL, "redis", "", "Redis URL for quotas, e.g. redis://127.0.0.1:6379/0")
-	}
-	fs.StringVar(&e.jwks, "jwks", "", "JWKS file with the keys that sign tenant tokens")
-	fs.StringVar(&e.algorithms, "jwt-algorithms", "EdDSA,ES256,RS256", "accepted JWT algorithms (HS256 needs --jwt-hs256-secret)")
-	fs.StringVar(&e.hs256Secret, "jwt-hs256-secret", "", "shared secret for HS256 tokens (at least 32 bytes; off when empty)")
-	fs.StringVar(&e.audience, "jwt-audience", "", "required JWT aud (unchecked when empty)")
-	fs.StringVar(&e.issuer, "jwt-issuer", "", "required JWT iss (unchecked when empty)")
-	fs.IntVar(&e.rpm, "quota-rpm", 0, "requests per minute per tenant (0: unlimited)")
-	fs.IntVar(&e.maxConcurrent, "quota-concurrent", 0, "concurrent requests per tenant (0: unlimited)")
-	fs.Float64Var(&e.dailyNeurons, "quota-daily-neurons", 0, "neurons per tenant per UTC day (0: unlimited)")
-	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
-	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
-	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
-	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: only --jobs-per-tenant of the jobs stream), weight its share of a worker; the class \"default\" (max_queued=0, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
-	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
-	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
-	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
-	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")
-	fs.DurationVar(&e.http.IdleTimeout, "http-idle-timeout", edge.DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
-	fs.IntVar(&e.http.MaxHeaderBytes, "http-max-header-bytes", edge.DefaultMaxHeaderBytes, "largest request line and headers")
-}
-
-// verifier builds the token verifier: the JWKS file given, else dev's key.
-func (e *edgeFlags) verifier(log *slog.Logger, dev *auth.DevKey) (*auth.Verifier, error) {
-	cfg := auth.Config{JWKSFile: e.jwks, Audience: e.audience, Issuer: e.issuer}
-	if e.jwks == "" {
-		if dev == nil {
-			return nil, fmt.Errorf("%w: --jwks is required", errUsage)
-		}
-		cfg = dev.VerifierConfig()
-	}
-	cfg.Algorithms = strings.Split(e.algorithms, ",")
-	if e.hs256Secret != "" {
-		cfg.HS256Secret = []byte(e.hs256Secret)
-		cfg.Algorithms = append(cfg.Algorithms, auth.AlgHS256)
-	}
-	return auth.NewVerifier(log.With("node", "edge"), cfg)
-}
-
-// tenants builds the tenant class table.
-func (e *edgeFlags) tenants() (*tenants.Table, error) {
-	classes, err := tenants.ParseClasses(e.classes)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --tenant-classes: %v", errUsage, err)
-	}
-	members, err := tenants.ParseMembers(e.members)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --tenant-class: %v", errUsage, err)
-	}
-	t, err := tenants.New(tenants.Config{Classes: classes, Members: members})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	return t, nil
-}
-
-// quota builds the quota limiter over rdb (nil when no limit is set).
-func (e *edgeFlags) quota(log *slog.Logger, rdb redis.UniversalClient) (*quota.Quota, error) {
-	return quota.New(log, rdb, quota.Config{
-		RequestsPerMinute: e.rpm, MaxConcurrent: e.maxConcurrent, DailyNeurons: e.dailyNeurons,
-		FailOpen: e.failOpen, LeaseTTL: e.requestTimeout + time.Minute,
-	})
-}
-
-// serveEdge runs the HTTP edge until ctx ends, then shuts it down gracefully.
-// The listener also serves /metrics (reg), /healthz and /readyz (h), without
-// auth; h drains once ctx ends. ready, if not nil, receives the bound
-// address once listening.
-func serveEdge(ctx context.Context, log *slog.Logger, srv *edge.Server, h *health, reg *prometheus.Registry, listen string, ready func(addr string)) error {
-	mux := http.NewServeMux()
-	opsRoutes(mux, h, reg)
-	mux.Handle("/", srv.Handler())
-	hs := srv.HTTPServer(mux)
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return err
-	}
-	// Ended async jobs give their quota slots back until the server is shut.
-	relCtx, stopRel := context.WithCancel(context.Background())
-	relDone := make(chan struct{})
-	go func() {
-		defer close(relDone)
-		if err := srv.ReleaseEnded(relCtx); err != nil {
-			log.Warn("edge: no longer watching async jobs end; their quota slots expire by themselves", "error", err)
-		}
-	}()
-	defer func() { stopRel(); <-relDone }()
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
-	log.Info("edge listening", "addr", "http://"+ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	h.drain()
-	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = hs.Shutdown(shutCtx)
-	<-errc
-	return err
 }

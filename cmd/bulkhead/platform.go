@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,16 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
-	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 func newLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
@@ -79,23 +73,20 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%w: --listen port %q", errUsage, portText)
 	}
-	srv, err := queue.StartServer(queue.ServerConfig{Host: host, Port: port, StoreDir: *store, Auth: natsAuth, TLS: tlsCfg})
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
 	var op *queue.Credentials
 	if natsAuth != nil {
 		op = natsAuth.Credentials(queue.RoleOperator)
+	}
+	srv, stop, err := startNATS(ctx, log, queue.ServerConfig{Host: host, Port: port, StoreDir: *store, Auth: natsAuth, TLS: tlsCfg}, op, streams)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if natsAuth != nil {
 		log.Info("NATS requires role credentials: give each node its file with --nats-creds", "auth_dir", *authDir)
 	} else {
 		log.Warn("NATS without authentication: any process that reaches it can read every tenant's prompts and replies; pass --auth-dir")
 	}
-	stopOp, err := operate(ctx, log, srv.ClientURL(), op, streams)
-	if err != nil {
-		return err
-	}
-	defer stopOp()
 	fmt.Fprintf(stdout, "NATS with JetStream listening at %s (store %s)\n", srv.ClientURL(), *store)
 	<-ctx.Done()
 	return nil
@@ -130,192 +121,5 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	_, err = fmt.Fprintln(stdout, tok)
-	return err
-}
-
-func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlags("worker", stderr)
-	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
-	roleName := fs.String("role", "unified", "worker role: unified (whole requests), prefill (runs prompts, hands their KV to decode workers) or decode (verifies handed-over KV and generates)")
-	var cf catalogFlags
-	var ef engineFlags
-	var of obsFlags
-	var nf natsFlags
-	nf.register(fs)
-	cf.register(fs)
-	ef.register(fs)
-	of.register(fs, true, false)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	role, err := worker.ParseRole(*roleName)
-	if err != nil {
-		return fmt.Errorf("%w: --role: %v", errUsage, err)
-	}
-	log, err := of.logger(stderr)
-	if err != nil {
-		return err
-	}
-	tel, err := newTelemetry(ctx, log, "bulkhead-worker-"+string(role), "worker")
-	if err != nil {
-		return err
-	}
-	defer tel.shutdown(log)
-	wm, err := worker.NewMetrics(tel.reg)
-	if err != nil {
-		return err
-	}
-	ef.onStep = wm.OnStep
-	// Health answers from the start: not ready until the models are loaded
-	// and NATS is connected, nor once shutdown begins.
-	h := newHealth()
-	var loaded atomic.Bool
-	h.add("models", flagCheck(&loaded, "models not loaded yet"))
-	stopOps, err := serveOps(log, of.metricsListen, h, tel.reg)
-	if err != nil {
-		return err
-	}
-	defer stopOps()
-	defer context.AfterFunc(ctx, h.drain)()
-	cat, err := cf.load()
-	if err != nil {
-		return err
-	}
-	if cat == nil {
-		return fmt.Errorf("%w: give --model NAME=PATH.gguf or --catalog FILE", errUsage)
-	}
-	if err := ef.applyContext(cat); err != nil {
-		return err
-	}
-	// Engines first: a KV pool too small for the context refuses start-up
-	// before the worker touches NATS.
-	runCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	engines, stop, err := ef.engines(runCtx, log, cat)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	loaded.Store(true)
-	natsOpts, err := nf.options()
-	if err != nil {
-		return err
-	}
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-worker", natsOpts...)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	h.add("nats", natsCheck(nc))
-	// Edges follow the windows published here; the records go when the
-	// worker stops, before its connection closes.
-	capCtx, stopCap := context.WithCancel(context.Background())
-	waitCap := publishCapacity(capCtx, log, js, workerID(), engines)
-	defer func() { stopCap(); waitCap() }()
-	return runWorker(ctx, log, nc, js, engines, ef.concurrency, role, workerObs{tp: tel.tp, metrics: wm, name: "worker"})
-}
-
-func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlags("edge", stderr)
-	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
-	var cf catalogFlags
-	var ef edgeFlags
-	var of obsFlags
-	var nf natsFlags
-	nf.register(fs)
-	cf.register(fs)
-	ef.register(fs, true)
-	of.register(fs, false, true)
-	window := fs.Int("context", 0, "context window to advertise for every model (0: the catalog's)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	log, err := of.logger(stderr)
-	if err != nil {
-		return err
-	}
-	tel, err := newTelemetry(ctx, log, "bulkhead-edge", "edge")
-	if err != nil {
-		return err
-	}
-	defer tel.shutdown(log)
-	em, err := edge.NewMetrics(tel.reg)
-	if err != nil {
-		return err
-	}
-	h := newHealth()
-	cat, err := cf.load()
-	if err != nil {
-		return err
-	}
-	if cat == nil {
-		return fmt.Errorf("%w: give --model NAME=PATH.gguf or --catalog FILE", errUsage)
-	}
-	if err := (&engineFlags{context: *window}).applyContext(cat); err != nil {
-		return err
-	}
-	verifier, err := ef.verifier(log, nil)
-	if err != nil {
-		return err
-	}
-	// Not ready once the JWKS file has failed to reload past its keys' grace.
-	h.add("jwks", func(context.Context) error { return verifier.Ready() })
-	var rdb redis.UniversalClient
-	if ef.redisURL != "" {
-		opt, err := redis.ParseURL(ef.redisURL)
-		if err != nil {
-			return fmt.Errorf("%w: --redis: %v", errUsage, err)
-		}
-		c := redis.NewClient(opt)
-		defer c.Close()
-		rdb = c
-		h.add("redis", redisCheck(rdb))
-	}
-	q, err := ef.quota(log, rdb)
-	if err != nil {
-		return err
-	}
-	lg, err := edgeLedger(rdb)
-	if err != nil {
-		return err
-	}
-	natsOpts, err := nf.options()
-	if err != nil {
-		return err
-	}
-	nc, js, err := connect(ctx, log, *natsURL, "bulkhead-edge", natsOpts...)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	h.add("nats", natsCheck(nc))
-	// Advertise no more than the live workers can hold.
-	followCtx, stopFollow := context.WithCancel(context.Background())
-	live := queue.NewLiveModels(liveGrace)
-	waitFollow, err := followCapacity(followCtx, log, js, cat, live)
-	if err != nil {
-		stopFollow()
-		return err
-	}
-	defer func() { stopFollow(); waitFollow() }()
-	classes, err := ef.tenants()
-	if err != nil {
-		return err
-	}
-	srv, err := edge.New(log.With("node", "edge"), edge.Config{
-		Catalog: cat, Auth: verifier, Quota: q, Queue: queue.NewClient(nc, js).WithLiveness(live),
-		Ledger: lg, DailyNeurons: ef.dailyNeurons,
-		RequestTimeout: ef.requestTimeout, MaxBodyBytes: ef.maxBody, HTTP: ef.http,
-		Tenants: classes, DefaultMaxTokens: ef.maxTokens,
-		TracerProvider: tel.tp, Metrics: em, LogContent: of.logContent,
-	})
-	if err != nil {
-		return err
-	}
-	defer registerEdge(log, nc, catalogNames(cat))()
-	err = serveEdge(ctx, log, srv, h, tel.reg, ef.listen, nil)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
 	return err
 }

@@ -10,6 +10,9 @@
 // longer than the model's context window and must be refused with the
 // prompt-too-long error, never served.
 //
+// LoadTenants reads the canary tenants of a production edge from a token
+// file (`tenant token` lines).
+//
 // It must never send anything but inference requests for its own tenants, and
 // never more than the configured number.
 package canary

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/billing/ledger"
+	"github.com/bulkhead-ai/bulkhead/edge"
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/tenants"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// edgeCmdFlags are `bulkhead edge`'s flags.
+type edgeCmdFlags struct {
+	nodeFlags
+	window int
+	edge   edgeFlags
+}
+
+func runEdgeCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
+	var f edgeCmdFlags
+	fs := newFlags("edge", stderr)
+	f.nodeFlags.register(fs, false, true)
+	f.edge.register(fs, true)
+	fs.IntVar(&f.window, "context", 0, "context window to advertise for every model (0: the catalog's)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return f.run(ctx, stderr)
+}
+
+// run starts the edge node and serves until ctx ends.
+func (f *edgeCmdFlags) run(ctx context.Context, stderr io.Writer) error {
+	log, tel, err := f.obs.startNode(ctx, stderr, "bulkhead-edge", "edge")
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
+	cat, err := f.catalog.loadRequired()
+	if err != nil {
+		return err
+	}
+	if err := (&engineFlags{context: f.window}).applyContext(cat); err != nil {
+		return err
+	}
+	verifier, err := f.edge.verifier(log, nil)
+	if err != nil {
+		return err
+	}
+	n := edgeNode{log: log, tel: tel, h: newHealth(), cat: cat, verifier: verifier, logContent: f.obs.logContent}
+	if f.edge.redisURL != "" {
+		rdb, err := dialRedis(f.edge.redisURL)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		n.rdb = rdb
+		n.h.add("redis", redisCheck(rdb))
+	}
+	if n.ledger, err = edgeLedger(n.rdb); err != nil {
+		return err
+	}
+	if n.nc, n.js, err = f.nats.connect(ctx, log, f.natsURL, "bulkhead-edge"); err != nil {
+		return err
+	}
+	defer n.nc.Close()
+	n.h.add("nats", natsCheck(n.nc))
+	return f.edge.serve(ctx, n)
+}
+
+// edgeNode is what an edge is built from besides its flags.
+type edgeNode struct {
+	log        *slog.Logger
+	tel        *telemetry
+	h          *health // the edge adds its jwks check; drained once ctx ends
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	cat        *catalog.Catalog
+	verifier   *auth.Verifier
+	rdb        redis.UniversalClient // quotas; nil: none that need Redis
+	ledger     *ledger.Ledger        // the usage API's; nil: none
+	logContent bool
+	ready      func(addr string) // if not nil, called with the bound address once listening
+}
+
+// serve runs the edge on n until ctx ends, then shuts it down gracefully.
+// It advertises and admits by no more than the live workers can hold
+// (edge.FollowCapacity) and registers with the fleet meanwhile.
+func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
+	// Not ready once the JWKS file has failed to reload past its keys' grace.
+	n.h.add("jwks", func(context.Context) error { return n.verifier.Ready() })
+	q, err := e.quota(n.log, n.rdb)
+	if err != nil {
+		return err
+	}
+	em, err := edge.NewMetrics(n.tel.reg)
+	if err != nil {
+		return err
+	}
+	followCtx, stopFollow := context.WithCancel(context.Background())
+	live, waitFollow, err := edge.FollowCapacity(followCtx, n.log, n.js, n.cat)
+	if err != nil {
+		stopFollow()
+		return err
+	}
+	defer func() { stopFollow(); waitFollow() }()
+	classes, err := e.tenants()
+	if err != nil {
+		return err
+	}
+	srv, err := edge.New(n.log.With("node", "edge"), edge.Config{
+		Catalog: n.cat, Auth: n.verifier, Quota: q, Queue: queue.NewClient(n.nc, n.js).WithLiveness(live),
+		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
+		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
+		Tenants: classes, DefaultMaxTokens: e.maxTokens,
+		TracerProvider: n.tel.tp, Metrics: em, LogContent: n.logContent,
+	})
+	if err != nil {
+		return err
+	}
+	defer registerEdge(n.log, n.nc, catalogNames(n.cat))()
+	err = serveEdge(ctx, n, srv, e.listen)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// serveEdge serves srv on listen until ctx ends, then shuts it down
+// gracefully. The listener also serves /metrics, /healthz and /readyz
+// without auth; n.h drains once ctx ends.
+func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string) error {
+	mux := http.NewServeMux()
+	opsRoutes(mux, n.h, n.tel.reg)
+	mux.Handle("/", srv.Handler())
+	hs := srv.HTTPServer(mux)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	// Ended async jobs give their quota slots back until the server is shut.
+	stopRelease := background(func(ctx context.Context) error {
+		if err := srv.ReleaseEnded(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("edge: no longer watching async jobs end; their quota slots expire by themselves", "error", err)
+		}
+		return nil
+	})
+	defer func() { _ = stopRelease() }()
+	if n.ready != nil {
+		n.ready(ln.Addr().String())
+	}
+	n.log.Info("edge listening", "addr", "http://"+ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	n.h.drain()
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = hs.Shutdown(shutCtx)
+	<-errc
+	return err
+}
+
+// edgeFlags configure the HTTP edge.
+type edgeFlags struct {
+	listen         string
+	redisURL       string
+	jwks           string
+	algorithms     string
+	hs256Secret    string
+	audience       string
+	issuer         string
+	rpm            int
+	maxConcurrent  int
+	dailyNeurons   float64
+	failOpen       bool
+	requestTimeout time.Duration
+	maxBody        int64
+	http           edge.HTTPLimits
+	classes        string // --tenant-classes
+	members        string // --tenant-class
+	maxTokens      int    // --default-max-tokens
+}
+
+func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
+	fs.StringVar(&e.listen, "listen", "127.0.0.1:8787", "HTTP listen address")
+	if withRedis {
+		fs.StringVar(&e.redisURL, "redis", "", "Redis URL for quotas, e.g. redis://127.0.0.1:6379/0")
+	}
+	fs.StringVar(&e.jwks, "jwks", "", "JWKS file with the keys that sign tenant tokens")
+	fs.StringVar(&e.algorithms, "jwt-algorithms", "EdDSA,ES256,RS256", "accepted JWT algorithms (HS256 needs --jwt-hs256-secret)")
+	fs.StringVar(&e.hs256Secret, "jwt-hs256-secret", "", "shared secret for HS256 tokens (at least 32 bytes; off when empty)")
+	fs.StringVar(&e.audience, "jwt-audience", "", "required JWT aud (unchecked when empty)")
+	fs.StringVar(&e.issuer, "jwt-issuer", "", "required JWT iss (unchecked when empty)")
+	fs.IntVar(&e.rpm, "quota-rpm", 0, "requests per minute per tenant (0: unlimited)")
+	fs.IntVar(&e.maxConcurrent, "quota-concurrent", 0, "concurrent requests per tenant (0: unlimited)")
+	fs.Float64Var(&e.dailyNeurons, "quota-daily-neurons", 0, "neurons per tenant per UTC day (0: unlimited)")
+	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
+	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
+	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: only --jobs-per-tenant of the jobs stream), weight its share of a worker; the class \"default\" (max_queued=0, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
+	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
+	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
+	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
+	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")
+	fs.DurationVar(&e.http.IdleTimeout, "http-idle-timeout", edge.DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
+	fs.IntVar(&e.http.MaxHeaderBytes, "http-max-header-bytes", edge.DefaultMaxHeaderBytes, "largest request line and headers")
+}
+
+// verifier builds the token verifier: the JWKS file given, else dev's key.
+func (e *edgeFlags) verifier(log *slog.Logger, dev *auth.DevKey) (*auth.Verifier, error) {
+	cfg := auth.Config{JWKSFile: e.jwks, Audience: e.audience, Issuer: e.issuer}
+	if e.jwks == "" {
+		if dev == nil {
+			return nil, fmt.Errorf("%w: --jwks is required", errUsage)
+		}
+		cfg = dev.VerifierConfig()
+	}
+	cfg.Algorithms = strings.Split(e.algorithms, ",")
+	if e.hs256Secret != "" {
+		cfg.HS256Secret = []byte(e.hs256Secret)
+		cfg.Algorithms = append(cfg.Algorithms, auth.AlgHS256)
+	}
+	return auth.NewVerifier(log.With("node", "edge"), cfg)
+}
+
+// tenants builds the tenant class table.
+func (e *edgeFlags) tenants() (*tenants.Table, error) {
+	classes, err := tenants.ParseClasses(e.classes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tenant-classes: %v", errUsage, err)
+	}
+	members, err := tenants.ParseMembers(e.members)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tenant-class: %v", errUsage, err)
+	}
+	t, err := tenants.New(tenants.Config{Classes: classes, Members: members})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return t, nil
+}
+
+// quota builds the quota limiter over rdb (nil when no limit is set).
+func (e *edgeFlags) quota(log *slog.Logger, rdb redis.UniversalClient) (*quota.Quota, error) {
+	return quota.New(log, rdb, quota.Config{
+		RequestsPerMinute: e.rpm, MaxConcurrent: e.maxConcurrent, DailyNeurons: e.dailyNeurons,
+		FailOpen: e.failOpen, LeaseTTL: e.requestTimeout + time.Minute,
+	})
+}
