@@ -119,91 +119,100 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i, t := range cfg.Tenants {
 		rep.Tenants[i].Tenant = t.ID
 	}
-	// Learn how many characters of canary text make a token, from one probe.
-	probe := filler(rand.New(rand.NewPCG(cfg.Seed, 99)), 600)
-	res, err := cfg.Tenants[0].Client.Run(ctx, cfg.Model, request(probe, 1))
+	charsPerToken, err := probe(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("canary: probe request: %w", err)
+		return nil, err
+	}
+	r := &run{cfg: cfg, prompts: makePrompts(cfg, window, charsPerToken), rep: rep, refs: map[int]string{}}
+	if err := r.references(ctx); err != nil {
+		return nil, err
+	}
+	r.load(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// probe learns how many characters of canary text make a token, from one
+// request.
+func probe(ctx context.Context, cfg Config) (float64, error) {
+	text := filler(rand.New(rand.NewPCG(cfg.Seed, 99)), 600)
+	res, err := cfg.Tenants[0].Client.Run(ctx, cfg.Model, request(text, 1))
+	if err != nil {
+		return 0, fmt.Errorf("canary: probe request: %w", err)
 	}
 	if res.Usage == nil || res.Usage.PromptTokens < 1 {
-		return nil, fmt.Errorf("canary: probe response has no usage")
+		return 0, fmt.Errorf("canary: probe response has no usage")
 	}
-	charsPerToken := float64(len(probe)) / float64(res.Usage.PromptTokens)
+	return float64(len(text)) / float64(res.Usage.PromptTokens), nil
+}
 
-	prompts := makePrompts(cfg, window, charsPerToken)
-	var mu sync.Mutex // guards rep and refs
-	refs := map[int]string{}
-	note := func(t int, f func(*TenantReport), problem string) {
-		mu.Lock()
-		defer mu.Unlock()
-		tr := &rep.Tenants[t]
-		f(tr)
-		if problem != "" && len(tr.Problems) < 5 {
-			tr.Problems = append(tr.Problems, problem)
-		}
+// run is one canary run's prompts and what it found.
+type run struct {
+	cfg     Config
+	prompts []prompt
+
+	mu   sync.Mutex // guards rep and refs
+	rep  *Report
+	refs map[int]string // prompt index → its quiet reference response
+}
+
+// note applies f to tenant t's report and records problem, if any, among
+// its first few.
+func (r *run) note(t int, f func(*TenantReport), problem string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tr := &r.rep.Tenants[t]
+	f(tr)
+	if problem != "" && len(tr.Problems) < 5 {
+		tr.Problems = append(tr.Problems, problem)
 	}
+}
 
-	// Quiet references: one request at a time, so nothing else is in flight.
-	for i, p := range prompts {
+// reference returns prompt i's quiet reference response, if it has one.
+func (r *run) reference(i int) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ref, ok := r.refs[i]
+	return ref, ok
+}
+
+// references runs every prompt that fits alone, one at a time, so nothing
+// else is in flight, and keeps each response as that prompt's reference.
+func (r *run) references(ctx context.Context) error {
+	for i, p := range r.prompts {
 		if p.oversize {
 			continue
 		}
-		res, err := cfg.Tenants[p.tenant].Client.Run(ctx, cfg.Model, request(p.text, cfg.MaxTokens))
+		res, err := r.cfg.Tenants[p.tenant].Client.Run(ctx, r.cfg.Model, request(p.text, r.cfg.MaxTokens))
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
-			note(p.tenant, func(t *TenantReport) { t.Errors++ }, fmt.Sprintf("reference %s: %v", p.marker, err))
+			r.note(p.tenant, func(t *TenantReport) { t.Errors++ }, fmt.Sprintf("reference %s: %v", p.marker, err))
 			continue
 		}
-		refs[i] = res.Response
-		checkLeak(prompts, i, res.Response, note)
+		r.mu.Lock()
+		r.refs[i] = res.Response
+		r.mu.Unlock()
+		r.checkLeak(i, res.Response)
 	}
+	return nil
+}
 
-	// Load: every prompt, shuffled, Concurrency at a time.
-	order := rand.New(rand.NewPCG(cfg.Seed, 7)).Perm(len(prompts))
+// load runs every prompt again, shuffled, Concurrency at a time, until all
+// ran or ctx ends.
+func (r *run) load(ctx context.Context) {
+	order := rand.New(rand.NewPCG(r.cfg.Seed, 7)).Perm(len(r.prompts))
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range r.cfg.Concurrency {
+		wg.Go(func() {
 			for i := range work {
-				p := prompts[i]
-				res, err := cfg.Tenants[p.tenant].Client.Run(ctx, cfg.Model, request(p.text, cfg.MaxTokens))
-				switch {
-				case p.oversize:
-					var apiErr *client.APIError
-					if errors.As(err, &apiErr) && apiErr.Status == 413 && apiErr.Code == 3006 {
-						note(p.tenant, func(t *TenantReport) { t.Oversize++; t.OversizeRefused++ }, "")
-					} else {
-						note(p.tenant, func(t *TenantReport) { t.Oversize++ }, fmt.Sprintf("over-long %s was not refused with 413/3006: %v", p.marker, err))
-					}
-				case err != nil:
-					if ctx.Err() == nil {
-						note(p.tenant, func(t *TenantReport) { t.Errors++ }, fmt.Sprintf("%s: %v", p.marker, err))
-					}
-				default:
-					mu.Lock()
-					ref, ok := refs[i]
-					mu.Unlock()
-					if !ok {
-						continue // its reference failed; already counted
-					}
-					problem := ""
-					if res.Response != ref {
-						problem = fmt.Sprintf("%s under load: %q, alone: %q", p.marker, res.Response, ref)
-					}
-					note(p.tenant, func(t *TenantReport) {
-						t.Checked++
-						if problem != "" {
-							t.Differ++
-						}
-					}, problem)
-					checkLeak(prompts, i, res.Response, note)
-				}
+				r.loadOne(ctx, i)
 			}
-		}()
+		})
 	}
 send:
 	for _, i := range order {
@@ -215,18 +224,52 @@ send:
 	}
 	close(work)
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return rep, nil
 }
 
-// checkLeak counts a response that holds another tenant's marker.
-func checkLeak(prompts []prompt, i int, response string, note func(int, func(*TenantReport), string)) {
-	own := prompts[i].tenant
-	for _, q := range prompts {
+// loadOne runs prompt i under load and checks the outcome: an over-long
+// prompt must be refused with the prompt-too-long error; any other must
+// match its reference and hold no other tenant's marker.
+func (r *run) loadOne(ctx context.Context, i int) {
+	p := r.prompts[i]
+	res, err := r.cfg.Tenants[p.tenant].Client.Run(ctx, r.cfg.Model, request(p.text, r.cfg.MaxTokens))
+	switch {
+	case p.oversize:
+		var apiErr *client.APIError
+		if errors.As(err, &apiErr) && apiErr.Status == 413 && apiErr.Code == 3006 {
+			r.note(p.tenant, func(t *TenantReport) { t.Oversize++; t.OversizeRefused++ }, "")
+		} else {
+			r.note(p.tenant, func(t *TenantReport) { t.Oversize++ }, fmt.Sprintf("over-long %s was not refused with 413/3006: %v", p.marker, err))
+		}
+	case err != nil:
+		if ctx.Err() == nil {
+			r.note(p.tenant, func(t *TenantReport) { t.Errors++ }, fmt.Sprintf("%s: %v", p.marker, err))
+		}
+	default:
+		ref, ok := r.reference(i)
+		if !ok {
+			return // its reference failed; already counted
+		}
+		problem := ""
+		if res.Response != ref {
+			problem = fmt.Sprintf("%s under load: %q, alone: %q", p.marker, res.Response, ref)
+		}
+		r.note(p.tenant, func(t *TenantReport) {
+			t.Checked++
+			if problem != "" {
+				t.Differ++
+			}
+		}, problem)
+		r.checkLeak(i, res.Response)
+	}
+}
+
+// checkLeak counts a response to prompt i that holds another tenant's
+// marker.
+func (r *run) checkLeak(i int, response string) {
+	own := r.prompts[i].tenant
+	for _, q := range r.prompts {
 		if q.tenant != own && strings.Contains(response, q.marker) {
-			note(own, func(t *TenantReport) { t.Leaks++ }, fmt.Sprintf("response to %s holds another tenant's marker %s", prompts[i].marker, q.marker))
+			r.note(own, func(t *TenantReport) { t.Leaks++ }, fmt.Sprintf("response to %s holds another tenant's marker %s", r.prompts[i].marker, q.marker))
 			return
 		}
 	}
