@@ -22,30 +22,33 @@ var arena struct {
 	free []byte
 }
 
-// hugeCopy returns a copy of src in the Go heap that, where the system offers
-// it, is backed by transparent huge pages (hugeAdvise, hugeCollapse):
-// streaming a matrix of weights then takes a TLB entry per 2 MiB instead of
-// per 4 KiB. It starts on a 64-byte boundary.
+// hugeCopy returns a copy of src in huge pages (hugeMake).
 func hugeCopy(src []byte) []byte {
-	n := len(src)
-	if n < arenaMin {
-		return append(make([]byte, 0, n), src...)
-	}
-	var b []byte
-	if n > arenaChunk/2 {
-		b = hugeAlloc(n)
-	} else {
-		arena.mu.Lock()
-		if len(arena.free) < n {
-			arena.free = hugeAlloc(arenaChunk)
-		}
-		b = arena.free[:n:n]
-		arena.free = arena.free[min(len(arena.free), (n+63)&^63):]
-		arena.mu.Unlock()
-	}
+	b := hugeMake(len(src))
 	copy(b, src)
-	// Pages the runtime had touched before the advice are still small.
 	hugeCollapse(b)
+	return b
+}
+
+// hugeMake returns n zero bytes in the Go heap that, where the system offers
+// it, are backed by transparent huge pages (hugeAdvise; a caller that has
+// filled them calls hugeCollapse, for pages the runtime had touched before
+// the advice): streaming a matrix of weights then takes a TLB entry per
+// 2 MiB instead of per 4 KiB. They start on a 64-byte boundary.
+func hugeMake(n int) []byte {
+	if n < arenaMin {
+		return make([]byte, n)
+	}
+	if n > arenaChunk/2 {
+		return hugeAlloc(n)
+	}
+	arena.mu.Lock()
+	defer arena.mu.Unlock()
+	if len(arena.free) < n {
+		arena.free = hugeAlloc(arenaChunk)
+	}
+	b := arena.free[:n:n]
+	arena.free = arena.free[min(len(arena.free), (n+63)&^63):]
 	return b
 }
 

@@ -63,7 +63,8 @@ func repack(m Matrix) []byte {
 	nb, rs := m.Cols/m.Type.BlockSize(), m.rowSize()
 	src := m.Type.TypeSize()
 	qn := src - 2 // quant bytes per block
-	out := make([]byte, m.Rows/packRows*nb*bb)
+	out := hugeMake(m.Rows / packRows * nb * bb)
+	defer hugeCollapse(out)
 	switch m.Type {
 	case gguf.TypeQ4_K:
 		repackQ4K(out, m, nb, bb)
