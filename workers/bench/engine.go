@@ -98,7 +98,7 @@ func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, erro
 	// over a buffer the size of the weights a decode step streams (at least
 	// 64 MiB), so it comes from the memory level the weights come from.
 	bwPool := kernels.NewPool(eng.Threads())
-	bandwidth := bwPool.ReadBandwidth(make([]byte, max(64<<20, m.DecodeBytes())), 5)
+	bandwidth := bwPool.ReadBandwidth(kernels.WeightBuffer(max(64<<20, m.DecodeBytes())), 5)
 	bwPool.Close()
 
 	// Warm up the kernels and page in the weights.

@@ -65,3 +65,8 @@ func hugeAlloc(n int) []byte {
 	hugeAdvise(b)
 	return b
 }
+
+// WeightBuffer returns n zero bytes laid out in memory as the matrices' own
+// copies are (huge pages where the system offers them), for a bandwidth probe
+// that reads memory the way the products read weights.
+func WeightBuffer(n int) []byte { return hugeMake(n) }
