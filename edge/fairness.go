@@ -80,22 +80,38 @@ var _ endWatcher = (*queue.Client)(nil)
 // ReleaseEnded gives back the quota slot of every async job whose record
 // reaches done or failed, until ctx ends; run it once per edge beside the
 // HTTP server (every edge sees every record; giving a slot back twice does
-// nothing). It returns at once, nil, when the queue cannot watch records;
-// slots then live until their lease expires.
-func (s *Server) ReleaseEnded(ctx context.Context) error {
+// nothing). A watch that breaks is logged and started again after
+// watchRetry; jobs that end meanwhile keep their slots until their leases
+// expire. It returns at once when the queue cannot watch records.
+func (s *Server) ReleaseEnded(ctx context.Context) {
 	w, ok := s.cfg.Queue.(endWatcher)
 	if !ok {
-		return nil
+		return
 	}
-	return w.WatchEnded(ctx, func(rec *queue.AsyncResult) {
+	release := func(rec *queue.AsyncResult) {
 		if !s.isAsyncJob(rec.ID) {
 			return // a synchronous job: its handler releases it
 		}
 		if err := s.cfg.Quota.ReleaseJobs(ctx, rec.Tenant, rec.ID); err != nil && ctx.Err() == nil {
 			s.log.Warn("edge: releasing an ended async job's quota slot; it expires by itself", "job", rec.ID, "error", err)
 		}
-	})
+	}
+	for {
+		err := w.WatchEnded(ctx, release)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("edge: watching async jobs end; retrying", "error", err, "in", watchRetry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(watchRetry):
+		}
+	}
 }
+
+// watchRetry is how long ReleaseEnded waits before watching again.
+const watchRetry = time.Second
 
 // isAsyncJob reports whether id is a job id of an async batch
 // ("<request id>-<i>", see jobID).

@@ -155,9 +155,7 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string)
 	}
 	// Ended async jobs give their quota slots back until the server is shut.
 	stopRelease := background(func(ctx context.Context) error {
-		if err := srv.ReleaseEnded(ctx); err != nil && ctx.Err() == nil {
-			n.log.Warn("edge: no longer watching async jobs end; their quota slots expire by themselves", "error", err)
-		}
+		srv.ReleaseEnded(ctx) // until ctx ends; a broken watch is started again
 		return nil
 	})
 	defer func() { _ = stopRelease() }()
