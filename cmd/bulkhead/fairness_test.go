@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// floodBound is the flooding tenant's class bound in TestFloodFairness: its
+// jobs queued or running at once, all models. JetStream hands jobs out in
+// arrival order, so the worker's fair scheduler can put B first only once
+// B's job is among those it pulled: the bound is within the worker's pull
+// window (its running jobs, about 7 of A's here, plus its lookahead, twice
+// --max-batch = 32), so none of A's jobs waits in the stream ahead of B's
+// (docs/fairness.md).
+const floodBound = 24
+
+// floodBackoff is how long a flooding client waits after a 429 before it
+// tries again: without it the test measures the edge's CPU on two shared
+// cores (what --quota-rpm is for), not the queue's and worker's fairness.
+const floodBackoff = 50 * time.Millisecond
+
+// TestFloodFairness is issue 11's first "done when": real NATS (with role
+// credentials), a real edge over HTTP, a real redis-server and a real
+// worker. Tenant A floods (async batches of 32 and streams, far beyond its
+// class's bound of floodBound jobs) while tenant B sends a streaming request
+// every 100 ms. Every B request must succeed, B's p99 time to first token
+// must stay within 3x its unloaded p99 (measured first, in the same run),
+// and A must be told 429 tenant_queue_full (3051) for what is over its
+// bound, never anything worse.
+func TestFloodFairness(t *testing.T) {
+	c := startSecureCluster(t, "unified")
+	url := c.edge(t, "edge", "--tenant-classes", fmt.Sprintf("flood:max_queued=%d", floodBound),
+		"--tenant-class", "tenant-a=flood")
+	run := url + "/ai/run/" + clusterModel
+	a, b := c.token(t, "tenant-a"), c.token(t, "tenant-b")
+	bBody := `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`
+	// Warm up: the worker has its model loaded and B's path is hot.
+	for range 3 {
+		if _, err := streamTTFT(run, b, bBody); err != nil {
+			t.Fatalf("warm-up: %v", err)
+		}
+	}
+
+	const window, every = 4 * time.Second, 100 * time.Millisecond
+	unloaded := tenantB(t, run, b, bBody, window, every)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var counts floodCounts
+	var wg sync.WaitGroup
+	for i := range 4 { // async batches back to back: of 32 (over the bound whole) and of 8
+		size := []int{32, 8}[i%2]
+		wg.Go(func() { counts.batches(ctx, run, a, i, size) })
+	}
+	for range floodBound + 8 { // streams, back to back: more than the bound alone
+		wg.Go(func() { counts.streams(ctx, run, a) })
+	}
+	waitFor(t, 10*time.Second, "tenant A to be at its bound", func() bool { return counts.refused.Load() > 0 })
+	loaded := tenantB(t, run, b, bBody, window, every)
+	stop()
+	wg.Wait()
+
+	t.Logf("tenant B unloaded: %d requests, TTFT p50 %v p99 %v", len(unloaded), pct(unloaded, 50), pct(unloaded, 99))
+	t.Logf("tenant B under A's flood: %d requests, TTFT p50 %v p99 %v (bound 3x unloaded p99 = %v)",
+		len(loaded), pct(loaded, 50), pct(loaded, 99), 3*pct(unloaded, 99))
+	t.Logf("tenant A: %d async batches accepted and %d refused 429 tenant_queue_full; %d streams served and %d refused 429 tenant_queue_full; %d other outcomes",
+		counts.batchOK.Load(), counts.batchRefused.Load(), counts.streamOK.Load(), counts.streamRef.Load(), counts.other.Load())
+	if counts.other.Load() != 0 {
+		t.Errorf("tenant A got %d answers that were neither served nor 429 tenant_queue_full (first: %s)",
+			counts.other.Load(), counts.firstOther())
+	}
+	if counts.batchRefused.Load() == 0 || counts.streamRef.Load() == 0 || counts.streamOK.Load() == 0 {
+		t.Errorf("tenant A's batches or streams were never refused, or its streams never served")
+	}
+	if p := pct(loaded, 99); p > 3*pct(unloaded, 99) {
+		t.Errorf("tenant B's p99 time to first token under the flood is %v, over 3x its unloaded %v", p, pct(unloaded, 99))
+	}
+}
+
+// tenantB sends body every interval for window, each streaming, and returns
+// every request's time to first token; any failure fails the test.
+func tenantB(t *testing.T, run, token, body string, window, every time.Duration) []time.Duration {
+	t.Helper()
+	var (
+		mu    sync.Mutex // guards ttfts and errs
+		ttfts []time.Duration
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for end := time.Now().Add(window); time.Now().Before(end); <-tick.C {
+		wg.Go(func() {
+			d, err := streamTTFT(run, token, body)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			ttfts = append(ttfts, d)
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("tenant B: %d of %d requests failed; first: %v", len(errs), len(errs)+len(ttfts), errs[0])
+	}
+	return ttfts
+}
+
+// streamTTFT sends a streaming request and reads it to the end; it returns
+// the time to the first event with text, or why the stream failed.
+func streamTTFT(url, token, body string) (time.Duration, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var b strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+		return 0, fmt.Errorf("status %d: %s", resp.StatusCode, b.String())
+	}
+	var first time.Duration
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "data: [DONE]":
+			done = true
+		case strings.HasPrefix(line, "data: "):
+			var ev struct {
+				Response string `json:"response"`
+			}
+			if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil {
+				return 0, fmt.Errorf("event %q: %v", line, err)
+			}
+			if first == 0 && ev.Response != "" {
+				first = time.Since(start)
+			}
+		case strings.HasPrefix(line, "event: error"):
+			return 0, fmt.Errorf("stream ended with an error event")
+		}
+	}
+	if err := sc.Err(); err != nil || !done || first == 0 {
+		return 0, fmt.Errorf("stream cut short (done %v, first token %v): %v", done, first, err)
+	}
+	return first, nil
+}
+
+// floodCounts counts tenant A's outcomes.
+type floodCounts struct {
+	batchOK, streamOK, other         atomic.Int64
+	refused, batchRefused, streamRef atomic.Int64 // 429 tenant_queue_full: all, of batches, of streams
+
+	mu    sync.Mutex // guards first
+	first string     // the first other outcome, for the report
+}
+
+func (f *floodCounts) outcome(status int, body []byte, ok, refused *atomic.Int64) {
+	switch {
+	case status == 200:
+		ok.Add(1)
+	case status == 429 && strings.Contains(string(body), `"code":3051`):
+		f.refused.Add(1)
+		refused.Add(1)
+		time.Sleep(floodBackoff)
+	default:
+		f.other.Add(1)
+		f.mu.Lock()
+		if f.first == "" {
+			f.first = fmt.Sprintf("%d %.300s", status, body)
+		}
+		f.mu.Unlock()
+	}
+}
+
+func (f *floodCounts) firstOther() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.first
+}
+
+// batches submits async batches of size prompts without max_tokens until
+// ctx ends.
+func (f *floodCounts) batches(ctx context.Context, run, token string, seed, size int) {
+	reqs := make([]string, size)
+	for i := range reqs {
+		reqs[i] = fmt.Sprintf(`{"prompt":"Once upon a time %d-%d"}`, seed, i)
+	}
+	body := `{"requests":[` + strings.Join(reqs, ",") + `]}`
+	for ctx.Err() == nil {
+		status, b, err := postCtx(ctx, token, run+"?queueRequest=true", body)
+		if err != nil {
+			return
+		}
+		f.outcome(status, b, &f.batchOK, &f.batchRefused)
+	}
+}
+
+// streams sends streaming requests without max_tokens until ctx ends.
+func (f *floodCounts) streams(ctx context.Context, run, token string) {
+	for ctx.Err() == nil {
+		status, b, err := postCtx(ctx, token, run, `{"prompt":"Once upon a time","stream":true}`)
+		if err != nil {
+			return
+		}
+		if status == 200 && !strings.Contains(string(b), "data: [DONE]") {
+			status = 0 // a stream cut short
+		}
+		f.outcome(status, b, &f.streamOK, &f.streamRef)
+	}
+}
+
+// postCtx is post under ctx; an error means ctx ended (or the edge is gone).
+func postCtx(ctx context.Context, token, url, body string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	if _, err := bufio.NewReader(resp.Body).WriteTo(&b); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, []byte(b.String()), nil
+}
+
+// pct is the p-th percentile (nearest rank) of ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(i-1, 0)]
+}
