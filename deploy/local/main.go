@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local:", err)
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage: go run ./deploy/local up|down|status [flags]")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errUsage
+	}
+	fs := flag.NewFlagSet("local "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", filepath.Join(os.TempDir(), "bulkhead-local"), "state file, logs, stores and keys")
+	var cfg Config
+	bin := fs.String("bin", "", "the bulkhead binary (default: go build ./cmd/bulkhead into --dir)")
+	fs.StringVar(&cfg.Model, "model", "", "NAME=PATH.gguf to serve (default: the built-in model)")
+	edges := fs.String("edges", "127.0.0.1:8787,127.0.0.1:8788", "the two edges' listen addresses (host:0 picks a free port)")
+	fs.IntVar(&cfg.Decoders, "decoders", 2, "decode workers")
+	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "each node's drain grace on SIGTERM")
+	fs.BoolVar(&cfg.FailOpen, "quota-fail-open", false, "edges admit requests while Redis is down (default: refuse with 503)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "how long up waits for the cluster to serve")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "up":
+		cfg.Dir, cfg.Bin, cfg.EdgeAddrs, cfg.Progress = *dir, *bin, strings.Split(*edges, ","), stdout
+		return up(ctx, cfg, stdout)
+	case "down":
+		st, err := readState(*dir)
+		if err != nil {
+			return err
+		}
+		if err := stopAll(st, cfg.Grace, pollExit); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "local cluster in %s stopped (logs kept in %s)\n", st.Dir, filepath.Join(st.Dir, "logs"))
+		return os.Remove(filepath.Join(st.Dir, stateFile))
+	case "status":
+		st, err := readState(*dir)
+		if err != nil {
+			return err
+		}
+		for _, p := range st.Procs {
+			fmt.Fprintf(stdout, "%-10s %-8s %-22s pid %-8d alive %v\n", p.Name, p.Role, p.Addr, p.PID, p.alive())
+		}
+		return nil
+	}
+	return errUsage
+}
+
+func up(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if cfg.Bin == "" {
+		bin, err := build(ctx, cfg.Dir)
+		if err != nil {
+			return err
+		}
+		cfg.Bin = bin
+	}
+	fmt.Fprintf(stdout, "starting a local cluster in %s\n", cfg.Dir)
+	c, err := Up(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	st := c.State
+	fmt.Fprintf(stdout, "\nNATS (JetStream cluster %s, 3 replicas): %s\nRedis: %s\n", natsCluster, st.NATS, st.Redis)
+	for _, e := range st.ByRole(roleEdge) {
+		fmt.Fprintf(stdout, "edge %s: %s\n", e.Name, c.EdgeURL(e))
+	}
+	fmt.Fprintf(stdout, "\nstate: %s\nlogs:  %s\n\n", filepath.Join(st.Dir, stateFile), filepath.Join(st.Dir, "logs"))
+	fmt.Fprintf(stdout, "TOKEN=$(%s token --key-dir %s --tenant acme)\n", cfg.Bin, st.KeyDir)
+	e := st.ByRole(roleEdge)[0]
+	fmt.Fprintf(stdout, "curl -s %s/ai/run/%s -H \"Authorization: Bearer $TOKEN\" -d '{\"prompt\":\"Once upon a time\"}'\n\n", c.EdgeURL(e), st.Model)
+	fmt.Fprintf(stdout, "stop it with: go run ./deploy/local down --dir %s\n", cfg.Dir)
+	return nil
+}
+
+// build compiles the bulkhead binary (no race detector: the cluster is for
+// load) into dir/bin, from the module this command runs in.
+func build(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		return "", fmt.Errorf("local: run from inside the bulkhead module, or give --bin: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin, err := filepath.Abs(filepath.Join(dir, "bin", "bulkhead"))
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bulkhead")
+	cmd.Dir, cmd.Stderr = root, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("local: go build: %w", err)
+	}
+	return bin, nil
+}
