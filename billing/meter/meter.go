@@ -32,6 +32,10 @@ type Config struct {
 	Batch      int           // events pulled per fetch; default 64
 	FetchWait  time.Duration // bounds one pull; default 1s
 	RetryDelay time.Duration // redelivery delay after a ledger failure; default 1s
+	// Grace bounds how long Run goes on with the batch in hand once its
+	// context ends; the events it has not counted by then are given back
+	// (NAK) for the next billing process. Default 10s.
+	Grace time.Duration
 	Consumer   queue.UsageConsumerConfig
 	// TracerProvider makes a billing.consume span per event, in the trace
 	// of the request it bills; nil (or a no-op provider) makes none.
@@ -56,8 +60,11 @@ func (c *Config) Validate() error {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
 	}
-	if c.Batch < 0 || c.FetchWait < 0 || c.RetryDelay < 0 {
-		return fmt.Errorf("%w: Batch %d, FetchWait %v, RetryDelay %v", ErrConfig, c.Batch, c.FetchWait, c.RetryDelay)
+	if c.Grace == 0 {
+		c.Grace = 10 * time.Second
+	}
+	if c.Batch < 0 || c.FetchWait < 0 || c.RetryDelay < 0 || c.Grace < 0 {
+		return fmt.Errorf("%w: Batch %d, FetchWait %v, RetryDelay %v, Grace %v", ErrConfig, c.Batch, c.FetchWait, c.RetryDelay, c.Grace)
 	}
 	return nil
 }
@@ -68,6 +75,7 @@ type Stats struct {
 	Duplicates int64 // events the ledger had counted already
 	Rejected   int64 // undecodable events, terminated
 	Retried    int64 // events given back after a ledger failure
+	HandedBack int64 // events given back uncounted at shutdown, past the grace
 }
 
 // Meter consumes usage events into a Recorder.
@@ -119,15 +127,23 @@ func (m *Meter) count(f func(*Stats)) {
 // Run consumes until ctx ends: each fetched batch is counted and acked in
 // full before Run looks at ctx again, so a shutdown leaves no event counted
 // and unacked for longer than it takes to finish the batch (and even such
-// an event is only counted once when redelivered).
+// an event is only counted once when redelivered). A batch that is not done
+// within Config.Grace of ctx's end is cut short: the events left are handed
+// back (NAK), never acknowledged uncounted.
 func (m *Meter) Run(ctx context.Context) error {
 	cons, err := queue.EnsureUsageConsumer(ctx, m.js, m.cfg.Consumer)
 	if err != nil {
 		return err
 	}
 	m.log.Info("billing: consuming usage events", "stream", queue.UsageStream, "consumer", queue.UsageConsumer)
-	// Ledger writes outlive a cancelled ctx: a batch in hand is finished.
-	kctx := context.WithoutCancel(ctx)
+	// Ledger writes outlive a cancelled ctx by the grace: a batch in hand
+	// is finished, or what is left of it handed back.
+	kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	defer context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(m.cfg.Grace, stop)
+		context.AfterFunc(kctx, func() { t.Stop() })
+	})()
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(m.cfg.Batch, jetstream.FetchMaxWait(m.cfg.FetchWait))
 		if err != nil {
@@ -142,6 +158,10 @@ func (m *Meter) Run(ctx context.Context) error {
 			continue
 		}
 		for msg := range batch.Messages() {
+			if kctx.Err() != nil {
+				m.handBack(msg)
+				continue
+			}
 			m.handle(kctx, msg)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
@@ -150,6 +170,14 @@ func (m *Meter) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// handBack gives an event back uncounted, for the next billing process.
+func (m *Meter) handBack(msg jetstream.Msg) {
+	m.count(func(s *Stats) { s.HandedBack++ })
+	if err := msg.Nak(); err != nil {
+		m.log.Warn("billing: handing usage event back", "err", err)
+	}
 }
 
 func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
