@@ -23,6 +23,7 @@ type billingFlags struct {
 	natsURL   string
 	redisURL  string
 	ackWait   time.Duration
+	grace     time.Duration // --drain-grace
 	exitAfter int64
 	obs       obsFlags
 	nats      natsFlags
@@ -35,6 +36,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlags("billing", stderr)
 	fs.StringVar(&f.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL")
 	fs.StringVar(&f.redisURL, "redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
+	fs.DurationVar(&f.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long the batch in hand may take before what is left of it is handed back")
 	fs.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
 	f.obs.register(fs, true, false)
 	f.nats.register(fs)
@@ -85,7 +87,8 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 	defer stopService(log, svc, err)()
 	defer func() {
 		s := m.Stats()
-		log.Info("billing stopped", "counted", s.Counted, "duplicates", s.Duplicates, "rejected", s.Rejected, "retried", s.Retried)
+		log.Info("billing stopped", "counted", s.Counted, "duplicates", s.Duplicates, "rejected", s.Rejected, "retried", s.Retried,
+			"handed_back", s.HandedBack)
 	}()
 	fmt.Fprintf(stdout, "billing: counting usage events from %s into %s\n", f.natsURL, rdb.Options().Addr)
 	return m.Run(ctx)
@@ -94,7 +97,7 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 // meterConfig is the meter's configuration from the flags; with
 // --fault-exit-after the process exits mid-event (fault tests).
 func (f *billingFlags) meterConfig(stderr io.Writer, tel *telemetry) meter.Config {
-	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp}
+	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp, Grace: f.grace}
 	if f.exitAfter > 0 {
 		cfg.AfterCount = func(n int64) {
 			if n == f.exitAfter {

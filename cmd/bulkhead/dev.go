@@ -178,7 +178,7 @@ type devWorkers struct {
 
 // connect opens a connection with role's credentials.
 func (d devNode) connect(ctx context.Context, role, name string) (*nats.Conn, jetstream.JetStream, error) {
-	return connect(ctx, d.log, d.url, name, d.auth.Credentials(role).Options()...)
+	return connect(ctx, d.log, d.url, name, queue.StreamConfig{}, d.auth.Credentials(role).Options()...)
 }
 
 // serve starts Redis, the workers, billing and the edge, and serves until

@@ -134,17 +134,18 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		return err
 	}
 	defer registerEdge(n.log, n.nc, catalogNames(n.cat))()
-	err = serveEdge(ctx, n, srv, e.listen)
+	err = serveEdge(ctx, n, srv, e.listen, e.grace)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
 }
 
-// serveEdge serves srv on listen until ctx ends, then shuts it down
-// gracefully. The listener also serves /metrics, /healthz and /readyz
-// without auth; n.h drains once ctx ends.
-func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string) error {
+// serveEdge serves srv on listen until ctx ends, then drains it
+// (edge.Drain, within grace) and shuts the listener down. The listener also
+// serves /metrics, /healthz and /readyz without auth; n.h drains once ctx
+// ends.
+func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string, grace time.Duration) error {
 	mux := http.NewServeMux()
 	opsRoutes(mux, n.h, n.tel.reg)
 	mux.Handle("/", srv.Handler())
@@ -170,13 +171,26 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string)
 		return err
 	case <-ctx.Done():
 	}
+	// Drain: /readyz fails at once (a load balancer stops sending), new
+	// requests get 503 draining, and those in flight finish within grace.
 	n.h.drain()
-	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	n.log.Info("edge draining", "in_flight", srv.InFlight(), "grace", grace)
+	drainCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	if err := srv.Drain(drainCtx); err != nil {
+		n.log.Warn("edge drain grace over, requests cut short with a draining error", "grace", grace)
+	}
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShut()
 	err = hs.Shutdown(shutCtx)
 	<-errc
+	n.log.Info("edge stopped")
 	return err
 }
+
+// defaultDrainGrace is every node's --drain-grace: what a Kubernetes pod's
+// terminationGracePeriodSeconds must exceed.
+const defaultDrainGrace = 30 * time.Second
 
 // edgeFlags configure the HTTP edge.
 type edgeFlags struct {
@@ -193,6 +207,7 @@ type edgeFlags struct {
 	failOpen       bool
 	requestTimeout time.Duration
 	maxBody        int64
+	grace          time.Duration // --drain-grace
 	http           edge.HTTPLimits
 	classes        string // --tenant-classes
 	members        string // --tenant-class
@@ -215,6 +230,7 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
 	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
 	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.DurationVar(&e.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long requests in flight may run on while new ones get 503 draining")
 	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: only --jobs-per-tenant of the jobs stream), weight its share of a worker; the class \"default\" (max_queued=0, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
 	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")

@@ -21,10 +21,11 @@ import (
 // natsFlags are how a node authenticates to NATS: its role's nkey seed and,
 // for a server off this machine, TLS.
 type natsFlags struct {
-	creds   string
-	tlsCA   string
-	tlsCert string
-	tlsKey  string
+	replicas int
+	creds    string
+	tlsCA    string
+	tlsCert  string
+	tlsKey   string
 }
 
 func (n *natsFlags) register(fs *flag.FlagSet) {
@@ -32,7 +33,11 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.tlsCA, "nats-tls-ca", "", "CA certificate (PEM) that signed the NATS server's certificate")
 	fs.StringVar(&n.tlsCert, "nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one")
 	fs.StringVar(&n.tlsKey, "nats-tls-key", "", "the client certificate's key (PEM)")
+	fs.IntVar(&n.replicas, "replicas", 1, "replicas of the streams and buckets if this node has to create them (`bulkhead nats` sets them up otherwise)")
 }
+
+// streams is the stream configuration a node creates missing streams with.
+func (n *natsFlags) streams() queue.StreamConfig { return queue.StreamConfig{Replicas: n.replicas} }
 
 // options are the connect options the flags ask for.
 func (n *natsFlags) options() ([]nats.Option, error) {
@@ -133,9 +138,7 @@ func operate(ctx context.Context, log *slog.Logger, url string, creds *queue.Cre
 		nc.Close()
 		return nil, err
 	}
-	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := queue.Setup(setupCtx, js, cfg); err != nil {
+	if err := setupStreams(ctx, log, js, cfg); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("setting up JetStream at %s: %w", url, err)
 	}
@@ -143,6 +146,39 @@ func operate(ctx context.Context, log *slog.Logger, url string, creds *queue.Cre
 	var wg sync.WaitGroup
 	wg.Go(func() { queue.WatchFill(wctx, log, js, fillInterval) })
 	return func() { stopWatch(); wg.Wait(); nc.Close() }, nil
+}
+
+// setupTimeout bounds how long a NATS node waits for its streams to be set
+// up: on a cluster, until enough of its peers are up to hold every replica.
+const setupTimeout = 2 * time.Minute
+
+// setupStreams runs queue.Setup until it succeeds and, with replicas, until
+// every stream has its leader and current followers. A JetStream request
+// waits as long as its context while the cluster has no leader yet, so each
+// try has its own few seconds.
+func setupStreams(ctx context.Context, log *slog.Logger, js jetstream.JetStream, cfg queue.StreamConfig) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	try := func(f func(ctx context.Context) error) error {
+		for {
+			tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+			err := f(tctx)
+			tcancel()
+			if err == nil || errors.Is(err, queue.ErrConfig) {
+				return err
+			}
+			log.Info("waiting for JetStream", "err", err)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	if err := try(func(ctx context.Context) error { return queue.Setup(ctx, js, cfg) }); err != nil {
+		return err
+	}
+	return try(func(ctx context.Context) error { return queue.Replicated(ctx, js, cfg.Replicas) })
 }
 
 // permissionLogger logs what the server refused a connection: a

@@ -252,8 +252,9 @@ func clampCatalog(log *slog.Logger, cat *catalog.Catalog, cm *catalog.Model, en 
 
 // connect opens a NATS connection (with opts: credentials, TLS) and
 // JetStream context and makes sure the streams exist (queue.Ensure: a role
-// that may not create them finds them set up by the operator).
-func connect(ctx context.Context, log *slog.Logger, url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+// that may not create them finds them set up by the operator; one that may
+// creates them with streams).
+func connect(ctx context.Context, log *slog.Logger, url, name string, streams queue.StreamConfig, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, append(opts, permissionLogger(log), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -271,7 +272,7 @@ func connect(ctx context.Context, log *slog.Logger, url, name string, opts ...na
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := queue.Ensure(setupCtx, js, queue.StreamConfig{}); err != nil {
+	if err := queue.Ensure(setupCtx, js, streams); err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("setting up JetStream at %s: %w", url, err)
 	}

@@ -47,10 +47,16 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	requestTimeout := fs.Duration("request-timeout", 2*time.Minute, "the edges' --request-timeout, for sizing the results bucket")
 	var lf loadFlags
 	lf.register(fs)
+	var cf clusterFlags
+	cf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log := newLogger(stderr)
+	cluster, err := cf.config()
+	if err != nil {
+		return err
+	}
 	tlsCfg, err := serverTLS(*tlsCert, *tlsKey, *tlsClientCA)
 	if err != nil {
 		return err
@@ -59,6 +65,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	streams.Replicas = cf.streamReplicas()
 	var natsAuth *queue.Auth
 	if *authDir != "" {
 		if natsAuth, err = queue.LoadOrCreateAuth(*authDir); err != nil {
@@ -77,7 +84,8 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if natsAuth != nil {
 		op = natsAuth.Credentials(queue.RoleOperator)
 	}
-	srv, stop, err := startNATS(ctx, log, queue.ServerConfig{Host: host, Port: port, StoreDir: *store, Auth: natsAuth, TLS: tlsCfg}, op, streams)
+	srv, stop, err := startNATS(ctx, log, queue.ServerConfig{Host: host, Port: port, StoreDir: *store, Auth: natsAuth, TLS: tlsCfg,
+		Name: cf.serverName, Cluster: cluster}, op, streams)
 	if err != nil {
 		return err
 	}
@@ -86,6 +94,9 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		log.Info("NATS requires role credentials: give each node its file with --nats-creds", "auth_dir", *authDir)
 	} else {
 		log.Warn("NATS without authentication: any process that reaches it can read every tenant's prompts and replies; pass --auth-dir")
+	}
+	if cluster != nil {
+		fmt.Fprintf(stdout, "NATS server %s of cluster %s: routes at %s, streams with %d replicas\n", cf.serverName, cf.name, srv.ClusterURL(), streams.Replicas)
 	}
 	fmt.Fprintf(stdout, "NATS with JetStream listening at %s (store %s)\n", srv.ClientURL(), *store)
 	<-ctx.Done()

@@ -96,7 +96,7 @@ func (n *natsFlags) connect(ctx context.Context, log *slog.Logger, url, name str
 	if err != nil {
 		return nil, nil, err
 	}
-	return connect(ctx, log, url, name, opts...)
+	return connect(ctx, log, url, name, n.streams(), opts...)
 }
 
 // dialRedis opens the Redis at url (a --redis flag).

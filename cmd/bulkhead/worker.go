@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,7 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	var f workerCmdFlags
 	fs := newFlags("worker", stderr)
 	fs.StringVar(&f.role, "role", "unified", "worker role: unified (whole requests), prefill (runs prompts, hands their KV to decode workers) or decode (verifies handed-over KV and generates)")
+	fs.DurationVar(&f.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long jobs in flight may run on; those not done are handed back (requeued) or, once streamed, end with an error")
 	f.nodeFlags.register(fs, true, false)
 	f.engine.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -39,6 +41,7 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 type workerCmdFlags struct {
 	nodeFlags
 	role   string
+	grace  time.Duration // --drain-grace
 	engine engineFlags
 }
 
@@ -86,7 +89,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	defer nc.Close()
 	h.add("nats", natsCheck(nc))
 	n := workerNode{log: log, nc: nc, js: js, engines: engines, role: role, concurrency: f.engine.concurrency,
-		obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}}
+		grace: f.grace, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}}
 	return n.run(ctx)
 }
 
@@ -107,6 +110,7 @@ type workerNode struct {
 	engines     map[string]*engine.Engine
 	role        worker.Role
 	concurrency int
+	grace       time.Duration // the drain's bound; 0: the worker's default
 	obs         workerObs
 }
 
@@ -118,7 +122,7 @@ func (n workerNode) run(ctx context.Context) error {
 	stopCap := background(n.keepCapacity(workerID()))
 	defer stopCap()
 	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Models: n.engines, Concurrency: n.concurrency,
-		TracerProvider: n.obs.tp, Metrics: n.obs.metrics})
+		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics})
 	if err != nil {
 		return err
 	}

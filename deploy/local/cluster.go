@@ -175,7 +175,9 @@ func (c *Cluster) plan() error {
 // workers and the edges, in start order.
 func (c *Cluster) planProcs(model string) error {
 	st := c.State
-	ports, err := freePorts(6 + c.cfg.Decoders + 2)
+	// NATS clients and routes, Redis, billing, the prefill worker, the
+	// decode workers and the edges.
+	ports, err := freePorts(6 + 3 + c.cfg.Decoders + len(c.cfg.EdgeAddrs))
 	if err != nil {
 		return err
 	}

@@ -120,8 +120,11 @@ func (p *Proc) alive() bool {
 	if err != nil {
 		return false
 	}
+	// Redis rewrites its argv into a title ("redis-server 127.0.0.1:6379"):
+	// the binary's path stays its first word.
 	argv0, _, _ := strings.Cut(string(cmdline), "\x00")
-	return argv0 == p.Args[0]
+	first, _, _ := strings.Cut(argv0, " ")
+	return first == p.Args[0]
 }
 
 // signal sends sig to p if it is still alive; false if it was not.
