@@ -9,7 +9,7 @@ MODEL ?=
 MODEL_NAME ?= @cf/tinyllamas/stories260k
 ARGS ?=
 
-.PHONY: build run test vet bench fuzz clean deps dashboard screenshots
+.PHONY: build run test test-cluster cluster cluster-down vet bench fuzz clean deps dashboard screenshots
 
 # deps installs what the tests need beyond Go: a real redis-server and chromium
 # (the dashboard's browser test), Debian packages.
@@ -35,6 +35,22 @@ vet:
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -tags purego ./workers/kernels
+
+# cluster starts the local cluster of real processes (deploy/local: three
+# NATS servers in one JetStream cluster, Redis, two edges, a prefill and two
+# decode workers, billing) and prints its endpoints; cluster-down stops it.
+CLUSTER_DIR ?= $(CURDIR)/tmp/cluster
+cluster: build
+	$(GO) run ./deploy/local up --bin $(CURDIR)/$(BIN) --dir $(CLUSTER_DIR) $(ARGS)
+
+cluster-down:
+	$(GO) run ./deploy/local down --dir $(CLUSTER_DIR)
+
+# test-cluster runs the fault tests against one local cluster (build tag
+# cluster): kill -9 a NATS server, kill -9 a decode worker mid-stream,
+# SIGTERM a worker, stop Redis, restart an edge. A few minutes at most.
+test-cluster: deps
+	$(GO) test -tags cluster -count=1 -timeout 8m -v -run . ./deploy/local
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./workers/... ./models/...

@@ -89,8 +89,9 @@ type Cluster struct {
 // exit is one spawn of a process: done closes when it has exited, with err
 // its wait error (nil: status 0).
 type exit struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	err     error
+	logFrom int64 // the log's size when it started: what it printed follows
 }
 
 // natsCluster is the JetStream cluster's name.
@@ -208,7 +209,9 @@ func (c *Cluster) planProcs(model string) error {
 	workers := append([]string{rolePrefill}, repeat(roleDecode, c.cfg.Decoders)...)
 	for i, role := range workers {
 		c.add(role, i-min(i, 1), next(), "worker", "--nats", st.NATS, "--nats-creds", creds(queue.RoleWorker),
-			"--role", role, "--model", model, "--threads", "1", grace)
+			"--role", role, "--model", model, "--threads", "1", grace,
+			// Room for a few full-context requests at once.
+			"--kv-pool-tokens", "8192")
 	}
 	for i, a := range c.cfg.EdgeAddrs {
 		if strings.HasSuffix(a, ":0") {
@@ -290,6 +293,10 @@ func (c *Cluster) Spawn(p *Proc) error {
 		return err
 	}
 	defer f.Close()
+	var from int64
+	if fi, err := f.Stat(); err == nil {
+		from = fi.Size()
+	}
 	cmd := exec.Command(p.Args[0], p.Args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), "BULKHEAD_LOG_FORMAT=text")
@@ -298,12 +305,22 @@ func (c *Cluster) Spawn(p *Proc) error {
 		return fmt.Errorf("local: starting %s: %w", p.Name, err)
 	}
 	p.PID = cmd.Process.Pid
-	e := &exit{done: make(chan struct{})}
+	e := &exit{done: make(chan struct{}), logFrom: from}
 	c.mu.Lock()
 	c.exits[p.Name] = e
 	c.mu.Unlock()
 	go func() { e.err = cmd.Wait(); close(e.done) }()
 	return c.State.write()
+}
+
+// logFrom is where the log of name's latest spawn starts.
+func (c *Cluster) logFrom(name string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.exits[name]; e != nil {
+		return e.logFrom
+	}
+	return 0
 }
 
 // Exited returns the channel closed when p's latest spawn exits, and a

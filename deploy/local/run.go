@@ -51,7 +51,8 @@ func (c *Cluster) WaitReady(ctx context.Context, p *Proc) error {
 	var check func(context.Context) error
 	switch p.Role {
 	case roleNATS:
-		check = func(context.Context) error { return logHas(p.Log, natsReadyLine) }
+		from := c.logFrom(p.Name)
+		check = func(context.Context) error { return logHas(p.Log, from, natsReadyLine) }
 	case roleRedis:
 		check = func(ctx context.Context) error { return redisPing(ctx, p.Addr) }
 	default:
@@ -144,12 +145,13 @@ func redisPing(ctx context.Context, addr string) error {
 	return nil
 }
 
-func logHas(path, line string) error {
+// logHas checks that the log at path says line past offset from.
+func logHas(path string, from int64, line string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(string(b), line) {
+	if int64(len(b)) < from || !strings.Contains(string(b[from:]), line) {
 		return fmt.Errorf("%s does not say %q yet", path, line)
 	}
 	return nil

@@ -13,7 +13,8 @@ import (
 )
 
 // usagePublishTimeout bounds how long a job's end waits to store its usage
-// event (retries included).
+// event (retries included): longer than a JetStream cluster takes to elect a
+// new stream leader after losing a server.
 const usagePublishTimeout = 10 * time.Second
 
 // publishUsage publishes the one usage event of the delivery's job, which is
@@ -34,12 +35,15 @@ func (d *delivery) publishUsage(ctx context.Context, outcome string, final *queu
 		if err = queue.PublishUsage(ctx, d.w.js, ev); err == nil {
 			return
 		}
-		if ctx.Err() != nil || attempt == 4 {
+		// Retry until the timeout: a stream whose leader was lost answers
+		// nothing until a new one is elected (seconds), and the message id
+		// makes a retry of a publish that did land a no-op.
+		if ctx.Err() != nil {
 			break
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+		case <-time.After(min(time.Duration(50<<min(attempt, 5))*time.Millisecond, time.Second)):
 		}
 	}
 	d.log.Error("publishing usage event: this request goes unbilled", "err", err, "outcome", outcome,

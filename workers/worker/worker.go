@@ -211,11 +211,21 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan 
 		case <-ctx.Done():
 			return
 		}
-		fctx, cancel := context.WithTimeout(ctx, w.cfg.FetchWait)
+		// The pull is not cut short when ctx ends: a job the server hands
+		// to a pull request the client has dropped is lost to everyone
+		// until its AckWait. The pull runs out within FetchWait instead,
+		// and a job it brings after ctx ended is handed back at once.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FetchWait)
 		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
 		got := false
 		if err == nil {
 			for msg := range batch.Messages() {
+				if ctx.Err() != nil {
+					if err := msg.Nak(); err != nil {
+						w.log.Warn("handing a job back at shutdown", "err", err)
+					}
+					continue
+				}
 				got = true
 				start(msg)
 			}
