@@ -48,6 +48,38 @@ const (
 // acknowledge a job before answering ErrUnavailable.
 const DefaultPublishTimeout = 1500 * time.Millisecond
 
+// LeaderWait bounds how long a job's publish is retried while the jobs
+// stream has no leader (a JetStream cluster electing one after losing a
+// server, a few seconds): the job waits rather than being refused.
+const LeaderWait = 8 * time.Second
+
+// leaderless reports a publish that no stream answered: nothing was stored,
+// so it may be sent again.
+func leaderless(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// publishMsg publishes msg, each try bounded by DefaultPublishTimeout, and
+// tries again while no stream answers, for up to LeaderWait. retried says
+// whether a later try took it (then an ack marked duplicate is the same
+// job's earlier try, stored after all).
+func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, bool, error) {
+	deadline := time.Now().Add(LeaderWait)
+	for try := 0; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, DefaultPublishTimeout)
+		ack, err := c.js.PublishMsg(pctx, msg)
+		cancel()
+		if err == nil || !leaderless(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return ack, try > 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, try > 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // jsStoreFailed is JetStream's error code for a message the stream refused to
 // store; with DiscardNew its description names the limit that was reached.
 const jsStoreFailed = 10077
@@ -166,10 +198,8 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, job.ID)
 	InjectTrace(ctx, msg.Header)
-	pctx, cancel := context.WithTimeout(ctx, DefaultPublishTimeout)
-	defer cancel()
-	ack, err := c.js.PublishMsg(pctx, msg)
-	if err != nil && ctx.Err() == nil && (pctx.Err() != nil || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) {
+	ack, retried, err := c.publishMsg(ctx, msg)
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || leaderless(err)) {
 		return fmt.Errorf("%w: publishing job %s: %v", ErrUnavailable, job.ID, err)
 	}
 	if err != nil {
@@ -182,7 +212,7 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 		}
 		return fmt.Errorf("queue: publishing job %s: %w", job.ID, err)
 	}
-	if ack.Duplicate {
+	if ack.Duplicate && !retried {
 		return fmt.Errorf("%w: %s", ErrDuplicate, job.ID)
 	}
 	return nil
