@@ -87,7 +87,7 @@ type Row struct {
 }
 
 // The error table. Codes 3003-3042 and 5004-5018 are Workers AI's own (see
-// its "Errors" reference); 3037, 3038 and 3043-3050 are Bulkhead's
+// its "Errors" reference); 3037, 3038 and 3043-3051 are Bulkhead's
 // for refusals Workers AI does not document a code for; 10000 and 9109 are the
 // Cloudflare API's authentication and authorization codes.
 var (

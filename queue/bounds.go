@@ -70,7 +70,7 @@ func storeError(err error, id string, rev uint64) error {
 // is a delete, purge or expiry marker counts as absent.
 func (r *Results) write(ctx context.Context, key, id string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	subj := "$KV." + ResultsBucket + "." + key
-	publish := func(expect uint64) (uint64, error) {
+	once := func(ctx context.Context, expect uint64) (uint64, error) {
 		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
 		if ttl > 0 {
 			opts = append(opts, jetstream.WithMsgTTL(max(ttl, time.Second)))
@@ -84,6 +84,7 @@ func (r *Results) write(ctx context.Context, key, id string, b []byte, rev uint6
 		}
 		return ack.Sequence, nil
 	}
+	publish := func(expect uint64) (uint64, error) { return r.retry(ctx, subj, b, expect, once) }
 	n, err := publish(rev)
 	if rev != 0 || !errors.Is(err, ErrConflict) || r.stream == nil {
 		return n, err
@@ -93,6 +94,41 @@ func (r *Results) write(ctx context.Context, key, id string, b []byte, rev uint6
 		return 0, err
 	}
 	return publish(last.Sequence)
+}
+
+// recordTryTimeout bounds one try of a record write.
+const recordTryTimeout = 2 * time.Second
+
+// retry runs once until it succeeds, or fails for another reason than a
+// bucket without a leader (no responders, or a try that timed out: a
+// cluster electing a new leader), for up to LeaderWait. A try that timed
+// out may have been stored all the same: when the next try then finds the
+// subject moved on (ErrConflict), and its last record is this one, the
+// write did land.
+func (r *Results) retry(ctx context.Context, subj string, b []byte, expect uint64,
+	once func(ctx context.Context, expect uint64) (uint64, error)) (uint64, error) {
+	deadline := time.Now().Add(LeaderWait)
+	unsure := false // an earlier try may have been stored
+	for {
+		tctx, cancel := context.WithTimeout(ctx, recordTryTimeout)
+		n, err := once(tctx, expect)
+		timedOut := tctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if unsure && errors.Is(err, ErrConflict) && r.stream != nil {
+			if last, gerr := r.stream.GetLastMsgForSubject(ctx, subj); gerr == nil && string(last.Data) == string(b) {
+				return last.Sequence, nil
+			}
+		}
+		if err == nil || !(timedOut || leaderless(err)) || ctx.Err() != nil || time.Now().After(deadline) {
+			return n, err
+		}
+		unsure = unsure || timedOut
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func isMarker(h nats.Header) bool {

@@ -56,8 +56,8 @@ func runShared(m *testing.M) (int, error) {
 		return code, fmt.Errorf("down did not stop every process cleanly: %w", err)
 	}
 	fmt.Fprintln(os.Stderr, "local cluster down: every process exited 0 after SIGTERM")
-	if code == 0 {
-		os.RemoveAll(dir)
+	if code == 0 && os.Getenv("BULKHEAD_KEEP_CLUSTER") == "" {
+		os.RemoveAll(dir) // a failed run keeps its logs
 	}
 	return code, nil
 }
