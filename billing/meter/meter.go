@@ -35,8 +35,8 @@ type Config struct {
 	// Grace bounds how long Run goes on with the batch in hand once its
 	// context ends; the events it has not counted by then are given back
 	// (NAK) for the next billing process. Default 10s.
-	Grace time.Duration
-	Consumer   queue.UsageConsumerConfig
+	Grace    time.Duration
+	Consumer queue.UsageConsumerConfig
 	// TracerProvider makes a billing.consume span per event, in the trace
 	// of the request it bills; nil (or a no-op provider) makes none.
 	TracerProvider trace.TracerProvider
