@@ -166,6 +166,12 @@ func TestUsageErrors(t *testing.T) {
 		{"synth neither shape nor arch", []string{"models", "synth", "--out", "/tmp/x.gguf"}, 2, "--shape, --arch"},
 		{"synth without out", []string{"models", "synth", "--arch", "phi3"}, 2, "--out"},
 		{"bench without engine", []string{"bench"}, 2, "bench engine"},
+		{"cluster without server name", []string{"nats", "--cluster-name", "c", "--routes", "nats-route://127.0.0.1:6222"}, 2, "--server-name"},
+		{"routes without cluster", []string{"nats", "--routes", "nats-route://127.0.0.1:6222"}, 2, "--cluster-name"},
+		{"cluster TLS half given", []string{"nats", "--cluster-name", "c", "--server-name", "a", "--routes", "nats-route://127.0.0.1:6222",
+			"--cluster-tls-cert", "x.pem"}, 2, "--cluster-tls-ca"},
+		{"routes off loopback in the clear", []string{"nats", "--cluster-name", "c", "--server-name", "a", "--listen", "127.0.0.1:0",
+			"--cluster-listen", "127.0.0.1:0", "--routes", "nats-route://10.9.8.7:6222", "--store-dir", "/tmp/bulkhead-usage-test-js"}, 1, "without mutual TLS"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
