@@ -1,0 +1,369 @@
+package chart
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chartDir  = "bulkhead"
+	release   = "ai"
+	namespace = "inference"
+)
+
+// rendered is one `helm template` of the chart, every manifest decoded.
+type rendered struct {
+	deployments     map[string]*appsv1.Deployment
+	services        map[string]*corev1.Service
+	configMaps      map[string]*corev1.ConfigMap
+	pdbs            map[string]*policyv1.PodDisruptionBudget
+	scaledObjects   map[string]*kedav1alpha1.ScaledObject
+	serviceMonitors map[string]*monitoringv1.ServiceMonitor
+}
+
+// template renders the chart as `helm template` does (helm's install action,
+// client only: no cluster), with vals merged over values.yaml.
+func template(vals map[string]any) (string, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return "", err
+	}
+	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	install.DryRun = true
+	install.ClientOnly = true
+	install.Replace = true
+	install.ReleaseName = release
+	install.Namespace = namespace
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	install.APIVersions = chartutil.VersionSet{"keda.sh/v1alpha1", "monitoring.coreos.com/v1"}
+	rel, err := install.Run(chrt, vals)
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// render templates the chart and decodes every manifest strictly: an
+// unknown field, a duplicate key, a value of the wrong type or a kind the
+// chart is not expected to make fails the test.
+func render(t *testing.T, vals map[string]any) *rendered {
+	t.Helper()
+	manifest, err := template(vals)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	r := &rendered{
+		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
+		configMaps: map[string]*corev1.ConfigMap{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		scaledObjects: map[string]*kedav1alpha1.ScaledObject{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
+	}
+	docs := releaseutil.SplitManifests(manifest)
+	if len(docs) == 0 {
+		t.Fatal("the chart rendered no manifest")
+	}
+	keys := make([]string, 0, len(docs))
+	for k := range docs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := r.decode([]byte(docs[k])); err != nil {
+			t.Fatalf("%v\n--- manifest:\n%s", err, docs[k])
+		}
+	}
+	return r
+}
+
+func (r *rendered) decode(doc []byte) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return fmt.Errorf("not YAML: %w", err)
+	}
+	var (
+		obj  metav1.Object
+		into any
+	)
+	switch gvk := tm.APIVersion + " " + tm.Kind; gvk {
+	case "apps/v1 Deployment":
+		o := &appsv1.Deployment{}
+		obj, into = o, o
+		defer func() { r.deployments[o.Name] = o }()
+	case "v1 Service":
+		o := &corev1.Service{}
+		obj, into = o, o
+		defer func() { r.services[o.Name] = o }()
+	case "v1 ConfigMap":
+		o := &corev1.ConfigMap{}
+		obj, into = o, o
+		defer func() { r.configMaps[o.Name] = o }()
+	case "policy/v1 PodDisruptionBudget":
+		o := &policyv1.PodDisruptionBudget{}
+		obj, into = o, o
+		defer func() { r.pdbs[o.Name] = o }()
+	case "keda.sh/v1alpha1 ScaledObject":
+		o := &kedav1alpha1.ScaledObject{}
+		obj, into = o, o
+		defer func() { r.scaledObjects[o.Name] = o }()
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		o := &monitoringv1.ServiceMonitor{}
+		obj, into = o, o
+		defer func() { r.serviceMonitors[o.Name] = o }()
+	default:
+		return fmt.Errorf("unexpected kind %q", gvk)
+	}
+	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		return fmt.Errorf("%s %s does not decode strictly: %w", tm.Kind, tm.APIVersion, err)
+	}
+	if obj.GetName() == "" {
+		return fmt.Errorf("%s without a name", tm.Kind)
+	}
+	if ns := obj.GetNamespace(); ns != "" && ns != namespace {
+		return fmt.Errorf("%s %s in namespace %q", tm.Kind, obj.GetName(), ns)
+	}
+	return nil
+}
+
+// name is an object's name in this release.
+func name(component string) string { return release + "-bulkhead-" + component }
+
+// values builds a values map from YAML (the overrides a test sets).
+func values(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	v := map[string]any{}
+	if err := yaml.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatalf("test values: %v", err)
+	}
+	return v
+}
+
+// args returns a container's --flag=value arguments as a map (a bare
+// --flag maps to ""), after its subcommand.
+func args(t *testing.T, c corev1.Container) (cmd string, flags map[string]string) {
+	t.Helper()
+	if len(c.Args) == 0 {
+		t.Fatalf("container %s has no args", c.Name)
+	}
+	flags = map[string]string{}
+	for _, a := range c.Args[1:] {
+		if !strings.HasPrefix(a, "--") {
+			t.Fatalf("container %s: argument %q is not a --flag", c.Name, a)
+		}
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if _, dup := flags[k]; dup {
+			t.Fatalf("container %s: --%s given twice", c.Name, k)
+		}
+		flags[k] = v
+	}
+	return c.Args[0], flags
+}
+
+// externalValues points the chart at a NATS cluster and a Redis it does not
+// install, with role credentials and TLS from Secrets.
+const externalValues = `
+nats: {enabled: false}
+redis: {enabled: false}
+bus:
+  url: tls://nats.bus.svc:4222
+  monitoringEndpoint: nats-headless.bus.svc.cluster.local:8222
+  monitoringHttps: true
+  credentials: {existingSecret: bulkhead-nats-seeds}
+  tls: {existingSecret: bulkhead-nats-tls, clientCertificate: true}
+externalRedis: {existingSecret: bulkhead-redis, urlKey: url}
+serviceMonitor: {enabled: true, labels: {release: prometheus}}
+pools:
+  unified: {enabled: true, autoscaling: {enabled: true}}
+  prefill: {enabled: false}
+`
+
+func TestRenderDefaults(t *testing.T) {
+	r := render(t, nil)
+	want := []string{"edge", "prefill", "decode", "billing"}
+	for _, c := range want {
+		if r.deployments[name(c)] == nil || r.services[name(c)] == nil || r.pdbs[name(c)] == nil {
+			t.Errorf("%s: want a Deployment, a Service and a PodDisruptionBudget", c)
+		}
+	}
+	if len(r.deployments) != len(want) {
+		t.Errorf("deployments %v, want %v", keysOf(r.deployments), want)
+	}
+	for _, c := range []string{"prefill", "decode"} {
+		if r.scaledObjects[name(c)] == nil {
+			t.Errorf("%s: no ScaledObject", c)
+		}
+	}
+	if r.configMaps[name("catalog")] == nil {
+		t.Error("no catalog ConfigMap")
+	}
+	if len(r.serviceMonitors) != 0 {
+		t.Error("a ServiceMonitor by default")
+	}
+	edge := r.deployments[name("edge")].Spec.Template.Spec
+	_, flags := args(t, edge.Containers[0])
+	if got, want := flags["nats"], "nats://ai-nats."+namespace+".svc:4222"; got != want {
+		t.Errorf("edge --nats %q, want the NATS chart's service %q", got, want)
+	}
+	env := envOf(edge.Containers[0])
+	if got, want := env["BULKHEAD_REDIS"].Value, "redis://:$(REDIS_PASSWORD)@ai-redis-master."+namespace+".svc:6379/0"; got != want {
+		t.Errorf("edge BULKHEAD_REDIS %q, want %q", got, want)
+	}
+	if ref := env["REDIS_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "ai-redis" {
+		t.Errorf("edge REDIS_PASSWORD %+v, want the Redis chart's Secret ai-redis", env["REDIS_PASSWORD"])
+	}
+	so := r.scaledObjects[name("decode")]
+	if got := so.Spec.Triggers[0].Metadata["natsServerMonitoringEndpoint"]; got != "ai-nats-headless."+namespace+".svc.cluster.local:8222" {
+		t.Errorf("decode trigger endpoint %q", got)
+	}
+}
+
+func TestRenderExternal(t *testing.T) {
+	r := render(t, values(t, externalValues))
+	for _, c := range []string{"edge", "unified", "decode", "billing"} {
+		d := r.deployments[name(c)]
+		if d == nil {
+			t.Fatalf("no %s Deployment (have %v)", c, keysOf(r.deployments))
+		}
+		spec := d.Spec.Template.Spec
+		role := c
+		if c == "unified" || c == "decode" {
+			role = "worker"
+		}
+		_, flags := args(t, spec.Containers[0])
+		if flags["nats"] != "tls://nats.bus.svc:4222" {
+			t.Errorf("%s --nats %q", c, flags["nats"])
+		}
+		if got, want := flags["nats-creds"], "/run/bulkhead/nats/"+role+".nk"; got != want {
+			t.Errorf("%s --nats-creds %q, want %q", c, got, want)
+		}
+		if flags["nats-tls-ca"] == "" || flags["nats-tls-cert"] == "" || flags["nats-tls-key"] == "" {
+			t.Errorf("%s: TLS flags missing: %v", c, flags)
+		}
+		checkSeedCopy(t, c, role, spec)
+		if c == "edge" || c == "billing" {
+			ref := envOf(spec.Containers[0])["BULKHEAD_REDIS"].ValueFrom
+			if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "bulkhead-redis" || ref.SecretKeyRef.Key != "url" {
+				t.Errorf("%s BULKHEAD_REDIS from %+v, want Secret bulkhead-redis key url", c, ref)
+			}
+		}
+	}
+	if r.deployments[name("prefill")] != nil {
+		t.Error("a prefill Deployment with pools.prefill.enabled=false")
+	}
+	sm := r.serviceMonitors[release+"-bulkhead"]
+	if sm == nil {
+		t.Fatalf("no ServiceMonitor (have %v)", keysOf(r.serviceMonitors))
+	}
+	if sm.Labels["release"] != "prometheus" || len(sm.Spec.Endpoints) != 2 {
+		t.Errorf("ServiceMonitor labels %v, endpoints %d", sm.Labels, len(sm.Spec.Endpoints))
+	}
+	// Every Service with a metrics or http port is selected by the monitor.
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, s := range r.services {
+		if !sel.Matches(labels.Set(s.Labels)) {
+			t.Errorf("ServiceMonitor does not select Service %s", n)
+		}
+	}
+	for _, so := range r.scaledObjects {
+		for _, tr := range so.Spec.Triggers {
+			if tr.Metadata["useHttps"] != "true" || tr.Metadata["natsServerMonitoringEndpoint"] != "nats-headless.bus.svc.cluster.local:8222" {
+				t.Errorf("%s trigger metadata %v", so.Name, tr.Metadata)
+			}
+		}
+	}
+}
+
+// checkSeedCopy checks that the role's seed reaches the container as a
+// 0600 file in memory: the Secret volume holds only the role's key, the
+// init container copies it, the container mounts only the copy.
+func checkSeedCopy(t *testing.T, c, role string, spec corev1.PodSpec) {
+	t.Helper()
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	seeds := vols["nats-seeds"].Secret
+	if seeds == nil || seeds.SecretName != "bulkhead-nats-seeds" || len(seeds.Items) != 1 || seeds.Items[0].Key != role+".nk" {
+		t.Errorf("%s: nats-seeds volume %+v, want only %s.nk of the Secret", c, vols["nats-seeds"], role)
+	}
+	if e := vols["nats-creds"].EmptyDir; e == nil || e.Medium != corev1.StorageMediumMemory {
+		t.Errorf("%s: nats-creds is not an in-memory emptyDir", c)
+	}
+	if len(spec.InitContainers) != 1 || !strings.Contains(strings.Join(spec.InitContainers[0].Command, " "), "chmod 0600 /run/bulkhead/nats/"+role+".nk") {
+		t.Errorf("%s: init containers %+v", c, spec.InitContainers)
+	}
+	if spec.SecurityContext.FSGroup != nil {
+		t.Errorf("%s: fsGroup set: kubelet would make the seed group-readable, which the node refuses", c)
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.Name == "nats-seeds" {
+			t.Errorf("%s: the container mounts the seeds Secret itself", c)
+		}
+	}
+}
+
+func envOf(c corev1.Container) map[string]corev1.EnvVar {
+	m := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func keysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestRenderRefuses: value sets that could not serve stop the render with
+// an error naming the value.
+func TestRenderRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name, values, want string
+	}{
+		{"pool smaller than the context", `models: [{name: m, file: m.gguf, contextWindow: 4096, kvPoolTokens: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}]`, "invariant 5"},
+		{"no sizing", `models: [{name: m, file: m.gguf, contextWindow: 4096}]`, "models[0].fileBytes"},
+		{"no models", `models: []`, "at least one model"},
+		{"pool scaled to zero", `pools: {decode: {autoscaling: {minReplicas: 0}}}`, "pools.decode.autoscaling.minReplicas"},
+		{"no bus", `nats: {enabled: false}`, "bus.url"},
+		{"two buses", `bus: {url: "nats://x:4222"}`, "bus.url"},
+		{"external bus without monitoring", `{nats: {enabled: false}, bus: {url: "nats://x:4222"}}`, "bus.monitoringEndpoint"},
+		{"no redis", `redis: {enabled: false}`, "externalRedis"},
+		{"two redises", `externalRedis: {url: "redis://x:6379/0"}`, "externalRedis"},
+		{"no jwks", `edge: {jwks: {existingSecret: ""}}`, "edge.jwks.existingSecret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := template(values(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+	// The pool may be smaller with --clamp-context: the worker advertises
+	// what it holds.
+	r := render(t, values(t, `{workers: {clampContext: true}, models: [{name: m, file: m.gguf, contextWindow: 4096, kvPoolTokens: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}]}`))
+	_, flags := args(t, r.deployments[name("decode")].Spec.Template.Spec.Containers[0])
+	if _, ok := flags["clamp-context"]; !ok {
+		t.Errorf("decode flags %v: no --clamp-context", flags)
+	}
+}
