@@ -9,7 +9,7 @@ MODEL ?=
 MODEL_NAME ?= @cf/tinyllamas/stories260k
 ARGS ?=
 
-.PHONY: build run test test-cluster cluster cluster-down vet bench fuzz clean deps dashboard screenshots
+.PHONY: build run test test-cluster test-deploy cluster cluster-down vet bench fuzz clean deps dashboard screenshots
 
 # deps installs what the tests need beyond Go: a real redis-server and chromium
 # (the dashboard's browser test), Debian packages.
@@ -51,6 +51,13 @@ cluster-down:
 # SIGTERM a worker, stop Redis, restart an edge. A few minutes at most.
 test-cluster: deps
 	$(GO) test -tags cluster -count=1 -timeout 8m -v -run . ./deploy/local
+
+# test-deploy tests deploy/helm, its own Go module (so the product's module
+# never depends on Kubernetes): the chart rendered through helm's SDK and
+# decoded strictly into the Kubernetes, KEDA and Prometheus Operator types,
+# and the Dockerfile (stages, base, user; the static binary it builds).
+test-deploy:
+	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./workers/... ./models/...

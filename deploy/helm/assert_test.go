@@ -88,8 +88,7 @@ func containerPort(t *testing.T, c corev1.Container, p intstr.IntOrString) int32
 
 // TestGracePeriod: a pod is given at least its preStop pause plus the drain
 // grace its node is told (--drain-grace) before Kubernetes kills it, so the
-// drain is never cut short; for billing, which has no drain flag, the chart's
-// drain grace.
+// drain is never cut short.
 func TestGracePeriod(t *testing.T) {
 	for _, grace := range []int{60, 300} {
 		r := render(t, values(t, fmt.Sprintf(`{drainGraceSeconds: %d, terminationMarginSeconds: 10}`, grace)))
@@ -101,7 +100,7 @@ func TestGracePeriod(t *testing.T) {
 				if drain, err = time.ParseDuration(flags["drain-grace"]); err != nil {
 					t.Fatalf("%s --drain-grace: %v", n, err)
 				}
-			} else if !strings.HasSuffix(n, "-billing") {
+			} else {
 				t.Errorf("%s: no --drain-grace", n)
 			}
 			if drain != time.Duration(grace)*time.Second {

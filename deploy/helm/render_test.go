@@ -181,6 +181,7 @@ bus:
   url: tls://nats.bus.svc:4222
   monitoringEndpoint: nats-headless.bus.svc.cluster.local:8222
   monitoringHttps: true
+  streamReplicas: 5
   credentials: {existingSecret: bulkhead-nats-seeds}
   tls: {existingSecret: bulkhead-nats-tls, clientCertificate: true}
 externalRedis: {existingSecret: bulkhead-redis, urlKey: url}
@@ -217,6 +218,11 @@ func TestRenderDefaults(t *testing.T) {
 	if got, want := flags["nats"], "nats://ai-nats."+namespace+".svc:4222"; got != want {
 		t.Errorf("edge --nats %q, want the NATS chart's service %q", got, want)
 	}
+	for n, d := range r.deployments {
+		if _, f := args(t, d.Spec.Template.Spec.Containers[0]); f["replicas"] != "3" {
+			t.Errorf("%s --replicas %q, want the NATS chart's cluster size 3", n, f["replicas"])
+		}
+	}
 	env := envOf(edge.Containers[0])
 	if got, want := env["BULKHEAD_REDIS"].Value, "redis://:$(REDIS_PASSWORD)@ai-redis-master."+namespace+".svc:6379/0"; got != want {
 		t.Errorf("edge BULKHEAD_REDIS %q, want %q", got, want)
@@ -243,6 +249,9 @@ func TestRenderExternal(t *testing.T) {
 			role = "worker"
 		}
 		_, flags := args(t, spec.Containers[0])
+		if flags["replicas"] != "5" {
+			t.Errorf("%s --replicas %q, want bus.streamReplicas 5", c, flags["replicas"])
+		}
 		if flags["nats"] != "tls://nats.bus.svc:4222" {
 			t.Errorf("%s --nats %q", c, flags["nats"])
 		}

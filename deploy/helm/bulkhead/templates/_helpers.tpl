@@ -128,9 +128,23 @@ pool, plus the overhead. It also checks each model's sizing values.
 {{- add (int64 (.preStop | default 0)) (int64 .root.Values.drainGraceSeconds) (int64 .root.Values.terminationMarginSeconds) -}}
 {{- end -}}
 
+{{/*
+Replicas of the streams and buckets a node creates when they are missing
+(the first node to start sets them up): bus.streamReplicas, else the NATS
+chart's cluster size, else 1.
+*/}}
+{{- define "bulkhead.streamReplicas" -}}
+{{- $n := int64 (.Values.bus.streamReplicas | default 0) -}}
+{{- if and (eq $n 0) .Values.nats.enabled .Values.nats.config.cluster.enabled -}}
+{{- $n = int64 .Values.nats.config.cluster.replicas -}}
+{{- end -}}
+{{- max $n 1 -}}
+{{- end -}}
+
 {{/* Connection flags every node shares: the bus, its credentials and TLS. */}}
 {{- define "bulkhead.natsArgs" -}}
 - --nats={{ include "bulkhead.natsURL" .root }}
+- --replicas={{ include "bulkhead.streamReplicas" .root }}
 {{- if .root.Values.bus.credentials.existingSecret }}
 - --nats-creds=/run/bulkhead/nats/{{ .role }}.nk
 {{- end }}
