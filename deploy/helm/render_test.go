@@ -17,6 +17,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -134,6 +135,24 @@ func (r *rendered) decode(doc []byte) error {
 	}
 	if ns := obj.GetNamespace(); ns != "" && ns != namespace {
 		return fmt.Errorf("%s %s in namespace %q", tm.Kind, obj.GetName(), ns)
+	}
+	return validNames(tm.Kind, obj)
+}
+
+// validNames checks what the API server checks of names and labels: a
+// Service's name is a DNS-1035 label, every other name a DNS-1123
+// subdomain, label keys qualified names and values valid label values.
+func validNames(kind string, obj metav1.Object) error {
+	msgs := validation.IsDNS1123Subdomain(obj.GetName())
+	if kind == "Service" {
+		msgs = validation.IsDNS1035Label(obj.GetName())
+	}
+	for k, v := range obj.GetLabels() {
+		msgs = append(msgs, validation.IsQualifiedName(k)...)
+		msgs = append(msgs, validation.IsValidLabelValue(v)...)
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("%s %s: %s", kind, obj.GetName(), strings.Join(msgs, "; "))
 	}
 	return nil
 }
