@@ -241,7 +241,7 @@ const oddModels = `
 models:
   - {name: "@cf/meta/llama-3.2-1b-instruct", file: a.gguf, contextWindow: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}
   - {name: "@hf/Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0", file: b.gguf, contextWindow: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1,
-     description: "with prices", prices: {prompt: 10, completion: 20.5}}
+     description: "with prices", prices: {prompt: 10, completion: 20.5}, properties: {default_max_tokens: "128", license: apache-2.0}}
   - {name: "__Ünïcode.Model__", file: c.gguf, contextWindow: 1024, kvPoolTokens: 4096, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}
 `
 
@@ -276,6 +276,9 @@ func TestCatalog(t *testing.T) {
 	}
 	if m, _ := cat.Lookup(want[1].name); m.Prices.NeuronsPerMPromptTokens != 10 || m.Prices.NeuronsPerMCompletionTokens != 20.5 {
 		t.Errorf("prices %+v", m.Prices)
+	}
+	if m, _ := cat.Lookup(want[1].name); m.Properties["default_max_tokens"] != "128" || m.Properties["license"] != "apache-2.0" {
+		t.Errorf("properties %v", m.Properties)
 	}
 	// Every edge and worker loads this file from the mounted ConfigMap.
 	for n, d := range r.deployments {

@@ -111,6 +111,7 @@ pool, plus the overhead. It also checks each model's sizing values.
 {{- end -}}
 {{- $e := dict "name" $m.name "path" (printf "%s/%s" (trimSuffix "/" $.Values.modelStore.mountPath) $m.file) "context_window" (int64 $m.contextWindow) "kv_pool_tokens" $tokens -}}
 {{- with $m.description -}}{{- $_ := set $e "description" . -}}{{- end -}}
+{{- with $m.properties -}}{{- $_ := set $e "properties" . -}}{{- end -}}
 {{- with $m.prices -}}
 {{- $p := dict -}}
 {{- if hasKey . "prompt" -}}{{- $_ := set $p "neurons_per_m_prompt_tokens" .prompt -}}{{- end -}}
