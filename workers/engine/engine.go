@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,9 @@ var (
 	ErrExceedsPool    = errors.New("engine: request can never fit the KV pool")
 	ErrQueueFull      = errors.New("engine: queue full")
 	ErrClosed         = errors.New("engine: closed")
+	// ErrBroken ends every request of an engine whose loop found a broken
+	// invariant, and refuses every later one: the engine serves nothing more.
+	ErrBroken = errors.New("engine: stopped after a broken invariant")
 )
 
 // LengthError says by how much a request exceeds a limit. It wraps
@@ -210,12 +215,19 @@ type Engine struct {
 	kv    *kvcache.Pool
 	fw    *forward
 
-	mu       sync.Mutex // guards waiting, requeued and closed; taken before fair.mu
+	// mu guards waiting, requeued and closed. Lock order: mu, then fair.mu,
+	// then the KV pool's own lock (admit reserves and frees KV with mu
+	// held); nothing takes mu while holding either.
+	mu       sync.Mutex
 	waiting  []*sequence
 	requeued int // of waiting, sequences preempted (not counted against QueueSize)
 	closed   bool
 	fair     *fairness
 	wake     chan struct{} // capacity 1: a request arrived or the engine closed
+
+	// broken is set once, when Run recovered a panic (a broken invariant):
+	// the engine then refuses every request with it (see Broken).
+	broken atomic.Pointer[error]
 
 	done chan struct{} // closed when Run returns
 
@@ -304,11 +316,18 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 func (e *Engine) enqueue(s *sequence, ready func() bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return ErrClosed
+	var refused error
+	switch {
+	case e.Broken() != nil:
+		refused = e.Broken()
+	case e.closed:
+		refused = ErrClosed
+	case len(e.waiting)-e.requeued >= e.cfg.QueueSize:
+		refused = ErrQueueFull
 	}
-	if len(e.waiting)-e.requeued >= e.cfg.QueueSize {
-		return ErrQueueFull
+	if refused != nil {
+		s.unwatch() // never queued: nothing will finish it
+		return refused
 	}
 	if ready != nil && !ready() {
 		return nil
@@ -371,11 +390,21 @@ func (e *Engine) Close() {
 
 // Run executes the scheduling loop until ctx is done or Close is called. Every
 // request still waiting or running then ends with an error event.
-func (e *Engine) Run(ctx context.Context) error {
+//
+// A panic in the loop is a broken invariant (a KV page table that no longer
+// adds up, say): Run recovers it, ends every request waiting or running with
+// an error wrapping ErrBroken, leaves the KV pool untouched from then on,
+// refuses every later request (Broken) and returns that error. The process
+// lives on; whoever runs the engine reports it not ready.
+func (e *Engine) Run(ctx context.Context) (err error) {
 	defer close(e.done)
 	defer e.pool.Close()
 	var active []*sequence
 	defer func() {
+		if r := recover(); r != nil {
+			err = e.breakDown(r, active)
+			return
+		}
 		for _, s := range active {
 			s.finish(Event{Err: ErrClosed})
 		}
@@ -429,6 +458,37 @@ func (e *Engine) Run(ctx context.Context) error {
 		active = e.step(active)
 		e.running.Store(int64(len(active)))
 	}
+}
+
+// Broken returns nil while the engine is sound, and once Run recovered a
+// panic the error (wrapping ErrBroken) that it ended every request with.
+func (e *Engine) Broken() error {
+	if err := e.broken.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// breakDown is Run's recovery from panic r: it marks the engine broken and
+// closed and ends every sequence, the batch's (active) and the waiting ones,
+// with the error, without freeing their KV (a pool whose invariants broke is
+// not used again). A sequence is always in the batch or waiting between
+// steps, so none is left without its final event.
+func (e *Engine) breakDown(r any, active []*sequence) error {
+	err := fmt.Errorf("%w: %v", ErrBroken, r)
+	e.broken.Store(&err)
+	e.log.Error("engine: a broken invariant; ending every request and serving no more",
+		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	e.mu.Lock()
+	waiting := e.waiting
+	e.waiting, e.closed = nil, true
+	e.mu.Unlock()
+	for _, s := range slices.Concat(active, waiting) {
+		s.kv = nil
+		s.finish(Event{Err: err})
+	}
+	e.running.Store(0)
+	return err
 }
 
 // reserve allocates s's KV, all or nothing. With CachePrefix it starts from
@@ -487,7 +547,7 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		clear(owners)
 	}()
 	for _, s := range active {
-		if s.ctx.Err() != nil {
+		if s.cancelErr() != nil {
 			continue
 		}
 		c := &e.chunkBuf[len(chunks)]
@@ -539,8 +599,8 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		case s.failed != nil:
 			e.log.Warn("sequence failed", "request", s.req.Owner.Request, "err", s.failed)
 			s.finish(Event{Err: s.failed})
-		case s.ctx.Err() != nil:
-			s.finish(Event{Err: s.ctx.Err()})
+		case s.cancelErr() != nil:
+			s.finish(Event{Err: s.cancelErr()})
 		case s.finished != "":
 			s.finish(Event{Done: true, Finish: s.finished})
 		default:

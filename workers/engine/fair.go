@@ -348,7 +348,7 @@ func (f *fairness) victims(cand *sequence, active []*sequence, need room, maxBat
 // preemptable reports whether s may be preempted now.
 func (s *sequence) preemptable() bool {
 	return !s.sched.pinned && !s.ended && s.kv != nil && s.finished == "" && s.failed == nil &&
-		s.generated >= s.sched.protectUntil && s.ctx.Err() == nil
+		s.generated >= s.sched.protectUntil && s.cancelErr() == nil
 }
 
 // preempt frees s's KV (scrubbed per the pool's policy, like any freed page)
@@ -511,7 +511,7 @@ func (e *Engine) unwait(i int) {
 func (e *Engine) dropCancelled() {
 	for i := 0; i < len(e.waiting); {
 		s := e.waiting[i]
-		if err := s.ctx.Err(); err != nil {
+		if err := s.cancelErr(); err != nil {
 			e.unwait(i)
 			s.finish(Event{Err: err})
 			continue

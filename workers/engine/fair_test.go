@@ -19,7 +19,7 @@ import (
 // and how many tokens it generated.
 func fakeSeq(tenant string, weight float64) *sequence {
 	return &sequence{
-		ctx: context.Background(),
+		unwatch: func() bool { return false },
 		req: Request{Owner: kvcache.Owner{Namespace: tenant, Request: "r"}, Prompt: []int32{1, 2, 3, 4}, MaxTokens: 8, Weight: weight},
 	}
 }

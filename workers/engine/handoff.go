@@ -82,6 +82,9 @@ func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
 // req.Owner. The caller fills it (ImportPage) and passes it to Resume, or
 // frees it. req is admitted as Submit would admit it first.
 func (e *Engine) NewSequenceFor(req Request) (*kvcache.Sequence, error) {
+	if err := e.Broken(); err != nil {
+		return nil, err
+	}
 	if err := e.check(req, true); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -11,8 +12,14 @@ import (
 
 // sequence is a request in the engine: its KV, sampler, detokenizer and stream.
 // It is touched only by the engine's Run goroutine once submitted.
+//
+// It keeps no context: at submit it registers a context.AfterFunc that
+// records the request context's error in cancelled once it ends; the
+// scheduler reads that, and finish stops the watch.
 type sequence struct {
-	ctx     context.Context
+	cancelled atomic.Pointer[error] // the request context's error, once it ended
+	unwatch   func() bool           // stops the context watch
+
 	req     Request
 	model   *Model
 	kv      *kvcache.Sequence // nil until admitted
@@ -111,16 +118,35 @@ func (s *sequence) reserve() int {
 	return len(s.req.Prompt) + s.req.MaxTokens
 }
 
+// newSequence builds the sequence of req; cancelling ctx ends it at the next
+// step with ctx's error (see sequence).
 func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler) *sequence {
 	s := &sequence{
-		ctx: ctx, req: req, model: m, sampler: smp,
+		req: req, model: m, sampler: smp,
 		detok:  m.Tokenizer.NewStreamDecoder(tokenizer.KeepLeadingSpace()),
 		stop:   sample.NewStopMatcher(req.Stop),
 		events: make(chan Event, req.MaxTokens+1),
 	}
 	s.history = make([]int32, len(req.Prompt), len(req.Prompt)+req.MaxTokens)
 	copy(s.history, req.Prompt)
+	if err := ctx.Err(); err != nil {
+		s.cancelled.Store(&err)
+		s.unwatch = func() bool { return false }
+	} else {
+		s.unwatch = context.AfterFunc(ctx, func() {
+			err := ctx.Err()
+			s.cancelled.Store(&err)
+		})
+	}
 	return s
+}
+
+// cancelErr is the request context's error once it ended, else nil.
+func (s *sequence) cancelErr() error {
+	if err := s.cancelled.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // next samples a token from logits and emits it.
@@ -177,16 +203,20 @@ func (s *sequence) finish(ev Event) {
 	if s.ended {
 		return
 	}
-	s.ended = true
+	s.unwatch()
 	if s.handoff && ev.Err == nil {
 		// A completed Prefill: the KV now belongs to the caller.
 		ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CachedTokens: s.cached}
+		s.ended = true
 		s.events <- ev
 		close(s.events)
 		return
 	}
-	if s.kv != nil {
-		s.kv.Free()
+	if kv := s.kv; kv != nil {
+		// Dropped first: should Free find a broken invariant and panic,
+		// the engine's recovery ends s without touching its pool again.
+		s.kv = nil
+		kv.Free()
 	}
 	if ev.Err == nil && !s.hitStop {
 		text, stopped := s.stop.Push(s.detok.Flush())
@@ -196,6 +226,7 @@ func (s *sequence) finish(ev Event) {
 		ev.Text = text
 	}
 	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated, CachedTokens: s.cached}
+	s.ended = true
 	s.events <- ev
 	close(s.events)
 }

@@ -21,6 +21,8 @@ type Pool struct {
 	threads int
 	workers []*poolWorker
 
+	// Lock order: matMu, then runMu (MatMul holds matMu while it calls
+	// Run); Run never takes matMu.
 	runMu    sync.Mutex // serializes Run
 	matMu    sync.Mutex // serializes MatMul, guarding job
 	job      matJob
