@@ -213,6 +213,9 @@ func (d devNode) serve(ctx context.Context, f *devFlags, ws devWorkers, cat *cat
 	}
 	defer n.nc.Close()
 	n.h.add("nats", natsCheck(n.nc))
+	for i, engines := range ws.engines {
+		n.h.add(fmt.Sprintf("engines_%d", i), func(context.Context) error { return worker.EnginesReady(engines) })
+	}
 	defer d.startWorkers(ws, conns, f.engine.concurrency)()
 	// Billing: usage events into the ledger the usage API and the budget read.
 	bnc, bjs, err := d.connect(ctx, queue.RoleBilling, "bulkhead-dev-billing")

@@ -82,6 +82,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	}
 	defer stop()
 	loaded.Store(true)
+	h.add("engines", func(context.Context) error { return worker.EnginesReady(engines) })
 	nc, js, err := f.nats.connect(ctx, log, f.natsURL, "bulkhead-worker")
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ import (
 func fakeSeq(tenant string, weight float64) *sequence {
 	return &sequence{
 		unwatch: func() bool { return false },
-		req: Request{Owner: kvcache.Owner{Namespace: tenant, Request: "r"}, Prompt: []int32{1, 2, 3, 4}, MaxTokens: 8, Weight: weight},
+		req:     Request{Owner: kvcache.Owner{Namespace: tenant, Request: "r"}, Prompt: []int32{1, 2, 3, 4}, MaxTokens: 8, Weight: weight},
 	}
 }
 

@@ -73,6 +73,9 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 		d.log.Info("KV pool full; requeueing the hand-over", "err", err)
 		d.requeue(ctx, d.w.cfg.BusyDelay)
 		return
+	case errors.Is(err, engine.ErrBroken):
+		d.requeue(ctx, 0) // for another decode worker
+		return
 	case err != nil:
 		kind, text := classify(err, nil)
 		d.end(ctx, kind, text)

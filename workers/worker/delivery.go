@@ -157,8 +157,9 @@ func (d *delivery) begin(ctx context.Context) (rctx context.Context, abort conte
 
 // refuse ends a job the engine did not take (Submit or Prefill returned err;
 // ctx is the job's context): refused as busy when the job asked not to wait,
-// requeued when the engine's queue is full or the engine or the worker is
-// shutting down, failed otherwise.
+// requeued when the engine's queue is full, the engine is shutting down or
+// broken (another worker takes the job) or the worker is shutting down,
+// failed otherwise.
 func (d *delivery) refuse(ctx context.Context, err error) {
 	cause := context.Cause(ctx)
 	switch {
@@ -166,7 +167,7 @@ func (d *delivery) refuse(ctx context.Context, err error) {
 		d.end(ctx, queue.ErrKindCapacity, "the model is busy and the request asked not to wait")
 	case errors.Is(err, engine.ErrQueueFull):
 		d.requeue(ctx, d.w.cfg.BusyDelay)
-	case errors.Is(err, engine.ErrClosed), errors.Is(cause, errShutdown):
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrBroken), errors.Is(cause, errShutdown):
 		d.requeue(ctx, 0)
 	default:
 		kind, text := classify(err, cause)
@@ -199,6 +200,8 @@ func classify(err, cause error) (queue.ErrorKind, string) {
 		return kind, text
 	}
 	switch {
+	case errors.Is(err, engine.ErrBroken):
+		return queue.ErrKindInternal, brokenMessage
 	case errors.Is(err, engine.ErrClosed):
 		return queue.ErrKindInternal, shutdown
 	case errors.Is(err, engine.ErrContextLength):
@@ -214,6 +217,10 @@ func classify(err, cause error) (queue.ErrorKind, string) {
 	}
 	return queue.ErrKindInternal, "the worker failed to run the request"
 }
+
+// brokenMessage ends the requests of an engine that found a broken invariant
+// (engine.ErrBroken): the panic's text goes to the worker's log only.
+const brokenMessage = "the worker's engine stopped after a broken invariant; the request was ended"
 
 // exceedsPoolMessage says by how much a request exceeds the KV pool, from the
 // engine's typed error's numbers (never its text).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +64,22 @@ func New(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*
 // or handed over to a decode worker.
 func (w *Worker) JobsDone() uint64 { return w.jobsDone.Load() }
 
+// Ready reports whether every engine of the worker is sound: nil, or the
+// error of one that found a broken invariant (engine.Broken). The worker
+// takes no more jobs for that model; it should be replaced.
+func (w *Worker) Ready() error { return EnginesReady(w.cfg.Models) }
+
+// EnginesReady is Ready for a set of engines by model: the first broken
+// one's error, naming its model.
+func EnginesReady(models map[string]*engine.Engine) error {
+	for _, name := range slices.Sorted(maps.Keys(models)) {
+		if err := models[name].Broken(); err != nil {
+			return fmt.Errorf("worker: model %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Role is the part of each request this worker runs.
 func (w *Worker) Role() Role { return w.cfg.Role }
 
@@ -112,7 +130,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, m := range models {
 		loops.Go(func() {
 			p := w.pulls[m.name]
-			g := gate{entered: p.entered, ready: func() bool { return w.canPull(m.eng, p.before.Load()) }}
+			g := gate{entered: p.entered, ready: func() bool { return w.canPull(m.eng, p.before.Load()) }, broken: m.eng.Broken}
 			w.fetch(ctx, m.cons, slots, g, func(msg jetstream.Msg) {
 				p.before.Add(1)
 				jobs.Go(func() {
@@ -147,6 +165,7 @@ const pullPoll = time.Millisecond
 type gate struct {
 	ready   func() bool
 	entered <-chan struct{} // a job of the model reached the engine or ended
+	broken  func() error    // the engine's Broken
 }
 
 // wait returns once ready reports true, or false when ctx ends first.
@@ -198,11 +217,18 @@ func (d *delivery) enterEngine() {
 
 // fetch pulls one job at a time while a slot is free and the gate says the
 // engine can start another soon, until ctx ends; start runs each job, which
-// frees its slot when done.
+// frees its slot when done. Once the engine is broken (engine.Broken) it
+// pulls no more and waits for ctx: the worker lives on, not ready (Ready),
+// until it is replaced.
 func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan struct{}, g gate, start func(jetstream.Msg)) {
 	poll := time.NewTicker(pullPoll)
 	defer poll.Stop()
 	for {
+		if err := g.broken(); err != nil {
+			w.log.Error("engine broken; taking no more jobs for its model", "err", err)
+			<-ctx.Done()
+			return
+		}
 		if !g.wait(ctx, poll) {
 			return
 		}
