@@ -237,7 +237,8 @@ func typeName(t reflect.Type) string {
 	return t.String()
 }
 
-// checks collects validation of optional numeric fields.
+// checkFloat refuses an optional number outside [lo, hi] (or NaN), naming
+// field; checkInt is the same for integers.
 func checkFloat(field string, v *float64, lo, hi float64) error {
 	if v == nil {
 		return nil

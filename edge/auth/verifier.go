@@ -22,11 +22,11 @@ const (
 	AlgHS256 = "HS256"
 )
 
-// DefaultAlgorithms are accepted when Config.Algorithms is empty, plus HS256
-// when Config.HS256Secret is set.
 // ErrConfig reports a verifier configuration that cannot run.
 var ErrConfig = errors.New("auth: config")
 
+// defaultAlgorithms are accepted when Config.Algorithms is empty, plus HS256
+// when Config.HS256Secret is set.
 var defaultAlgorithms = []string{AlgEdDSA, AlgES256, AlgRS256}
 
 const (

@@ -181,7 +181,7 @@ const (
 	resQueued
 )
 
-// acquireScript checks every configured limit for n jobs and, only if all
+// acquireLua checks every configured limit for n jobs and, only if all
 // pass, records each job in the rate window and takes a lease per job. A
 // lease counts against both the concurrency limit and the class's queue
 // bound: for a synchronous request its one job, for an async batch every
@@ -230,7 +230,7 @@ end
 return {0, 0, 0}
 `
 
-// releaseScript gives back leases and charges the micro-neurons used,
+// releaseLua gives back leases and charges the micro-neurons used,
 // once per request id when one is given (the claim billing/ledger shares).
 //
 // KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim

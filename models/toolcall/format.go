@@ -71,7 +71,7 @@ type Call struct {
 	Arguments string
 }
 
-// call builds a Call from a decoded {"name":..., <argsKey>:{...}} object,
+// call builds a Call from a decoded {"name":..., <one of argsKeys>:{...}} object,
 // or reports that it is not one.
 func call(obj map[string]json.RawMessage, argsKeys ...string) (Call, bool) {
 	var name string
