@@ -167,7 +167,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 	_, aspan := s.startSpan(r.Context(), spanAdmission)
 	a, err := c.v.admit(c.in, c.m.ContextWindow, c.defaultMax)
 	if err == nil {
-		aspan.SetAttributes(attrInTokens.Int(a.tokens), attrMaxTokens.Int(a.maxTokens))
+		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
 	}
 	endSpan(aspan, err)
 	if err != nil {
@@ -328,8 +328,8 @@ func (rep *replyStream) final(fr *queue.Frame) {
 	}
 	res.finish, res.usage = fr.Finish, *fr.Usage
 	rep.s.cfg.Metrics.tokens(c.m.Name, res.usage.PromptTokens, res.usage.CompletionTokens)
-	infoOf(rep.r).span.SetAttributes(attrInTokens.Int(res.usage.PromptTokens), attrOutTokens.Int(res.usage.CompletionTokens),
-		attrFinish.StringSlice([]string{res.finish}))
+	infoOf(rep.r).span.SetAttributes(queue.AttrInTokens.Int(res.usage.PromptTokens), queue.AttrOutTokens.Int(res.usage.CompletionTokens),
+		queue.AttrFinish.StringSlice([]string{res.finish}))
 	rep.used = charge(c.m, res.id, res.usage)
 	if rep.sw != nil {
 		_ = c.f.streamEnd(rep.sw, res)

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // tracerName is the instrumentation scope of the edge's spans.
@@ -27,24 +29,15 @@ const (
 	spanReply     = "edge.reply"
 )
 
-// Span attribute keys beyond the semantic conventions. Prompt and
-// completion text are never attributes.
+// The edge's own span attribute keys (the ones every node sets are
+// queue.Attr*). Prompt and completion text are never attributes.
 const (
-	attrTenant    = attribute.Key("bulkhead.tenant")
-	attrRequestID = attribute.Key("bulkhead.request_id")
-	attrOutcome   = attribute.Key("bulkhead.outcome")
-	attrCode      = attribute.Key("bulkhead.error.code")
-	attrErrorType = attribute.Key("error.type")
-	attrAPI       = attribute.Key("bulkhead.api")
-	attrModel     = attribute.Key("gen_ai.request.model")
-	attrMaxTokens = attribute.Key("gen_ai.request.max_tokens")
-	attrInTokens  = attribute.Key("gen_ai.usage.input_tokens")
-	attrOutTokens = attribute.Key("gen_ai.usage.output_tokens")
-	attrFinish    = attribute.Key("gen_ai.response.finish_reasons")
-	attrStatus    = attribute.Key("http.response.status_code")
-	attrMethod    = attribute.Key("http.request.method")
-	attrRoute     = attribute.Key("http.route")
-	attrPath      = attribute.Key("url.path")
+	attrCode   = attribute.Key("bulkhead.error.code")
+	attrAPI    = attribute.Key("bulkhead.api")
+	attrStatus = attribute.Key("http.response.status_code")
+	attrMethod = attribute.Key("http.request.method")
+	attrRoute  = attribute.Key("http.route")
+	attrPath   = attribute.Key("url.path")
 )
 
 // reqInfo is what the edge learns about one HTTP request as it is served:
@@ -128,7 +121,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			ctx, ri.span = s.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
 				trace.WithTimestamp(ri.start),
 				trace.WithAttributes(attrMethod.String(r.Method), attrPath.String(r.URL.Path),
-					attrRequestID.String(ri.id), attrAPI.String(ri.api)))
+					queue.AttrRequestID.String(ri.id), attrAPI.String(ri.api)))
 			otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(w.Header()))
 		} else {
 			ri.span = trace.SpanFromContext(ctx)
@@ -153,7 +146,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			}
 			ri.span.SetAttributes(attrStatus.Int(status))
 			if ri.model != "" {
-				ri.span.SetAttributes(attrModel.String(ri.model))
+				ri.span.SetAttributes(queue.AttrModel.String(ri.model))
 			}
 			outcome := "served"
 			if ri.code != 0 {
@@ -163,7 +156,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			if r.Context().Err() != nil && ri.code == 0 {
 				outcome = "client_gone"
 			}
-			ri.span.SetAttributes(attrOutcome.String(outcome))
+			ri.span.SetAttributes(queue.AttrOutcome.String(outcome))
 			if status >= 500 {
 				ri.span.SetStatus(codes.Error, http.StatusText(status))
 			}
@@ -187,7 +180,7 @@ func endSpan(span trace.Span, err error) {
 	if err != nil {
 		e := Classify(err)
 		span.SetStatus(codes.Error, e.Row.Name)
-		span.SetAttributes(attrErrorType.String(e.Row.Name))
+		span.SetAttributes(queue.AttrErrorType.String(e.Row.Name))
 	}
 	span.End()
 }

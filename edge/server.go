@@ -238,7 +238,7 @@ func (s *Server) authenticate(r *http.Request, scopes ...string) (auth.Principal
 	if err != nil {
 		return auth.Principal{}, err
 	}
-	infoOf(r).span.SetAttributes(attrTenant.String(p.Tenant))
+	infoOf(r).span.SetAttributes(queue.AttrTenant.String(p.Tenant))
 	if acct := r.PathValue("account_id"); acct != "" && acct != p.Tenant {
 		return auth.Principal{}, ErrAccountMismatch
 	}

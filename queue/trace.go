@@ -5,7 +5,24 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+)
+
+// Span attribute keys every node sets on a request's spans, beyond
+// OpenTelemetry's own conventions (docs/operations.md lists them), so one
+// trace reads the same from the edge to the worker. Prompt and completion
+// text are never attributes.
+const (
+	AttrTenant    = attribute.Key("bulkhead.tenant")
+	AttrRequestID = attribute.Key("bulkhead.request_id")
+	AttrOutcome   = attribute.Key("bulkhead.outcome")
+	AttrErrorType = attribute.Key("error.type")
+	AttrModel     = attribute.Key("gen_ai.request.model")
+	AttrMaxTokens = attribute.Key("gen_ai.request.max_tokens")
+	AttrInTokens  = attribute.Key("gen_ai.usage.input_tokens")
+	AttrOutTokens = attribute.Key("gen_ai.usage.output_tokens")
+	AttrFinish    = attribute.Key("gen_ai.response.finish_reasons")
 )
 
 // HeaderCarrier lets an OpenTelemetry text-map propagator read and write

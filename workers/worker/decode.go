@@ -131,7 +131,7 @@ func (d *delivery) verifyManifest(raw []byte) (*handoff.Manifest, error) {
 // all arrived.
 func (d *delivery) fetchKV(rctx context.Context, m *handoff.Manifest, seq *kvcache.Sequence) error {
 	stopBeat := d.heartbeat()
-	_, span := d.w.startSpan(rctx, spanHandoffReceive, attrModel.String(d.job.Model), attrPages.Int(len(m.Pages)))
+	_, span := d.w.startSpan(rctx, spanHandoffReceive, queue.AttrModel.String(d.job.Model), attrPages.Int(len(m.Pages)))
 	start, fetched := time.Now(), 0
 	for _, pg := range m.Pages {
 		fetched += pg.Bytes

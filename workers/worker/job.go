@@ -103,7 +103,7 @@ func (d *delivery) run(ctx context.Context) {
 	}
 	defer stop()
 
-	pctx, prefill := d.w.startSpan(rctx, spanPrefill, attrModel.String(d.job.Model), attrInTokens.Int(len(d.req.Prompt)))
+	pctx, prefill := d.w.startSpan(rctx, spanPrefill, queue.AttrModel.String(d.job.Model), queue.AttrInTokens.Int(len(d.req.Prompt)))
 	d.enterEngine()
 	events, err := d.eng.Submit(pctx, d.req)
 	if err != nil {
@@ -162,12 +162,12 @@ func (d *delivery) send(rctx context.Context, abort context.CancelCauseFunc, eve
 	stopBeat := d.heartbeat()
 	var decode trace.Span
 	if prefill == nil {
-		_, decode = d.w.startSpan(rctx, spanDecode, attrModel.String(d.job.Model))
+		_, decode = d.w.startSpan(rctx, spanDecode, queue.AttrModel.String(d.job.Model))
 	}
 	for ev := range events {
 		if decode == nil {
 			endSpan(prefill, ev.Err)
-			_, decode = d.w.startSpan(rctx, spanDecode, attrModel.String(d.job.Model))
+			_, decode = d.w.startSpan(rctx, spanDecode, queue.AttrModel.String(d.job.Model))
 		}
 		switch {
 		case ev.Err != nil:
@@ -186,7 +186,7 @@ func (d *delivery) send(rctx context.Context, abort context.CancelCauseFunc, eve
 		endSpan(prefill, endErr)
 	} else {
 		if final != nil {
-			decode.SetAttributes(attrOutTokens.Int(final.Usage.CompletionTokens))
+			decode.SetAttributes(queue.AttrOutTokens.Int(final.Usage.CompletionTokens))
 		}
 		endSpan(decode, endErr)
 	}
@@ -207,8 +207,8 @@ func (d *delivery) finish(kctx context.Context, final *engine.Event, handedCache
 	d.outcome = outcomeDone
 	d.w.cfg.Metrics.usage(d.job.Model, u)
 	if span := trace.SpanFromContext(kctx); span.IsRecording() {
-		span.SetAttributes(attrInTokens.Int(u.PromptTokens), attrOutTokens.Int(u.CompletionTokens),
-			attrCached.Int(u.CachedTokens), attrFinish.StringSlice([]string{final.Finish}))
+		span.SetAttributes(queue.AttrInTokens.Int(u.PromptTokens), queue.AttrOutTokens.Int(u.CompletionTokens),
+			attrCached.Int(u.CachedTokens), queue.AttrFinish.StringSlice([]string{final.Finish}))
 	}
 	d.settle(d.msg.Ack())
 }

@@ -27,7 +27,7 @@ func (d *delivery) prefill(ctx context.Context) {
 	defer stop()
 
 	stopBeat := d.heartbeat()
-	pctx, pspan := d.w.startSpan(rctx, spanPrefill, attrModel.String(d.job.Model), attrInTokens.Int(len(d.req.Prompt)))
+	pctx, pspan := d.w.startSpan(rctx, spanPrefill, queue.AttrModel.String(d.job.Model), queue.AttrInTokens.Int(len(d.req.Prompt)))
 	d.enterEngine()
 	p, err := d.eng.Prefill(pctx, d.req)
 	endSpan(pspan, err)
@@ -56,7 +56,7 @@ func (d *delivery) handOver(rctx context.Context, p *engine.Prefilled) (err erro
 	job, eng, w := d.job, d.eng, d.w
 	// The decode side's spans are children of the send span: the hand-over
 	// message carries its context.
-	rctx, span := w.startSpan(rctx, spanHandoffSend, attrModel.String(job.Model))
+	rctx, span := w.startSpan(rctx, spanHandoffSend, queue.AttrModel.String(job.Model))
 	start, sent := time.Now(), 0
 	defer func() {
 		w.cfg.Metrics.handoff(job.Model, "send", sent, time.Since(start), err)

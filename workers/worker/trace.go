@@ -26,22 +26,13 @@ const (
 	spanHandoffReceive = "handoff.receive"
 )
 
-// Span attribute keys beyond OpenTelemetry's semantic conventions. Prompt
-// and completion text are never attributes.
+// The worker's own span attribute keys (the ones every node sets are
+// queue.Attr*). Prompt and completion text are never attributes.
 const (
-	attrTenant    = attribute.Key("bulkhead.tenant")
-	attrRequestID = attribute.Key("bulkhead.request_id")
-	attrRole      = attribute.Key("bulkhead.role")
-	attrOutcome   = attribute.Key("bulkhead.outcome")
-	attrErrorKind = attribute.Key("error.type")
-	attrModel     = attribute.Key("gen_ai.request.model")
-	attrMaxTokens = attribute.Key("gen_ai.request.max_tokens")
-	attrInTokens  = attribute.Key("gen_ai.usage.input_tokens")
-	attrOutTokens = attribute.Key("gen_ai.usage.output_tokens")
-	attrFinish    = attribute.Key("gen_ai.response.finish_reasons")
-	attrCached    = attribute.Key("bulkhead.usage.cached_tokens")
-	attrPages     = attribute.Key("bulkhead.handoff.pages")
-	attrBytes     = attribute.Key("bulkhead.handoff.bytes")
+	attrRole   = attribute.Key("bulkhead.role")
+	attrCached = attribute.Key("bulkhead.usage.cached_tokens")
+	attrPages  = attribute.Key("bulkhead.handoff.pages")
+	attrBytes  = attribute.Key("bulkhead.handoff.bytes")
 )
 
 // Job outcomes, the outcome label of bulkhead_worker_jobs_total.
@@ -65,14 +56,14 @@ func (w *Worker) startDelivery(ctx context.Context, res *queue.Results, model st
 		w.cfg.Metrics.waited(model, w.cfg.Role, now.Sub(meta.Timestamp))
 		if w.tracing {
 			_, wait := w.tracer.Start(ctx, spanQueueWait, trace.WithTimestamp(meta.Timestamp),
-				trace.WithAttributes(attrModel.String(model), attrRole.String(string(w.cfg.Role))))
+				trace.WithAttributes(queue.AttrModel.String(model), attrRole.String(string(w.cfg.Role))))
 			wait.End(trace.WithTimestamp(now))
 		}
 	}
 	d := &delivery{w: w, log: w.log.With("model", model), msg: msg, res: res, model: model, eng: eng}
 	if w.tracing {
 		ctx, d.span = w.tracer.Start(ctx, spanJob, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attrModel.String(model), attrRole.String(string(w.cfg.Role)),
+			trace.WithAttributes(queue.AttrModel.String(model), attrRole.String(string(w.cfg.Role)),
 				attribute.String("messaging.system", "nats"),
 				attribute.String("messaging.destination.name", msg.Subject())))
 		sc := d.span.SpanContext()
@@ -92,9 +83,9 @@ func (d *delivery) record() {
 		d.w.jobsDone.Add(1)
 	}
 	if d.span != nil {
-		d.span.SetAttributes(attrOutcome.String(outcome))
+		d.span.SetAttributes(queue.AttrOutcome.String(outcome))
 		if d.kind != "" {
-			d.span.SetAttributes(attrErrorKind.String(string(d.kind)))
+			d.span.SetAttributes(queue.AttrErrorType.String(string(d.kind)))
 		}
 		d.span.End()
 	}
@@ -105,8 +96,8 @@ func (d *delivery) record() {
 func jobAttributes(ctx context.Context, job *queue.Job) {
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
-		span.SetAttributes(attrTenant.String(job.Tenant), attrRequestID.String(job.ID),
-			attrMaxTokens.Int(job.MaxTokens))
+		span.SetAttributes(queue.AttrTenant.String(job.Tenant), queue.AttrRequestID.String(job.ID),
+			queue.AttrMaxTokens.Int(job.MaxTokens))
 	}
 }
 
