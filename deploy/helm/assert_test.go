@@ -196,7 +196,7 @@ models:
 			window, pool, file, layers, heads, dim int64
 		}
 		ms := []model{
-			{8192, 32768, 1_321_083_072, 16, 8, 64},    // a llama-3.2-1b shape
+			{8192, 32768, 1_321_083_072, 16, 8, 64},   // a llama-3.2-1b shape
 			{32768, 40001, 4_920_739_232, 28, 4, 128}, // a qwen2.5-7b shape, a partial last page
 		}
 		want := int64(overhead)
@@ -255,7 +255,7 @@ func TestCatalog(t *testing.T) {
 		t.Fatalf("catalog.Parse: %v\n%s", err, cm.Data["catalog.yaml"])
 	}
 	want := []struct {
-		name, path  string
+		name, path string
 		window, kv int
 	}{
 		{"@cf/meta/llama-3.2-1b-instruct", "/models/a.gguf", 2048, 2048},
