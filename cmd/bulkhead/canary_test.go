@@ -20,10 +20,10 @@ import (
 func TestCanaryExitsNonZeroOnLeak(t *testing.T) {
 	tests := []struct {
 		fault    canarytest.Fault
-		tokens   bool   // --tokens FILE instead of --key-dir
-		code     int    // exit status
+		tokens   bool                          // --tokens FILE instead of --key-dir
+		code     int                           // exit status
 		counted  func(col map[string]int) bool // the table's totals show the fault
-		mentions string // in the problems listed
+		mentions string                        // in the problems listed
 	}{
 		{canarytest.None, false, 0, nil, ""},
 		{canarytest.ForeignMarker, false, 1, func(c map[string]int) bool { return c["foreign"] > 0 }, "another tenant's marker"},

@@ -1,7 +1,8 @@
-// Package bench is the engine benchmark method behind `bulkhead bench
-// engine`: how prefill and decode speed are measured on one engine, and the
+// Package bench holds the benchmark methods behind `bulkhead bench`. Engine
+// (`bench engine`) measures prefill and decode speed on one engine, and the
 // bound they are compared with (the machine's read bandwidth over the bytes
-// a decode step streams).
+// a decode step streams); Serve (`bench serve`) times concurrent streaming
+// generations against a running edge through its public API.
 //
 // Prefill is one sequence's whole prompt in one step, timed to its first
 // token. Decode runs Batch sequences at once and counts only the tokens
@@ -10,6 +11,10 @@
 // random token ids from a fixed seed; sampling is greedy with end of
 // generation ignored, so every run does the same work.
 //
-// It owns the measurement only: it never loads a model, never prints, and
-// never runs anything but its own requests on an engine it built itself.
+// Serve reports aggregate tokens/s over the run's span, time to first token
+// and the gaps between text events, as nearest-rank p50, p90 and p99.
+//
+// It owns the measurement only: it never loads a model, never prints, never
+// runs anything but its own requests on an engine it built itself, and sends
+// an edge nothing but the requests it was asked to time.
 package bench
