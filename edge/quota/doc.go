@@ -1,11 +1,14 @@
 // Package quota enforces per-tenant limits in Redis: requests per minute (a
-// sliding one-minute window), concurrent requests (leases that expire, so a
-// crashed edge cannot hold slots forever) and a daily neuron budget that
-// resets at 00:00 UTC.
+// sliding one-minute window), concurrent jobs (leases that expire, so a
+// crashed edge cannot hold slots forever), a tenant class's bound on its
+// jobs queued or running (Jobs.MaxQueued), and a daily neuron budget that
+// resets at 00:00 UTC. A request takes one lease per job it queues (an
+// async batch one per job, all or none), and each counts against every
+// limit until it is given back or expires (docs/fairness.md).
 //
 // It owns the keys under "bulkhead:quota:{<tenant>}:" and the two Lua scripts
-// that read and write them: one checks every limit and takes a slot
-// atomically, the other gives the slot back and adds the neurons used.
+// that read and write them: one checks every limit and takes the slots
+// atomically, the other gives slots back and adds the neurons used.
 //
 // Time comes from the caller's clock (Config.Now), not Redis's: edges with
 // skewed clocks see the one-minute window and the UTC day boundary shifted by
