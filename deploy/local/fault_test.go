@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +182,78 @@ func TestEdgeRestartAsync(t *testing.T) {
 	report(t, "restart an edge with async jobs queued", c)
 	if c.completed != n {
 		t.Errorf("%d of %d async jobs done", c.completed, n)
+	}
+}
+
+// TestEdgeDrain: an edge given SIGTERM with a request in flight fails
+// /readyz at once and refuses new requests with 503 draining (3050) and a
+// Retry-After, finishes the request in flight, and exits 0. The request is
+// held in flight by sending its body slowly.
+func TestEdgeDrain(t *testing.T) {
+	cl := newClient(t, shared, "fault-drain")
+	e := proc(t, "edge-1")
+	body := `{"prompt":"Once upon a time","raw":true,"max_tokens":8}`
+	conn, err := net.Dial("tcp", e.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	head := fmt.Sprintf("POST /ai/run/%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		shared.State.Model, e.Addr, cl.token, len(body))
+	if _, err := io.WriteString(conn, head+body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	waitFor(t, "the request in flight", func() bool {
+		n, err := metric(ctx, e, "bulkhead_edge_in_flight_requests", "")
+		return err == nil && n >= 1
+	})
+	if !e.signal(syscall.SIGTERM) {
+		t.Fatal("edge-1 is not running")
+	}
+	waitFor(t, "/readyz to fail", func() bool {
+		resp, err := http.Get("http://" + e.Addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 503 && strings.Contains(string(b), "not_draining")
+	})
+	resp, err := cl.do(ctx, "POST", cl.c.EdgeURL(e)+"/ai/run/"+shared.State.Model, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if r := refusal(result{}, resp.StatusCode, b); resp.StatusCode != 503 || r.code != 3050 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a new request while draining: %d %v %s, want 503 draining (3050) with Retry-After", resp.StatusCode, resp.Header, b)
+	}
+	if _, err := io.WriteString(conn, body[10:]); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := io.ReadAll(conn)
+	if err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 200") || !strings.Contains(string(answer), `"success":true`) {
+		t.Fatalf("the request in flight: %v %q", err, answer)
+	}
+	done, werr := shared.Exited(e.Name)
+	<-done
+	if err := werr(); err != nil {
+		t.Errorf("edge-1 after draining: %v, want exit status 0", err)
+	}
+	restart(t, e)
+	fmt.Println("fault SIGTERM an edge with a request in flight: /readyz 503 at once, new request 503 draining (3050), the request in flight served, exit 0")
+}
+
+// waitFor polls cond for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

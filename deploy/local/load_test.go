@@ -324,7 +324,7 @@ func metric(ctx context.Context, p *Proc, name, match string) (float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
+		if !(strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ")) || !strings.Contains(line, match) {
 			continue
 		}
 		var v float64
