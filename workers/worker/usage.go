@@ -15,7 +15,11 @@ import (
 // usagePublishTimeout bounds how long a job's end waits to store its usage
 // event (retries included): longer than a JetStream cluster takes to elect a
 // new stream leader after losing a server.
-const usagePublishTimeout = 10 * time.Second
+const usagePublishTimeout = 20 * time.Second
+
+// usageTryTimeout bounds one try: a publish sent to a server that then died
+// is never answered, and must not use up the whole timeout.
+const usageTryTimeout = 2 * time.Second
 
 // publishUsage publishes the one usage event of the delivery's job, which is
 // ending with outcome. final is the usage its final frame reports; nil for a
@@ -32,7 +36,10 @@ func (d *delivery) publishUsage(ctx context.Context, outcome string, final *queu
 	defer cancel()
 	var err error
 	for attempt := 0; ; attempt++ {
-		if err = queue.PublishUsage(ctx, d.w.js, ev); err == nil {
+		tctx, tcancel := context.WithTimeout(ctx, usageTryTimeout)
+		err = queue.PublishUsage(tctx, d.w.js, ev)
+		tcancel()
+		if err == nil {
 			return
 		}
 		// Retry until the timeout: a stream whose leader was lost answers
