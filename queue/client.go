@@ -63,11 +63,11 @@ func leaderless(err error) bool {
 // tries again while no stream answers, for up to LeaderWait. retried says
 // whether a later try took it (then an ack marked duplicate is the same
 // job's earlier try, stored after all).
-func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, bool, error) {
+func publishMsg(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (*jetstream.PubAck, bool, error) {
 	deadline := time.Now().Add(LeaderWait)
 	for try := 0; ; try++ {
 		pctx, cancel := context.WithTimeout(ctx, DefaultPublishTimeout)
-		ack, err := c.js.PublishMsg(pctx, msg)
+		ack, err := js.PublishMsg(pctx, msg)
 		cancel()
 		if err == nil || !leaderless(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return ack, try > 0, err
@@ -198,7 +198,7 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, job.ID)
 	InjectTrace(ctx, msg.Header)
-	ack, retried, err := c.publishMsg(ctx, msg)
+	ack, retried, err := publishMsg(ctx, c.js, msg)
 	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || leaderless(err)) {
 		return fmt.Errorf("%w: publishing job %s: %v", ErrUnavailable, job.ID, err)
 	}

@@ -86,7 +86,8 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, DecodeMsgID(d.Job.ID))
 	InjectTrace(ctx, msg.Header)
-	ack, err := js.PublishMsg(ctx, msg)
+	// Retried while the decode stream has no leader (LeaderWait).
+	ack, retried, err := publishMsg(ctx, js, msg)
 	if err != nil {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && api.ErrorCode == jsStoreFailed && strings.Contains(api.Description, "maximum") {
@@ -94,7 +95,7 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 		}
 		return fmt.Errorf("queue: publishing hand-over of %s: %w", d.Job.ID, err)
 	}
-	if ack.Duplicate {
+	if ack.Duplicate && !retried {
 		return fmt.Errorf("%w: hand-over of %s", ErrDuplicate, d.Job.ID)
 	}
 	return nil
