@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // BenchmarkAdmission is the edge's per-request CPU work before enqueue:
 // decode and validate the body, render the prompt, count its tokens.
 func BenchmarkAdmission(b *testing.B) {
-	v, err := loadVocab(slog.New(slog.DiscardHandler), modelQwen, refdata.Path(b, "tokenizer/ggml-vocab-qwen2.gguf"), false)
+	v, err := loadVocab(slog.New(slog.DiscardHandler), modelQwen, refdatatest.Path(b, "tokenizer/ggml-vocab-qwen2.gguf"), false)
 	if err != nil {
 		b.Fatal(err)
 	}

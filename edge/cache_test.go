@@ -7,7 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -158,12 +160,12 @@ func asyncDoneResult(t *testing.T, h *harness, submitted []byte) asyncResult {
 	var done struct {
 		Result asyncResult `json:"result"`
 	}
-	waitFor(t, "the batch to finish", func() bool {
+	testkit.Poll(t, 5*time.Second, testkit.Cond("the batch to finish", func() bool {
 		_, _, body := h.do("POST", "/ai/run/"+modelStories, "alice", `{"request_id":"`+sub.Result.RequestID+`"}`)
 		done.Result = asyncResult{}
 		_ = json.Unmarshal(body, &done)
 		return done.Result.Status == asyncDone
-	})
+	}))
 	return done.Result
 }
 

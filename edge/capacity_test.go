@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -16,7 +18,7 @@ import (
 // rises again when that worker goes, never rises above the catalog's own,
 // and a model with a live worker counts as live.
 func TestFollowCapacity(t *testing.T) {
-	stories := refdata.Path(t, "models/stories260K.gguf")
+	stories := refdatatest.Path(t, "models/stories260K.gguf")
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories, modelIdle + "=" + stories})
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +57,8 @@ func TestFollowCapacity(t *testing.T) {
 			if err := s.do(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, s.name, advertises(s.model, s.want))
+			testkit.Poll(t, 5*time.Second, testkit.Cond(s.name, advertises(s.model, s.want)))
 		})
 	}
-	waitFor(t, "the idle model to count as live", func() bool { return live.Live(modelIdle) })
+	testkit.Poll(t, 5*time.Second, testkit.Cond("the idle model to count as live", func() bool { return live.Live(modelIdle) }))
 }

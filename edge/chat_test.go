@@ -17,7 +17,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/chat"
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
@@ -34,11 +34,11 @@ const (
 // tokenizer.chat_template is the shared template name.
 func withTemplate(t testing.TB, name string) string {
 	t.Helper()
-	src, err := os.ReadFile(refdata.Path(t, "chat/templates/"+name))
+	src, err := os.ReadFile(refdatatest.Path(t, "chat/templates/"+name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := gguf.Open(refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
+	f, err := gguf.Open(refdatatest.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

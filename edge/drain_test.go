@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -48,11 +49,11 @@ func TestDrainLetsStreamsFinish(t *testing.T) {
 	release := make(chan struct{})
 	h.setBehaviour(held(release))
 	done := startStream(h)
-	waitFor(t, "the stream in flight", func() bool { return h.jobCount() == 1 && h.srv.InFlight() == 1 })
+	testkit.Poll(t, 5*time.Second, testkit.Cond("the stream in flight", func() bool { return h.jobCount() == 1 && h.srv.InFlight() == 1 }))
 
 	drained := make(chan error, 1)
 	go func() { drained <- h.srv.Drain(context.Background()) }()
-	waitFor(t, "draining", h.srv.Draining)
+	testkit.Poll(t, 5*time.Second, testkit.Cond("draining", h.srv.Draining))
 
 	status, hdr, body := h.do("POST", "/ai/run/"+modelStories, "alice", streamBody)
 	if code, _ := nativeErr(t, body); status != 503 || code != 3050 || hdr.Get("Retry-After") != "1" {
@@ -98,7 +99,7 @@ func TestDrainGraceRunsOut(t *testing.T) {
 	defer close(release)
 	h.setBehaviour(held(release))
 	done := startStream(h)
-	waitFor(t, "the stream in flight", func() bool { return h.jobCount() == 1 && h.srv.InFlight() == 1 })
+	testkit.Poll(t, 5*time.Second, testkit.Cond("the stream in flight", func() bool { return h.jobCount() == 1 && h.srv.InFlight() == 1 }))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := h.srv.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {

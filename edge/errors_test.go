@@ -12,6 +12,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/chat"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -234,7 +235,7 @@ func TestErrorsOverHTTP(t *testing.T) {
 				t.Errorf("Content-Type %q", ct)
 			}
 			if c.enqueues {
-				waitFor(t, "the job to reach the worker", func() bool { return h.jobCount() == before+1 })
+				testkit.Poll(t, 5*time.Second, testkit.Cond("the job to reach the worker", func() bool { return h.jobCount() == before+1 }))
 			} else if n := h.jobCount(); n != before {
 				t.Errorf("a refused request reached the worker (%d jobs, was %d)", n, before)
 			}

@@ -6,12 +6,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -100,10 +102,10 @@ func TestAsyncCountsConcurrency(t *testing.T) {
 		}
 	}
 	g.release()
-	waitFor(t, "alice's slots to come back after her jobs ended", func() bool {
+	testkit.Poll(t, 5*time.Second, testkit.Cond("alice's slots to come back after her jobs ended", func() bool {
 		status, _, _ := h.do("POST", run, "alice", `{"prompt":"Once upon a time","max_tokens":2}`)
 		return status == 200
-	})
+	}))
 	status, _, body = h.do("POST", run+"?queueRequest=true", "alice", batch(2))
 	if status != 200 {
 		t.Fatalf("a batch of 2 once the first ended: %d %s", status, body)
@@ -115,10 +117,10 @@ func TestAsyncCountsConcurrency(t *testing.T) {
 func waitDone(t *testing.T, h *harness, token string, submitted []byte) {
 	t.Helper()
 	id, _ := mustJSON(t, submitted)["result"].(map[string]any)["request_id"].(string)
-	waitFor(t, "batch "+id+" to finish", func() bool {
+	testkit.Poll(t, 5*time.Second, testkit.Cond("batch "+id+" to finish", func() bool {
 		_, _, b := h.do("POST", "/ai/run/"+modelStories, token, `{"request_id":"`+id+`"}`)
 		return strings.Contains(string(b), `"status":"done"`)
-	})
+	}))
 }
 
 // TestTenantClasses: a class's max_queued bounds its tenants' queued jobs
@@ -160,7 +162,7 @@ func TestTenantClasses(t *testing.T) {
 	if status, _, body := h.do("POST", async, "bob", two); status != 200 {
 		t.Fatalf("bob beside a full alice: %d %s", status, body)
 	}
-	waitFor(t, "bob's jobs to reach the worker", func() bool {
+	testkit.Poll(t, 5*time.Second, testkit.Cond("bob's jobs to reach the worker", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		for _, j := range h.jobs {
@@ -169,13 +171,13 @@ func TestTenantClasses(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}))
 	g.release()
 	var last []byte
-	waitFor(t, "alice's slots to come back", func() bool {
+	testkit.Poll(t, 5*time.Second, testkit.Cond("alice's slots to come back", func() bool {
 		status, _, b := h.do("POST", async, "alice", two)
 		last = b
 		return status == 200
-	})
+	}))
 	waitDone(t, h, "alice", last)
 }

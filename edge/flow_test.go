@@ -16,7 +16,8 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/chat"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -56,7 +57,7 @@ func TestAsyncQueuedToDone(t *testing.T) {
 		st, _, body := h.do("POST", "/ai/run/"+modelStories, token, `{"request_id":"`+id+`"}`)
 		return st, body
 	}
-	waitFor(t, "three async jobs", func() bool { return h.jobCount() == 3 })
+	testkit.Poll(t, 5*time.Second, testkit.Cond("three async jobs", func() bool { return h.jobCount() == 3 }))
 	for _, j := range h.jobs {
 		if !j.Async || j.Reply != "" || j.Tenant != "alice" {
 			t.Errorf("async job %+v", j)
@@ -84,14 +85,14 @@ func TestAsyncQueuedToDone(t *testing.T) {
 	var done struct {
 		Result asyncResult `json:"result"`
 	}
-	waitFor(t, "the batch to finish", func() bool {
+	testkit.Poll(t, 5*time.Second, testkit.Cond("the batch to finish", func() bool {
 		_, body := poll("alice", id)
 		done = struct {
 			Result asyncResult `json:"result"`
 		}{}
 		_ = json.Unmarshal(body, &done)
 		return done.Result.Status == "done"
-	})
+	}))
 	r := done.Result
 	if len(r.Responses) != 3 {
 		t.Fatalf("responses %+v", r)
@@ -146,7 +147,7 @@ func TestCancelOnDisconnect(t *testing.T) {
 				}
 				errc <- err
 			}()
-			waitFor(t, "the job", func() bool { return h.jobCount() == before+1 })
+			testkit.Poll(t, 5*time.Second, testkit.Cond("the job", func() bool { return h.jobCount() == before+1 }))
 			if !stream {
 				cancel()
 			}
@@ -179,7 +180,7 @@ func TestCancelOnDisconnect(t *testing.T) {
 }
 
 func TestChatTemplateAdmission(t *testing.T) {
-	path := refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf")
+	path := refdatatest.Path(t, "tokenizer/ggml-vocab-qwen2.gguf")
 	cat, err := catalog.FromFlags([]string{modelQwen + "=" + path})
 	if err != nil {
 		t.Fatalf("catalog: %v", err)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -256,14 +257,13 @@ func TestSlowloris(t *testing.T) {
 	})
 	// Every connection is gone: the descriptors come back.
 	h.http.CloseClientConnections()
-	deadline := time.Now().Add(10 * time.Second)
-	n := openFDs(t)
-	for ; n > base; n = openFDs(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d file descriptors open, baseline %d", n, base)
+	var n int
+	testkit.Poll(t, 10*time.Second, func() error {
+		if n = openFDs(t); n > base {
+			return fmt.Errorf("%d file descriptors open, baseline %d", n, base)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("file descriptors: baseline %d, peak %d with 20 trickling clients, back to %d", base, peak.Load(), n)
 }
 
@@ -341,17 +341,16 @@ func TestFastFailures(t *testing.T) {
 
 func checkCancelled(t *testing.T, res *queue.Results, id string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Poll(t, 5*time.Second, func() error {
 		ok, err := res.Cancelled(context.Background(), id)
-		if err == nil && ok {
-			return
+		if err == nil && !ok {
+			err = errors.New("not marked")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s was not cancelled: %v", id, err)
+		if err != nil {
+			return fmt.Errorf("job %s was not cancelled: %w", id, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestClassifyHardening: the refusals added for the bus and the listener

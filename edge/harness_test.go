@@ -5,13 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -25,30 +22,15 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
-func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	// The fuzzing engine keeps its own goroutines; check leaks on plain runs.
-	if f := flag.Lookup("test.fuzz"); code == 0 && (f == nil || f.Value.String() == "") {
-		// Poll until goroutines started by the tests are gone.
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "leaked goroutines: %d before, %d after\n%s\n", before, n, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the run if goroutines outlive the tests: servers, workers,
+// engines, connections and streams must all have stopped.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // Model names the harness serves.
 const (
@@ -172,7 +154,7 @@ type harnessOpts struct {
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
-	stories := refdata.Path(t, "models/stories260K.gguf")
+	stories := refdatatest.Path(t, "models/stories260K.gguf")
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories, modelIdle + "=" + stories})
 	if err != nil {
 		t.Fatalf("catalog: %v", err)
@@ -377,18 +359,6 @@ func openAIErr(t *testing.T, b []byte) (typ, code, msg string) {
 	}
 	code, _ = e["code"].(string)
 	return e["type"].(string), code, e["message"].(string)
-}
-
-// waitFor polls cond until it holds or a few seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 var errTest = errors.New("test")

@@ -6,16 +6,19 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // withPropagator installs the W3C propagator for one test, as cmd does when
@@ -77,7 +80,7 @@ func TestTraceOfARequest(t *testing.T) {
 			}
 			tpHeader := resp.Header.Get("Traceparent")
 			var spans tracetest.SpanStubs
-			waitFor(t, "the server span", func() bool {
+			testkit.Poll(t, 5*time.Second, testkit.Cond("the server span", func() bool {
 				spans = exp.GetSpans()
 				for _, s := range spans {
 					if s.SpanKind == trace.SpanKindServer {
@@ -85,7 +88,7 @@ func TestTraceOfARequest(t *testing.T) {
 					}
 				}
 				return false
-			})
+			}))
 			var server tracetest.SpanStub
 			for _, s := range spans {
 				if s.SpanKind == trace.SpanKindServer {

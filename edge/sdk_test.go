@@ -6,8 +6,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/client"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // TestSDKAgainstEdge runs the Go SDK against the real handlers.
@@ -55,10 +57,10 @@ func TestSDKAgainstEdge(t *testing.T) {
 			t.Fatal(err)
 		}
 		var st *client.AsyncStatus
-		waitFor(t, "the batch", func() bool {
+		testkit.Poll(t, 5*time.Second, testkit.Cond("the batch", func() bool {
 			st, err = cl.Poll(ctx, modelStories, id)
 			return err == nil && st.Status == "done"
-		})
+		}))
 		if len(st.Responses) != 2 || st.Responses[1].Result.Response != "Hello world" {
 			t.Errorf("status %+v", st)
 		}

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
-	stories := refdata.Path(t, "models/stories260K.gguf")
+	stories := refdatatest.Path(t, "models/stories260K.gguf")
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -47,7 +47,7 @@ func usageServer(t *testing.T, now time.Time, events []*queue.UsageEvent) *httpt
 			t.Fatal(err)
 		}
 	}
-	cat, err := catalog.FromFlags([]string{modelStories + "=" + refdata.Path(t, "models/stories260K.gguf")})
+	cat, err := catalog.FromFlags([]string{modelStories + "=" + refdatatest.Path(t, "models/stories260K.gguf")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // oldRecordBytes is what a finished job's record took before records of
@@ -64,7 +66,7 @@ func TestSyncRecordsDoNotFill(t *testing.T) {
 	t.Logf("%d jobs in %v through a %d-byte bucket (old limit %d jobs); now %d bytes, %d records",
 		jobs, time.Since(start).Round(time.Millisecond), bucket, bucket/oldRecordBytes, info.State.Bytes, info.State.Msgs)
 	// And the records do go: within the keep time the bucket empties.
-	checkFor(t, 30*time.Second, func() error {
+	testkit.Poll(t, 30*time.Second, func() error {
 		info, err := st.Info(ctx)
 		if err != nil {
 			return err
@@ -246,7 +248,7 @@ func TestSubmitFailsFast(t *testing.T) {
 	})
 	t.Run("NATS down", func(t *testing.T) {
 		env.srv.Shutdown()
-		checkFor(t, 5*time.Second, func() error {
+		testkit.Poll(t, 5*time.Second, func() error {
 			if env.nc.IsConnected() {
 				return errors.New("still connected")
 			}
@@ -339,7 +341,7 @@ func TestWatchFill(t *testing.T) {
 		defer close(done)
 		WatchFill(wctx, slog.New(slog.NewTextHandler(&logs, nil)), env.js, 20*time.Millisecond)
 	}()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		if !strings.Contains(logs.String(), "store filling up") || !strings.Contains(logs.String(), "KV_"+ResultsBucket) {
 			return errors.New("no fill warning yet: " + logs.String())
 		}

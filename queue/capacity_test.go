@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 func TestPublishCapacityAndCapacities(t *testing.T) {
@@ -123,7 +125,7 @@ func TestWatchCapacity(t *testing.T) {
 			if err := s.do(); err != nil {
 				t.Fatal(err)
 			}
-			checkFor(t, 10*time.Second, func() error { return log.is(s.want) })
+			testkit.Poll(t, 10*time.Second, func() error { return log.is(s.want) })
 		})
 	}
 }
@@ -137,7 +139,7 @@ func TestKeepCapacityOutlivesTTL(t *testing.T) {
 	kctx, stop := context.WithCancel(ctx)
 	kept := make(chan error, 1)
 	go func() { kept <- KeepCapacity(kctx, env.js, "w", map[string]int{"m": 300}, nil) }()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		if got, err := Capacities(ctx, env.js, "m"); err != nil || !slices.Equal(got, []int{300}) {
 			return fmt.Errorf("Capacities = %v, %v; want [300] once the keeper has published", got, err)
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // freePort is a TCP port free on loopback a moment ago.
@@ -56,7 +58,7 @@ func startCluster(t *testing.T, n int) []*Server {
 // until it succeeds or within has passed.
 func eventually(t *testing.T, within time.Duration, f func(ctx context.Context) error) {
 	t.Helper()
-	checkFor(t, within, func() error {
+	testkit.Poll(t, within, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		return f(ctx)

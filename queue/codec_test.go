@@ -115,23 +115,29 @@ func TestDecodeFrameRefuses(t *testing.T) {
 	}
 }
 
-// seedCorpus adds every file under testdata/fuzz/<name>-seeds to f.
-func seedCorpus(f *testing.F, name string) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "fuzz", name+"-seeds", "*"))
-	if len(files) == 0 {
-		f.Fatalf("no seeds in testdata/fuzz/%s-seeds", name)
-	}
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
+// TestFuzzSeeds: the fuzz targets whose seeds are message files find them in
+// Go's corpus layout (testdata/fuzz/FuzzX/, "go test fuzz v1" files), which
+// every go test runs as FuzzX/<file> subtests; a seed folder that vanished
+// would otherwise leave its target unseeded without a word.
+func TestFuzzSeeds(t *testing.T) {
+	for _, name := range []string{"FuzzDecodeJob", "FuzzDecodeFrame", "FuzzDecodeHandover"} {
+		files, _ := filepath.Glob(filepath.Join("testdata", "fuzz", name, "*"))
+		if len(files) == 0 {
+			t.Errorf("no seeds in testdata/fuzz/%s", name)
 		}
-		f.Add(b)
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(string(b), "go test fuzz v1\n") {
+				t.Errorf("%s is not in Go's corpus format (first line \"go test fuzz v1\")", p)
+			}
+		}
 	}
 }
 
 func FuzzDecodeJob(f *testing.F) {
-	seedCorpus(f, "job")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		j, err := DecodeJob(b)
 		if err != nil {
@@ -169,7 +175,6 @@ func normJob(j *Job) Job {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	seedCorpus(f, "frame")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := DecodeFrame(b)
 		if err != nil {

@@ -47,7 +47,6 @@ func TestHandoverCodec(t *testing.T) {
 }
 
 func FuzzDecodeHandover(f *testing.F) {
-	seedCorpus(f, "handover")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := DecodeHandover(b)
 		if err != nil {

@@ -7,23 +7,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
-// checkFor polls f until it returns nil or the time runs out.
-func checkFor(t testing.TB, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// TestMain fails the run if goroutines outlive the tests (servers, clients
+// and subscriptions must all be shut down).
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 type testEnv struct {
 	srv *Server

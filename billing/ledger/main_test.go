@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
-	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 var redisAddr string
@@ -21,15 +21,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	redisAddr = srv.Addr()
-	before := queuetest.Goroutines()
-	code := m.Run()
+	code := testkit.Run(m)
 	srv.Stop()
-	if code == 0 {
-		if err := queuetest.WaitGoroutines(before, queuetest.LeakWait); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
 	os.Exit(code)
 }
 

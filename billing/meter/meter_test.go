@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -26,31 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	redisAddr = srv.Addr()
-	before := queuetest.Goroutines()
-	code := m.Run()
+	code := testkit.Run(m)
 	srv.Stop()
-	if code == 0 {
-		if err := queuetest.WaitGoroutines(before, queuetest.LeakWait); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
 	os.Exit(code)
-}
-
-func checkFor(t *testing.T, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // TestMeterCountsEachEventOnce: events published (some twice, some counted
@@ -116,7 +95,7 @@ func TestMeterCountsEachEventOnce(t *testing.T) {
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- m.Run(rctx) }()
-		checkFor(t, 10*time.Second, func() error {
+		testkit.Poll(t, 10*time.Second, func() error {
 			if m.Stats().Counted+m.Stats().Duplicates == 0 {
 				return fmt.Errorf("round %d: meter counted nothing yet", round)
 			}
@@ -136,7 +115,7 @@ func TestMeterCountsEachEventOnce(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	checkFor(t, 20*time.Second, func() error {
+	testkit.Poll(t, 20*time.Second, func() error {
 		rep, err := l.Query(ctx, ledger.Query{Tenant: "acme", From: at.Add(-time.Hour), To: at.Add(time.Hour), Granularity: ledger.Hour})
 		if err != nil {
 			return err
@@ -183,7 +162,7 @@ func TestMeterTerminatesBadEvents(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- m.Run(rctx) }()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		if m.Stats().Rejected != 1 {
 			return fmt.Errorf("stats %+v", m.Stats())
 		}

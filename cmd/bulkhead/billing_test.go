@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/billing/price"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // usageReport is the part of GET /ai/usage these tests read.
@@ -163,7 +164,7 @@ func TestBillingSurvivesKills(t *testing.T) {
 		p := billing(fmt.Sprintf("billing-%d", round))
 		procs = append(procs, p)
 		starts++
-		waitFor(t, 30*time.Second, "billing to start", func() bool { return strings.Contains(p.out.String(), "counting usage events") })
+		testkit.Poll(t, 30*time.Second, testkit.Cond("billing to start", func() bool { return strings.Contains(p.out.String(), "counting usage events") }))
 		time.Sleep(time.Duration(150+70*(round%5)) * time.Millisecond) // let it count, then kill it mid-work
 		if round%3 == 0 {
 			_ = p.cmd.Process.Kill()
@@ -185,10 +186,10 @@ func TestBillingSurvivesKills(t *testing.T) {
 	procs = append(procs, last)
 	starts++
 	var rep usageReport
-	waitFor(t, 90*time.Second, "the ledger to hold every request", func() bool {
+	testkit.Poll(t, 90*time.Second, testkit.Cond("the ledger to hold every request", func() bool {
 		getUsage(t, edgeURL, "/ai/usage?granularity=hour&from="+from, reader, &rep)
 		return rep.Totals.Requests >= sent
-	})
+	}))
 	// Redeliveries after the last kill have had their AckWait (2s) to arrive.
 	time.Sleep(3 * time.Second)
 	getUsage(t, edgeURL, "/ai/usage?granularity=hour&from="+from, reader, &rep)
@@ -241,10 +242,10 @@ func TestBudgetStopsTenant(t *testing.T) {
 	}
 	resp.Body.Close()
 	var rep usageReport
-	waitFor(t, 30*time.Second, "the cancelled stream to be billed", func() bool {
+	testkit.Poll(t, 30*time.Second, testkit.Cond("the cancelled stream to be billed", func() bool {
 		getUsage(t, edgeURL, "/ai/usage", reader, &rep)
 		return rep.Totals.Outcomes["cancelled"] == 1
-	})
+	}))
 	if rep.Totals.CompletionTokens < 10 || rep.Totals.CompletionTokens >= 1500 {
 		t.Fatalf("cancelled stream billed for %d completion tokens; want what it produced (10 or more, under 1500)", rep.Totals.CompletionTokens)
 	}

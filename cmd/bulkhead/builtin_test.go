@@ -10,6 +10,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/builtin"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // TestDevServesBuiltinModel: `dev` with no --model serves the embedded
@@ -19,7 +20,7 @@ func TestDevServesBuiltinModel(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	dev := startNode(t, "dev", "--data-dir", dir, "--listen", addr, "--threads", "1")
-	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") })
+	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") }))
 	if b, err := os.ReadFile(filepath.Join(dir, builtin.FileName)); err != nil || !builtin.Equal(b) {
 		t.Fatalf("built-in model not written to the data dir (%v)", err)
 	}

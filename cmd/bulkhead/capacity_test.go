@@ -17,7 +17,8 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -29,7 +30,7 @@ const clampModel = "@cf/test/stories260k"
 // bytesPerPage is one KV page of stories260K: K and V, every layer, f16.
 func bytesPerPage(t *testing.T) int64 {
 	t.Helper()
-	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func bytesPerPage(t *testing.T) int64 {
 // than the context window: each refuses to start, exit 1, naming the model,
 // the pool's tokens and the window.
 func TestPoolTooSmallRefusesStart(t *testing.T) {
-	model := refdata.Path(t, "models/stories260K.gguf")
+	model := refdatatest.Path(t, "models/stories260K.gguf")
 	dir := t.TempDir()
 	catFile := filepath.Join(dir, "catalog.yaml")
 	yaml := fmt.Sprintf("models:\n  - name: %q\n    path: %s\n    context_window: 1024\n    kv_pool_bytes: %d\n", clampModel, model, 10*bytesPerPage(t))
@@ -216,7 +217,7 @@ func advertisesAll(t *testing.T, base, token, model string, want int) bool {
 // window, over a 256-token pool.
 func longPrompt(t *testing.T) string {
 	t.Helper()
-	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,12 +250,12 @@ func runStatus(t *testing.T, base, token, model, body string) (int, int) {
 // --clamp-context: it serves, advertises 256 everywhere, refuses a 300-token
 // prompt at the edge with 413/3006 and serves one that fits.
 func TestDevClampContext(t *testing.T) {
-	model := refdata.Path(t, "models/stories260K.gguf")
+	model := refdatatest.Path(t, "models/stories260K.gguf")
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	dev := startNode(t, "dev", "--data-dir", dir, "--listen", addr, "--model", clampModel+"="+model,
 		"--kv-pool-tokens", "256", "--context", "2048", "--clamp-context", "--threads", "1", "--log-format", "text")
-	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") })
+	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") }))
 	key, err := auth.LoadOrCreateDevKey(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +304,7 @@ func testNATS(t *testing.T) (string, jetstream.JetStream) {
 // runs and withdraws it when it stops.
 func TestWorkerPublishesCapacity(t *testing.T) {
 	url, js := testNATS(t)
-	model := refdata.Path(t, "models/stories260K.gguf")
+	model := refdatatest.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	capacities := func() []int {
@@ -315,9 +316,9 @@ func TestWorkerPublishesCapacity(t *testing.T) {
 		return got
 	}
 	w1 := startNode(t, "worker", "--nats", url, "--model", clampModel+"="+model, "--kv-pool-tokens", "256", "--context", "2048", "--clamp-context", "--threads", "1")
-	waitFor(t, time.Minute, "the clamped worker's record", func() bool { return slices.Equal(capacities(), []int{256}) })
+	testkit.Poll(t, time.Minute, testkit.Cond("the clamped worker's record", func() bool { return slices.Equal(capacities(), []int{256}) }))
 	w2 := startNode(t, "worker", "--nats", url, "--model", clampModel+"="+model, "--context", "1024", "--threads", "1")
-	waitFor(t, time.Minute, "both workers' records", func() bool { return slices.Equal(capacities(), []int{256, 1024}) })
+	testkit.Poll(t, time.Minute, testkit.Cond("both workers' records", func() bool { return slices.Equal(capacities(), []int{256, 1024}) }))
 	w1.stop(t)
 	if got := capacities(); !slices.Equal(got, []int{1024}) {
 		t.Fatalf("after the clamped worker stopped: %v, want [1024]", got)
@@ -334,7 +335,7 @@ func TestWorkerPublishesCapacity(t *testing.T) {
 // worker window, never above its own.
 func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 	url, js := testNATS(t)
-	model := refdata.Path(t, "models/stories260K.gguf")
+	model := refdatatest.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	key, err := auth.LoadOrCreateDevKey(t.TempDir())
@@ -352,14 +353,14 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 	addr := freeAddr(t)
 	startNode(t, "edge", "--nats", url, "--listen", addr, "--model", clampModel+"="+model, "--jwks", key.JWKSPath())
 	base := "http://" + addr
-	waitFor(t, time.Minute, "the edge to listen", func() bool {
+	testkit.Poll(t, time.Minute, testkit.Cond("the edge to listen", func() bool {
 		resp, err := http.Get(base + "/ai/models/search")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return true
-	})
+	}))
 	// No polling here: the edge reads the records before it serves.
 	if got := advertised(t, base, tok, clampModel); got != 256 {
 		t.Fatalf("the edge's first answer advertises %d, want the published 256", got)
@@ -389,7 +390,7 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 			if err := s.do(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 30*time.Second, fmt.Sprintf("the edge to advertise %d", s.want), func() bool { return advertisesAll(t, base, tok, clampModel, s.want) })
+			testkit.Poll(t, 30*time.Second, testkit.Cond(fmt.Sprintf("the edge to advertise %d", s.want), func() bool { return advertisesAll(t, base, tok, clampModel, s.want) }))
 		})
 	}
 	t.Run("admission follows the window", func(t *testing.T) {
@@ -398,7 +399,7 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 		if err := queue.PublishCapacity(ctx, js, clampModel, 256, "small"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "the edge to advertise 256", func() bool { return advertisesAll(t, base, tok, clampModel, 256) })
+		testkit.Poll(t, 30*time.Second, testkit.Cond("the edge to advertise 256", func() bool { return advertisesAll(t, base, tok, clampModel, 256) }))
 		if status, code := runStatus(t, base, tok, clampModel, long); status != 413 || code != 3006 {
 			t.Fatalf("status %d code %d, want 413 code 3006", status, code)
 		}
@@ -410,7 +411,7 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 // the flags that would fit it, and a clamp landing in the catalog with a
 // WARN line.
 func TestFitContext(t *testing.T) {
-	path := refdata.Path(t, "models/stories260K.gguf")
+	path := refdatatest.Path(t, "models/stories260K.gguf")
 	tests := []struct {
 		name    string
 		flags   engineFlags

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // TestChatRender runs every case of ../shared/chat/renders.json through
@@ -23,7 +23,7 @@ func TestChatRender(t *testing.T) {
 			Error    string          `json:"error"`
 		} `json:"cases"`
 	}
-	b, err := os.ReadFile(refdata.Path(t, "chat/renders.json"))
+	b, err := os.ReadFile(refdatatest.Path(t, "chat/renders.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestChatRender(t *testing.T) {
 			if err := os.WriteFile(in, c.Input, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, stderr, code := bulkhead(t, "chat", "render", "--template", refdata.Path(t, "chat/templates/"+c.Template), "--input", in, "--json")
+			out, stderr, code := bulkhead(t, "chat", "render", "--template", refdatatest.Path(t, "chat/templates/"+c.Template), "--input", in, "--json")
 			if c.Text == nil {
 				_, msg, _ := strings.Cut(c.Error, ": ")
 				if code != 1 || !strings.Contains(stderr, msg) {
@@ -70,7 +70,7 @@ func TestChatRenderModel(t *testing.T) {
 	if err := os.WriteFile(in, []byte(`{"messages":[{"role":"user","content":"Hi <|end|>"}],"add_generation_prompt":false}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, code := bulkhead(t, "chat", "render", "--model", refdata.Path(t, "models/archs/phi3-tiny-f16.gguf"), "--input", in)
+	out, stderr, code := bulkhead(t, "chat", "render", "--model", refdatatest.Path(t, "models/archs/phi3-tiny-f16.gguf"), "--input", in)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

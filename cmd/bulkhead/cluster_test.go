@@ -18,7 +18,8 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -84,18 +85,6 @@ func start(t *testing.T, name, bin string, args ...string) *process {
 	return p
 }
 
-// waitFor polls cond until it holds, failing after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	port, err := redistest.FreePort()
@@ -152,7 +141,7 @@ func startClusterWith(t *testing.T, secure bool, roles ...string) *cluster {
 		t.Skip("multi-process cluster test skipped in -short mode")
 	}
 	dir := t.TempDir()
-	c := &cluster{bin: buildBinary(t, dir), model: refdata.Path(t, "models/stories260K.gguf")}
+	c := &cluster{bin: buildBinary(t, dir), model: refdatatest.Path(t, "models/stories260K.gguf")}
 	var err error
 	if c.redis, err = redistest.Start(); err != nil {
 		t.Fatal(err)
@@ -169,7 +158,7 @@ func startClusterWith(t *testing.T, secure bool, roles ...string) *cluster {
 	}
 	ns := start(t, "nats", c.bin, natsArgs...)
 	c.nats = ns
-	waitFor(t, 30*time.Second, "NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") })
+	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
 	c.natsURL = "nats://" + natsAddr
 	for i, role := range roles {
 		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.bin, append([]string{"worker", "--nats", c.natsURL,
@@ -193,7 +182,7 @@ func (c *cluster) edgeProcess(t *testing.T, name string, args ...string) (string
 	p := start(t, name, c.bin, all...)
 	url := "http://" + addr
 	tok := c.token(t, "probe")
-	waitFor(t, 60*time.Second, name+" to answer", func() bool {
+	testkit.Poll(t, 60*time.Second, testkit.Cond(name+" to answer", func() bool {
 		req, _ := http.NewRequest("GET", url+"/ai/models/search", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
@@ -202,7 +191,7 @@ func (c *cluster) edgeProcess(t *testing.T, name string, args ...string) (string
 		}
 		resp.Body.Close()
 		return resp.StatusCode == 200
-	})
+	}))
 	return url, p
 }
 
@@ -328,10 +317,10 @@ func TestClusterOfProcesses(t *testing.T) {
 		<-edgeProc.done
 		other := c.edge(t, "edge-2")
 		var last []byte
-		waitFor(t, 30*time.Second, "the async results", func() bool {
+		testkit.Poll(t, 30*time.Second, testkit.Cond("the async results", func() bool {
 			_, last = post(t, tok, other+"/ai/run/"+clusterModel, `{"request_id":"`+queued.Result.RequestID+`"}`)
 			return strings.Contains(string(last), `"status":"done"`)
-		})
+		}))
 		if !strings.Contains(string(last), "little girl") || strings.Count(string(last), `"success":true`) < 3 {
 			t.Fatalf("async results %s", last)
 		}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // chromium finds Debian's chromium; the test is skipped, saying so, only
@@ -120,10 +122,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	resp.Body.Close()
 	sent++
 	var rep usageReport
-	waitFor(t, 60*time.Second, "billing to count every request", func() bool {
+	testkit.Poll(t, 60*time.Second, testkit.Cond("billing to count every request", func() bool {
 		getUsage(t, edgeURL, "/ai/usage", acme, &rep)
 		return rep.Totals.Requests == int64(sent)
-	})
+	}))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

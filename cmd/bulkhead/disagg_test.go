@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // greedyPrompts are golden prompts of stories260K.
@@ -85,14 +86,14 @@ func TestDevDisaggregated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("dev cluster test skipped in -short mode")
 	}
-	model := refdata.Path(t, "models/stories260K.gguf")
+	model := refdatatest.Path(t, "models/stories260K.gguf")
 	serve := func(name string, args ...string) (string, string, *node) {
 		dir := t.TempDir()
 		addr := freeAddr(t)
 		all := append([]string{"dev", "--data-dir", dir, "--listen", addr, "--model", clusterModel + "=" + model,
 			"--threads", "1", "--kv-poison"}, args...)
 		dev := startNode(t, all...)
-		waitFor(t, time.Minute, name+" to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") })
+		testkit.Poll(t, time.Minute, testkit.Cond(name+" to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") }))
 		key, err := auth.LoadOrCreateDevKey(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -142,10 +143,10 @@ func TestCanaryDisaggregated(t *testing.T) {
 	bin := buildBinary(t, dir)
 	addr := freeAddr(t)
 	dev := start(t, "dev", bin, "dev", "--data-dir", dir, "--listen", addr,
-		"--model", clusterModel+"="+refdata.Path(t, "models/stories260K.gguf"),
+		"--model", clusterModel+"="+refdatatest.Path(t, "models/stories260K.gguf"),
 		"--disaggregated", "--prefill-workers", "2", "--decode-workers", "2",
 		"--context", "512", "--kv-pool-tokens", "1024", "--kv-poison", "--threads", "1")
-	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(dev.out.String(), "serving") })
+	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.out.String(), "serving") }))
 
 	stdout, stderr, code := bulkhead(t, "canary", "--edge", "http://"+addr, "--key-dir", dir,
 		"--tenants", "8", "--requests", "400", "--concurrency", "8", "--oversize-fraction", "0.2", "--json")

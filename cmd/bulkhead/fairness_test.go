@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // floodBound is the flooding tenant's class bound in TestFloodFairness: its
@@ -67,7 +69,7 @@ func TestFloodFairness(t *testing.T) {
 	for range floodBound + 8 { // streams, back to back: more than the bound alone
 		wg.Go(func() { counts.streams(ctx, run, a) })
 	}
-	waitFor(t, 10*time.Second, "tenant A to be at its bound", func() bool { return counts.refused.Load() > 0 })
+	testkit.Poll(t, 10*time.Second, testkit.Cond("tenant A to be at its bound", func() bool { return counts.refused.Load() > 0 }))
 	loaded := tenantB(t, run, b, bBody, window, every)
 	if pct(loaded, 99) > 3*pct(unloaded, 99) {
 		// A shared machine's scheduling hiccups land in one phase's tail;

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // TestGenerateGoldenFiles: `bulkhead generate --json` reproduces llama.cpp's
@@ -14,11 +14,11 @@ import (
 // CPU paths) and for the tiny qwen3, gemma2, gemma3 and phi3 models; a
 // divergence is excused only at a near-tie, and logged.
 func TestGenerateGoldenFiles(t *testing.T) {
-	alt := map[[2]string]refdata.GoldenCase{}
-	for _, c := range refdata.Golden(t, "models/quant/golden-norepack.json") {
+	alt := map[[2]string]refdatatest.GoldenCase{}
+	for _, c := range refdatatest.Golden(t, "models/quant/golden-norepack.json") {
 		alt[[2]string{c.File, c.Prompt}] = c
 	}
-	cases := append(refdata.Golden(t, "models/quant/golden.json"), refdata.Golden(t, "models/archs/golden.json")...)
+	cases := append(refdatatest.Golden(t, "models/quant/golden.json"), refdatatest.Golden(t, "models/archs/golden.json")...)
 	for _, c := range cases {
 		t.Run(filepath.Base(c.File)+"/"+c.Prompt, func(t *testing.T) {
 			stdout, stderr, code := bulkhead(t, "generate", "--model", c.File, "--prompt", c.Prompt,

@@ -10,8 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
+
+// TestMain fails the run if goroutines outlive the tests: in-process
+// commands, servers and the processes' readers must all have stopped.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // bulkhead runs the command line in-process and returns stdout, stderr and the
 // exit code.
@@ -23,8 +28,8 @@ func bulkhead(t testing.TB, args ...string) (string, string, int) {
 }
 
 func TestGenerateJSONMatchesLlamaCpp(t *testing.T) {
-	model := refdata.Path(t, "models/stories260K.gguf")
-	b, err := os.ReadFile(refdata.Path(t, "models/golden/stories260K-greedy.json"))
+	model := refdatatest.Path(t, "models/stories260K.gguf")
+	b, err := os.ReadFile(refdatatest.Path(t, "models/golden/stories260K-greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +73,7 @@ func TestGenerateJSONMatchesLlamaCpp(t *testing.T) {
 func TestTokenizeConformance(t *testing.T) {
 	for _, vocab := range []string{"llama-spm", "llama-bpe", "qwen2", "gpt-2"} {
 		t.Run(vocab, func(t *testing.T) {
-			model := refdata.Path(t, "tokenizer/ggml-vocab-"+vocab+".gguf")
+			model := refdatatest.Path(t, "tokenizer/ggml-vocab-"+vocab+".gguf")
 			inp, err := os.ReadFile(model + ".inp")
 			if err != nil {
 				t.Fatal(err)
@@ -107,7 +112,7 @@ func TestTokenizeConformance(t *testing.T) {
 }
 
 func TestTokenizeAddsBOS(t *testing.T) {
-	stdout, stderr, code := bulkhead(t, "tokenize", "--model", refdata.Path(t, "models/stories260K.gguf"), "--text", "Once upon a time", "--json")
+	stdout, stderr, code := bulkhead(t, "tokenize", "--model", refdatatest.Path(t, "models/stories260K.gguf"), "--text", "Once upon a time", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -186,7 +191,7 @@ func TestUsageErrors(t *testing.T) {
 func TestFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("BULKHEAD_MAX_TOKENS", "3")
 	t.Setenv("BULKHEAD_TEMPERATURE", "0")
-	stdout, stderr, code := bulkhead(t, "generate", "--model", refdata.Path(t, "models/stories260K.gguf"), "--prompt", "Once upon a time", "--json")
+	stdout, stderr, code := bulkhead(t, "generate", "--model", refdatatest.Path(t, "models/stories260K.gguf"), "--prompt", "Once upon a time", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

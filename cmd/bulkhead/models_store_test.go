@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/store"
 )
 
@@ -45,7 +45,7 @@ func modelServer(t *testing.T, body []byte) *httptest.Server {
 // local server) and by URL, lists both, and resolves them by name as dev,
 // worker and edge do.
 func TestModelsPullListServe(t *testing.T) {
-	data, err := os.ReadFile(refdata.Path(t, "models/stories260K.gguf"))
+	data, err := os.ReadFile(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // span is one exported span, whichever exporter wrote it.
@@ -289,7 +290,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
-	modelPath := refdata.Path(t, "models/stories260K.gguf")
+	modelPath := refdatatest.Path(t, "models/stories260K.gguf")
 	recv := startReceiver(t)
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -309,7 +310,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 	natsURL := "nats://" + natsAddr
 	startNATS := func() *process {
 		ns := start(t, "nats", bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"))
-		waitFor(t, 30*time.Second, "NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") })
+		testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
 		return ns
 	}
 	ns := startNATS()
@@ -328,7 +329,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 	start(t, "edge", bin, "edge", "--nats", natsURL, "--listen", edgeAddr, "--model", clusterModel+"="+modelPath,
 		"--redis", "redis://"+rds.Addr()+"/0", "--jwks", key.JWKSPath(), "--quota-rpm", "1000")
 	for _, u := range []string{edgeURL, metricsURL["prefill"], metricsURL["decode"], metricsURL["billing"]} {
-		waitFor(t, time.Minute, u+" to be ready", func() bool { st, _ := readyz(u); return st == 200 })
+		testkit.Poll(t, time.Minute, testkit.Cond(u+" to be ready", func() bool { st, _ := readyz(u); return st == 200 }))
 	}
 	run := edgeURL + "/ai/run/" + clusterModel
 
@@ -348,19 +349,17 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 			"bulkhead-billing/billing.consume",
 		}
 		var spans []span
-		problem := "no span yet"
-		deadline := time.Now().Add(30 * time.Second)
-		for problem != "" && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
+		testkit.Poll(t, 30*time.Second, func() error {
 			spans = recv.trace(id)
-			problem = treeProblem(spans, want)
-		}
-		if problem != "" {
-			for _, s := range spans {
-				t.Logf("span %s/%s id %s parent %s", s.service, s.name, s.id, s.parent)
+			if problem := treeProblem(spans, want); problem != "" {
+				var b strings.Builder
+				for _, s := range spans {
+					fmt.Fprintf(&b, "\nspan %s/%s id %s parent %s", s.service, s.name, s.id, s.parent)
+				}
+				return fmt.Errorf("trace %s: %s%s", id, problem, b.String())
 			}
-			t.Fatalf("trace %s: %s", id, problem)
-		}
+			return nil
+		})
 		for _, s := range spans {
 			if s.service == "bulkhead-worker-decode" && s.name == "engine.decode" {
 				up := strings.Join(ancestors(spans, s), " < ")
@@ -414,10 +413,10 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 			}
 		}
 		pre, dec := scrape(t, metricsURL["prefill"]), scrape(t, metricsURL["decode"])
-		waitFor(t, 30*time.Second, "billing to count the usage events", func() bool {
+		testkit.Poll(t, 30*time.Second, testkit.Cond("billing to count the usage events", func() bool {
 			v, _ := metricSum(scrape(t, metricsURL["billing"]), "bulkhead_billing_events_total", map[string]string{"result": "counted"})
 			return v >= 2 // the traced request and the stream; the refusal never reached a worker
-		})
+		}))
 		for _, c := range []struct {
 			node   string
 			mfs    map[string]*dto.MetricFamily
@@ -511,7 +510,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 	t.Run("readiness follows Redis and NATS", func(t *testing.T) {
 		flip := func(what string, urls []string, check string, want bool) {
 			t.Helper()
-			waitFor(t, 30*time.Second, fmt.Sprintf("%s: %s ok=%v", what, check, want), func() bool {
+			testkit.Poll(t, 30*time.Second, testkit.Cond(fmt.Sprintf("%s: %s ok=%v", what, check, want), func() bool {
 				for _, u := range urls {
 					st, checks := readyz(u)
 					if checks[check] != want || (st == 200) != want || healthz(u) != 200 {
@@ -519,7 +518,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 					}
 				}
 				return true
-			})
+			}))
 		}
 		all := []string{edgeURL, metricsURL["prefill"], metricsURL["decode"], metricsURL["billing"]}
 		rds.Close()
@@ -535,10 +534,10 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 		startNATS()
 		flip("NATS back", all, "nats", true)
 		// Served again once NATS is back.
-		waitFor(t, 30*time.Second, "a request to succeed after NATS came back", func() bool {
+		testkit.Poll(t, 30*time.Second, testkit.Cond("a request to succeed after NATS came back", func() bool {
 			st, _, _ := postTraced(t, tok, run, `{"prompt":"Hello","raw":true,"max_tokens":4}`)
 			return st == 200
-		})
+		}))
 	})
 }
 
@@ -553,7 +552,7 @@ func TestDevConsoleTrace(t *testing.T) {
 	bin := buildBinary(t, dir)
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "dev", "--data-dir", dir, "--listen", addr, "--disaggregated",
-		"--model", clusterModel+"="+refdata.Path(t, "models/stories260K.gguf"), "--threads", "1")
+		"--model", clusterModel+"="+refdatatest.Path(t, "models/stories260K.gguf"), "--threads", "1")
 	cmd.Env = append(cmd.Environ(), "OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=100")
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -574,7 +573,7 @@ func TestDevConsoleTrace(t *testing.T) {
 			t.Logf("--- dev stderr:\n%s", stderr.String())
 		}
 	})
-	waitFor(t, time.Minute, "dev to serve", func() bool { return strings.Contains(stdout.String(), "serving") })
+	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(stdout.String(), "serving") }))
 	key, err := auth.LoadOrCreateDevKey(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -591,16 +590,13 @@ func TestDevConsoleTrace(t *testing.T) {
 	want := []string{"bulkhead-dev/queue.enqueue", "bulkhead-dev/worker.job", "bulkhead-dev/engine.prefill",
 		"bulkhead-dev/handoff.send", "bulkhead-dev/handoff.receive", "bulkhead-dev/engine.decode", "bulkhead-dev/edge.reply"}
 	var spans []span
-	problem := "no span yet"
-	deadline := time.Now().Add(30 * time.Second)
-	for problem != "" && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	testkit.Poll(t, 30*time.Second, func() error {
 		spans = consoleSpans(t, stdout.String(), id)
-		problem = treeProblem(spans, want)
-	}
-	if problem != "" {
-		t.Fatalf("trace %s on stdout: %s\n%s", id, problem, stdout.String())
-	}
+		if problem := treeProblem(spans, want); problem != "" {
+			return fmt.Errorf("trace %s on stdout: %s\n%s", id, problem, stdout.String())
+		}
+		return nil
+	})
 	t.Logf("trace %s: %d spans printed to stdout, one tree", id, len(spans))
 }
 

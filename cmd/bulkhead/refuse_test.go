@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // rewriteModel copies a GGUF file with the metadata values in meta set (added
@@ -58,7 +58,7 @@ func rewriteModel(t *testing.T, src string, meta map[string]gguf.Value, tensor f
 // TestNodesRefuseUnsupportedModels: dev and worker refuse to start on a file
 // they cannot run, naming the file and what is wrong with it.
 func TestNodesRefuseUnsupportedModels(t *testing.T) {
-	src := refdata.Path(t, "models/quant/llama-tiny-f32.gguf")
+	src := refdatatest.Path(t, "models/quant/llama-tiny-f32.gguf")
 	iq2 := rewriteModel(t, src, nil, func(ti gguf.TensorInfo, data []byte) (gguf.Type, []byte) {
 		if ti.Name != "blk.0.attn_q.weight" {
 			return ti.Type, data

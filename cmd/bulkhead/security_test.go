@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
 )
@@ -72,9 +73,9 @@ func TestClusterSecurity(t *testing.T) {
 	t.Run("the nodes need nothing their roles may not do", func(t *testing.T) {
 		// Billing counts the request's usage event; no node was refused
 		// anything by the server.
-		waitFor(t, 20*time.Second, "billing to count the usage event", func() bool {
+		testkit.Poll(t, 20*time.Second, testkit.Cond("billing to count the usage event", func() bool {
 			return strings.Contains(billing.out.String(), "counting usage events")
-		})
+		}))
 		for _, p := range append(c.workers, soloWorker, billing, edgeProc) {
 			if out := p.out.String(); strings.Contains(out, "NATS refused") || strings.Contains(out, "ermissions") {
 				t.Errorf("%s was refused by NATS:\n%s", p.name, out)
@@ -162,12 +163,12 @@ func TestClusterSecurity(t *testing.T) {
 		_ = soloWorker.cmd.Process.Signal(syscall.SIGTERM)
 		<-soloWorker.done
 		var took time.Duration
-		waitFor(t, 10*time.Second, "the edge to see the worker gone", func() bool {
+		testkit.Poll(t, 10*time.Second, testkit.Cond("the edge to see the worker gone", func() bool {
 			start := time.Now()
 			status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`)
 			took = time.Since(start)
 			return status == 503 && strings.Contains(string(body), "3047")
-		})
+		}))
 		if took > 500*time.Millisecond {
 			t.Fatalf("refused after %v", took)
 		}

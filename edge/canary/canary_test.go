@@ -12,10 +12,11 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/canary"
 	"github.com/bulkhead-ai/bulkhead/edge/canary/canarytest"
 	"github.com/bulkhead-ai/bulkhead/edge/client"
-	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
-func TestMain(m *testing.M) { queuetest.Main(m) }
+// TestMain fails the run if goroutines outlive the tests.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // tenants mints n canary tenants' tokens with the planted edge's key.
 func tenants(t *testing.T, e *canarytest.Edge, n int) []canary.Tenant {

@@ -3,7 +3,8 @@ package tenants
 import (
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
-func TestMain(m *testing.M) { queuetest.Main(m) }
+// TestMain fails the run if goroutines outlive the tests.
+func TestMain(m *testing.M) { testkit.Main(m) }

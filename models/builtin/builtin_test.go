@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 func TestEmbeddedIsTheSharedModel(t *testing.T) {
-	b, err := os.ReadFile(refdata.Path(t, "models/stories260K.gguf"))
+	b, err := os.ReadFile(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // BenchmarkLookup is the edge's per-request path: find the model, read its
@@ -46,7 +46,7 @@ func BenchmarkParseExample(b *testing.B) {
 }
 
 func BenchmarkResolveStories260K(b *testing.B) {
-	c, err := FromFlags([]string{"s=" + refdata.Path(b, "models/stories260K.gguf")})
+	c, err := FromFlags([]string{"s=" + refdatatest.Path(b, "models/stories260K.gguf")})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // TestResolveStories260K reads the trained context of a real model file.
 func TestResolveStories260K(t *testing.T) {
-	path := refdata.Path(t, "models/stories260K.gguf")
+	path := refdatatest.Path(t, "models/stories260K.gguf")
 	tests := []struct {
 		name       string
 		window     string // context_window value, "" to leave it out

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // renderCase is one case of ../shared/chat/renders.json.
@@ -28,7 +28,7 @@ func sharedRenders(t testing.TB) []renderCase {
 		Semantics string       `json:"semantics"`
 		Cases     []renderCase `json:"cases"`
 	}
-	readJSON(t, refdata.Path(t, "chat/renders.json"), &doc)
+	readJSON(t, refdatatest.Path(t, "chat/renders.json"), &doc)
 	if len(doc.Cases) == 0 || !strings.Contains(doc.Semantics, "apply_chat_template") {
 		t.Fatalf("renders.json: %d cases, semantics %q", len(doc.Cases), doc.Semantics)
 	}
@@ -37,7 +37,7 @@ func sharedRenders(t testing.TB) []renderCase {
 
 func sharedTemplate(t testing.TB, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(refdata.Path(t, filepath.Join("chat/templates", name)))
+	b, err := os.ReadFile(refdatatest.Path(t, filepath.Join("chat/templates", name)))
 	if err != nil {
 		t.Fatal(err)
 	}

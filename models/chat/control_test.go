@@ -11,7 +11,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/models/chat"
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 )
 
@@ -37,7 +37,7 @@ var markup = regexp.MustCompile(`<\|[A-Za-z0-9_]+\|>|<(?:start|end)_of_[a-z]+>|<
 
 func loadTokenizer(t *testing.T, rel string) *tokenizer.Tokenizer {
 	t.Helper()
-	f, err := gguf.Open(refdata.Path(t, rel))
+	f, err := gguf.Open(refdatatest.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestControlTokenTextIsText(t *testing.T) {
 
 func sharedTemplate(t testing.TB, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(refdata.Path(t, "chat/templates/"+name))
+	b, err := os.ReadFile(refdatatest.Path(t, "chat/templates/"+name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // goldenSpecial are the bos_token and eos_token testdata/gen_golden.py used.
@@ -27,7 +27,7 @@ var goldenSpecial = map[string][2]string{
 func goldenSource(t *testing.T, name string) string {
 	t.Helper()
 	if name == "gguf:ggml-vocab-qwen2.gguf" {
-		f, err := gguf.Open(refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
+		f, err := gguf.Open(refdatatest.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
 		if err != nil {
 			t.Fatal(err)
 		}

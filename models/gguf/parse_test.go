@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // smallFile is a valid GGUF image with a little of everything: scalar, string,
@@ -96,7 +96,7 @@ func FuzzParse(f *testing.F) {
 // many offsets through its tensor data: each prefix must be refused with
 // ErrNotGGUF or ErrCorrupt, never accepted and never a panic.
 func TestParseTruncated(t *testing.T) {
-	full, err := os.ReadFile(refdata.Path(t, "models/stories260K.gguf"))
+	full, err := os.ReadFile(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestParseAllocationIsBounded(t *testing.T) {
 // memory; reading again gives the same bytes. Evicting memory-backed data
 // (a file parsed from memory) does nothing.
 func TestEvictKeepsData(t *testing.T) {
-	f, err := Open(refdata.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
+	f, err := Open(refdatatest.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestEvictKeepsData(t *testing.T) {
 			t.Fatalf("tensor %s changed after Evict", ti.Name)
 		}
 	}
-	b, err := os.ReadFile(refdata.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
+	b, err := os.ReadFile(refdatatest.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

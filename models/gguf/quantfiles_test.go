@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // dequantRef is one tensor of a *.dequant.json file: llama.cpp's to_float of
@@ -26,7 +26,7 @@ type dequantRef struct {
 // file in ../shared/models/quant and compares them bit for bit with
 // llama.cpp's own dequantization of the same bytes.
 func TestDequantizeQuantFiles(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(refdata.Path(t, "models/quant"), "*.gguf"))
+	files, err := filepath.Glob(filepath.Join(refdatatest.Path(t, "models/quant"), "*.gguf"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no quant files: %v", err)
 	}

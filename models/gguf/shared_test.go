@@ -3,14 +3,14 @@ package gguf
 import (
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // openShared opens a GGUF file from the reference data and closes it at the end
 // of the test.
 func openShared(t testing.TB, rel string) *File {
 	t.Helper()
-	f, err := Open(refdata.Path(t, rel))
+	f, err := Open(refdatatest.Path(t, rel))
 	if err != nil {
 		t.Fatalf("Open(%s): %v", rel, err)
 	}

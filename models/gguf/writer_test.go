@@ -9,7 +9,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // copyToWriter rebuilds f in a Writer: same keys in the same order, same tensors.
@@ -201,7 +201,7 @@ func TestWriterRewriteIsByteIdentical(t *testing.T) {
 		"models/synth/stories15m-shape-f32.gguf",
 	} {
 		t.Run(filepath.Base(rel), func(t *testing.T) {
-			orig, err := os.ReadFile(refdata.Path(t, rel))
+			orig, err := os.ReadFile(refdatatest.Path(t, rel))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +231,7 @@ func TestWriteFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile(refdata.Path(t, "models/stories260K.gguf"))
+	want, err := os.ReadFile(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

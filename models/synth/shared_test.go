@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
-// openShared opens a file of the reference data (see refdata.Path) and closes
+// openShared opens a file of the reference data (see refdatatest.Path) and closes
 // it at the end of the test.
 func openShared(t *testing.T, rel string) *gguf.File {
 	t.Helper()
-	f, err := gguf.Open(refdata.Path(t, rel))
+	f, err := gguf.Open(refdatatest.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 func benchVocabs() []string {
@@ -15,7 +15,7 @@ func benchVocabs() []string {
 
 func benchLoad(b *testing.B, name string) *Tokenizer {
 	if name == "stories260K" {
-		return load(b, refdata.Path(b, "models/stories260K.gguf"))
+		return load(b, refdatatest.Path(b, "models/stories260K.gguf"))
 	}
 	return loadVocab(b, name)
 }

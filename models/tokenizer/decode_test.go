@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // referenceClean is llama.cpp's clean_up_tokenization_spaces written as its
@@ -162,7 +162,7 @@ func TestStreamDecoder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var tk *Tokenizer
 			if name == "stories260K" {
-				tk = load(t, refdata.Path(t, "models/stories260K.gguf"))
+				tk = load(t, refdatatest.Path(t, "models/stories260K.gguf"))
 			} else {
 				tk = loadVocab(t, name)
 			}

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // FuzzEncode encodes arbitrary text with every reference vocabulary and checks
@@ -26,7 +26,7 @@ func FuzzEncode(f *testing.F) {
 	for _, name := range vocabFiles {
 		toks = append(toks, loadVocab(f, name))
 	}
-	toks = append(toks, load(f, refdata.Path(f, "models/stories260K.gguf")))
+	toks = append(toks, load(f, refdatatest.Path(f, "models/stories260K.gguf")))
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, tk := range toks {
 			for _, special := range []bool{false, true} {

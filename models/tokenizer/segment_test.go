@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // segmentVocabs are every shared vocabulary with control tokens, and the
@@ -16,7 +16,7 @@ func segmentVocabs(t testing.TB) []*Tokenizer {
 	for _, name := range vocabFiles {
 		toks = append(toks, loadVocab(t, name))
 	}
-	return append(toks, load(t, refdata.Path(t, "models/archs/phi3-tiny-f16.gguf")))
+	return append(toks, load(t, refdatatest.Path(t, "models/archs/phi3-tiny-f16.gguf")))
 }
 
 // cutAtControl splits text at every control token, as the chat package

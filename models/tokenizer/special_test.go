@@ -6,11 +6,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 func TestStories260K(t *testing.T) {
-	tk := load(t, refdata.Path(t, "models/stories260K.gguf"))
+	tk := load(t, refdatatest.Path(t, "models/stories260K.gguf"))
 	if tk.VocabSize() != 512 || tk.Model() != "llama" {
 		t.Fatalf("vocab %d model %q, want 512 llama", tk.VocabSize(), tk.Model())
 	}

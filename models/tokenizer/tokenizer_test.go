@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // vocabFiles are the conformance vocabularies in shared/tokenizer.
@@ -37,7 +37,7 @@ func load(t testing.TB, path string) *Tokenizer {
 
 func loadVocab(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	return load(t, refdata.Path(t, "tokenizer/"+name+".gguf"))
+	return load(t, refdatatest.Path(t, "tokenizer/"+name+".gguf"))
 }
 
 type conformanceCase struct {
@@ -49,7 +49,7 @@ type conformanceCase struct {
 // "\n__ggml_vocab_test__\n"; each output line holds the ids of one input.
 func readCases(t testing.TB, name string) []conformanceCase {
 	t.Helper()
-	base := refdata.Path(t, "tokenizer/"+name+".gguf")
+	base := refdatatest.Path(t, "tokenizer/"+name+".gguf")
 	inp, err := os.ReadFile(base + ".inp")
 	if err != nil {
 		t.Fatalf("read inputs: %v", err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 var weather = Call{Name: "get_weather", Arguments: `{"city":"Paris","unit":"c"}`}
@@ -141,7 +141,7 @@ func TestDetect(t *testing.T) {
 		"HuggingFaceTB-SmolLM3-3B.jinja":                    None,
 	}
 	for name, f := range want {
-		b, err := os.ReadFile(refdata.Path(t, filepath.Join("chat/templates", name)))
+		b, err := os.ReadFile(refdatatest.Path(t, filepath.Join("chat/templates", name)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
@@ -38,7 +38,7 @@ func TestValidate(t *testing.T) {
 // there and positive, the JSON keys are the command's, and the aggregate
 // appears only for a batch.
 func TestEngine(t *testing.T) {
-	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

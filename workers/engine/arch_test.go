@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
@@ -19,7 +19,7 @@ var archFiles = []string{"qwen3-tiny-f32.gguf", "gemma2-tiny-f32.gguf", "gemma3-
 
 func loadArch(t testing.TB, name string) *Model {
 	t.Helper()
-	m, err := Load(refdata.Path(t, "models/archs/"+name))
+	m, err := Load(refdatatest.Path(t, "models/archs/"+name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestArchRefusals(t *testing.T) {
 		{"unedited copy loads", "qwen3-tiny-f32.gguf", func(map[string]gguf.Value, *gguf.Writer) {}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := rewrite(t, refdata.Path(t, "models/archs/"+tc.file), tc.edit)
+			path := rewrite(t, refdatatest.Path(t, "models/archs/"+tc.file), tc.edit)
 			m, err := Load(path)
 			if tc.want == nil {
 				if err != nil {

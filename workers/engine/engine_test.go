@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
@@ -24,7 +24,7 @@ type goldenCase struct {
 
 func loadGolden(t testing.TB) []goldenCase {
 	t.Helper()
-	b, err := os.ReadFile(refdata.Path(t, "models/golden/stories260K-greedy.json"))
+	b, err := os.ReadFile(refdatatest.Path(t, "models/golden/stories260K-greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func loadGolden(t testing.TB) []goldenCase {
 
 func loadStories(t testing.TB) *Model {
 	t.Helper()
-	m, err := Load(refdata.Path(t, "models/stories260K.gguf"))
+	m, err := Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestCancelFreesPages(t *testing.T) {
 	if !errors.Is(last.Err, context.Canceled) {
 		t.Fatalf("final event %+v, want context.Canceled", last)
 	}
-	checkFor(t, time.Second, func() bool { return e.KV().FreePages() == e.KV().TotalPages() })
+	testkit.Poll(t, time.Second, testkit.Cond("every KV page back in the pool", func() bool { return e.KV().FreePages() == e.KV().TotalPages() }))
 }
 
 func TestQueueFull(t *testing.T) {
@@ -250,19 +250,6 @@ func TestQueueFull(t *testing.T) {
 	for _, s := range streams {
 		for range s {
 		}
-	}
-}
-
-// checkFor polls cond until it holds or the timeout passes.
-func checkFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
 )
@@ -271,7 +272,7 @@ func TestLoneTenantGetsWholeEngine(t *testing.T) {
 		}
 		streams = append(streams, ev)
 	}
-	checkFor(t, 10*time.Second, func() bool { return e.Stats().Running == batch })
+	testkit.Poll(t, 10*time.Second, testkit.Cond("the whole batch running", func() bool { return e.Stats().Running == batch }))
 	cancel()
 	for _, s := range streams {
 		for range s {
@@ -369,7 +370,7 @@ func TestFairHeadOfLine(t *testing.T) {
 	loaded := time.Duration(math.MaxInt64)
 	for i := range 5 {
 		decoded := e.Service()["a"].DecodeTokens
-		checkFor(t, time.Minute, func() bool { return e.Service()["a"].DecodeTokens >= decoded+64 })
+		testkit.Poll(t, time.Minute, testkit.Cond("64 more of a's tokens decoded", func() bool { return e.Service()["a"].DecodeTokens >= decoded+64 }))
 		d, got := timed(t, e, small(fmt.Sprint("b", i)))
 		loaded = min(loaded, d)
 		if !slices.Equal(got, want) {
@@ -438,7 +439,7 @@ func TestPreemptionKeepsOutput(t *testing.T) {
 			}
 		})
 	}
-	checkFor(t, 10*time.Second, func() bool { return e.Stats().Running == 2 })
+	testkit.Poll(t, 10*time.Second, testkit.Cond("both sequences running", func() bool { return e.Stats().Running == 2 }))
 	for i := 0; e.Stats().Running+e.Stats().Waiting > 0 && i < 40; i++ {
 		if _, toks := timed(t, e, small); !slices.Equal(toks, smallRef) {
 			t.Errorf("B's request %d: tokens %v under the flood, %v quiet", i, toks, smallRef)
@@ -487,14 +488,14 @@ func TestFairWeights(t *testing.T) {
 				s := e.Service()
 				return s["a"].PrefillTokens + s["a"].DecodeTokens, s["b"].PrefillTokens + s["b"].DecodeTokens
 			}
-			checkFor(t, 10*time.Second, func() bool { a, b := served(); return a > 500 && b > 250 })
+			testkit.Poll(t, 10*time.Second, testkit.Cond("both tenants served", func() bool { a, b := served(); return a > 500 && b > 250 }))
 			a0, b0 := served()
 			start := time.Now()
 			if os.Getenv("BULKHEAD_FAIR_MINUTE") != "" {
-				checkFor(t, 2*time.Minute, func() bool { return time.Since(start) >= time.Minute })
+				testkit.Poll(t, 2*time.Minute, testkit.Cond("a minute to pass", func() bool { return time.Since(start) >= time.Minute }))
 			} else {
 				const window = 6000
-				checkFor(t, 2*time.Minute, func() bool { a, b := served(); return a-a0+b-b0 >= window })
+				testkit.Poll(t, 2*time.Minute, testkit.Cond("a window of tokens served", func() bool { a, b := served(); return a-a0+b-b0 >= window }))
 			}
 			a1, b1 := served()
 			cancel()

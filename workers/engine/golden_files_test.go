@@ -5,15 +5,15 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
 // goldenGenerate loads each case's model once, checks the prompt's tokens and
 // returns a function giving the greedy completion of a case.
 // Engines live until the parent test pt ends.
-func goldenGenerate(pt *testing.T) func(t *testing.T, c refdata.GoldenCase) []int32 {
+func goldenGenerate(pt *testing.T) func(t *testing.T, c refdatatest.GoldenCase) []int32 {
 	engines := map[string]*Engine{}
-	return func(t *testing.T, c refdata.GoldenCase) []int32 {
+	return func(t *testing.T, c refdatatest.GoldenCase) []int32 {
 		t.Helper()
 		e := engines[c.File]
 		if e == nil {
@@ -46,11 +46,11 @@ func goldenGenerate(pt *testing.T) func(t *testing.T, c refdata.GoldenCase) []in
 // TestGoldenQuantFiles runs llama.cpp's greedy continuations for the small
 // model in every GGUF type (../shared/models/quant). llama.cpp has two CPU
 // paths (repacked weights and not); matching either counts, and a divergence
-// is excused only at a near-tie (refdata.NearTie), which is logged.
+// is excused only at a near-tie (refdatatest.NearTie), which is logged.
 func TestGoldenQuantFiles(t *testing.T) {
-	repack := refdata.Golden(t, "models/quant/golden.json")
-	norepack := refdata.Golden(t, "models/quant/golden-norepack.json")
-	other := map[[2]string]refdata.GoldenCase{}
+	repack := refdatatest.Golden(t, "models/quant/golden.json")
+	norepack := refdatatest.Golden(t, "models/quant/golden-norepack.json")
+	other := map[[2]string]refdatatest.GoldenCase{}
 	for _, c := range norepack {
 		other[[2]string{c.File, c.Prompt}] = c
 	}
@@ -81,7 +81,7 @@ func TestGoldenQuantFiles(t *testing.T) {
 // qwen3, gemma2, gemma3 and phi3 models (../shared/models/archs).
 func TestGoldenArchFiles(t *testing.T) {
 	gen := goldenGenerate(t)
-	for _, c := range refdata.Golden(t, "models/archs/golden.json") {
+	for _, c := range refdatatest.Golden(t, "models/archs/golden.json") {
 		t.Run(filepath.Base(c.File)+"/"+c.Prompt, func(t *testing.T) {
 			ex, err := c.Compare(gen(t, c))
 			if err != nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
@@ -402,7 +402,7 @@ func checkGreedy(t *testing.T, m *Model, ref *refModel, prompt []int32, n int) [
 }
 
 func TestReferenceStories260K(t *testing.T) {
-	path := refdata.Path(t, "models/stories260K.gguf")
+	path := refdatatest.Path(t, "models/stories260K.gguf")
 	m := loadStories(t)
 	ref := loadRef(t, path)
 

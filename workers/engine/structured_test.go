@@ -15,18 +15,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // writeQwen2Vocab writes a random-weight qwen2 model (tiny layers) whose
 // tokenizer is the real 151,936-token qwen2 vocabulary.
 func writeQwen2Vocab(t testing.TB) string {
 	t.Helper()
-	vf, err := gguf.Open(refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
+	vf, err := gguf.Open(refdatatest.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/synth"
 )
 
@@ -32,7 +32,7 @@ type synthGoldenCase struct {
 // TestSynthArchFiles writes every architecture's tiny synthetic model in
 // every type, loads it in the engine and checks 8 greedy tokens per prompt
 // against llama.cpp's on the same file, token for token (a divergence only
-// excused at a near-tie, refdata.NearTie).
+// excused at a near-tie, refdatatest.NearTie).
 func TestSynthArchFiles(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("testdata", "synth_archs_golden.json"))
 	if err != nil {
@@ -89,7 +89,7 @@ func TestSynthArchFiles(t *testing.T) {
 					if len(res.CompletionTokens) != 8 {
 						t.Errorf("%d tokens, want 8", len(res.CompletionTokens))
 					}
-					ref := refdata.GoldenCase{Prompt: c.Prompt, CompletionTokens: c.CompletionTokens, Margins: c.Margins}
+					ref := refdatatest.GoldenCase{Prompt: c.Prompt, CompletionTokens: c.CompletionTokens, Margins: c.Margins}
 					ex, err := ref.Compare(res.CompletionTokens)
 					if err != nil {
 						t.Fatal(err)

@@ -4,12 +4,12 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // TestMain fails the run if goroutines outlive the tests: senders, fetches,
 // subscriptions, connections and servers must all be gone.
-func TestMain(m *testing.M) { queuetest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // smolLayout is smollm2-135m's KV page: 30 layers, 3 KV heads of 64, 16
 // tokens per page.

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 func TestPoolRunCoversEachIndexOnce(t *testing.T) {
@@ -72,7 +74,7 @@ func TestPoolConcurrentRun(t *testing.T) {
 }
 
 func TestPoolCloseIdempotentNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before := testkit.Running()
 	p := NewPool(5)
 	p.Run(10, func(lo, hi int) {})
 	p.Close()
@@ -84,11 +86,7 @@ func TestPoolCloseIdempotentNoLeak(t *testing.T) {
 	}
 	q := NewPool(4) // closed without ever running
 	q.Close()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines: %d before, %d after Close", before, runtime.NumGoroutine())
-		}
-		time.Sleep(time.Millisecond)
+	if err := before.Leaks(2 * time.Second); err != nil {
+		t.Fatalf("after Close: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -79,7 +79,7 @@ func benchNATS(b *testing.B) *env {
 }
 
 func benchEngine(b *testing.B) *engine.Engine {
-	m, err := engine.Load(refdata.Path(b, "models/stories260K.gguf"))
+	m, err := engine.Load(refdatatest.Path(b, "models/stories260K.gguf"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
@@ -19,7 +20,7 @@ import (
 func flushPrefixesAtEnd(t *testing.T, engines ...*engine.Engine) {
 	t.Helper()
 	t.Cleanup(func() {
-		checkFor(t, 10*time.Second, func() error {
+		testkit.Poll(t, 10*time.Second, func() error {
 			for i, e := range engines {
 				e.KV().FlushPrefixes()
 				if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
@@ -238,7 +239,7 @@ func TestDecodeBoundsHandedCachedTokens(t *testing.T) {
 // cached token counts.
 func wantUsageEvent(t *testing.T, usage *usageCounter, job *queue.Job, prompt, cached int) {
 	t.Helper()
-	checkFor(t, 5*time.Second, func() error {
+	testkit.Poll(t, 5*time.Second, func() error {
 		got := usage.get(job.ID)
 		if len(got) != 1 {
 			return fmt.Errorf("%d usage events for %s, want 1", len(got), job.ID)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -47,7 +48,7 @@ func deploy(t *testing.T, ev *env, split bool, hookOn Role, hook func(*queue.Job
 // was acked (or terminated).
 func drained(t *testing.T, ev *env, stream string) {
 	t.Helper()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		s, err := ev.js.Stream(context.Background(), stream)
 		if err != nil {
 			return err

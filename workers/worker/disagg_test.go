@@ -14,7 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
@@ -53,7 +54,7 @@ func startSplit(t *testing.T, ev *env, pcfg, dcfg engine.Config, pw, dw Config) 
 // checkBaseline polls until every engine's pool is whole again.
 func checkBaseline(t *testing.T, engines ...*engine.Engine) {
 	t.Helper()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		for i, e := range engines {
 			if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
 				return fmt.Errorf("engine %d: %d of %d KV pages free", i, free, total)
@@ -80,7 +81,7 @@ type goldenCase struct {
 
 func goldenPrompts(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(refdata.Path(t, "models/golden/stories260K-greedy.json"))
+	b, err := os.ReadFile(refdatatest.Path(t, "models/golden/stories260K-greedy.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestDisaggregatedMatchesUnified(t *testing.T) {
 			if g.last.Finish != w.last.Finish || *g.last.Usage != *w.last.Usage {
 				t.Errorf("final %s %+v, unified %s %+v", g.last.Finish, g.last.Usage, w.last.Finish, w.last.Usage)
 			}
-			checkFor(t, 5*time.Second, func() error {
+			testkit.Poll(t, 5*time.Second, func() error {
 				if n := len(usage.get(jobs[i].ID)); n != 1 {
 					return fmt.Errorf("%d usage events for %s, want 1", n, jobs[i].ID)
 				}
@@ -295,7 +296,7 @@ func TestNoDecodeWorker(t *testing.T) {
 	defer sub.Unsubscribe()
 	de := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
 	startWorker(t, ev.conn(t), Config{Role: RoleDecode, Models: map[string]*engine.Engine{model: de}})
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		s, err := ev.js.Stream(context.Background(), queue.DecodeStream)
 		if err != nil {
 			return err

@@ -12,7 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
@@ -54,7 +55,7 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 	const lookahead, jobs = 2, 10
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32, Lookahead: lookahead})
 	var cons jetstream.Consumer
-	checkFor(t, 10*time.Second, func() (err error) {
+	testkit.Poll(t, 10*time.Second, func() (err error) {
 		cons, err = ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
 		return err
 	})
@@ -97,7 +98,7 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 // startEngineFile is startEngine on another model file of ../shared.
 func startEngineFile(t *testing.T, path string, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	m, err := engine.Load(refdata.Path(t, path))
+	m, err := engine.Load(refdatatest.Path(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 	var trials []time.Duration
 	for i := range 7 {
 		decoded := e.Service()["tenant-a"].DecodeTokens
-		checkFor(t, time.Minute, func() error {
+		testkit.Poll(t, time.Minute, func() error {
 			if e.Service()["tenant-a"].DecodeTokens < decoded+72 { // past the protection: at most 512/8 tokens
 				return errors.New("tenant A does not progress")
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
@@ -204,7 +205,7 @@ func TestDecodeDiesMidTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	checkFor(t, 15*time.Second, func() error {
+	testkit.Poll(t, 15*time.Second, func() error {
 		st, err := ev.js.Stream(context.Background(), queue.DecodeStream)
 		if err != nil {
 			return err
@@ -256,7 +257,7 @@ func TestPrefillDiesMidTransfer(t *testing.T) {
 	checkBaseline(t, s.pre, s.dec, p2)
 	// The dead prefill worker's job is redelivered to p2 after AckWait and
 	// found failed: nothing more is sent, no second hand-over is published.
-	checkFor(t, 15*time.Second, func() error {
+	testkit.Poll(t, 15*time.Second, func() error {
 		st, err := ev.js.Stream(context.Background(), queue.JobsStream)
 		if err != nil {
 			return err

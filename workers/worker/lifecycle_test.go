@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -53,7 +54,7 @@ func TestCancel(t *testing.T) {
 		default:
 			t.Fatalf("last frame %+v %+v", last, last.Error)
 		}
-		checkFor(t, 5*time.Second, func() error {
+		testkit.Poll(t, 5*time.Second, func() error {
 			if free := e.KV().FreePages(); free != total {
 				return fmt.Errorf("%d of %d KV pages free after the job", free, total)
 			}
@@ -87,7 +88,7 @@ func TestAsync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		st, err = ev.client.AsyncStatus(ctx, job.ID)
 		if err != nil {
 			return err
@@ -150,7 +151,7 @@ func TestShutdownRequeues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, func() error { // the worker holds the job
+	testkit.Poll(t, 10*time.Second, func() error { // the worker holds the job
 		rec, _, err := res.Get(context.Background(), job.ID)
 		if err != nil {
 			return err
@@ -220,9 +221,22 @@ func TestNewRefuses(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
-		checkFor(t, 5*time.Second, func() error {
-			_, err := ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
-			return err
+		// Running means pulling: the consumer exists and holds the worker's
+		// pull request (cancelling while Run still sets the consumer up ends
+		// Run with that error).
+		testkit.Poll(t, 5*time.Second, func() error {
+			c, err := ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
+			if err != nil {
+				return err
+			}
+			info, err := c.Info(context.Background())
+			if err != nil {
+				return err
+			}
+			if info.NumWaiting == 0 {
+				return errors.New("the worker has not pulled yet")
+			}
+			return nil
 		})
 		if err := w.Run(ctx); !errors.Is(err, ErrRunning) {
 			t.Errorf("second Run = %v, want ErrRunning", err)
@@ -260,7 +274,7 @@ func TestSharedConsumer(t *testing.T) {
 			t.Fatalf("job %d: %d frames then %v", i, len(frames), err)
 		}
 	}
-	checkFor(t, 5*time.Second, func() error {
+	testkit.Poll(t, 5*time.Second, func() error {
 		for _, j := range jobs {
 			if n := len(usage.get(j.ID)); n != 1 {
 				return fmt.Errorf("%s: %d usage events", j.ID, n)
@@ -332,7 +346,7 @@ func TestDeadlineMidRun(t *testing.T) {
 		if !errors.Is(err, io.EOF) {
 			t.Fatalf("stream ended with %v", err)
 		}
-		checkFor(t, 5*time.Second, func() error {
+		testkit.Poll(t, 5*time.Second, func() error {
 			if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
 				return fmt.Errorf("%d of %d pages free", free, total)
 			}

@@ -9,7 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -17,24 +18,9 @@ import (
 
 // TestMain fails the run if goroutines outlive the tests: workers, engines,
 // servers and subscriptions must all have stopped.
-func TestMain(m *testing.M) { queuetest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 const model = "@cf/test/stories260k"
-
-func checkFor(t testing.TB, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 type env struct {
 	url    string
@@ -71,7 +57,7 @@ func (ev *env) conn(t *testing.T) *env {
 // every KV page is back in the pool.
 func startEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

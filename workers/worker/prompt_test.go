@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
@@ -14,7 +14,7 @@ import (
 // parsing only in the template's segments, so control-token text a user
 // typed stays text; jobs without segments tokenize as before.
 func TestChatPromptTokens(t *testing.T) {
-	f, err := gguf.Open(refdata.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
+	f, err := gguf.Open(refdatatest.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
@@ -112,7 +113,7 @@ func TestWorkerTelemetry(t *testing.T) {
 			if err != io.EOF || len(frames) == 0 || frames[len(frames)-1].Kind != queue.KindFinal {
 				t.Fatalf("frames %v, %v", frames, err)
 			}
-			checkFor(t, 10*time.Second, func() error {
+			testkit.Poll(t, 10*time.Second, func() error {
 				for _, want := range tc.jobs {
 					if got := counterValue(t, reg, "bulkhead_worker_jobs_total", want); got != 1 {
 						return fmt.Errorf("jobs_total%v = %v", want, got)

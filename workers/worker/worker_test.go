@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -102,7 +103,7 @@ func TestGreedyMatchesGenerate(t *testing.T) {
 				t.Errorf("final %+v usage %+v; want finish %s, %d prompt and %d completion tokens",
 					last, last.Usage, want.Finish, len(ids), len(want.CompletionTokens))
 			}
-			checkFor(t, 5*time.Second, func() error {
+			testkit.Poll(t, 5*time.Second, func() error {
 				got := usage.get(job.ID)
 				if len(got) != 1 {
 					return errors.New("no usage event")
@@ -148,7 +149,7 @@ func TestRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkFor(t, 5*time.Second, func() error {
+		testkit.Poll(t, 5*time.Second, func() error {
 			rec, _, err := res.Get(ctx, job.ID)
 			if err != nil {
 				return err
@@ -169,7 +170,7 @@ func TestRunsOnce(t *testing.T) {
 		if _, err := ev.js.Publish(ctx, queue.JobSubject(job.Model), b); err != nil {
 			t.Fatal(err)
 		}
-		checkFor(t, 10*time.Second, func() error {
+		testkit.Poll(t, 10*time.Second, func() error {
 			s, err := ev.js.Stream(ctx, queue.JobsStream)
 			if err != nil {
 				return err

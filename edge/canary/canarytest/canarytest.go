@@ -24,7 +24,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -67,7 +67,7 @@ type Edge struct {
 // Start runs a planted edge with fault f until the test ends.
 func Start(t testing.TB, f Fault) *Edge {
 	t.Helper()
-	cat, err := catalog.FromFlags([]string{Model + "=" + refdata.Path(t, "models/stories260K.gguf")})
+	cat, err := catalog.FromFlags([]string{Model + "=" + refdatatest.Path(t, "models/stories260K.gguf")})
 	if err != nil {
 		t.Fatal(err)
 	}

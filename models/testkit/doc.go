@@ -1,0 +1,14 @@
+// Package testkit is the test support every package shares: Poll, which
+// retries a check until it passes (nats-server's checkFor), and Main and Run,
+// a TestMain that fails a passing run when goroutines started by its tests
+// outlive them, with Running and Snapshot.Leaks for the same check inside one
+// test.
+//
+// It imports only the standard library so that every layer may use it,
+// models/ included (nothing in models/ imports anything above it, tests
+// too). Support tied to one component builds on it beside that component
+// (queue/queuetest: an in-process NATS server; edge/quota/redistest: a real
+// redis-server; models/refdatatest: the reference data).
+//
+// It is test support: the product must never import it.
+package testkit
