@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -71,7 +72,7 @@ func TestMeterDrainHandsBack(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- m.Run(rctx) }()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		if e, _ := l.state(); e == 0 {
 			return fmt.Errorf("the meter has not reached the ledger yet")
 		}
@@ -101,7 +102,7 @@ func TestMeterDrainHandsBack(t *testing.T) {
 	rctx, stop = context.WithCancel(ctx)
 	go func() { done <- next.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		if _, c := l.state(); len(c) != n {
 			return fmt.Errorf("%d of %d events counted", len(c), n)
 		}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // The fault tests share one cluster (make test-cluster): each fault leaves
@@ -204,14 +206,14 @@ func TestEdgeDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	waitFor(t, "the request in flight", func() bool {
+	testkit.Poll(t, 30*time.Second, testkit.Cond("the request in flight", func() bool {
 		n, err := metric(ctx, e, "bulkhead_edge_in_flight_requests", "")
 		return err == nil && n >= 1
-	})
+	}))
 	if !e.signal(syscall.SIGTERM) {
 		t.Fatal("edge-1 is not running")
 	}
-	waitFor(t, "/readyz to fail", func() bool {
+	testkit.Poll(t, 30*time.Second, testkit.Cond("/readyz to fail", func() bool {
 		resp, err := http.Get("http://" + e.Addr + "/readyz")
 		if err != nil {
 			return false
@@ -219,7 +221,7 @@ func TestEdgeDrain(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode == 503 && strings.Contains(string(b), "not_draining")
-	})
+	}))
 	resp, err := cl.do(ctx, "POST", cl.c.EdgeURL(e)+"/ai/run/"+shared.State.Model, body)
 	if err != nil {
 		t.Fatal(err)
@@ -243,18 +245,6 @@ func TestEdgeDrain(t *testing.T) {
 	}
 	restart(t, e)
 	fmt.Println("fault SIGTERM an edge with a request in flight: /readyz 503 at once, new request 503 draining (3050), the request in flight served, exit 0")
-}
-
-// waitFor polls cond for up to 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // poll reads an async job's result through the second edge until it is

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // plantedPanic stands for a kvcache invariant check that failed.
@@ -50,7 +52,7 @@ func TestBrokenInvariantStopsEngine(t *testing.T) {
 		}
 		prefilled <- err
 	}()
-	checkFor(t, 5*time.Second, func() bool { s := e.Stats(); return s.Running > 0 && s.Running+s.Waiting == 4 })
+	testkit.Poll(t, 5*time.Second, testkit.Cond("four requests admitted, some running", func() bool { s := e.Stats(); return s.Running > 0 && s.Running+s.Waiting == 4 }))
 	used := e.KV().UsedPages()
 	release()
 

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdata"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
@@ -52,7 +53,7 @@ func TestBrokenEngineStopsWorker(t *testing.T) {
 		defer r.Close()
 		replies = append(replies, r)
 	}
-	checkFor(t, 10*time.Second, func() error {
+	testkit.Poll(t, 10*time.Second, func() error {
 		if s := broken.Stats(); s.Running == 0 || s.Running+s.Waiting != 3 {
 			return fmt.Errorf("engine stats %+v, want all 3 jobs in, one running at least", s)
 		}
@@ -108,7 +109,7 @@ func TestBrokenEngineStopsWorker(t *testing.T) {
 // invariants broke never touches its pool again.
 func startBreakableEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	m, err := engine.Load(refdata.Path(t, "models/stories260K.gguf"))
+	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
