@@ -29,15 +29,7 @@ func quantizeQ8_1(dst []byte, x []float32) {
 	for b := 0; b < len(x)/32; b++ {
 		xs := x[b*32 : b*32+32 : b*32+32]
 		o := dst[b*q81Block : b*q81Block+q81Block : b*q81Block+q81Block]
-		var amax float32
-		for _, v := range xs {
-			amax = max(amax, abs32(v))
-		}
-		d := amax / 127
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
+		d, id := q8Scale(xs)
 		binary.LittleEndian.PutUint16(o[0:], gguf.F32ToF16(d))
 		var sum int32
 		for j, v := range xs {

@@ -21,21 +21,28 @@ func quantizeQ8(dst []byte, x []float32) {
 	for b := 0; b < len(x)/32; b++ {
 		xs := x[b*32 : b*32+32 : b*32+32]
 		o := dst[b*q8Block : b*q8Block+q8Block : b*q8Block+q8Block]
-		var amax float32
-		for _, v := range xs {
-			amax = max(amax, abs32(v))
-		}
-		d := amax / 127
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
+		d, id := q8Scale(xs)
 		h := gguf.F32ToF16(d)
 		o[0], o[1] = byte(h), byte(h>>8)
 		for j, v := range xs {
 			o[2+j] = byte(int8(math.Round(float64(float32(v * id)))))
 		}
 	}
+}
+
+// q8Scale is a 32-value block's scale for 8-bit quantization, as GGML's
+// reference quantizers take it: d = amax/127 and its inverse (0 for a block
+// of zeros).
+func q8Scale(xs []float32) (d, id float32) {
+	var amax float32
+	for _, v := range xs {
+		amax = max(amax, abs32(v))
+	}
+	d = amax / 127
+	if d != 0 {
+		id = 1 / d
+	}
+	return d, id
 }
 
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
