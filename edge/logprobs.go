@@ -78,20 +78,27 @@ func (v *vocab) addLogprobs(res *result, fr *queue.Frame) {
 	}
 }
 
+// pending is what a logprobs object carries: every entry, or in a stream those
+// not yet sent (marking them sent); false when none were asked for, or a
+// stream has nothing new.
+func (t *logprobTrack) pending(stream bool) ([]chatTokenLogprob, bool) {
+	if t == nil {
+		return nil, false
+	}
+	if !stream {
+		return t.all, true
+	}
+	part := t.all[t.sent:]
+	t.sent = len(t.all)
+	return part, len(part) > 0
+}
+
 // chatLogprobs returns the chat logprobs object (nil, which renders null,
 // when none were asked for): all of them, or in a stream those not yet sent.
 func (res *result) chatLogprobs(stream bool) any {
-	t := res.logprobs
-	if t == nil {
+	part, ok := res.logprobs.pending(stream)
+	if !ok {
 		return nil
-	}
-	part := t.all
-	if stream {
-		part = t.all[t.sent:]
-		t.sent = len(t.all)
-		if len(part) == 0 {
-			return nil
-		}
 	}
 	return chatLogprobs{Content: append([]chatTokenLogprob{}, part...), Refusal: nil}
 }
@@ -99,17 +106,11 @@ func (res *result) chatLogprobs(stream bool) any {
 // textLogprobs is chatLogprobs in the completions API's shape.
 func (res *result) textLogprobs(stream bool) any {
 	t := res.logprobs
-	if t == nil {
+	part, ok := t.pending(stream)
+	if !ok {
 		return nil
 	}
-	part := t.all
-	if stream {
-		part = t.all[t.sent:]
-		t.sent = len(t.all)
-		if len(part) == 0 {
-			return nil
-		}
-	} else {
+	if !stream {
 		t.offset = 0
 	}
 	out := textLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}

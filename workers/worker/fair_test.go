@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -93,30 +92,6 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 		t.Errorf("the worker held up to %d jobs at once, want at most %d", maxPulled, 1+lookahead+2)
 	}
 	t.Logf("at most %d of %d jobs pulled at once, %d waiting in the engine", maxPulled, jobs, maxWaiting)
-}
-
-// startEngineFile is startEngine on another model file of ../shared.
-func startEngineFile(t *testing.T, path string, cfg engine.Config) *engine.Engine {
-	t.Helper()
-	m, err := engine.Load(refdatatest.Path(t, path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	e, err := engine.New(nil, m, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- e.Run(context.Background()) }()
-	t.Cleanup(func() {
-		e.Close()
-		<-done
-		if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
-			t.Errorf("KV pages leaked: %d of %d free", free, total)
-		}
-	})
-	return e
 }
 
 // TestHeadOfLineThroughWorker is the head-of-line case through NATS and a

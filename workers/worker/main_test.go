@@ -53,18 +53,25 @@ func (ev *env) conn(t *testing.T) *env {
 	return &env{url: ev.url, nc: nc, js: js, client: queue.NewClient(nc, js)}
 }
 
-// startEngine runs an engine on stories260K until the test ends, then checks
-// every KV page is back in the pool.
+// startEngine runs an engine on stories260K (one thread unless cfg says
+// otherwise) until the test ends, then checks every KV page is back in the pool.
 func startEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
+	if cfg.Threads == 0 {
+		cfg.Threads = 1
+	}
+	return startEngineFile(t, "models/stories260K.gguf", cfg)
+}
+
+// startEngineFile runs an engine on a model file of ../shared until the test
+// ends, then checks every KV page is back in the pool.
+func startEngineFile(t *testing.T, path string, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	m, err := engine.Load(refdatatest.Path(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if cfg.Threads == 0 {
-		cfg.Threads = 1
-	}
 	e, err := engine.New(nil, m, cfg)
 	if err != nil {
 		t.Fatal(err)
