@@ -11,8 +11,9 @@ import (
 )
 
 // TestAttentionHeadBlocks checks attention over a step (attend4 for full
-// groups of 4 rows, attend for the rest) bitwise against attend, one (row,
-// head) at a time, for GQA group sizes 1 to 8, head sizes with and without
+// groups of 4 rows, attendHeads for the heads of a single row that share a
+// KV head, attend for the rest) bitwise against attend, one (row, head) at a
+// time, for GQA group sizes 1 to 8, head sizes with and without
 // the vector kernels, with and without a sliding window: a prefill chunk (full
 // and partial row groups) and a decode row of another sequence in one step.
 func TestAttentionHeadBlocks(t *testing.T) {

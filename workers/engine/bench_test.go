@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -143,4 +144,64 @@ func BenchmarkDecode(b *testing.B) {
 	// Whole-engine allocations per token, events and their text included
 	// (TestDecodeAllocs holds it at zero).
 	b.ReportMetric(allocs, "allocs/token")
+}
+
+// BenchmarkBatchStep times decode steps of 16 sequences at once, each from a
+// 128-token context, 64 steps per iteration (contexts 128..192): the batched
+// matrix products and attention of continuous batching. The model is
+// BULKHEAD_BENCH_MODEL when set (a GGUF file), stories260K otherwise.
+func BenchmarkBatchStep(b *testing.B) {
+	m := loadStories(b)
+	if path := os.Getenv("BULKHEAD_BENCH_MODEL"); path != "" {
+		var err error
+		if m, err = Load(path); err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+	}
+	const batch, ctx, steps = 16, 128, 64
+	e, err := New(nil, m, Config{Threads: 2, MaxBatch: batch, Context: ctx + steps, KVTokens: batch * (ctx + steps + 16)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.pool.Close() // Run, which would close it, never starts
+	chunks := make([]*chunk, batch)
+	prompt := make([]int32, ctx)
+	for i := range prompt {
+		prompt[i] = int32(3 + i*7%(m.Hyper.Vocab-3))
+	}
+	setup := func() {
+		for i := range chunks {
+			if chunks[i] != nil {
+				chunks[i].seq.Free()
+			}
+			kv := e.kv.NewSequence(own)
+			if err := kv.Reserve(ctx + steps); err != nil {
+				b.Fatal(err)
+			}
+			prompt[0] = int32(3 + i)
+			e.fw.run([]*chunk{{seq: kv, tokens: prompt, logits: true}})
+			chunks[i] = &chunk{seq: kv, tokens: []int32{int32(5 + i)}, pos0: ctx, logits: true}
+		}
+	}
+	for b.Loop() {
+		b.StopTimer()
+		setup()
+		b.StartTimer()
+		for range steps {
+			for _, c := range chunks {
+				if c.err != nil {
+					b.Fatal(c.err)
+				}
+			}
+			e.fw.run(chunks)
+			for _, c := range chunks {
+				c.pos0++
+			}
+		}
+	}
+	for _, c := range chunks {
+		c.seq.Free()
+	}
+	b.ReportMetric(float64(batch*steps)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 }

@@ -36,6 +36,7 @@ type forward struct {
 	logits                   []float32
 	out                      [][]float32    // run's result, reused
 	groups                   []attnGroup    // attention's row groups this step
+	items                    []attnItem     // attention's units of work this step
 	views                    []kvcache.View // appendKV's result, reused
 
 	// The attention step's parameters, set before each pool.Run of attnFn
@@ -51,13 +52,18 @@ const attnBlock = 4
 // attnGroup is up to attnBlock consecutive rows of one chunk, from row.
 type attnGroup struct{ row, n int }
 
+// attnItem is one unit of attention work: heads [head, head+nh) of row group
+// group. A group of several rows takes one head at a time; a single row (a
+// decode step) takes up to attnBlock heads that share one KV head at once, so
+// each K and V page is read once for all of them (attendHeads).
+type attnItem struct{ group, head, nh int }
+
 // attnJob is one layer's attention over the batch, shared by the pool's threads.
 type attnJob struct {
 	chunks        []*chunk
 	views         []kvcache.View
 	qd, hd, kvd   int
 	group, window int
-	items         int
 	scale         float32
 }
 
@@ -75,7 +81,8 @@ type attnScratch struct {
 	qf     []float32 // q16 as float32
 	q16x4  []uint16  // attend4: 4 rows' queries
 	qf4    []float32
-	s4     [attnBlock][]float32 // attend4: each row's scores
+	s4     [attnBlock][]float32 // attend4, attendHeads: each row's scores
+	pad    [attnBlock][]float32 // attendHeads: outputs of the unused query slots
 	scores []float32
 	w16    []uint16 // softmax weights rounded to half
 }
@@ -93,6 +100,9 @@ func newForward(m *Model, pool *kernels.Pool) *forward {
 		fw.slot[i].qf4 = make([]float32, attnBlock*m.Hyper.HeadDim)
 		for j := range fw.slot[i].s4 {
 			fw.slot[i].s4[j] = make([]float32, 0, ctx)
+		}
+		for j := range fw.slot[i].pad {
+			fw.slot[i].pad[j] = make([]float32, m.Hyper.HeadDim)
 		}
 		fw.slot[i].scores = make([]float32, 0, ctx)
 		fw.slot[i].w16 = make([]uint16, 0, ctx)
@@ -156,7 +166,31 @@ func (fw *forward) size(chunks []*chunk) int {
 		}
 		r += len(chunks[c].tokens)
 	}
+	fw.listItems()
 	return T
+}
+
+// listItems lists attention's units of work over fw.groups: one per head for
+// a group of several rows, one per attnBlock heads of a KV head for a single
+// row.
+func (fw *forward) listItems() {
+	h := fw.m.Hyper
+	group := h.Heads / h.KVHeads
+	fw.items = fw.items[:0]
+	for gi, g := range fw.groups {
+		if g.n > 1 || group == 1 {
+			for head := range h.Heads {
+				fw.items = append(fw.items, attnItem{group: gi, head: head, nh: 1})
+			}
+			continue
+		}
+		for kv := range h.KVHeads {
+			end := (kv + 1) * group
+			for h0 := kv * group; h0 < end; h0 += attnBlock {
+				fw.items = append(fw.items, attnItem{group: gi, head: h0, nh: min(attnBlock, end-h0)})
+			}
+		}
+	}
 }
 
 // embed writes each row's embedding into fw.x and its RoPE angles, and
@@ -361,58 +395,87 @@ func (fw *forward) attention(l int, chunks []*chunk, views []kvcache.View, T int
 		window = h.Window
 	}
 	fw.aj = attnJob{chunks: chunks, views: views, qd: qd, hd: hd, kvd: kvd,
-		group: group, window: window, items: len(fw.groups) * h.Heads, scale: scale}
+		group: group, window: window, scale: scale}
 	fw.pool.Run(len(fw.slot), fw.attnFn)
 	fw.aj.chunks, fw.aj.views = nil, nil
 }
 
-// attendSlots computes the (row group, head) pairs of fw.aj for scratch slots
-// [lo,hi): slot s takes items s, s+nslot, ... A full group outside a sliding
-// window goes through attend4; every other row through attend. Both compute
-// each row exactly as attend alone would.
+// attendSlots computes the items of fw.items for scratch slots [lo,hi):
+// slot s takes items s, s+nslot, ... A full group outside a sliding window
+// goes through attend4, a single row's heads that share a KV head through
+// attendHeads, every other row through attend. All compute each row exactly
+// as attend alone would.
 func (fw *forward) attendSlots(lo, hi int) {
-	h, a := fw.m.Hyper, &fw.aj
 	nslot := len(fw.slot)
 	for s := lo; s < hi; s++ {
 		sc := &fw.slot[s]
-		for it := s; it < a.items; it += nslot {
-			g, head := fw.groups[it/h.Heads], it%h.Heads
-			c := a.chunks[fw.rowChunk[g.row]]
-			var outs [attnBlock][]float32
-			for i := range g.n {
-				r := g.row + i
-				outs[i] = fw.att[r*a.qd+head*a.hd : r*a.qd+(head+1)*a.hd]
-				clear(outs[i])
-			}
-			if c.err != nil {
-				continue
-			}
-			ah := attnHead{view: &a.views[fw.rowChunk[g.row]], koff: head / a.group * a.hd, kvd: a.kvd,
-				scale: a.scale, softCap: h.AttnSoftCap}
-			if g.n == attnBlock && a.window == 0 {
-				for i := range attnBlock {
-					r := g.row + i
-					q16 := sc.q16x4[i*a.hd : (i+1)*a.hd]
-					kernels.F32ToF16s(q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
-					kernels.F16ToF32s(sc.qf4[i*a.hd:(i+1)*a.hd], q16)
-				}
-				sc.attend4(&outs, &ah, fw.rowPos[g.row])
-				continue
-			}
-			for i := range g.n {
-				r := g.row + i
-				// causal: positions t0..pos, t0 > 0 only inside a window
-				pos := fw.rowPos[r]
-				t0 := 0
-				if a.window > 0 {
-					t0 = max(0, pos-a.window+1)
-				}
-				kernels.F32ToF16s(sc.q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
-				kernels.F16ToF32s(sc.qf, sc.q16)
-				sc.attend(outs[i], &ah, t0, pos+1)
-			}
+		for it := s; it < len(fw.items); it += nslot {
+			fw.attendItem(sc, fw.items[it])
 		}
 	}
+}
+
+// attendItem computes one item of fw.items with the scratch sc.
+func (fw *forward) attendItem(sc *attnScratch, it attnItem) {
+	h, a := fw.m.Hyper, &fw.aj
+	g := fw.groups[it.group]
+	c := a.chunks[fw.rowChunk[g.row]]
+	for i := range g.n {
+		r := g.row + i
+		clear(fw.att[r*a.qd+it.head*a.hd : r*a.qd+(it.head+it.nh)*a.hd])
+	}
+	if c.err != nil {
+		return
+	}
+	ah := attnHead{view: &a.views[fw.rowChunk[g.row]], koff: it.head / a.group * a.hd, kvd: a.kvd,
+		scale: a.scale, softCap: h.AttnSoftCap}
+	head := it.head
+	var outs [attnBlock][]float32
+	switch {
+	case it.nh > 1:
+		r, pos := g.row, fw.rowPos[g.row]
+		for i := range attnBlock {
+			// Unused slots repeat the last head and write to scratch.
+			hi := head + min(i, it.nh-1)
+			outs[i] = sc.pad[i]
+			if i < it.nh {
+				outs[i] = fw.att[r*a.qd+hi*a.hd : r*a.qd+(hi+1)*a.hd]
+			}
+			fw.halfQuery(sc.q16x4[i*a.hd:(i+1)*a.hd], sc.qf4[i*a.hd:(i+1)*a.hd], r, hi)
+		}
+		sc.attendHeads(&outs, it.nh, &ah, fw.windowStart(pos), pos+1)
+	case g.n == attnBlock && a.window == 0:
+		for i := range attnBlock {
+			r := g.row + i
+			outs[i] = fw.att[r*a.qd+head*a.hd : r*a.qd+(head+1)*a.hd]
+			fw.halfQuery(sc.q16x4[i*a.hd:(i+1)*a.hd], sc.qf4[i*a.hd:(i+1)*a.hd], r, head)
+		}
+		sc.attend4(&outs, &ah, fw.rowPos[g.row])
+	default:
+		for i := range g.n {
+			r := g.row + i
+			pos := fw.rowPos[r]
+			fw.halfQuery(sc.q16, sc.qf, r, head)
+			sc.attend(fw.att[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd], &ah, fw.windowStart(pos), pos+1)
+		}
+	}
+}
+
+// halfQuery rounds row r's query for head to half into q16, and gives it
+// back as float32 in qf.
+func (fw *forward) halfQuery(q16 []uint16, qf []float32, r, head int) {
+	a := &fw.aj
+	kernels.F32ToF16s(q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+	kernels.F16ToF32s(qf, q16)
+}
+
+// windowStart is the first position a row at pos attends to: 0, or the start
+// of its sliding window.
+func (fw *forward) windowStart(pos int) int {
+	if fw.aj.window > 0 {
+		return max(0, pos-fw.aj.window+1)
+	}
+	return 0
 }
 
 // attend4 is attend for 4 consecutive rows at positions p0..p0+3 with no
@@ -449,17 +512,7 @@ func (sc *attnScratch) attend4(outs *[attnBlock][]float32, ah *attnHead, p0 int)
 		t += pl
 	}
 	for i := range attnBlock {
-		if ah.softCap != 0 {
-			kernels.SoftCap(sco[i], ah.softCap)
-		}
-		kernels.Softmax(sco[i])
-		// llama.cpp rounds the weights to half before they weight V.
-		if cap(sc.w16) < len(sco[i]) {
-			sc.w16 = make([]uint16, len(sco[i]), 2*len(sco[i]))
-		}
-		w16 := sc.w16[:len(sco[i])]
-		kernels.F32ToF16s(w16, sco[i])
-		kernels.F16ToF32s(sco[i], w16)
+		sc.weights(sco[i], ah.softCap)
 	}
 	for p, t := 0, 0; t < last; p++ {
 		pl := view.PageLen(p)
@@ -479,6 +532,87 @@ func (sc *attnScratch) attend4(outs *[attnBlock][]float32, ah *attnHead, p0 int)
 	}
 }
 
+// attendHeads is attend for the first nh of attnBlock queries of one row that
+// read the same KV head over positions [t0, n) (the rest fill the kernels'
+// slots and are discarded): each K and V page goes through the 4-row
+// kernels once for all of them, and each query's scores, softmax and value
+// sums see the same operations in the same order as attend's.
+func (sc *attnScratch) attendHeads(outs *[attnBlock][]float32, nh int, ah *attnHead, t0, n int) {
+	view, koff, kvd := ah.view, ah.koff, ah.kvd
+	m := n - t0
+	var sco, part [attnBlock][]float32
+	for i := range attnBlock {
+		if cap(sc.s4[i]) < m {
+			sc.s4[i] = make([]float32, m, 2*m)
+		}
+		sco[i] = sc.s4[i][:m]
+	}
+	hd := len(outs[0])
+	ps := view.PageSize()
+	first := t0 / ps
+	np := view.NumPages()
+	for p := first; p < min(first+2, np); p++ {
+		ah.prefetch(view.KPage(p), hd)
+	}
+	for p, t := first, first*ps; t < n; p++ {
+		pl := view.PageLen(p)
+		switch {
+		case p+2 < np:
+			ah.prefetch(view.KPage(p+2), hd)
+		case p+2-np < 2 && first+p+2-np < np:
+			ah.prefetch(view.VPage(first+p+2-np), hd)
+		}
+		j0, j1 := max(0, t0-t), min(pl, n-t)
+		for i := range part {
+			part[i] = sco[i][t+j0-t0 : t+j1-t0]
+		}
+		kernels.Dots4F16(&part, sc.q16x4, sc.qf4, view.KPage(p)[j0*kvd+koff:], kvd, ah.scale)
+		t += pl
+	}
+	for i := range nh {
+		sc.weights(sco[i], ah.softCap)
+	}
+	for i := nh; i < attnBlock; i++ {
+		clear(sco[i]) // unused slots: no weights, no sums
+	}
+	for p, t := first, first*ps; t < n; p++ {
+		pl := view.PageLen(p)
+		if p+2 < np {
+			ah.prefetch(view.VPage(p+2), hd)
+		}
+		j0, j1 := max(0, t0-t), min(pl, n-t)
+		for i := range part {
+			part[i] = sco[i][t+j0-t0 : t+j1-t0]
+		}
+		kernels.Axpys4F16(outs, &part, view.VPage(p)[j0*kvd+koff:], kvd)
+		t += pl
+	}
+}
+
+// prefetch asks for the head's hd columns of every row of a K or V page to
+// be brought into cache while the page before it is worked on. Decode steps
+// of many sequences read more KV than the caches hold, and the hardware does
+// not foresee the jump from page to page nor a head's slice of each row.
+func (ah *attnHead) prefetch(page []uint16, hd int) {
+	kernels.PrefetchRows(page[ah.koff:], ah.kvd, len(page)/ah.kvd, hd)
+}
+
+// weights turns scores into attention weights in place: the soft cap (0:
+// none), the softmax, and, as llama.cpp does, rounding to half before they
+// weight V.
+func (sc *attnScratch) weights(scores []float32, softCap float32) {
+	if softCap != 0 {
+		kernels.SoftCap(scores, softCap)
+	}
+	kernels.Softmax(scores)
+	if cap(sc.w16) < len(scores) {
+		sc.w16 = make([]uint16, len(scores), 2*len(scores))
+	}
+	w16 := sc.w16[:len(scores)]
+	kernels.F32ToF16s(w16, scores)
+	kernels.F16ToF32s(scores, w16)
+}
+
 // attend computes one head's attention output into out over view positions
 // [t0, n).
 func (sc *attnScratch) attend(out []float32, ah *attnHead, t0, n int) {
@@ -488,9 +622,6 @@ func (sc *attnScratch) attend(out []float32, ah *attnHead, t0, n int) {
 		sc.scores = make([]float32, m, m+m/2)
 	}
 	scores := sc.scores[:m]
-	if cap(sc.w16) < m {
-		sc.w16 = make([]uint16, m, cap(sc.scores))
-	}
 	// Walk the view page by page: rows of a page are contiguous.
 	for p, t := 0, 0; t < n; p++ {
 		pl := view.PageLen(p)
@@ -504,14 +635,7 @@ func (sc *attnScratch) attend(out []float32, ah *attnHead, t0, n int) {
 		kernels.DotsF16(scores[t+j0-t0:t+j1-t0], sc.q16, sc.qf, kp[j0*kvd+koff:], kvd, ah.scale)
 		t += pl
 	}
-	if ah.softCap != 0 {
-		kernels.SoftCap(scores, ah.softCap)
-	}
-	kernels.Softmax(scores)
-	// llama.cpp rounds the weights to half before they weight V.
-	w16 := sc.w16[:m]
-	kernels.F32ToF16s(w16, scores)
-	kernels.F16ToF32s(scores, w16)
+	sc.weights(scores, ah.softCap)
 	for p, t := 0, 0; t < n; p++ {
 		pl := view.PageLen(p)
 		if t+pl <= t0 {

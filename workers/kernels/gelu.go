@@ -55,7 +55,12 @@ func SoftCap(x []float32, cap float32) {
 
 // Scale multiplies x by s in place.
 func Scale(x []float32, s float32) {
-	for i := range x {
+	k := 0
+	if active >= pathAVX512 && len(x) >= 16 {
+		k = len(x) &^ 15
+		scaleAVX512(&x[0], k, s)
+	}
+	for i := k; i < len(x); i++ {
 		x[i] *= s
 	}
 }

@@ -1,6 +1,9 @@
 package kernels
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // hugePage is the size of a transparent huge page on the targets that have
 // them (x86-64 and arm64 Linux with 4 KiB base pages).
@@ -64,6 +67,23 @@ func hugeAlloc(n int) []byte {
 	b = b[off : off+n : off+n]
 	hugeAdvise(b)
 	return b
+}
+
+// HugeHalves returns n zero halves laid out as the matrices' copies are (huge
+// pages where the system offers them), with every page faulted in now: a KV
+// pool. Attention reads a batch's pages at random, more of them than the TLB
+// covers in 4 KiB pages; and the pool's memory is taken at start-up, not by
+// the first requests that reach its far pages.
+func HugeHalves(n int) []uint16 {
+	if n <= 0 {
+		return nil
+	}
+	b := hugeMake(2 * n)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 0
+	}
+	hugeCollapse(b)
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
 
 // WeightBuffer returns n zero bytes laid out in memory as the matrices' own

@@ -3,6 +3,7 @@ package kernels
 import (
 	"bytes"
 	"testing"
+	"unsafe"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -45,5 +46,40 @@ func TestHugeCopy(t *testing.T) {
 	}
 	if !bytes.Equal(m.Data, data) {
 		t.Fatal("the matrix's data differs from the caller's")
+	}
+}
+
+// TestHugeHalves checks the KV pool's buffers: n zero halves, none spare, on a
+// 64-byte boundary once large enough for the arena, and independent of each
+// other.
+func TestHugeHalves(t *testing.T) {
+	if HugeHalves(0) != nil {
+		t.Fatal("0 halves: not nil")
+	}
+	var bufs [][]uint16
+	for _, n := range []int{1, 7, arenaMin / 2, arenaMin, 5 << 20, arenaChunk} {
+		h := HugeHalves(n)
+		if len(h) != n || cap(h) != n {
+			t.Fatalf("%d halves: len %d cap %d", n, len(h), cap(h))
+		}
+		for i, v := range h {
+			if v != 0 {
+				t.Fatalf("%d halves: [%d] = %#x, want 0", n, i, v)
+			}
+		}
+		if p := uintptr(unsafe.Pointer(&h[0])); 2*n >= arenaMin && p%64 != 0 {
+			t.Fatalf("%d halves at %#x, not on a 64-byte boundary", n, p)
+		}
+		for i := range h {
+			h[i] = uint16(n)
+		}
+		bufs = append(bufs, h)
+	}
+	for _, h := range bufs {
+		for i, v := range h {
+			if v != uint16(len(h)) {
+				t.Fatalf("%d halves: [%d] = %d, overwritten by another buffer", len(h), i, v)
+			}
+		}
 	}
 }

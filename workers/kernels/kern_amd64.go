@@ -121,6 +121,23 @@ func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 func readSumAVX(p *byte, n int) uint64
 
 //go:noescape
+func prefetchL2(p *byte, n int)
+
+// Softmax and Scale parts (kern_softmax_avx512_amd64.s).
+
+//go:noescape
+func maxF32AVX512(x *float32, n int) float32
+
+//go:noescape
+func sumF64AVX512(x *float32, n int) float64
+
+//go:noescape
+func scaleAVX512(x *float32, n int, s float32)
+
+//go:noescape
+func prefetchRows(p *byte, stride uintptr, rows int, width int)
+
+//go:noescape
 func dots4F16AVX(o0, o1, o2, o3 *float32, q *float32, k *uint16, kstride uintptr, nk int, hd int, scale float32)
 
 //go:noescape

@@ -377,11 +377,13 @@ func (j *matJob) groups(lo, hi int) {
 	nb := c / 32
 	gs := nb * packBlock(j.m.Type)
 	typ := j.m.Type
+	pf := j.prefetcher(gs, hi)
 	for g := lo; g < hi; g++ {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
 		for ; r+4 <= j.n; r += 4 {
+			pf.next(g, r/4)
 			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
 			switch typ {
 			case gguf.TypeQ8_0:
@@ -406,6 +408,34 @@ func (j *matJob) groups(lo, hi int) {
 	}
 }
 
+// groupPrefetch fetches the next group's packed weights while the current
+// group is computed: a batch of 4 rows or more takes a pass over each group
+// per 4 rows, long enough for a share of the next group to arrive meanwhile.
+// Without it the products wait on memory and compute in turn: weights stream
+// from DRAM once per step, since a model's weights outgrow the caches.
+type groupPrefetch struct {
+	pack      []byte
+	gs, share int // bytes per group, bytes asked for before each pass
+	hi        int // groups this thread computes end before hi
+}
+
+func (j *matJob) prefetcher(gs, hi int) groupPrefetch {
+	pf := groupPrefetch{pack: j.m.pack, gs: gs, hi: hi}
+	if passes := j.n / 4; passes > 0 {
+		pf.share = (gs/passes + 63) &^ 63
+	}
+	return pf
+}
+
+// next asks, before pass pass over group g, for that pass's share of group
+// g+1.
+func (pf *groupPrefetch) next(g, pass int) {
+	end := (g + 2) * pf.gs
+	if off := (g+1)*pf.gs + pass*pf.share; pf.share > 0 && g+1 < pf.hi && off < end {
+		prefetchL2(&pf.pack[off], min(pf.share, end-off))
+	}
+}
+
 // groupsK is groups for the packed K-quant types.
 func (j *matJob) groupsK(lo, hi int) {
 	rows := j.m.Rows
@@ -413,11 +443,13 @@ func (j *matJob) groupsK(lo, hi int) {
 	gs := nb * packBlock(j.m.Type)
 	q4 := j.m.Type == gguf.TypeQ4_K
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
+	pf := j.prefetcher(gs, hi)
 	for g := lo; g < hi; g++ {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
 		for ; r+4 <= j.n; r += 4 {
+			pf.next(g, r/4)
 			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
 			if q4 {
 				gemmQ4KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))

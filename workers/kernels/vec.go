@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -138,28 +139,43 @@ func expShiftGo(dst, src []float32, m float32) {
 }
 
 // Softmax replaces x by its softmax: max subtracted, exponentials summed in
-// float64, then scaled by the reciprocal of the sum.
+// float64, then scaled by the reciprocal of the sum. On the AVX-512 path the
+// sum runs in eight float64 lanes (sum64); the result depends only on x.
 func Softmax(x []float32) {
-	if len(x) == 0 {
+	n := len(x)
+	if n == 0 {
 		return
+	}
+	m := float32(math.Inf(-1))
+	k := 0
+	if active >= pathAVX512 && n >= 16 {
+		k = n &^ 15
+		m = maxF32AVX512(&x[0], k)
 	}
 	// A plain comparison, not the max builtin: max's NaN and signed-zero
 	// handling costs more than the rest of the loop.
-	m := float32(math.Inf(-1))
-	for _, v := range x {
+	for _, v := range x[k:] {
 		if v > m {
 			m = v
 		}
 	}
 	expShift(x, x, m)
+	Scale(x, float32(1/sum64(x)))
+}
+
+// sum64 is the sum of x in float64: in order on the portable and AVX2 paths,
+// in eight lanes then the tail in order on the AVX-512 path.
+func sum64(x []float32) float64 {
 	var sum float64
-	for _, e := range x {
+	k := 0
+	if active >= pathAVX512 && len(x) >= 8 {
+		k = len(x) &^ 7
+		sum = sumF64AVX512(&x[0], k)
+	}
+	for _, e := range x[k:] {
 		sum += float64(e)
 	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
+	return sum
 }
 
 // Add adds x[:len(dst)] into dst.
@@ -207,6 +223,18 @@ func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
 	for j, a := range w {
 		AxpyF16(dst, a, v[j*stride:j*stride+hd])
 	}
+}
+
+// PrefetchRows asks for the first width halves of rows rows of b, stride
+// halves apart, to be loaded into cache without waiting for them: the next
+// KV page of a head while attention works on the current one. It changes no
+// result; on a build without assembly it does nothing.
+func PrefetchRows(b []uint16, stride, rows, width int) {
+	if rows <= 0 || width <= 0 || !useAsm {
+		return
+	}
+	_ = b[(rows-1)*stride+width-1]
+	prefetchRows((*byte)(unsafe.Pointer(&b[0])), uintptr(stride*2), rows, width*2)
 }
 
 // Dots4F16 is DotsF16 for four queries against the same keys: out[i][j] =

@@ -394,3 +394,78 @@ func TestPageKernels4(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxParts checks the vector parts of Softmax on the AVX-512 path: the
+// maximum against the scalar loop (NaNs skipped, -Inf when nothing else),
+// the float64 sum against the in-order one, Scale bitwise against x*s, and
+// Softmax against float64 arithmetic, for lengths around the vector widths.
+func TestSoftmaxParts(t *testing.T) {
+	if active < pathAVX512 {
+		t.Skipf("this process runs the %s kernels, not avx512", active)
+	}
+	rng := rand.New(rand.NewPCG(29, 30))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, n := range []int{1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 161, 1000} {
+		for _, special := range [][]float32{nil, {nan}, {-inf}, {nan, -inf}, {inf}} {
+			x := randVec(rng, n)
+			for i := range x {
+				x[i] *= 8
+			}
+			for i, v := range special {
+				x[(i*7+3)%n] = v
+			}
+			if len(special) > 0 && rng.IntN(2) == 0 {
+				for i := range x {
+					x[i] = special[0] // all special: the maximum is the scalar loop's too
+				}
+			}
+			name := fmt.Sprintf("n%d/%v", n, special)
+			want := float32(math.Inf(-1))
+			for _, v := range x {
+				if v > want {
+					want = v
+				}
+			}
+			got := want
+			if k := n &^ 15; k > 0 {
+				got = maxF32AVX512(&x[0], k)
+				for _, v := range x[k:] {
+					if v > got {
+						got = v
+					}
+				}
+			}
+			if math.Float32bits(got) != math.Float32bits(want) && !(got == 0 && want == 0) {
+				t.Fatalf("%s: max %g, scalar loop %g", name, got, want)
+			}
+			if len(special) > 0 {
+				continue
+			}
+			var seq, mag float64
+			for _, v := range x {
+				seq += float64(v)
+				mag += math.Abs(float64(v))
+			}
+			if s := sum64(x); math.Abs(s-seq) > 1e-12*mag {
+				t.Fatalf("%s: sum64 %g, in order %g", name, s, seq)
+			}
+			y := append([]float32(nil), x...)
+			Scale(y, 0.3)
+			for i := range y {
+				if w := x[i] * 0.3; math.Float32bits(y[i]) != math.Float32bits(w) {
+					t.Fatalf("%s: Scale [%d] %g, want %g", name, i, y[i], w)
+				}
+			}
+			copy(y, x)
+			Softmax(y)
+			m := float64(want)
+			var z float64
+			for _, v := range x {
+				z += math.Exp(float64(v) - m)
+			}
+			for i, v := range x {
+				checkClose(t, fmt.Sprintf("%s: softmax[%d]", name, i), y[i], math.Exp(float64(v)-m)/z, 1, 1e-6)
+			}
+		}
+	}
+}

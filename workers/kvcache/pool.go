@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // Owner identifies who a sequence, and every page it holds, belongs to.
@@ -84,8 +86,8 @@ func New(cfg Config) (*Pool, error) {
 	}
 	p.prefix.init()
 	for l := range c.Layers {
-		p.k[l] = make([]uint16, perLayer)
-		p.v[l] = make([]uint16, perLayer)
+		p.k[l] = kernels.HugeHalves(perLayer)
+		p.v[l] = kernels.HugeHalves(perLayer)
 		if c.Poison {
 			fill(p.k[l], PoisonF16)
 			fill(p.v[l], PoisonF16)

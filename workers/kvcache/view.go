@@ -45,6 +45,9 @@ func (w *View) rowOffset(pos int) int {
 // NumPages is the number of pages covering the view's positions.
 func (w *View) NumPages() int { return len(w.pages) }
 
+// PageSize is the number of positions in each page but possibly the last.
+func (w *View) PageSize() int { return 1 << w.pageShift }
+
 // PageLen is the number of the view's positions in page i: PageSize for every
 // page but possibly the last.
 func (w *View) PageLen(i int) int {
