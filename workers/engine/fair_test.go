@@ -356,9 +356,12 @@ func TestFairHeadOfLine(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			k := min(len(got), len(refToks))
+			// A fast engine may finish a call (its whole window) before the
+			// test cancels the rest.
+			finished := last.Done && last.Err == nil && last.Finish == "length" && len(got) == req.MaxTokens
 			switch {
-			case !errors.Is(last.Err, context.Canceled):
-				errs = append(errs, fmt.Errorf("A's call %d ended with %+v, want the test's cancel", i, last))
+			case !errors.Is(last.Err, context.Canceled) && !finished:
+				errs = append(errs, fmt.Errorf("A's call %d ended with %+v, want the test's cancel or its whole window", i, last))
 			case !slices.Equal(got[:k], refToks[:k]):
 				errs = append(errs, fmt.Errorf("A's call %d: output differs from alone", i))
 			}
@@ -454,8 +457,9 @@ func TestPreemptionKeepsOutput(t *testing.T) {
 
 // TestFairWeights: two tenants saturate an engine, at weights 1:1 and 2:1
 // (two engines side by side); the tokens served in a steady window split
-// within 10% of the weights. The window is 6,000 tokens (seconds under
-// -race); BULKHEAD_FAIR_MINUTE=1 makes it a minute of wall time instead.
+// within 10% of the weights. The window is 6,000 tokens and at least a second
+// (seconds under -race); BULKHEAD_FAIR_MINUTE=1 makes it a minute of wall time
+// instead.
 func TestFairWeights(t *testing.T) {
 	m := loadStories(t)
 	for _, tc := range []struct {
@@ -494,8 +498,13 @@ func TestFairWeights(t *testing.T) {
 			if os.Getenv("BULKHEAD_FAIR_MINUTE") != "" {
 				testkit.Poll(t, 2*time.Minute, testkit.Cond("a minute to pass", func() bool { return time.Since(start) >= time.Minute }))
 			} else {
+				// At least a second too: without -race 6,000 tokens take a
+				// tenth of one, too few scheduling rounds for a steady share.
 				const window = 6000
-				testkit.Poll(t, 2*time.Minute, testkit.Cond("a window of tokens served", func() bool { a, b := served(); return a-a0+b-b0 >= window }))
+				testkit.Poll(t, 2*time.Minute, testkit.Cond("a window of tokens served", func() bool {
+					a, b := served()
+					return a-a0+b-b0 >= window && time.Since(start) >= time.Second
+				}))
 			}
 			a1, b1 := served()
 			cancel()

@@ -118,6 +118,9 @@ func dot4x4F32Z(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, ou
 func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
+func dotRowsF32Z(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+
+//go:noescape
 func readSumAVX(p *byte, n int) uint64
 
 //go:noescape
