@@ -43,7 +43,37 @@ type forward struct {
 	// (fw.attendSlots, bound once so the decode loop does not allocate).
 	aj     attnJob
 	attnFn func(lo, hi int)
+
+	// The row step's parameters, set before each pool.Run of rowsFn
+	// (fw.rowRange, bound once for the same reason).
+	rj     rowJob
+	rowsFn func(lo, hi int)
 }
+
+// rowOp is an elementwise step of a layer, row by row.
+type rowOp int
+
+const (
+	opAttnNorm rowOp = iota // xn = norm(x) with the layer's attention norm
+	opQKV                   // biases, Q/K norms, RoPE and the query scale of q, k, v
+	opPostNorm              // tmp = norm(tmp) with rj.norm (a post-norm)
+	opAdd                   // x += tmp
+	opFFNNorm               // xn = norm(x) with the layer's FFN norm
+	opGLU                   // gate = act(gate) * up
+)
+
+// rowJob is one row step: its op, the layer, and for opPostNorm the norm.
+type rowJob struct {
+	op   rowOp
+	l    int
+	norm []float32
+}
+
+// parRows is the number of rows from which a step splits its elementwise work
+// across the pool: a prefill chunk's norms, RoPE and activations then do not
+// leave the other threads idle, and a decode step of a few rows does not pay
+// a hand-off per op.
+const parRows = 16
 
 // attnBlock is how many consecutive rows of a chunk attention takes at once:
 // they read each K and V page once for all of them (kernels.Dots4F16).
@@ -90,6 +120,7 @@ type attnScratch struct {
 func newForward(m *Model, pool *kernels.Pool) *forward {
 	fw := &forward{m: m, pool: pool}
 	fw.attnFn = fw.attendSlots
+	fw.rowsFn = fw.rowRange
 	fw.slot = make([]attnScratch, pool.Threads())
 	// Scores for up to 4096 positions up front, so decode does not grow them.
 	ctx := min(max(m.Hyper.Context, 16), 4096)
@@ -262,86 +293,120 @@ func (fw *forward) logitsOf(chunks []*chunk) [][]float32 {
 
 // layer runs transformer block l over all T rows in place on fw.x.
 func (fw *forward) layer(l int, chunks []*chunk, T int) {
-	h := fw.m.Hyper
 	L := &fw.m.Layers[l]
-	E := h.Embd
 	fw.qkv(l, T)
 	views := fw.appendKV(l, chunks)
 	fw.attention(l, chunks, views, T)
 
 	fw.pool.MatMul(fw.tmp, L.O, fw.att, T)
-	fw.residual(L.PostAttnNorm, T)
+	fw.residual(l, L.PostAttnNorm, T)
 
-	for r := 0; r < T; r++ {
-		kernels.RMSNorm(fw.xn[r*E:(r+1)*E], fw.x[r*E:(r+1)*E], L.FFNNorm, h.NormEps)
-	}
+	fw.eachRow(opFFNNorm, l, T)
 	fw.pool.MatMul(fw.gate, L.Gate, fw.xn, T)
 	fw.pool.MatMul(fw.up, L.Up, fw.xn, T)
-	act := fw.gate[:T*h.FFN]
-	if h.GELU {
-		kernels.GeGLU(act, act, fw.up[:T*h.FFN])
-	} else {
-		kernels.SwiGLU(act, act, fw.up[:T*h.FFN])
-	}
+	fw.eachRow(opGLU, l, T)
 	fw.pool.MatMul(fw.tmp, L.Down, fw.gate, T)
-	fw.residual(L.PostFFNNorm, T)
+	fw.residual(l, L.PostFFNNorm, T)
+}
+
+// eachRow runs op of layer l over the step's T rows: split across the pool
+// from parRows rows, on this goroutine below. Every row is computed the same
+// either way.
+func (fw *forward) eachRow(op rowOp, l, T int) {
+	fw.eachRowNorm(op, l, nil, T)
+}
+
+func (fw *forward) eachRowNorm(op rowOp, l int, norm []float32, T int) {
+	fw.rj = rowJob{op: op, l: l, norm: norm}
+	if T < parRows {
+		fw.rowRange(0, T)
+	} else {
+		fw.pool.Run(T, fw.rowsFn)
+	}
+	fw.rj.norm = nil
+}
+
+// rowRange computes fw.rj for rows [lo, hi).
+func (fw *forward) rowRange(lo, hi int) {
+	h := fw.m.Hyper
+	L := &fw.m.Layers[fw.rj.l]
+	E := h.Embd
+	for r := lo; r < hi; r++ {
+		x, xn, t := fw.x[r*E:(r+1)*E], fw.xn[r*E:(r+1)*E], fw.tmp[r*E:(r+1)*E]
+		switch fw.rj.op {
+		case opAttnNorm:
+			kernels.RMSNorm(xn, x, L.AttnNorm, h.NormEps)
+		case opQKV:
+			fw.qkvRow(fw.rj.l, r)
+		case opPostNorm:
+			kernels.RMSNorm(t, t, fw.rj.norm, h.NormEps)
+		case opAdd:
+			kernels.Add(x, t)
+		case opFFNNorm:
+			kernels.RMSNorm(xn, x, L.FFNNorm, h.NormEps)
+		case opGLU:
+			act, up := fw.gate[r*h.FFN:(r+1)*h.FFN], fw.up[r*h.FFN:(r+1)*h.FFN]
+			if h.GELU {
+				kernels.GeGLU(act, act, up)
+			} else {
+				kernels.SwiGLU(act, act, up)
+			}
+		}
+	}
 }
 
 // residual adds a sub-block's output (fw.tmp) into fw.x, first normalizing it
 // with post when the architecture has post-norms.
-func (fw *forward) residual(post []float32, T int) {
-	h := fw.m.Hyper
-	E := h.Embd
+func (fw *forward) residual(l int, post []float32, T int) {
 	if post != nil {
-		for r := 0; r < T; r++ {
-			t := fw.tmp[r*E : (r+1)*E]
-			kernels.RMSNorm(t, t, post, h.NormEps)
-		}
+		fw.eachRowNorm(opPostNorm, l, post, T)
 	}
-	kernels.Add(fw.x[:T*E], fw.tmp[:T*E])
+	fw.eachRow(opAdd, l, T)
 }
 
 // qkv computes block l's queries, keys and values for all T rows: norm,
-// projections, biases, per-head Q/K norms, RoPE and the query pre-scale.
+// projections, then per row biases, Q/K norms, RoPE and the query pre-scale.
 func (fw *forward) qkv(l, T int) {
-	h := fw.m.Hyper
 	L := &fw.m.Layers[l]
-	qd, kvd, E, hd := h.QDim(), h.KVDim(), h.Embd, h.HeadDim
-	for r := 0; r < T; r++ {
-		kernels.RMSNorm(fw.xn[r*E:(r+1)*E], fw.x[r*E:(r+1)*E], L.AttnNorm, h.NormEps)
-	}
+	fw.eachRow(opAttnNorm, l, T)
 	fw.pool.MatMul(fw.q, L.Q, fw.xn, T)
 	fw.pool.MatMul(fw.k, L.K, fw.xn, T)
 	fw.pool.MatMul(fw.v, L.V, fw.xn, T)
+	fw.eachRow(opQKV, l, T)
+}
+
+// qkvRow applies row r's biases, per-head Q/K norms, RoPE and query scale.
+func (fw *forward) qkvRow(l, r int) {
+	h := fw.m.Hyper
+	L := &fw.m.Layers[l]
+	qd, kvd, hd := h.QDim(), h.KVDim(), h.HeadDim
 	table := fw.rope
 	if h.SWA != nil && h.SWA[l] {
 		table = fw.ropeSWA
 	}
-	for r := 0; r < T; r++ {
-		q, k, v := fw.q[r*qd:(r+1)*qd], fw.k[r*kvd:(r+1)*kvd], fw.v[r*kvd:(r+1)*kvd]
-		if h.QKVBias {
-			kernels.Add(q, L.QBias)
-			kernels.Add(k, L.KBias)
-			kernels.Add(v, L.VBias)
+	q, k, v := fw.q[r*qd:(r+1)*qd], fw.k[r*kvd:(r+1)*kvd], fw.v[r*kvd:(r+1)*kvd]
+	if h.QKVBias {
+		kernels.Add(q, L.QBias)
+		kernels.Add(k, L.KBias)
+		kernels.Add(v, L.VBias)
+	}
+	cs := table[r*h.RopeDims : (r+1)*h.RopeDims]
+	for i := 0; i < h.Heads; i++ {
+		qh := q[i*hd : (i+1)*hd]
+		if L.QNorm != nil {
+			kernels.RMSNorm(qh, qh, L.QNorm, h.NormEps)
 		}
-		cs := table[r*h.RopeDims : (r+1)*h.RopeDims]
-		for i := 0; i < h.Heads; i++ {
-			qh := q[i*hd : (i+1)*hd]
-			if L.QNorm != nil {
-				kernels.RMSNorm(qh, qh, L.QNorm, h.NormEps)
-			}
-			rope(qh, cs, h.RopeNeox)
+		rope(qh, cs, h.RopeNeox)
+	}
+	for i := 0; i < h.KVHeads; i++ {
+		kh := k[i*hd : (i+1)*hd]
+		if L.KNorm != nil {
+			kernels.RMSNorm(kh, kh, L.KNorm, h.NormEps)
 		}
-		for i := 0; i < h.KVHeads; i++ {
-			kh := k[i*hd : (i+1)*hd]
-			if L.KNorm != nil {
-				kernels.RMSNorm(kh, kh, L.KNorm, h.NormEps)
-			}
-			rope(kh, cs, h.RopeNeox)
-		}
-		if h.QueryScale != 0 {
-			kernels.Scale(q, h.QueryScale)
-		}
+		rope(kh, cs, h.RopeNeox)
+	}
+	if h.QueryScale != 0 {
+		kernels.Scale(q, h.QueryScale)
 	}
 }
 
