@@ -475,11 +475,15 @@ func TestFairWeights(t *testing.T) {
 				ns string
 				w  float64
 			}{{"a", tc.wa}, {"b", 1}} {
-				for i := range 24 { // far more than the batch, each tenant, so that one always waits
+				// Far more than the batch, each tenant, so that one always
+				// waits; requests long enough that a client's turn-around
+				// between two of them (CPU it may have to wait for) is small
+				// against their time in the batch.
+				for i := range 24 {
 					wg.Go(func() {
 						for ctx.Err() == nil {
 							req := Request{Owner: kvcache.Owner{Namespace: tn.ns, Request: fmt.Sprint(i)},
-								Prompt: []int32{1, 403, 407, int32(300 + i)}, MaxTokens: 24, IgnoreEOS: true, Weight: tn.w}
+								Prompt: []int32{1, 403, 407, int32(300 + i)}, MaxTokens: 96, IgnoreEOS: true, Weight: tn.w}
 							if _, err := e.Generate(ctx, req); err != nil && ctx.Err() == nil {
 								t.Error(err)
 								return
