@@ -215,14 +215,17 @@ func (cl *client) billing(rs []result, want int) int {
 		switch {
 		case err != nil:
 			stable = 0
-		case int(total) >= want:
+		case int(total) >= want && allBilled(rs, ids):
+			// Not the count alone: a request that failed after it decoded is
+			// billed for what it used, so the count can reach want while a
+			// completed request's usage is still on its way.
 			stable++
 		}
 		if stable >= 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			cl.t.Fatalf("billing counted %d requests of tenant %s, want at least %d (%v)", total, cl.tenant, want, err)
+			cl.t.Fatalf("billing counted %d requests of tenant %s, want at least %d and every completed one (%v)", total, cl.tenant, want, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -236,6 +239,16 @@ func (cl *client) billing(rs []result, want int) int {
 		}
 	}
 	return twice
+}
+
+// allBilled reports whether every completed request of rs is in the ledger.
+func allBilled(rs []result, ids map[string]int) bool {
+	for _, r := range rs {
+		if r.out == completed && !billed(ids, r.id) {
+			return false
+		}
+	}
+	return true
 }
 
 // billed reports whether request id, or a job of the async batch id (its
