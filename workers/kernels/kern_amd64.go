@@ -115,9 +115,6 @@ func axpysF16AVX(dst *float32, w *float32, v *uint16, vstride uintptr, nk int, h
 func dot4x4F32Z(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[16]float32)
 
 //go:noescape
-func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
-
-//go:noescape
 func dotRowsF32Z(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
 
 //go:noescape

@@ -538,41 +538,11 @@ d44zdone:
 	VZEROUPPER
 	RET
 
-// func dot4x1F32Z(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
-TEXT ·dot4x1F32Z(SB), NOSPLIT, $0-40
-	MOVQ w+0(FP), SI
-	MOVQ wstride+8(FP), BX
-	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
-	MOVQ out+32(FP), R8
-	LEAQ (SI)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	LEAQ (R10)(BX*1), R11
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	SHRQ $4, CX
-	JZ   d41zdone
-	XORQ AX, AX
-d41zloop:
-	VMOVUPS (DI)(AX*1), Z16
-	VFMADD231PS (SI)(AX*1), Z16, Z0
-	VFMADD231PS (R9)(AX*1), Z16, Z1
-	VFMADD231PS (R10)(AX*1), Z16, Z2
-	VFMADD231PS (R11)(AX*1), Z16, Z3
-	ADDQ $64, AX
-	DECQ CX
-	JNZ  d41zloop
-d41zdone:
-	FOLD4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, 0)
-	VZEROUPPER
-	RET
-
 // func dotRowsF32Z(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
-// dot4x1F32Z for blocks consecutive blocks of 4 weight rows (block b at w +
-// 4*b*wstride) against one activation row, out[4*b+i]: bitwise the same, in
-// one call, for a decode step's F32 products.
+// blocks consecutive blocks of 4 F32 weight rows (block b's rows at w +
+// (4*b+i)*wstride bytes; wstride 0 repeats one row) against one activation
+// row over n (a multiple of 16) elements, out[4*b+i]: a decode step's whole
+// row range in one call, or one block of a batch's lone rows.
 TEXT ·dotRowsF32Z(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ wstride+8(FP), BX

@@ -45,7 +45,6 @@ func swigluAVX512(*float32, *float32, *float32, int) int                 { panic
 func dotsF16AVX(*float32, *float32, *uint16, uintptr, int, int, float32) { panic("kernels: no asm") }
 func axpysF16AVX(*float32, *float32, *uint16, uintptr, int, int)         { panic("kernels: no asm") }
 func dot4x4F32Z(*byte, uintptr, *float32, uintptr, int, *[16]float32)    { panic("kernels: no asm") }
-func dot4x1F32Z(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
 func dotRowsF32Z(*byte, uintptr, *float32, int, int, *float32)           { panic("kernels: no asm") }
 func readSumAVX(*byte, int) uint64                                       { panic("kernels: no asm") }
 func prefetchL2(*byte, int)                                              {}

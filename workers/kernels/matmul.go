@@ -216,7 +216,7 @@ func (j *matJob) rows(lo, hi int) {
 
 // rowsF32Z computes, for a single activation row of an F32 matrix on the
 // AVX-512 path, the whole blocks of weight rows from i below rhi in one call
-// (dotRowsF32Z, bitwise what block gives them), and returns the first row it
+// (dotRowsF32Z, the kernel block uses for one row), and returns the first row it
 // left; otherwise it returns i. Decode streams the weights from memory, and a
 // call per block of 4 rows costs a sixth of that time.
 func (j *matJob) rowsF32Z(i, rhi int) int {
@@ -512,7 +512,7 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 		}
 	}
 	for ; r < x1; r++ {
-		dot4x1F32Z(w, uintptr(wstride), &j.xf[r*c], c, (*[4]float32)(t[:4]))
+		dotRowsF32Z(w, uintptr(wstride), &j.xf[r*c], c, 1, &t[0])
 		copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 	}
 }
