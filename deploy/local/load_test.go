@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -225,7 +226,8 @@ func (cl *client) billing(rs []result, want int) int {
 			break
 		}
 		if time.Now().After(deadline) {
-			cl.t.Fatalf("billing counted %d requests of tenant %s, want at least %d and every completed one (%v)", total, cl.tenant, want, err)
+			cl.t.Fatalf("billing counted %d requests of tenant %s, want at least %d and every completed one (%v)%s",
+				total, cl.tenant, want, err, cl.unbilled(rs, ids))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -239,6 +241,31 @@ func (cl *client) billing(rs []result, want int) int {
 		}
 	}
 	return twice
+}
+
+// unbilled describes the completed requests of rs missing from ids, with
+// what the cluster's logs say about each, so that a failure in CI says
+// where the usage event went.
+func (cl *client) unbilled(rs []result, ids map[string]int) string {
+	var b strings.Builder
+	for _, r := range rs {
+		if r.out != completed || billed(ids, r.id) {
+			continue
+		}
+		fmt.Fprintf(&b, "\ncompleted, not billed: %s", r.id)
+		for _, p := range cl.c.State.Procs {
+			data, err := os.ReadFile(p.Log)
+			if err != nil {
+				continue
+			}
+			for line := range strings.Lines(string(data)) {
+				if strings.Contains(line, r.id) {
+					fmt.Fprintf(&b, "\n  %s: %s", p.Name, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	return b.String()
 }
 
 // allBilled reports whether every completed request of rs is in the ledger.
