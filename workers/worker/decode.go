@@ -91,8 +91,8 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 	// imported: only now may the request run, and only from now on is it
 	// billed (a hand-over that failed is the platform's loss, not the tenant's).
 	d.rp.Started(len(d.req.Prompt), cached)
-	d.enterEngine() // a transfer counted as not started yet
 	events, err := d.eng.Resume(rctx, d.req, seq, m.FirstToken)
+	d.enterEngine() // a transfer counted as not started yet; after Resume, as in run
 	if err != nil {
 		seq.Free()
 		kind, text := classify(err, context.Cause(rctx))

@@ -104,8 +104,11 @@ func (d *delivery) run(ctx context.Context) {
 	defer stop()
 
 	pctx, prefill := d.w.startSpan(rctx, spanPrefill, queue.AttrModel.String(d.job.Model), queue.AttrInTokens.Int(len(d.req.Prompt)))
-	d.enterEngine()
 	events, err := d.eng.Submit(pctx, d.req)
+	// After Submit: the job counts in the engine's queue before it stops
+	// counting as pulled, so the gate never sees it in neither (and pulls
+	// one more than Lookahead).
+	d.enterEngine()
 	if err != nil {
 		if !errors.Is(err, engine.ErrQueueFull) && !errors.Is(err, engine.ErrClosed) {
 			endSpan(prefill, err)
