@@ -176,7 +176,7 @@ func TestClusterSecurity(t *testing.T) {
 	})
 
 	t.Run("a decode worker killed mid-stream", func(t *testing.T) {
-		req, err := http.NewRequest("POST", run, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":400,"stream":true}`))
+		req, err := http.NewRequest("POST", run, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000,"stream":true}`))
 		if err != nil {
 			t.Fatal(err)
 		}
