@@ -614,3 +614,85 @@ cwloop:
 cwdone:
 	VZEROUPPER
 	RET
+
+// Q5_0 (22-byte blocks: f16 d, 32 fifth bits, 16 bytes of nibbles) against
+// Q8_0 activations, 4 weight rows at a time: the weights become q-16 in
+// int8 and go through QDOT and QFINISH as Q4_0's do, so the result is
+// bitwise dotQ5_0Go's.
+
+// q5shuf spreads the 4 bytes of a broadcast qh word to 8 bytes each (in-lane:
+// bytes 0,1 in the low 128 bits, 2,3 in the high); q5bit is each byte's bit.
+DATA q5shuf<>+0(SB)/8, $0x0000000000000000
+DATA q5shuf<>+8(SB)/8, $0x0101010101010101
+DATA q5shuf<>+16(SB)/8, $0x0202020202020202
+DATA q5shuf<>+24(SB)/8, $0x0303030303030303
+GLOBL q5shuf<>(SB), RODATA|NOPTR, $32
+DATA q5bit<>+0(SB)/8, $0x8040201008040201
+GLOBL q5bit<>(SB), RODATA|NOPTR, $8
+
+// Q5UNPACK: the block at addr -> 32 int8 (q-16) in Y1; uses Y2. Y13 = 0x0f
+// bytes, Y12 = 0x10 bytes, Y11 = q5shuf, Y10 = q5bit in every qword.
+#define Q5UNPACK(addr) \
+	VMOVDQU 4+addr, X1 \
+	VPSRLW $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND Y13, Y1, Y1 \
+	VPBROADCASTD addr, Y2 \
+	VPSHUFB Y11, Y2, Y2 \
+	VPAND Y10, Y2, Y2 \
+	VPCMPEQB Y10, Y2, Y2 \
+	VPAND Y12, Y2, Y2 \
+	VPOR Y2, Y1, Y1 \
+	VPSUBB Y12, Y1, Y1
+
+// func dot4Q5AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
+TEXT ·dot4Q5AVX(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS X14, X14, X14
+	VPXOR X8, X8, X8
+	MOVL $0x00010001, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x0f0f0f0f, AX
+	MOVL AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x10101010, AX
+	MOVL AX, X12
+	VPBROADCASTD X12, Y12
+	VMOVDQU q5shuf<>(SB), Y11
+	VPBROADCASTQ q5bit<>(SB), Y10
+	TESTQ CX, CX
+	JZ    q5done
+q5loop:
+	PREFETCHT0 256(SI)
+	PREFETCHT0 256(R9)
+	PREFETCHT0 256(R10)
+	PREFETCHT0 256(R11)
+	VMOVDQU 2(DI), Y0
+	Q5UNPACK(2(SI))
+	QDOT(Y4)
+	Q5UNPACK(2(R9))
+	QDOT(Y5)
+	Q5UNPACK(2(R10))
+	QDOT(Y6)
+	Q5UNPACK(2(R11))
+	QDOT(Y7)
+	QFINISH
+	ADDQ $22, SI
+	ADDQ $22, R9
+	ADDQ $22, R10
+	ADDQ $22, R11
+	ADDQ $34, DI
+	DECQ CX
+	JNZ  q5loop
+q5done:
+	VMOVUPS X14, (R8)
+	VZEROUPPER
+	RET

@@ -271,18 +271,41 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			}
 			j.store(t[:4], i, nw, r)
 		}
-	case gguf.TypeQ8_0, gguf.TypeQ4_0:
+	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0:
 		t4 := (*[4]float32)(t[:4])
 		for r := x0; r < x1; r++ {
-			if j.m.Type == gguf.TypeQ8_0 {
+			switch j.m.Type {
+			case gguf.TypeQ8_0:
 				dot4Q8AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
-			} else {
+			case gguf.TypeQ4_0:
 				dot4Q4AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
+			default:
+				dot4Q5AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
 			}
 			copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 		}
+	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+		j.blockK(i, nw, x0, x1)
 	default:
 		j.blockGo(i, nw, x0, x1)
+	}
+}
+
+// blockK is block for Q4_K and Q6_K weights in the file's layout (the
+// AVX-512 path packs them; see groups): one AVX2 row product per weight row
+// and activation row, each bitwise equal to dotQ4KGo or dotQ6KGo.
+func (j *matJob) blockK(i, nw, x0, x1 int) {
+	nb := j.m.Cols / 256
+	for r := x0; r < x1; r++ {
+		o := j.out[r*j.m.Rows+i : r*j.m.Rows+i+nw]
+		for q := range o {
+			w, x := &j.m.Data[(i+q)*j.rs], &j.xk[r*nb]
+			if j.m.Type == gguf.TypeQ4_K {
+				o[q] = dotQ4KAVX2(w, x, nb)
+			} else {
+				o[q] = dotQ6KAVX2(w, x, nb)
+			}
+		}
 	}
 }
 

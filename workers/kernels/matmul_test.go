@@ -285,7 +285,7 @@ func TestAsmMatchesGo(t *testing.T) {
 	}
 }
 
-// TestQuantKernelsExtremes drives the Q8_0/Q4_0 assembly with extreme bytes
+// TestQuantKernelsExtremes drives the Q8_0/Q4_0/Q5_0 assembly with extreme bytes
 // (-128 weights, ±127 activations) and compares it with the Go kernels bitwise.
 func TestQuantKernelsExtremes(t *testing.T) {
 	if detectPath() < pathAVX2 {
@@ -305,12 +305,16 @@ func TestQuantKernelsExtremes(t *testing.T) {
 			const nb = 7
 			w8 := make([]byte, 4*nb*34)
 			w4 := make([]byte, 4*nb*18)
+			w5 := make([]byte, 4*nb*22)
 			x := make([]byte, nb*34)
 			for i := range w8 {
 				w8[i] = fill.w()
 			}
 			for i := range w4 {
 				w4[i] = fill.w()
+			}
+			for i := range w5 {
+				w5[i] = fill.w()
 			}
 			for i := range x {
 				x[i] = fill.x()
@@ -320,11 +324,13 @@ func TestQuantKernelsExtremes(t *testing.T) {
 				for r := range 4 {
 					putHalf(w8[r*nb*34+b*34:], 0.02)
 					putHalf(w4[r*nb*18+b*18:], 0.03)
+					putHalf(w5[r*nb*22+b*22:], 0.05)
 				}
 			}
-			var o8, o4 [4]float32
+			var o8, o4, o5 [4]float32
 			dot4Q8AVX(&w8[0], nb*34, &x[0], nb, &o8)
 			dot4Q4AVX(&w4[0], nb*18, &x[0], nb, &o4)
+			dot4Q5AVX(&w5[0], nb*22, &x[0], nb, &o5)
 			for r := range 4 {
 				if g := dotQ8Go(w8[r*nb*34:], x, nb); math.Float32bits(g) != math.Float32bits(o8[r]) {
 					t.Errorf("Q8_0 row %d: asm %g go %g", r, o8[r], g)
@@ -332,6 +338,65 @@ func TestQuantKernelsExtremes(t *testing.T) {
 				if g := dotQ4Go(w4[r*nb*18:], x, nb); math.Float32bits(g) != math.Float32bits(o4[r]) {
 					t.Errorf("Q4_0 row %d: asm %g go %g", r, o4[r], g)
 				}
+				if g := dotQ5_0Go(w5[r*nb*22:], x, nb); math.Float32bits(g) != math.Float32bits(o5[r]) {
+					t.Errorf("Q5_0 row %d: asm %g go %g", r, o5[r], g)
+				}
+			}
+		})
+	}
+}
+
+// TestKQuantAVX2Extremes drives the AVX2 Q4_K/Q6_K kernels with extreme
+// bytes (every weight and scale bit set or clear, activations -128 and 127)
+// and compares them with the Go kernels bitwise.
+func TestKQuantAVX2Extremes(t *testing.T) {
+	if detectPath() < pathAVX2 {
+		t.Skip("this build or CPU has no AVX2 path")
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, fill := range []struct {
+		name string
+		w    func() byte
+		x    func() int8
+	}{
+		{"random", func() byte { return byte(rng.Uint32()) }, func() int8 { return int8(rng.Uint32()) }},
+		{"max-max", func() byte { return 0xff }, func() int8 { return 127 }},
+		{"max-min", func() byte { return 0xff }, func() int8 { return -128 }},
+		{"zero-min", func() byte { return 0 }, func() int8 { return -128 }},
+	} {
+		t.Run(fill.name, func(t *testing.T) {
+			const nb = 3
+			x := make([]q8K, nb)
+			for b := range x {
+				x[b].d = 0.01
+				for i := range x[b].qs {
+					x[b].qs[i] = fill.x()
+				}
+				for j := range 16 {
+					var s int16
+					for _, q := range x[b].qs[j*16 : j*16+16] {
+						s += int16(q)
+					}
+					x[b].bsums[j] = s
+				}
+			}
+			w4, w6 := make([]byte, nb*q4KBlock), make([]byte, nb*q6KBlock)
+			for i := range w4 {
+				w4[i] = fill.w()
+			}
+			for i := range w6 {
+				w6[i] = fill.w()
+			}
+			for b := range nb { // finite scales
+				putHalf(w4[b*q4KBlock:], 0.02)
+				putHalf(w4[b*q4KBlock+2:], 0.03)
+				putHalf(w6[b*q6KBlock+208:], 0.04)
+			}
+			if a, g := dotQ4KAVX2(&w4[0], &x[0], nb), dotQ4KGo(w4, x); math.Float32bits(a) != math.Float32bits(g) {
+				t.Errorf("Q4_K: asm %g go %g", a, g)
+			}
+			if a, g := dotQ6KAVX2(&w6[0], &x[0], nb), dotQ6KGo(w6, x); math.Float32bits(a) != math.Float32bits(g) {
+				t.Errorf("Q6_K: asm %g go %g", a, g)
 			}
 		})
 	}
