@@ -2,10 +2,10 @@
 
 #include "textflag.h"
 
-// AVX2 kernels for Q4_K and Q6_K weights in their file layout (no
+// AVX2 kernels for Q4_K, Q5_K and Q6_K weights in their file layout (no
 // repacking), one weight row against one Q8_K activation row (292-byte q8K:
 // d, 256 qs, 16 bsums). Per super-block the integer sums are exact and the
-// float updates are the portable kernels' (dotQ4KGo, dotQ6KGo), in their
+// float updates are the portable kernels' (dotQ4KGo, dotQ5KGo, dotQ6KGo), in their
 // order, so each result is bitwise equal to them.
 
 // Q4KCHUNK: 32 weight bytes at qoff(SI) (low nibbles: sub-block 2j, high:
@@ -211,5 +211,153 @@ q6kloop:
 
 q6kdone:
 	VMOVSS X8, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// q5kperm orders each 128-bit lane's bytes as 0,8,1,9,...,7,15, so that
+// VPMADDUBSW sums elements l and l+8, which dotQ5KGo puts in the same lane
+// (l%8).
+DATA q5kperm<>+0(SB)/8, $0x0b030a0209010800
+DATA q5kperm<>+8(SB)/8, $0x0f070e060d050c04
+DATA q5kperm<>+16(SB)/8, $0x0b030a0209010800
+DATA q5kperm<>+24(SB)/8, $0x0f070e060d050c04
+GLOBL q5kperm<>(SB), RODATA|NOPTR, $32
+
+// Q5KV: zq's nibbles (masked) or-ed with bit sh of the qh bytes (Y11) at
+// bit 4: 32 five-bit quants, then permuted by q5kperm. Y13 holds 0x01 bytes.
+#define Q5KV(zq, sh) \
+	VPSRLW $sh, Y11, Y6 \
+	VPAND Y13, Y6, Y6 \
+	VPSLLW $4, Y6, Y6 \
+	VPOR Y6, zq, zq \
+	VPSHUFB Y12, zq, zq
+
+// Q5KLANES: yq (permuted quants; xq its low half) times the 32 activations
+// at xoff(DI), as 8 int32 lanes (lane l%8 of dotQ5KGo), times the scale at
+// soff(SP), into Y3. Uses Y7, Y8 and yw.
+#define Q5KLANES(yq, xq, yw, xoff, soff) \
+	VMOVDQU xoff(DI), yw \
+	VPSHUFB Y12, yw, yw \
+	VPMADDUBSW yw, yq, yq \
+	VEXTRACTI128 $1, yq, X7 \
+	VPMOVSXWD X7, Y7 \
+	VPMOVSXWD xq, yq \
+	VPADDD Y7, yq, yq \
+	MOVBLZX soff(SP), AX \
+	MOVL AX, X8 \
+	VPBROADCASTD X8, Y8 \
+	VPMULLD Y8, yq, yq \
+	VPADDD yq, Y3, Y3
+
+// Q5KCHUNK: chunk k's 32 weight bytes at qoff(SI) (low nibbles: sub-block
+// 2k, fifth bit 2k of qh; high: 2k+1) against the activations at xlo and
+// xhi, scales at slo and shi.
+#define Q5KCHUNK(qoff, sh1, sh2, xlo, xhi, slo, shi) \
+	VMOVDQU qoff(SI), Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	Q5KV(Y4, sh1) \
+	Q5KV(Y5, sh2) \
+	Q5KLANES(Y4, X4, Y9, xlo, slo) \
+	Q5KLANES(Y5, X5, Y10, xhi, shi)
+
+// func dotQ5KAVX2(w *byte, x *q8K, nb int) float32
+// Per super-block: lane sums as dotQ5KGo's, acc[l] += (d*dx)*lane[l] in 8
+// float lanes, sum -= (dmin*dx)*msum; at the end sum += acc[0], ..., acc[7].
+TEXT ·dotQ5KAVX2(SB), NOSPLIT, $48-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	VXORPS X0, X0, X0
+	VXORPS Y1, Y1, Y1
+	MOVL $0x0f0f0f0f, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x00010001, AX
+	MOVL AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0x01010101, AX
+	MOVL AX, X13
+	VPBROADCASTD X13, Y13
+	VMOVDQU q5kperm<>(SB), Y12
+	TESTQ CX, CX
+	JZ    q5kdone
+
+q5kloop:
+	// Scales to 0(SP), mins to 8(SP), as in dotQ4KAVX2.
+	MOVL 4(SI), AX
+	MOVL 8(SI), BX
+	MOVL 12(SI), DX
+	MOVL AX, R8
+	ANDL $0x3f3f3f3f, R8
+	MOVL R8, 0(SP)
+	MOVL BX, R8
+	ANDL $0x3f3f3f3f, R8
+	MOVL R8, 8(SP)
+	MOVL DX, R8
+	ANDL $0x0f0f0f0f, R8
+	MOVL AX, R9
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL  R9, R8
+	MOVL R8, 4(SP)
+	MOVL DX, R8
+	SHRL $4, R8
+	ANDL $0x0f0f0f0f, R8
+	MOVL BX, R9
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL  R9, R8
+	MOVL R8, 12(SP)
+
+	VPMOVZXBD 8(SP), Y2
+	VPMADDWD  260(DI), Y14, Y4
+	VPMULLD   Y4, Y2, Y2
+
+	VMOVDQU 16(SI), Y11
+	VPXOR   Y3, Y3, Y3
+	Q5KCHUNK(48, 0, 1, 4, 36, 0, 1)
+	Q5KCHUNK(80, 2, 3, 68, 100, 2, 3)
+	Q5KCHUNK(112, 4, 5, 132, 164, 4, 5)
+	Q5KCHUNK(144, 6, 7, 196, 228, 6, 7)
+
+	// [d, dmin] * dx; acc += d*lanes; sum -= dmin*msum.
+	MOVL         (SI), AX
+	MOVL         AX, X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (DI), X5
+	VMULPS       X5, X4, X4
+	VBROADCASTSS X4, Y6
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y6, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTI128 $1, Y2, X5
+	VPADDD       X5, X2, X2
+	VPHADDD      X2, X2, X2
+	VPHADDD      X2, X2, X2
+	VCVTDQ2PS    X2, X2
+	VMOVSHDUP    X4, X4
+	VMULSS       X2, X4, X4
+	VSUBSS       X4, X0, X0
+
+	ADDQ $176, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q5kloop
+
+q5kdone:
+	VMOVUPS Y1, 16(SP)
+	VADDSS  16(SP), X0, X0
+	VADDSS  20(SP), X0, X0
+	VADDSS  24(SP), X0, X0
+	VADDSS  28(SP), X0, X0
+	VADDSS  32(SP), X0, X0
+	VADDSS  36(SP), X0, X0
+	VADDSS  40(SP), X0, X0
+	VADDSS  44(SP), X0, X0
+	VMOVSS  X0, ret+24(FP)
 	VZEROUPPER
 	RET

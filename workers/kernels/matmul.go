@@ -284,25 +284,28 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			}
 			copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 		}
-	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K:
 		j.blockK(i, nw, x0, x1)
 	default:
 		j.blockGo(i, nw, x0, x1)
 	}
 }
 
-// blockK is block for Q4_K and Q6_K weights in the file's layout (the
-// AVX-512 path packs them; see groups): one AVX2 row product per weight row
-// and activation row, each bitwise equal to dotQ4KGo or dotQ6KGo.
+// blockK is block for Q4_K, Q5_K and Q6_K weights in the file's layout (the
+// AVX-512 path packs Q4_K and Q6_K; see groups): one AVX2 row product per
+// weight row and activation row, each bitwise equal to the portable one.
 func (j *matJob) blockK(i, nw, x0, x1 int) {
 	nb := j.m.Cols / 256
 	for r := x0; r < x1; r++ {
 		o := j.out[r*j.m.Rows+i : r*j.m.Rows+i+nw]
 		for q := range o {
 			w, x := &j.m.Data[(i+q)*j.rs], &j.xk[r*nb]
-			if j.m.Type == gguf.TypeQ4_K {
+			switch j.m.Type {
+			case gguf.TypeQ4_K:
 				o[q] = dotQ4KAVX2(w, x, nb)
-			} else {
+			case gguf.TypeQ5_K:
+				o[q] = dotQ5KAVX2(w, x, nb)
+			default:
 				o[q] = dotQ6KAVX2(w, x, nb)
 			}
 		}

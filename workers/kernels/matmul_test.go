@@ -346,7 +346,7 @@ func TestQuantKernelsExtremes(t *testing.T) {
 	}
 }
 
-// TestKQuantAVX2Extremes drives the AVX2 Q4_K/Q6_K kernels with extreme
+// TestKQuantAVX2Extremes drives the AVX2 Q4_K/Q5_K/Q6_K kernels with extreme
 // bytes (every weight and scale bit set or clear, activations -128 and 127)
 // and compares them with the Go kernels bitwise.
 func TestKQuantAVX2Extremes(t *testing.T) {
@@ -380,9 +380,12 @@ func TestKQuantAVX2Extremes(t *testing.T) {
 					x[b].bsums[j] = s
 				}
 			}
-			w4, w6 := make([]byte, nb*q4KBlock), make([]byte, nb*q6KBlock)
+			w4, w5, w6 := make([]byte, nb*q4KBlock), make([]byte, nb*q5KBlock), make([]byte, nb*q6KBlock)
 			for i := range w4 {
 				w4[i] = fill.w()
+			}
+			for i := range w5 {
+				w5[i] = fill.w()
 			}
 			for i := range w6 {
 				w6[i] = fill.w()
@@ -390,10 +393,15 @@ func TestKQuantAVX2Extremes(t *testing.T) {
 			for b := range nb { // finite scales
 				putHalf(w4[b*q4KBlock:], 0.02)
 				putHalf(w4[b*q4KBlock+2:], 0.03)
+				putHalf(w5[b*q5KBlock:], 0.05)
+				putHalf(w5[b*q5KBlock+2:], 0.06)
 				putHalf(w6[b*q6KBlock+208:], 0.04)
 			}
 			if a, g := dotQ4KAVX2(&w4[0], &x[0], nb), dotQ4KGo(w4, x); math.Float32bits(a) != math.Float32bits(g) {
 				t.Errorf("Q4_K: asm %g go %g", a, g)
+			}
+			if a, g := dotQ5KAVX2(&w5[0], &x[0], nb), dotQ5KGo(w5, x); math.Float32bits(a) != math.Float32bits(g) {
+				t.Errorf("Q5_K: asm %g go %g", a, g)
 			}
 			if a, g := dotQ6KAVX2(&w6[0], &x[0], nb), dotQ6KGo(w6, x); math.Float32bits(a) != math.Float32bits(g) {
 				t.Errorf("Q6_K: asm %g go %g", a, g)
