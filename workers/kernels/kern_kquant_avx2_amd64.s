@@ -8,6 +8,38 @@
 // float updates are the portable kernels' (dotQ4KGo, dotQ5KGo, dotQ6KGo), in their
 // order, so each result is bitwise equal to them.
 
+// KSCALES: the 12 scale bytes of a Q4_K or Q5_K super-block at 4(SI) as
+// words u0, u1, u2: scales 0..3 are u0&63, mins 0..3 u1&63, scales 4..7
+// u2&15 | (u0>>6)<<4, mins 4..7 u2>>4 | (u1>>6)<<4, byte by byte
+// (q4KScaleMin). Scales go to 0(SP), mins to 8(SP); uses AX, BX, DX, R8, R9.
+#define KSCALES \
+	MOVL 4(SI), AX \
+	MOVL 8(SI), BX \
+	MOVL 12(SI), DX \
+	MOVL AX, R8 \
+	ANDL $0x3f3f3f3f, R8 \
+	MOVL R8, 0(SP) \
+	MOVL BX, R8 \
+	ANDL $0x3f3f3f3f, R8 \
+	MOVL R8, 8(SP) \
+	MOVL DX, R8 \
+	ANDL $0x0f0f0f0f, R8 \
+	MOVL AX, R9 \
+	SHRL $6, R9 \
+	ANDL $0x03030303, R9 \
+	SHLL $4, R9 \
+	ORL  R9, R8 \
+	MOVL R8, 4(SP) \
+	MOVL DX, R8 \
+	SHRL $4, R8 \
+	ANDL $0x0f0f0f0f, R8 \
+	MOVL BX, R9 \
+	SHRL $6, R9 \
+	ANDL $0x03030303, R9 \
+	SHLL $4, R9 \
+	ORL  R9, R8 \
+	MOVL R8, 12(SP)
+
 // Q4KCHUNK: 32 weight bytes at qoff(SI) (low nibbles: sub-block 2j, high:
 // 2j+1) against the activations at xlo(DI) and xhi(DI), times the scales at
 // slo(SP) and shi(SP), into Y3. Y15 holds 0x0f bytes.
@@ -45,36 +77,7 @@ TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
 	JZ    q4kdone
 
 q4kloop:
-	// The 12 scale bytes at 4(SI) as words u0, u1, u2: scales 0..3 are
-	// u0&63, mins 0..3 u1&63, scales 4..7 u2&15 | (u0>>6)<<4, mins 4..7
-	// u2>>4 | (u1>>6)<<4, byte by byte (q4KScaleMin). Scales go to 0(SP),
-	// mins to 8(SP).
-	MOVL 4(SI), AX
-	MOVL 8(SI), BX
-	MOVL 12(SI), DX
-	MOVL AX, R8
-	ANDL $0x3f3f3f3f, R8
-	MOVL R8, 0(SP)
-	MOVL BX, R8
-	ANDL $0x3f3f3f3f, R8
-	MOVL R8, 8(SP)
-	MOVL DX, R8
-	ANDL $0x0f0f0f0f, R8
-	MOVL AX, R9
-	SHRL $6, R9
-	ANDL $0x03030303, R9
-	SHLL $4, R9
-	ORL  R9, R8
-	MOVL R8, 4(SP)
-	MOVL DX, R8
-	SHRL $4, R8
-	ANDL $0x0f0f0f0f, R8
-	MOVL BX, R9
-	SHRL $6, R9
-	ANDL $0x03030303, R9
-	SHLL $4, R9
-	ORL  R9, R8
-	MOVL R8, 12(SP)
+	KSCALES
 
 	// msum lanes: mins times the pair sums of the 16-element bsums.
 	VPMOVZXBD 8(SP), Y1
@@ -285,33 +288,7 @@ TEXT ·dotQ5KAVX2(SB), NOSPLIT, $48-28
 	JZ    q5kdone
 
 q5kloop:
-	// Scales to 0(SP), mins to 8(SP), as in dotQ4KAVX2.
-	MOVL 4(SI), AX
-	MOVL 8(SI), BX
-	MOVL 12(SI), DX
-	MOVL AX, R8
-	ANDL $0x3f3f3f3f, R8
-	MOVL R8, 0(SP)
-	MOVL BX, R8
-	ANDL $0x3f3f3f3f, R8
-	MOVL R8, 8(SP)
-	MOVL DX, R8
-	ANDL $0x0f0f0f0f, R8
-	MOVL AX, R9
-	SHRL $6, R9
-	ANDL $0x03030303, R9
-	SHLL $4, R9
-	ORL  R9, R8
-	MOVL R8, 4(SP)
-	MOVL DX, R8
-	SHRL $4, R8
-	ANDL $0x0f0f0f0f, R8
-	MOVL BX, R9
-	SHRL $6, R9
-	ANDL $0x03030303, R9
-	SHLL $4, R9
-	ORL  R9, R8
-	MOVL R8, 12(SP)
+	KSCALES
 
 	VPMOVZXBD 8(SP), Y2
 	VPMADDWD  260(DI), Y14, Y4
