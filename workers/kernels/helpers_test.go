@@ -223,3 +223,12 @@ func checkClose(t *testing.T, what string, got float32, want, scale, tol float64
 		t.Fatalf("%s: got %g, want %g (diff %g > %g)", what, got, want, d, tol*scale)
 	}
 }
+
+// filled returns n bytes, each from f.
+func filled(n int, f func() byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = f()
+	}
+	return b
+}

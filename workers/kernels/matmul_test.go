@@ -303,22 +303,8 @@ func TestQuantKernelsExtremes(t *testing.T) {
 	} {
 		t.Run(fill.name, func(t *testing.T) {
 			const nb = 7
-			w8 := make([]byte, 4*nb*34)
-			w4 := make([]byte, 4*nb*18)
-			w5 := make([]byte, 4*nb*22)
-			x := make([]byte, nb*34)
-			for i := range w8 {
-				w8[i] = fill.w()
-			}
-			for i := range w4 {
-				w4[i] = fill.w()
-			}
-			for i := range w5 {
-				w5[i] = fill.w()
-			}
-			for i := range x {
-				x[i] = fill.x()
-			}
+			w8, w4, w5 := filled(4*nb*34, fill.w), filled(4*nb*18, fill.w), filled(4*nb*22, fill.w)
+			x := filled(nb*34, fill.x)
 			for b := range nb { // finite scales
 				putHalf(x[b*34:], 0.01)
 				for r := range 4 {
@@ -380,16 +366,7 @@ func TestKQuantAVX2Extremes(t *testing.T) {
 					x[b].bsums[j] = s
 				}
 			}
-			w4, w5, w6 := make([]byte, nb*q4KBlock), make([]byte, nb*q5KBlock), make([]byte, nb*q6KBlock)
-			for i := range w4 {
-				w4[i] = fill.w()
-			}
-			for i := range w5 {
-				w5[i] = fill.w()
-			}
-			for i := range w6 {
-				w6[i] = fill.w()
-			}
+			w4, w5, w6 := filled(nb*q4KBlock, fill.w), filled(nb*q5KBlock, fill.w), filled(nb*q6KBlock, fill.w)
 			for b := range nb { // finite scales
 				putHalf(w4[b*q4KBlock:], 0.02)
 				putHalf(w4[b*q4KBlock+2:], 0.03)
