@@ -221,7 +221,12 @@ func (h *harness) startWorker(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			rp, claim, err := res.Claim(wctx, h.nc, job)
-			if err != nil || claim != queue.ClaimRun {
+			switch {
+			case err == nil && claim == queue.ClaimFinished:
+				// Cancelled before this worker claimed it (a client that
+				// left at once): run nothing, as a worker does.
+				return
+			case err != nil || claim != queue.ClaimRun:
 				h.t.Errorf("worker: claim %v %v", claim, err)
 				return
 			}
