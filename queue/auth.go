@@ -23,11 +23,11 @@ const HandoffPrefix = "bulkhead.handoff."
 // Roles of the connections to the bus. Each has its own nkey and the
 // subject permissions RolePermissions lists, nothing more.
 const (
-	// RoleEdge publishes jobs and cancels, reads reply frames, reads and
+	// RoleEdge publishes jobs, their doorbells and cancels, reads reply frames, reads and
 	// writes job records and follows them to their end, and follows worker
 	// capacity.
 	RoleEdge = "edge"
-	// RoleWorker consumes jobs and hand-overs, publishes reply frames,
+	// RoleWorker consumes jobs (hearing their doorbells) and hand-overs, publishes reply frames,
 	// hand-overs and usage events, writes job records and its capacity, and
 	// serves KV page transfers to other workers.
 	RoleWorker = "worker"
@@ -242,7 +242,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 	}
 	switch role {
 	case RoleEdge:
-		pubs = append(pubs, JobsPrefix+">", CancelPrefix+">")
+		pubs = append(pubs, JobsPrefix+">", CancelPrefix+">", ReadyPrefix+">")
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
 		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...) // watching worker windows
 		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)  // watching jobs end (WatchEnded)
@@ -253,7 +253,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, kvReadWrite(CapacityBucket)...)
 		pubs = append(pubs, consumeOn(JobsStream)...)
 		pubs = append(pubs, consumeOn(DecodeStream)...)
-		subs = append(subs, CancelPrefix+">", HandoffPrefix+">")
+		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)
 	case RoleOperator:

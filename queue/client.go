@@ -215,6 +215,9 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	if ack.Duplicate && !retried {
 		return fmt.Errorf("%w: %s", ErrDuplicate, job.ID)
 	}
+	// The job is stored: ring its tenant's doorbell so that an idle worker
+	// takes it now (TenantQueues). A lost bell costs at most TenantRefresh.
+	_ = c.nc.Publish(ReadySubject(job.Model, job.Tenant), nil)
 	return nil
 }
 

@@ -326,7 +326,8 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, model string, c
 // stream.
 type durable struct {
 	stream, model, name, description string
-	subjects                         []string // its filter
+	subjects                         []string      // its filter
+	idle                             time.Duration // deleted by the server after this long unused; 0: never
 }
 
 // ensureConsumer creates or updates durable d: a pull consumer with explicit
@@ -341,13 +342,14 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, d durable, cfg 
 		return nil, err
 	}
 	cc := jetstream.ConsumerConfig{
-		Durable:       d.name,
-		Description:   d.description,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		MaxAckPending: cfg.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable:           d.name,
+		Description:       d.description,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           cfg.AckWait,
+		MaxDeliver:        cfg.MaxDeliver,
+		MaxAckPending:     cfg.MaxAckPending,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: d.idle,
 	}
 	if len(d.subjects) == 1 {
 		cc.FilterSubject = d.subjects[0]

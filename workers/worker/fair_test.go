@@ -53,16 +53,17 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 	e := startEngine(t, engine.Config{Context: 512, MaxBatch: 4})
 	const lookahead, jobs = 2, 10
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32, Lookahead: lookahead})
-	var cons jetstream.Consumer
-	testkit.Poll(t, 10*time.Second, func() (err error) {
-		cons, err = ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
-		return err
-	})
 	var wg sync.WaitGroup
 	for range jobs {
 		job := wholeWindow(t, e, "tenant-a")
 		wg.Go(func() { runJob(t, ev, job) })
 	}
+	// The tenant's consumer is made when the worker first takes its job.
+	var cons jetstream.Consumer
+	testkit.Poll(t, 10*time.Second, func() (err error) {
+		cons, err = ev.js.Consumer(context.Background(), queue.JobsStream, queue.TenantConsumerName(model, queue.TenantToken("tenant-a")))
+		return err
+	})
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	maxWaiting, maxPulled, heldBack := 0, 0, false
@@ -150,5 +151,49 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 		unloaded, loaded, float64(loaded)/float64(unloaded), trials, e.Service()["tenant-a"].Preempted)
 	if loaded > 3*unloaded {
 		t.Errorf("B took %v under load, more than 3x its %v alone", loaded, unloaded)
+	}
+}
+
+// TestBacklogDoesNotDelayOthers is fairness from the queue on: tenant A has
+// far more jobs queued than any worker's pull window (the stream's default
+// per-tenant bound allows 1000), then tenant B queues one. B's job is served
+// while most of A's are still in the stream: the worker reads B's queue
+// before A's, whatever the stream's order. Before per-tenant queues, B's job
+// waited until the worker had pulled every one of A's.
+func TestBacklogDoesNotDelayOthers(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{Context: 512, MaxBatch: 4})
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32})
+	const backlog = 300
+	var streams []*queue.Replies
+	for range backlog {
+		job := newJob(t, "Once upon a time", 64)
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, r)
+	}
+	b := newJob(t, "Once upon a time", 8)
+	b.Tenant = "tenant-b"
+	runJob(t, ev, b)
+	st, err := ev.js.Stream(context.Background(), queue.JobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(queue.TenantJobSubject(model, "tenant-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := info.State.Subjects[queue.TenantJobSubject(model, "tenant-a")]
+	t.Logf("B served with %d of A's %d jobs still in the stream (waiting or running)", left, backlog)
+	if left < backlog/2 {
+		t.Errorf("B was served only after %d of A's %d jobs had left the stream", backlog-int(left), backlog)
+	}
+	for _, r := range streams {
+		if _, err := collect(t, r); !errors.Is(err, io.EOF) {
+			t.Errorf("an A job ended with %v", err)
+		}
+		r.Close()
 	}
 }

@@ -221,20 +221,15 @@ func TestNewRefuses(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
-		// Running means pulling: the consumer exists and holds the worker's
-		// pull request (cancelling while Run still sets the consumer up ends
-		// Run with that error).
+		// Running: the worker has joined the model's tenant queues, which
+		// narrows the model's own consumer to the legacy subject.
 		testkit.Poll(t, 5*time.Second, func() error {
 			c, err := ev.js.Consumer(context.Background(), queue.JobsStream, queue.ConsumerName(model))
 			if err != nil {
 				return err
 			}
-			info, err := c.Info(context.Background())
-			if err != nil {
-				return err
-			}
-			if info.NumWaiting == 0 {
-				return errors.New("the worker has not pulled yet")
+			if f := c.CachedInfo().Config.FilterSubject; f != queue.JobSubject(model) {
+				return fmt.Errorf("the worker has not joined the tenant queues yet (filter %q)", f)
 			}
 			return nil
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -41,9 +42,10 @@ type Metrics struct {
 
 	descs map[string]*prometheus.Desc // the collector's own series; read-only
 
-	mu        sync.Mutex                    // guards engines and consumers
-	engines   []servedEngine                // by AddEngines
-	consumers map[string]jetstream.Consumer // by durable name
+	mu        sync.Mutex                     // guards engines, consumers and queues
+	engines   []servedEngine                 // by AddEngines
+	consumers map[string]jetstream.Consumer  // by durable name
+	queues    map[string]*queue.TenantQueues // by model
 }
 
 type servedEngine struct {
@@ -76,6 +78,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		handoffFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_handoff_failures_total",
 			Help: "Failed KV hand-overs by side and reason."}, []string{"model", "side", "reason"}),
 		consumers: map[string]jetstream.Consumer{},
+		queues:    map[string]*queue.TenantQueues{},
 		descs: map[string]*prometheus.Desc{
 			"running": prometheus.NewDesc("bulkhead_engine_running_sequences", "Sequences in an engine's batch.",
 				[]string{"worker", "role", "model"}, nil),
@@ -91,6 +94,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				[]string{"worker", "role", "model"}, nil),
 			"pending": prometheus.NewDesc("bulkhead_queue_consumer_pending_messages", "Messages of a JetStream consumer not yet delivered.",
 				[]string{"consumer"}, nil),
+			"queued": prometheus.NewDesc("bulkhead_queue_jobs", "A model's jobs in the jobs stream, waiting or running, all tenants (what to autoscale on).",
+				[]string{"model"}, nil),
+			"tenants": prometheus.NewDesc("bulkhead_queue_tenants", "Tenants with jobs of a model in the jobs stream.",
+				[]string{"model"}, nil),
 			"ackpending": prometheus.NewDesc("bulkhead_queue_consumer_ack_pending_messages", "Messages of a JetStream consumer delivered and not yet acked.",
 				[]string{"consumer"}, nil),
 		},
@@ -132,6 +139,15 @@ func (m *Metrics) AddEngines(worker string, role Role, engines map[string]*engin
 	}
 }
 
+func (m *Metrics) addQueues(model string, q *queue.TenantQueues) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.queues[model] = q
+	m.mu.Unlock()
+}
+
 func (m *Metrics) addConsumer(name string, c jetstream.Consumer) {
 	if m == nil {
 		return
@@ -161,6 +177,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range m.consumers {
 		consumers[k] = v
 	}
+	queues := maps.Clone(m.queues)
 	m.mu.Unlock()
 	gauge := func(d string, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(m.descs[d], prometheus.GaugeValue, v, labels...)
@@ -187,6 +204,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge("pending", float64(info.NumPending), name)
 		gauge("ackpending", float64(info.NumAckPending), name)
+	}
+	for model, q := range queues {
+		ctx, cancel := context.WithTimeout(context.Background(), consumerInfoTimeout)
+		jobs, tenants, err := q.Depth(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		gauge("queued", float64(jobs), model)
+		gauge("tenants", float64(tenants), model)
 	}
 }
 

@@ -83,42 +83,51 @@ func EnginesReady(models map[string]*engine.Engine) error {
 // Role is the part of each request this worker runs.
 func (w *Worker) Role() Role { return w.cfg.Role }
 
-// Run creates (or joins) one durable consumer per model (on the jobs stream,
-// or on the decode stream for RoleDecode) and runs jobs until
-// ctx ends. It then stops fetching, waits up to Config.Grace for in-flight
-// jobs, cancels the rest, waits for them to end and returns nil. Errors
-// setting up consumers are returned at once.
+// Run joins each model's per-tenant job queues (queue.TenantQueues; for
+// RoleDecode, the model's durable consumer on the decode stream) and runs
+// jobs until ctx ends. It then stops fetching, waits up to Config.Grace for
+// in-flight jobs, cancels the rest, waits for them to end and returns nil.
+// Errors setting up consumers are returned at once (nil if ctx ended
+// meanwhile).
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	res, err := queue.OpenResults(ctx, w.js)
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	type served struct {
 		name string
 		eng  *engine.Engine
-		cons jetstream.Consumer
+		cons jetstream.Consumer  // RoleDecode: the model's decode consumer
+		q    *queue.TenantQueues // otherwise: its per-tenant job queues
 	}
 	var models []served
-	ensure, handle := queue.EnsureConsumer, w.handle
-	if w.cfg.Role == RoleDecode {
-		ensure, handle = queue.EnsureDecodeConsumer, w.handleDecode
-	}
+	defer func() {
+		for _, m := range models {
+			if m.q != nil {
+				m.q.Close()
+			}
+		}
+	}()
 	w.pulls = map[string]*pulled{}
 	for name, eng := range w.cfg.Models {
 		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
-		c, err := ensure(ctx, w.js, name, w.cfg.Consumer)
-		if err != nil {
-			return err
-		}
-		consumer := queue.ConsumerName(name)
+		m := served{name: name, eng: eng}
 		if w.cfg.Role == RoleDecode {
-			consumer = queue.DecodeConsumerName(name)
+			if m.cons, err = queue.EnsureDecodeConsumer(ctx, w.js, name, w.cfg.Consumer); err != nil {
+				return stopped(ctx, err)
+			}
+			w.cfg.Metrics.addConsumer(queue.DecodeConsumerName(name), m.cons)
+		} else {
+			if m.q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.Consumer); err != nil {
+				return stopped(ctx, err)
+			}
+			w.cfg.Metrics.addConsumer(queue.ConsumerName(name), m.q.Legacy())
+			w.cfg.Metrics.addQueues(name, m.q)
 		}
-		w.cfg.Metrics.addConsumer(consumer, c)
-		models = append(models, served{name, eng, c})
+		models = append(models, m)
 	}
 	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "concurrency", w.cfg.Concurrency)
 
@@ -131,13 +140,23 @@ func (w *Worker) Run(ctx context.Context) error {
 		loops.Go(func() {
 			p := w.pulls[m.name]
 			g := gate{entered: p.entered, ready: func() bool { return w.canPull(m.eng, p.before.Load()) }, broken: m.eng.Broken}
-			w.fetch(ctx, m.cons, slots, g, func(msg jetstream.Msg) {
+			start := func(msg jetstream.Msg, done func()) {
 				p.before.Add(1)
 				jobs.Go(func() {
 					defer func() { <-slots }()
-					handle(jobCtx, res, m.name, m.eng, msg)
+					defer done()
+					if m.q != nil {
+						w.handle(jobCtx, res, m.name, m.eng, msg)
+					} else {
+						w.handleDecode(jobCtx, res, m.name, m.eng, msg)
+					}
 				})
-			})
+			}
+			if m.q != nil {
+				newFairPull(w, m.q, m.eng).run(ctx, slots, g, start)
+				return
+			}
+			w.fetch(ctx, m.cons, slots, g, func(msg jetstream.Msg) { start(msg, func() {}) })
 		})
 	}
 	loops.Wait()
@@ -155,6 +174,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return nil
+}
+
+// stopped is a set-up error, or nil when ctx ended (Run was stopped while
+// it set up, which is not a failure).
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // pullPoll is how often a fetch loop held back by Lookahead looks again at

@@ -1,0 +1,179 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
+)
+
+// fairPull chooses, for one model, which tenant's queue the worker takes its
+// next job from (queue.TenantQueues): the tenant with the smallest virtual
+// token counter in the engine (a tenant the engine does not know ties with
+// the smallest, as the engine lifts a returning tenant), then the one with
+// fewer jobs on this worker, then the one pulled from longest ago. So a
+// tenant's backlog in the stream never stands in front of another tenant's
+// job: the other's queue is simply read first (docs/fairness.md).
+//
+// The Lookahead gate still bounds what waits in the engine, with one
+// exception: a tenant with no job on this worker may have one pulled past
+// the gate, so that the engine's fair admission (and its preemption for a
+// tenant under its share) sees it at once instead of after the jobs that
+// filled the window end.
+type fairPull struct {
+	w   *Worker
+	q   *queue.TenantQueues
+	eng *engine.Engine
+
+	mu     sync.Mutex        // guards the fields below
+	here   map[string]int    // tenant token -> jobs pulled here and not ended
+	last   map[string]uint64 // tenant token -> sequence number of its latest pull
+	seq    uint64
+	tokens map[string]string // tenant id -> queue.TenantToken, memoized
+}
+
+func newFairPull(w *Worker, q *queue.TenantQueues, eng *engine.Engine) *fairPull {
+	return &fairPull{w: w, q: q, eng: eng, here: map[string]int{}, last: map[string]uint64{}, tokens: map[string]string{}}
+}
+
+// run pulls jobs while a slot is free, until ctx ends; start runs each job
+// and calls done when it has ended. Once the engine is broken it pulls no
+// more and waits for ctx.
+func (p *fairPull) run(ctx context.Context, slots chan struct{}, g gate, start func(msg jetstream.Msg, done func())) {
+	poll := time.NewTicker(pullPoll)
+	defer poll.Stop()
+	for {
+		if err := g.broken(); err != nil {
+			p.w.log.Error("engine broken; taking no more jobs for its model", "err", err)
+			<-ctx.Done()
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		msg, tok := p.next(ctx, g, poll)
+		if msg == nil {
+			<-slots
+			return
+		}
+		if ctx.Err() != nil {
+			// Fetched as ctx ended: hand it back at once for another worker.
+			if err := msg.Nak(); err != nil {
+				p.w.log.Warn("handing a job back at shutdown", "err", err)
+			}
+			p.ended(tok)
+			<-slots
+			return
+		}
+		start(msg, func() { p.ended(tok) })
+	}
+}
+
+// next returns the next job and its tenant token, waiting for one; nil when
+// ctx ends first.
+func (p *fairPull) next(ctx context.Context, g gate, poll *time.Ticker) (jetstream.Msg, string) {
+	for ctx.Err() == nil {
+		open := g.ready()
+		failed := false
+		for _, tok := range p.order(p.q.Pending(), open) {
+			msg, err := p.q.Fetch(ctx, tok)
+			if err != nil {
+				failed = true
+				p.w.log.Warn("fetching jobs", "err", err)
+				continue
+			}
+			if msg != nil {
+				p.pulled(tok)
+				return msg, tok
+			}
+		}
+		switch {
+		case failed: // do not spin on a broken connection
+			select {
+			case <-time.After(p.w.cfg.FetchWait):
+			case <-ctx.Done():
+			}
+		case open: // nothing queued for this model: wait for a doorbell
+			if err := p.q.Wait(ctx); err != nil && ctx.Err() == nil {
+				p.w.log.Warn("reading the tenant queues", "err", err)
+			}
+		default: // the window is full: wait for room, or a new tenant's bell
+			select {
+			case <-g.entered:
+			case <-poll.C:
+			case <-p.q.Bell():
+			case <-ctx.Done():
+			}
+		}
+	}
+	return nil, ""
+}
+
+// order sorts the pending tenant tokens in the order to try them; when the
+// gate is closed (open false) only tenants with no job here are listed.
+func (p *fairPull) order(pending []string, open bool) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !open {
+		pending = slices.DeleteFunc(pending, func(tok string) bool { return p.here[tok] > 0 })
+	}
+	if len(pending) < 2 {
+		return pending
+	}
+	counter := map[string]float64{}
+	low := math.Inf(1)
+	for tenant, s := range p.eng.Service() {
+		tok := p.token(tenant)
+		counter[tok] = s.Counter
+		low = min(low, s.Counter)
+	}
+	of := func(tok string) float64 {
+		if c, ok := counter[tok]; ok {
+			return c
+		}
+		return low // unknown to the engine: lifted to the smallest, as it would be
+	}
+	slices.SortFunc(pending, func(a, b string) int {
+		return cmp.Or(cmp.Compare(of(a), of(b)), cmp.Compare(p.here[a], p.here[b]), cmp.Compare(p.last[a], p.last[b]))
+	})
+	return pending
+}
+
+// token is tenant's subject token; p.mu is held.
+func (p *fairPull) token(tenant string) string {
+	tok, ok := p.tokens[tenant]
+	if !ok {
+		if len(p.tokens) >= 4096 {
+			clear(p.tokens)
+		}
+		tok = queue.TenantToken(tenant)
+		p.tokens[tenant] = tok
+	}
+	return tok
+}
+
+func (p *fairPull) pulled(tok string) {
+	p.mu.Lock()
+	p.here[tok]++
+	p.seq++
+	p.last[tok] = p.seq
+	p.mu.Unlock()
+}
+
+func (p *fairPull) ended(tok string) {
+	p.mu.Lock()
+	if p.here[tok]--; p.here[tok] <= 0 {
+		delete(p.here, tok)
+		delete(p.last, tok)
+	}
+	p.mu.Unlock()
+}
