@@ -22,11 +22,12 @@ import (
 // tenant's backlog in the stream never stands in front of another tenant's
 // job: the other's queue is simply read first (docs/fairness.md).
 //
-// The Lookahead gate still bounds what waits in the engine, with one
+// The Lookahead gate still bounds what waits in the engine, and the jobs of
+// tenants already on the worker leave a reserve of its slots free, with one
 // exception: a tenant with no job on this worker may have one pulled past
-// the gate, so that the engine's fair admission (and its preemption for a
-// tenant under its share) sees it at once instead of after the jobs that
-// filled the window end.
+// the gate and into the reserve, so that the engine's fair admission (and
+// its preemption for a tenant under its share) sees it at once instead of
+// after the jobs that filled the window end.
 type fairPull struct {
 	w   *Worker
 	q   *queue.TenantQueues
@@ -55,15 +56,13 @@ func (p *fairPull) run(ctx context.Context, slots chan struct{}, g gate, start f
 			<-ctx.Done()
 			return
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		msg, tok := p.next(ctx, slots, g, poll)
+		if msg == nil {
 			return
 		}
-		msg, tok := p.next(ctx, g, poll)
-		if msg == nil {
-			<-slots
-			return
+		select {
+		case slots <- struct{}{}: // free a moment ago; another model's loop may have taken it since
+		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
 			// Fetched as ctx ended: hand it back at once for another worker.
@@ -71,29 +70,39 @@ func (p *fairPull) run(ctx context.Context, slots chan struct{}, g gate, start f
 				p.w.log.Warn("handing a job back at shutdown", "err", err)
 			}
 			p.ended(tok)
-			<-slots
 			return
 		}
 		start(msg, func() { p.ended(tok) })
 	}
 }
 
+// reserve is the share of the worker's slots (Concurrency) kept for tenants
+// with no job on the worker: the jobs of tenants already there stop at the
+// rest, so a flood that fills the Lookahead window does not also take every
+// slot and leave a new tenant's job in the stream.
+func reserve(slots chan struct{}) int { return max(1, cap(slots)/4) }
+
 // next returns the next job and its tenant token, waiting for one; nil when
 // ctx ends first.
-func (p *fairPull) next(ctx context.Context, g gate, poll *time.Ticker) (jetstream.Msg, string) {
+func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *time.Ticker) (jetstream.Msg, string) {
 	for ctx.Err() == nil {
-		open := g.ready()
+		free := cap(slots) - len(slots)
+		open := free > reserve(slots) && g.ready()
 		failed := false
-		for _, tok := range p.order(p.q.Pending(), open) {
-			msg, err := p.q.Fetch(ctx, tok)
-			if err != nil {
-				failed = true
-				p.w.log.Warn("fetching jobs", "err", err)
-				continue
-			}
-			if msg != nil {
-				p.pulled(tok)
-				return msg, tok
+		if free > 0 {
+			for _, tok := range p.order(p.q.Pending(), open) {
+				msg, err := p.q.Fetch(ctx, tok)
+				if err != nil {
+					failed = true
+					if ctx.Err() == nil {
+						p.w.log.Warn("fetching jobs", "err", err)
+					}
+					continue
+				}
+				if msg != nil {
+					p.pulled(tok)
+					return msg, tok
+				}
 			}
 		}
 		switch {
