@@ -7,9 +7,12 @@
 // HeaderCarrier) and the fleet (RegisterNode, ListFleet: NATS micro services).
 //
 // Edge side: Client.Submit subscribes to a job's reply subject, then publishes
-// the job (Nats-Msg-Id = job id) on its model's subject; Replies returns the
-// frames in seq order and reports gaps and silent streams. Worker side:
-// EnsureConsumer, Results.Claim and Replier. Disaggregated serving: a
+// the job (Nats-Msg-Id = job id) on its model's and tenant's subject, then
+// rings that tenant's doorbell (ReadySubject); Replies returns the frames in
+// seq order and reports gaps and silent streams. Worker side: TenantQueues
+// (one durable consumer per model and tenant; the worker chooses whose queue
+// to read next), Results.Claim and Replier; EnsureConsumer reads a model's
+// every job in stream order (tools and tests). Disaggregated serving: a
 // prefill worker publishes a Handover (the job and its KV manifest, opaque
 // here) on DecodeSubject with PublishHandover, and decode workers take it
 // through EnsureDecodeConsumer; both claim the same job record, and
