@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -195,5 +196,79 @@ func TestBacklogDoesNotDelayOthers(t *testing.T) {
 			t.Errorf("an A job ended with %v", err)
 		}
 		r.Close()
+	}
+}
+
+// TestQueueWeights: weights hold from the queue on. Two tenants each have a
+// backlog in the stream far beyond the worker's pull window, the heavier
+// one's queued entirely after the other's; over a steady window the tokens
+// split by weight (1:1 and 2:1, within 0.05), because the worker reads the
+// queue of the tenant its engine has served least (by weight). Before
+// per-tenant queues the worker took the first tenant's whole backlog first.
+// BULKHEAD_FAIR_MINUTE=1 measures a minute instead.
+func TestQueueWeights(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wb   float64
+	}{{"1:1", 1}, {"2:1", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := startNATS(t)
+			e := startEngine(t, engine.Config{Context: 512, MaxBatch: 8})
+			startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32})
+			backlog := 150
+			if os.Getenv("BULKHEAD_FAIR_MINUTE") != "" {
+				backlog = 990 // the stream's default per-tenant bound is 1000
+			}
+			for _, tn := range []struct {
+				name string
+				w    float64
+			}{{"tenant-a", 1}, {"tenant-b", tc.wb}} {
+				for range backlog {
+					job := newJob(t, "Once upon a time", 96)
+					job.Tenant, job.Weight = tn.name, tn.w
+					if err := ev.client.SubmitAsync(context.Background(), job); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			served := func() (a, b int64) {
+				s := e.Service()
+				return s["tenant-a"].DecodeTokens, s["tenant-b"].DecodeTokens
+			}
+			testkit.Poll(t, 30*time.Second, testkit.Cond("both tenants served", func() bool { a, b := served(); return a > 500 && b > 500 }))
+			a0, b0 := served()
+			start := time.Now()
+			testkit.Poll(t, 2*time.Minute, testkit.Cond("a window of tokens served", func() bool {
+				a, b := served()
+				if os.Getenv("BULKHEAD_FAIR_MINUTE") != "" {
+					return time.Since(start) >= time.Minute
+				}
+				return a-a0+b-b0 >= 6000 && time.Since(start) >= time.Second
+			}))
+			a1, b1 := served()
+			left := func(tenant string) uint64 {
+				st, err := ev.js.Stream(context.Background(), queue.JobsStream)
+				if err != nil {
+					t.Fatal(err)
+				}
+				subj := queue.TenantJobSubject(model, tenant)
+				info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return info.State.Subjects[subj]
+			}
+			la, lb := left("tenant-a"), left("tenant-b")
+			a, b := float64(a1-a0), float64(b1-b0)
+			want, got := tc.wb/(tc.wb+1), b/(a+b)
+			t.Logf("weights %s: %.0f and %.0f tokens in %v: tenant-b's share %.3f, want %.3f; jobs left in the stream %d and %d",
+				tc.name, a, b, time.Since(start).Round(time.Millisecond), got, want, la, lb)
+			if la < 32 || lb < 32 {
+				t.Fatalf("a backlog ran out during the window (%d and %d jobs left): the share says nothing", la, lb)
+			}
+			if math.Abs(got-want) > 0.05 {
+				t.Errorf("tenant-b's share %.3f, want %.3f +/- 0.05", got, want)
+			}
+		})
 	}
 }
