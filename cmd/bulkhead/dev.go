@@ -27,6 +27,7 @@ type devFlags struct {
 	disagg   bool
 	nPrefill int
 	nDecode  int
+	nUnified int
 	catalog  catalogFlags
 	edge     edgeFlags
 	engine   engineFlags
@@ -41,6 +42,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&f.disagg, "disaggregated", false, "run prefill and decode workers apart, each with its own engines and KV pools, handing each request's KV over NATS")
 	fs.IntVar(&f.nPrefill, "prefill-workers", 1, "prefill workers with --disaggregated")
 	fs.IntVar(&f.nDecode, "decode-workers", 1, "decode workers with --disaggregated")
+	fs.IntVar(&f.nUnified, "workers", 1, "unified workers (without --disaggregated), each with its own engines and KV pools, sharing the model's per-tenant queues")
 	f.catalog.register(fs)
 	f.edge.register(fs, true)
 	f.engine.register(fs)
@@ -55,11 +57,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return f.run(ctx, stdout, stderr, roles)
 }
 
-// roles are the workers dev runs: one unified, or --prefill-workers prefill
-// and --decode-workers decode workers with --disaggregated.
+// roles are the workers dev runs: --workers unified ones, or
+// --prefill-workers prefill and --decode-workers decode workers with
+// --disaggregated.
 func (f *devFlags) roles() ([]worker.Role, error) {
 	if !f.disagg {
-		return []worker.Role{worker.RoleUnified}, nil
+		if f.nUnified < 1 || f.nUnified > maxDevWorkers {
+			return nil, fmt.Errorf("%w: --workers %d must lie in [1, %d]", errUsage, f.nUnified, maxDevWorkers)
+		}
+		return slices.Repeat([]worker.Role{worker.RoleUnified}, f.nUnified), nil
 	}
 	if f.nPrefill < 1 || f.nDecode < 1 {
 		return nil, fmt.Errorf("%w: --prefill-workers %d and --decode-workers %d must be at least 1", errUsage, f.nPrefill, f.nDecode)
@@ -73,6 +79,9 @@ func (f *devFlags) roles() ([]worker.Role, error) {
 	}
 	return roles, nil
 }
+
+// maxDevWorkers bounds --workers: each holds its own engines and KV pools.
+const maxDevWorkers = 64
 
 // run starts every node in this process and serves until ctx ends: the
 // engines first, then NATS, Redis, the workers, billing and last the edge,

@@ -122,7 +122,7 @@ type workerNode struct {
 func (n workerNode) run(ctx context.Context) error {
 	stopCap := background(n.keepCapacity(workerID()))
 	defer stopCap()
-	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Models: n.engines, Concurrency: n.concurrency,
+	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Concurrency: n.concurrency,
 		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics})
 	if err != nil {
 		return err

@@ -61,6 +61,10 @@ type Config struct {
 	Handoff HandoffConfig
 	// Models maps catalog names to running engines (the caller runs them).
 	Models map[string]*engine.Engine
+	// Name is the worker's name among its process's workers: the worker
+	// label of its job counts (as AddEngines's of its gauges); default
+	// "worker".
+	Name string
 	// Concurrency bounds the jobs in flight at once, all models together;
 	// default 16.
 	Concurrency int
@@ -120,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BusyDelay == 0 {
 		c.BusyDelay = time.Second
+	}
+	if c.Name == "" {
+		c.Name = "worker"
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = time.Second

@@ -30,7 +30,7 @@ var (
 // bounded: model (catalog names), role, outcome and reason (fixed sets),
 // and worker (the workers of this process); never a tenant.
 type Metrics struct {
-	jobs          *prometheus.CounterVec   // model, role, outcome
+	jobs          *prometheus.CounterVec   // worker, model, role, outcome
 	queueWait     *prometheus.HistogramVec // model, role
 	promptTokens  *prometheus.CounterVec   // model
 	cachedTokens  *prometheus.CounterVec   // model
@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_jobs_total",
 			Help: "Job deliveries a worker ended, by outcome: done, handed_over, failed, refused, requeued, finished (already ended or cancelled)."},
-			[]string{"model", "role", "outcome"}),
+			[]string{"worker", "model", "role", "outcome"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bulkhead_worker_queue_wait_seconds",
 			Help: "Time from a job's (or hand-over's) publication to its delivery to a worker.", Buckets: waitBuckets},
 			[]string{"model", "role"}),
@@ -217,9 +217,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *Metrics) job(model string, role Role, outcome string) {
+func (m *Metrics) job(worker, model string, role Role, outcome string) {
 	if m != nil {
-		m.jobs.WithLabelValues(model, string(role), outcome).Inc()
+		m.jobs.WithLabelValues(worker, model, string(role), outcome).Inc()
 	}
 }
 

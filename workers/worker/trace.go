@@ -78,7 +78,7 @@ func (d *delivery) record() {
 	if outcome == "" {
 		outcome = outcomeFailed
 	}
-	d.w.cfg.Metrics.job(d.model, d.w.cfg.Role, outcome)
+	d.w.cfg.Metrics.job(d.w.cfg.Name, d.model, d.w.cfg.Role, outcome)
 	if outcome == outcomeDone || outcome == outcomeHandedOver {
 		d.w.jobsDone.Add(1)
 	}
