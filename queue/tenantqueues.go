@@ -68,7 +68,7 @@ type TenantQueues struct {
 	bell  chan struct{} // capacity 1: a doorbell rang
 
 	mu      sync.Mutex                    // guards the fields below
-	pending map[string]bool               // tenant tokens that may have jobs waiting
+	pending map[string]uint64             // tenant tokens that may have jobs waiting -> rings (and refreshes) so far
 	cons    map[string]jetstream.Consumer // consumers created or joined, by token
 	last    time.Time                     // the last refresh from the stream
 }
@@ -85,7 +85,7 @@ func OpenTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		return nil, err
 	}
 	q := &TenantQueues{js: js, model: model, cfg: cfg, bell: make(chan struct{}, 1),
-		pending: map[string]bool{LegacyQueue: true}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}}
+		pending: map[string]uint64{LegacyQueue: 1}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}}
 	prefix := ReadyPrefix + ModelToken(model) + "."
 	q.sub, err = nc.Subscribe(prefix+"*", func(m *nats.Msg) {
 		q.mark(strings.TrimPrefix(m.Subject, prefix))
@@ -119,7 +119,7 @@ func (q *TenantQueues) mark(token string) {
 		return
 	}
 	q.mu.Lock()
-	q.pending[token] = true
+	q.pending[token]++
 	q.mu.Unlock()
 	select {
 	case q.bell <- struct{}{}:
@@ -155,10 +155,10 @@ func (q *TenantQueues) Refresh(ctx context.Context) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.last = time.Now()
-	q.pending[LegacyQueue] = true
+	q.pending[LegacyQueue]++
 	for subj, n := range info.State.Subjects {
 		if tok := strings.TrimPrefix(subj, prefix); n > 0 && validToken(tok) {
-			q.pending[tok] = true
+			q.pending[tok]++
 		}
 	}
 	return nil
@@ -224,12 +224,17 @@ func (q *TenantQueues) Wait(ctx context.Context) error {
 
 // Fetch takes the next job of tenant token's queue, without waiting: nil
 // when it has none (the token is then no longer pending until its next
-// doorbell or refresh). The consumer is created on first use.
+// doorbell or refresh; one that rang while the fetch was under way keeps it
+// pending, as its job may have been stored after the fetch was answered).
+// The consumer is created on first use.
 func (q *TenantQueues) Fetch(ctx context.Context, token string) (jetstream.Msg, error) {
 	c, err := q.consumer(ctx, token)
 	if err != nil {
 		return nil, err
 	}
+	q.mu.Lock()
+	rung := q.pending[token]
+	q.mu.Unlock()
 	batch, err := c.FetchNoWait(1)
 	if err != nil {
 		return nil, err
@@ -243,7 +248,9 @@ func (q *TenantQueues) Fetch(ctx context.Context, token string) (jetstream.Msg, 
 	}
 	if got == nil {
 		q.mu.Lock()
-		delete(q.pending, token)
+		if q.pending[token] == rung {
+			delete(q.pending, token)
+		}
 		q.mu.Unlock()
 	}
 	return got, nil
