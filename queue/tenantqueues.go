@@ -143,20 +143,16 @@ func validToken(s string) bool {
 // Refresh marks every tenant whose subject holds jobs (waiting or running)
 // as pending, from the stream's per-subject counts, and the legacy queue.
 func (q *TenantQueues) Refresh(ctx context.Context) error {
-	st, err := q.js.Stream(ctx, JobsStream)
+	counts, err := q.counts(ctx)
 	if err != nil {
-		return fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+		return err
 	}
 	prefix := JobSubject(q.model) + "."
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
-	if err != nil {
-		return fmt.Errorf("queue: stream %s: %w", JobsStream, err)
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.last = time.Now()
 	q.pending[LegacyQueue]++
-	for subj, n := range info.State.Subjects {
+	for subj, n := range counts {
 		if tok := strings.TrimPrefix(subj, prefix); n > 0 && validToken(tok) {
 			q.pending[tok]++
 		}
@@ -169,15 +165,11 @@ func (q *TenantQueues) Refresh(ctx context.Context) error {
 // what metrics and autoscalers read, since no one consumer's lag counts them
 // all.
 func (q *TenantQueues) Depth(ctx context.Context) (jobs, tenants int, err error) {
-	st, err := q.js.Stream(ctx, JobsStream)
+	counts, err := q.counts(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+		return 0, 0, err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(JobSubject(q.model)+".>"))
-	if err != nil {
-		return 0, 0, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
-	}
-	for _, n := range info.State.Subjects {
+	for _, n := range counts {
 		jobs += int(n)
 		tenants++
 	}
@@ -185,6 +177,19 @@ func (q *TenantQueues) Depth(ctx context.Context) (jobs, tenants int, err error)
 		jobs += int(info.NumPending) + info.NumAckPending
 	}
 	return jobs, tenants, nil
+}
+
+// counts are the jobs the stream holds on each tenant subject of the model.
+func (q *TenantQueues) counts(ctx context.Context) (map[string]uint64, error) {
+	st, err := q.js.Stream(ctx, JobsStream)
+	if err != nil {
+		return nil, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(JobSubject(q.model)+".*"))
+	if err != nil {
+		return nil, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	return info.State.Subjects, nil
 }
 
 // Pending lists the tenant tokens that may have jobs waiting (LegacyQueue
