@@ -265,12 +265,15 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan 
 		case <-ctx.Done():
 			return
 		}
-		// The pull is not cut short when ctx ends: a job the server hands
-		// to a pull request the client has dropped is lost to everyone
-		// until its AckWait. The pull runs out within FetchWait instead,
-		// and a job it brings after ctx ended is handed back at once.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FetchWait)
-		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+		// The pull ends when the server says so (its timeout status after
+		// FetchWait), never on a client-side deadline: a job the server
+		// hands to a pull request the client has dropped is lost to
+		// everyone until its AckWait. A client deadline (FetchContext)
+		// leaves the server only a tenth of it in hand, and a job sent in
+		// that last tenth over a slow route arrived after the client had
+		// stopped listening. For the same reason the pull is not cut short
+		// when ctx ends; a job it brings after that is handed back at once.
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
 		got := false
 		if err == nil {
 			for msg := range batch.Messages() {
@@ -285,7 +288,6 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan 
 			}
 			err = batch.Error()
 		}
-		cancel()
 		if !got {
 			<-slots
 		}
