@@ -105,7 +105,7 @@ func (s *Server) refuse(r *http.Request, err error) *Error {
 // the prefix cache's namespace, is the verified principal's; the body only
 // opts in to the cache.
 func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitted, in *genInput, r *http.Request) *queue.Job {
-	return &queue.Job{
+	job := &queue.Job{
 		ID:           id,
 		Tenant:       p.Tenant,
 		Model:        m.Name,
@@ -127,6 +127,28 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		TopLogprobs:  in.topLogprobs,
 		Weight:       s.class(p.Tenant).Weight,
 	}
+	s.route(job, r.Header.Get(SessionHeader))
+	return job
+}
+
+// SessionHeader names a conversation, so that its jobs go to the worker
+// that holds its KV (Workers AI's header; scoped to the tenant).
+const SessionHeader = "x-session-affinity"
+
+// route sets job.Route (docs/routing.md): by the session, else by the
+// longest prefix the workers announced when the job uses the prefix
+// cache, else by load.
+func (s *Server) route(job *queue.Job, session string) {
+	if s.cfg.Router == nil {
+		return
+	}
+	prompt := ""
+	if job.CachePrefix {
+		prompt = job.Prompt
+	}
+	d := s.cfg.Router.Route(job.Model, job.Tenant, session, prompt)
+	job.Route = d.Worker
+	s.cfg.Metrics.routed(job.Model, d.Kind)
 }
 
 // call is one decoded and validated generation request on its way to a

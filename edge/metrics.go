@@ -35,6 +35,7 @@ type Metrics struct {
 	refusals  *prometheus.CounterVec   // reason
 	quota     *prometheus.CounterVec   // limit
 	inflight  prometheus.Gauge
+	routes    *prometheus.CounterVec // model, kind
 }
 
 // NewMetrics registers the edge's series on reg.
@@ -64,9 +65,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"limit"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bulkhead_edge_in_flight_requests",
 			Help: "HTTP requests being served."}),
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_edge_routing_decisions_total",
+			Help: "Jobs queued, by where routing sent them: affinity (the session's worker), prefix (the worker holding the longest shared prefix), load (the least loaded worker, or the shared queue), fallback (no worker announced)."},
+			[]string{"model", "kind"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated,
-		m.refusals, m.quota, m.inflight} {
+		m.refusals, m.quota, m.inflight, m.routes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("edge: registering metrics: %w", err)
 		}
@@ -92,6 +96,13 @@ func (m *Metrics) done(ri *reqInfo, status int) {
 	}
 	m.requests.WithLabelValues(ri.api, ri.model, strconv.Itoa(status), code).Inc()
 	m.duration.WithLabelValues(ri.api, ri.model).Observe(time.Since(ri.start).Seconds())
+}
+
+// routed counts a routing decision.
+func (m *Metrics) routed(model, kind string) {
+	if m != nil {
+		m.routes.WithLabelValues(model, kind).Inc()
+	}
 }
 
 // refused counts a refusal by its row and, for quota refusals, by limit.

@@ -15,6 +15,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/router"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -35,6 +36,12 @@ type Limiter interface {
 	ReleaseJobs(ctx context.Context, tenant string, ids ...string) error
 }
 
+// Router chooses the worker queue of each job. edge/router.Router
+// implements it.
+type Router interface {
+	Route(model, tenant, session, prompt string) router.Decision
+}
+
 // Queue publishes jobs and reads their replies. queue.Client implements it.
 type Queue interface {
 	Submit(ctx context.Context, job *queue.Job) (*queue.Replies, error)
@@ -47,6 +54,7 @@ var (
 	_ Queue         = (*queue.Client)(nil)
 	_ Limiter       = (*quota.Quota)(nil)
 	_ Authenticator = (*auth.Verifier)(nil)
+	_ Router        = (*router.Router)(nil)
 )
 
 // Defaults for zero Config fields.
@@ -78,6 +86,9 @@ type Config struct {
 	// Tenants maps each verified tenant to its class (queue bound and
 	// scheduling weight); nil puts every tenant in tenants.DefaultClass.
 	Tenants *tenants.Table
+	// Router routes each job to the worker likely to hold its prefix
+	// (docs/routing.md); nil queues every job on its tenant's shared queue.
+	Router Router
 
 	// TracerProvider makes the edge's spans; nil (or a no-op provider) turns
 	// tracing off, and then the request path does no tracing work.

@@ -232,7 +232,10 @@ func kvReadWrite(bucket string) []string {
 //   - only an edge subscribes to reply frames; only workers consume jobs and
 //     hand-overs; only billing consumes usage events;
 //   - nobody but the operator creates or changes a stream (a stream can
-//     capture any subject), and the operator reads no message.
+//     capture any subject), and the operator reads no message;
+//   - only workers announce their status and prefixes (StatusPrefix,
+//     PrefixPrefix); edges read both to route, workers each other's
+//     status. Neither carries a prompt: prefix keys are hashes.
 func RolePermissions(role, pub string) *server.Permissions {
 	inbox := InboxPrefix(pub) + ".>"
 	var pubs, subs []string
@@ -244,16 +247,17 @@ func RolePermissions(role, pub string) *server.Permissions {
 	case RoleEdge:
 		pubs = append(pubs, JobsPrefix+">", CancelPrefix+">", ReadyPrefix+">")
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
-		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...) // watching worker windows
-		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)  // watching jobs end (WatchEnded)
-		subs = append(subs, ReplyPrefix+">")
+		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...)                  // watching worker windows
+		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)                   // watching jobs end (WatchEnded)
+		subs = append(subs, ReplyPrefix+">", StatusPrefix+">", PrefixPrefix+">") // routing (docs/routing.md)
 	case RoleWorker:
 		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", UsagePrefix+">", HandoffPrefix+">", inbox)
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
 		pubs = append(pubs, kvReadWrite(CapacityBucket)...)
 		pubs = append(pubs, consumeOn(JobsStream)...)
 		pubs = append(pubs, consumeOn(DecodeStream)...)
-		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">")
+		pubs = append(pubs, StatusPrefix+">", PrefixPrefix+">")
+		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)
 	case RoleOperator:

@@ -194,7 +194,7 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(TenantJobSubject(job.Model, job.Tenant))
+	msg := nats.NewMsg(job.Subject())
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, job.ID)
 	InjectTrace(ctx, msg.Header)
@@ -217,7 +217,7 @@ func (c *Client) publish(ctx context.Context, job *Job) error {
 	}
 	// The job is stored: ring its tenant's doorbell so that an idle worker
 	// takes it now (TenantQueues). A lost bell costs at most TenantRefresh.
-	_ = c.nc.Publish(ReadySubject(job.Model, job.Tenant), nil)
+	_ = c.nc.Publish(job.ReadySubject(), nil)
 	return nil
 }
 

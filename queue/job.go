@@ -74,6 +74,30 @@ type Job struct {
 	// 2 twice the service of one of weight 1 when both wait. Only the edge
 	// sets it, from the class of the verified tenant; 0 means 1.
 	Weight float64 `json:"weight,omitempty"`
+	// Route is the id of the worker the edge routed the job to (it holds,
+	// or is likely to hold, the job's prefix; docs/routing.md): the job is
+	// published on that worker's queue of the tenant (RouteSubject), not
+	// the tenant's shared one. Empty: any worker takes it.
+	Route string `json:"route,omitempty"`
+}
+
+// Subject is the jobs-stream subject the job is published on: its worker's
+// queue of the tenant when routed, else the tenant's shared queue.
+func (j *Job) Subject() string {
+	if j.Route != "" {
+		return RouteSubject(j.Model, j.Tenant, j.Route)
+	}
+	return TenantJobSubject(j.Model, j.Tenant)
+}
+
+// ReadySubject is the doorbell rung after the job is stored: the routed
+// worker's own bell when routed (only it reads that queue while it lives),
+// else every worker's bell of the tenant.
+func (j *Job) ReadySubject() string {
+	if j.Route != "" {
+		return ReadySubject(j.Model, j.Tenant) + "." + WorkerToken(j.Route)
+	}
+	return ReadySubject(j.Model, j.Tenant)
 }
 
 // SchedWeight is the job's scheduling weight: Weight, or 1 when unset.
@@ -136,6 +160,8 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("%w: job %s has no deadline", ErrBadMessage, j.ID)
 	case j.Weight < 0 || math.IsNaN(j.Weight) || math.IsInf(j.Weight, 0):
 		return fmt.Errorf("%w: job %s weight %v", ErrBadMessage, j.ID, j.Weight)
+	case len(j.Route) > 256:
+		return fmt.Errorf("%w: job %s route of %d bytes", ErrBadMessage, j.ID, len(j.Route))
 	}
 	return j.validateSegments()
 }

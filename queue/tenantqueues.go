@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,9 +44,17 @@ const LegacyQueue = ""
 // TenantConsumerName is the durable consumer of one tenant's jobs for a
 // model (token is TenantToken of the tenant), shared by every worker
 // serving the model; LegacyQueue's is ConsumerName(model).
+//
+// A routed queue's key (RouteToken) holds a dot, which a consumer name may
+// not: its consumer is named by the tenant token and a hash of the worker
+// token instead.
 func TenantConsumerName(model, token string) string {
 	if token == LegacyQueue {
 		return ConsumerName(model)
+	}
+	if t, w := SplitRoute(token); w != "" {
+		sum := sha256.Sum256([]byte(w))
+		return ConsumerName(model) + "-" + t + "-R-" + hex.EncodeToString(sum[:6]) // tenant tokens are lower case: no shared name has "-R-"
 	}
 	return ConsumerName(model) + "-" + token
 }
@@ -63,41 +73,111 @@ const tenantConsumerIdle = time.Hour
 type TenantQueues struct {
 	js    jetstream.JetStream
 	model string
+	self  string // this worker's token (WorkerToken): its routed queues are read first-hand
 	cfg   ConsumerConfig
-	sub   *nats.Subscription
+	subs  []*nats.Subscription
 	bell  chan struct{} // capacity 1: a doorbell rang
+	start time.Time
 
 	mu      sync.Mutex                    // guards the fields below
-	pending map[string]uint64             // tenant tokens that may have jobs waiting -> rings (and refreshes) so far
-	cons    map[string]jetstream.Consumer // consumers created or joined, by token
+	pending map[string]uint64             // queue keys (tenant or RouteToken) that may have jobs waiting -> rings (and refreshes) so far
+	cons    map[string]jetstream.Consumer // consumers created or joined, by queue key
 	last    time.Time                     // the last refresh from the stream
+	peers   map[string]peer               // other workers of the model, by token, from their announcements
 }
 
-// OpenTenantQueues joins model's per-tenant queues: it narrows the model's
-// own consumer (ConsumerName) to the legacy subject, so that the per-tenant
-// consumers' filters do not overlap it (a work-queue stream requires that),
-// subscribes to the model's doorbells and reads which tenants have jobs.
-// Close releases the subscription.
-func OpenTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model string, cfg ConsumerConfig) (*TenantQueues, error) {
+// peer is what a worker knows of another worker of its model.
+type peer struct {
+	seen     time.Time
+	draining bool
+}
+
+// OpenTenantQueues joins model's per-tenant queues for the worker whose id
+// is worker: it narrows the model's own consumer (ConsumerName) to the
+// legacy subject, so that the per-tenant consumers' filters do not overlap
+// it (a work-queue stream requires that), subscribes to the model's
+// doorbells (the tenants' shared ones and this worker's routed ones) and to
+// the other workers' announcements (StatusSubject), and reads which tenants
+// have jobs. Close releases the subscriptions.
+func OpenTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model, worker string, cfg ConsumerConfig) (*TenantQueues, error) {
 	legacy, err := ensureConsumer(ctx, js, durable{stream: JobsStream, model: model, name: ConsumerName(model),
 		subjects: []string{JobSubject(model)}, description: "jobs for " + model + " from edges without per-tenant subjects"}, cfg)
 	if err != nil {
 		return nil, err
 	}
-	q := &TenantQueues{js: js, model: model, cfg: cfg, bell: make(chan struct{}, 1),
-		pending: map[string]uint64{LegacyQueue: 1}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}}
+	q := &TenantQueues{js: js, model: model, self: WorkerToken(worker), cfg: cfg, bell: make(chan struct{}, 1), start: time.Now(),
+		pending: map[string]uint64{LegacyQueue: 1}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}, peers: map[string]peer{}}
 	prefix := ReadyPrefix + ModelToken(model) + "."
-	q.sub, err = nc.Subscribe(prefix+"*", func(m *nats.Msg) {
-		q.mark(strings.TrimPrefix(m.Subject, prefix))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: doorbells of %s: %w", model, err)
+	for subj, mark := range map[string]nats.MsgHandler{
+		prefix + "*":           func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, prefix)) },
+		prefix + "*." + q.self: func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, prefix)) },
+		StatusSubject(model):   q.heard,
+	} {
+		sub, err := nc.Subscribe(subj, mark)
+		if err != nil {
+			q.Close()
+			return nil, fmt.Errorf("queue: subscribing to %s: %w", subj, err)
+		}
+		q.subs = append(q.subs, sub)
 	}
 	if err := q.Refresh(ctx); err != nil {
 		q.Close()
 		return nil, err
 	}
 	return q, nil
+}
+
+// heard records another worker's announcement. A peer newly gone (it said
+// it drains) rings the bell, so that its routed queues are looked at now.
+func (q *TenantQueues) heard(m *nats.Msg) {
+	st, err := DecodeStatus(m.Data)
+	if err != nil {
+		return
+	}
+	tok := WorkerToken(st.Worker)
+	if tok == q.self {
+		return
+	}
+	q.mu.Lock()
+	was := q.peers[tok]
+	q.peers[tok] = peer{seen: time.Now(), draining: st.Draining}
+	if len(q.peers) > maxPeers {
+		q.forgetPeers()
+	}
+	q.mu.Unlock()
+	if st.Draining && !was.draining {
+		q.mu.Lock()
+		q.last = time.Time{}
+		q.mu.Unlock()
+		q.ring()
+	}
+}
+
+// maxPeers bounds the workers remembered per model.
+const maxPeers = 4096
+
+// forgetPeers drops the peers gone for long; q.mu is held.
+func (q *TenantQueues) forgetPeers() {
+	for tok, p := range q.peers {
+		if time.Since(p.seen) > 10*PeerTimeout {
+			delete(q.peers, tok)
+		}
+	}
+}
+
+// reads reports whether this worker reads the routed queues of the worker
+// whose token is tok: its own, and those of a worker that said it drains
+// or has not announced itself for PeerTimeout (one never heard counts from
+// this worker's own start). q.mu is held.
+func (q *TenantQueues) reads(tok string) bool {
+	if tok == q.self {
+		return true
+	}
+	p, ok := q.peers[tok]
+	if !ok {
+		return time.Since(q.start) > PeerTimeout
+	}
+	return p.draining || time.Since(p.seen) > PeerTimeout
 }
 
 // Legacy is the consumer of the model's own subject (metrics read its lag).
@@ -107,24 +187,35 @@ func (q *TenantQueues) Legacy() jetstream.Consumer {
 	return q.cons[LegacyQueue]
 }
 
-// Close unsubscribes from the doorbells.
+// Close unsubscribes from the doorbells and announcements.
 func (q *TenantQueues) Close() {
-	if q.sub != nil {
-		q.sub.Unsubscribe()
+	for _, sub := range q.subs {
+		sub.Unsubscribe()
 	}
 }
 
-func (q *TenantQueues) mark(token string) {
-	if !validToken(token) {
+func (q *TenantQueues) mark(key string) {
+	if !validKey(key) {
 		return
 	}
 	q.mu.Lock()
-	q.pending[token]++
+	q.pending[key]++
 	q.mu.Unlock()
+	q.ring()
+}
+
+func (q *TenantQueues) ring() {
 	select {
 	case q.bell <- struct{}{}:
 	default:
 	}
+}
+
+// validKey reports whether s can be a queue key: a tenant token, or a
+// RouteToken.
+func validKey(s string) bool {
+	t, w := SplitRoute(s)
+	return validToken(t) && (w == "" && !strings.Contains(s, ".") || validToken(w))
 }
 
 // validToken reports whether s can be a subject token TenantToken made.
@@ -140,8 +231,10 @@ func validToken(s string) bool {
 	return true
 }
 
-// Refresh marks every tenant whose subject holds jobs (waiting or running)
-// as pending, from the stream's per-subject counts, and the legacy queue.
+// Refresh marks every queue this worker reads whose subject holds jobs
+// (waiting or running) as pending, from the stream's per-subject counts:
+// each tenant's shared queue, the legacy queue, this worker's routed queues
+// and those of workers gone (see reads).
 func (q *TenantQueues) Refresh(ctx context.Context) error {
 	counts, err := q.counts(ctx)
 	if err != nil {
@@ -153,11 +246,28 @@ func (q *TenantQueues) Refresh(ctx context.Context) error {
 	q.last = time.Now()
 	q.pending[LegacyQueue]++
 	for subj, n := range counts {
-		if tok := strings.TrimPrefix(subj, prefix); n > 0 && validToken(tok) {
-			q.pending[tok]++
+		key := strings.TrimPrefix(subj, prefix)
+		if n == 0 || !validKey(key) {
+			continue
+		}
+		if _, w := SplitRoute(key); w == "" || q.reads(w) {
+			q.pending[key]++
 		}
 	}
 	return nil
+}
+
+// RefreshIfOlder refreshes when the last refresh is older than age: a busy
+// worker, which does not wait for doorbells, still finds the routed queues
+// of a worker that died.
+func (q *TenantQueues) RefreshIfOlder(ctx context.Context, age time.Duration) error {
+	q.mu.Lock()
+	due := time.Since(q.last) > age
+	q.mu.Unlock()
+	if !due {
+		return nil
+	}
+	return q.Refresh(ctx)
 }
 
 // Depth is how many of the model's jobs the stream holds (waiting or
@@ -185,7 +295,7 @@ func (q *TenantQueues) counts(ctx context.Context) (map[string]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(JobSubject(q.model)+".*"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(JobSubject(q.model)+".>"))
 	if err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
 	}
@@ -268,12 +378,15 @@ func (q *TenantQueues) consumer(ctx context.Context, token string) (jetstream.Co
 	if ok {
 		return c, nil
 	}
-	if !validToken(token) {
-		return nil, fmt.Errorf("%w: tenant token %q", ErrConfig, token)
+	if !validKey(token) {
+		return nil, fmt.Errorf("%w: tenant queue %q", ErrConfig, token)
+	}
+	desc := "one tenant's jobs for " + q.model
+	if _, w := SplitRoute(token); w != "" {
+		desc = "one tenant's jobs for " + q.model + " routed to one worker"
 	}
 	c, err := ensureConsumer(ctx, q.js, durable{stream: JobsStream, model: q.model, name: TenantConsumerName(q.model, token),
-		subjects: []string{JobSubject(q.model) + "." + token}, description: "one tenant's jobs for " + q.model,
-		idle: tenantConsumerIdle}, q.cfg)
+		subjects: []string{JobSubject(q.model) + "." + token}, description: desc, idle: tenantConsumerIdle}, q.cfg)
 	if err != nil {
 		return nil, err
 	}

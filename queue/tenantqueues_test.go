@@ -2,9 +2,13 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
@@ -44,7 +48,7 @@ func TestTenantQueues(t *testing.T) {
 	for _, id := range []string{"a-0", "a-1", "a-2"} {
 		submit(id, "tenant-a")
 	}
-	q, err := OpenTenantQueues(ctx, env.nc, env.js, model, ConsumerConfig{})
+	q, err := OpenTenantQueues(ctx, env.nc, env.js, model, "w1", ConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +113,109 @@ func TestTenantQueues(t *testing.T) {
 	}
 	if _, err := q.Fetch(ctx, "BAD$"); err == nil {
 		t.Error("fetching an invalid token succeeded")
+	}
+}
+
+// TestRoutedQueues: a job routed to a worker waits on that worker's queue
+// of its tenant, which its bell lists on that worker only; another worker
+// reads it only once the first has said it drains or gone silent for
+// PeerTimeout, and then finds it by its refresh.
+func TestRoutedQueues(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	c := NewClient(env.nc, env.js)
+	const model = "m1"
+	open := func(worker string) *TenantQueues {
+		q, err := OpenTenantQueues(ctx, env.nc, env.js, model, worker, ConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(q.Close)
+		return q
+	}
+	w1, w2 := open("w1"), open("w2")
+	announce := func(worker string, draining bool) {
+		b, err := json.Marshal(WorkerStatus{Worker: worker, Draining: draining, MaxBatch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := env.nc.Publish(StatusSubject(model), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce("w1", false)
+	env.nc.Flush()
+	job := testJob("routed-0")
+	job.Model, job.Route = model, "w1"
+	r, err := c.Submit(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	key := RouteToken(TenantToken(job.Tenant), WorkerToken("w1"))
+	if job.Subject() != JobSubject(model)+"."+key {
+		t.Fatalf("routed subject %q, want the queue key %q under the model's subject", job.Subject(), key)
+	}
+	testkit.Poll(t, 5*time.Second, testkit.Cond("w1's own bell", func() bool { return slices.Contains(w1.Pending(), key) }))
+	if err := w2.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(w2.Pending(), key) {
+		t.Fatalf("w2 lists w1's routed queue while w1 announces itself: %q", w2.Pending())
+	}
+	if slices.Contains(w2.Pending(), TenantToken(job.Tenant)) && mustFetch(t, w2, TenantToken(job.Tenant)) != nil {
+		t.Fatal("the routed job came out of the tenant's shared queue")
+	}
+	announce("w1", true) // w1 drains: w2 reads its queues from now on
+	testkit.Poll(t, 5*time.Second, testkit.Cond("w2 lists w1's queue after w1 said it drains", func() bool {
+		if err := w2.RefreshIfOlder(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(w2.Pending(), key)
+	}))
+	msg := mustFetch(t, w2, key)
+	if msg == nil {
+		t.Fatal("w2 found nothing in w1's routed queue")
+	}
+	got, err := DecodeJob(msg.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != job.ID || got.Route != "w1" {
+		t.Errorf("w2 took %s routed to %q, want %s routed to w1", got.ID, got.Route, job.ID)
+	}
+	if err := msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	// A worker never heard of, after PeerTimeout, counts as gone too.
+	w2.mu.Lock()
+	silent := w2.reads(WorkerToken("w9"))
+	w2.start = w2.start.Add(-PeerTimeout - time.Millisecond)
+	gone := w2.reads(WorkerToken("w9"))
+	w2.mu.Unlock()
+	if silent || !gone {
+		t.Errorf("an unheard worker read at start %v, after PeerTimeout %v; want false, true", silent, gone)
+	}
+}
+
+func mustFetch(t *testing.T, q *TenantQueues, key string) jetstream.Msg {
+	t.Helper()
+	msg, err := q.Fetch(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// TestTenantConsumerNames: routed queues get consumer names of their own,
+// valid for JetStream, which no shared queue's name can take.
+func TestTenantConsumerNames(t *testing.T) {
+	a, w := TenantToken("a"), WorkerToken("w1")
+	shared, routed := TenantConsumerName("m", a), TenantConsumerName("m", RouteToken(a, w))
+	if shared == routed || strings.ContainsAny(routed, ".*> ") || !strings.Contains(routed, "-R-") {
+		t.Errorf("shared %q, routed %q: want distinct names, the routed one with -R- and no subject characters", shared, routed)
+	}
+	if TenantConsumerName("m", RouteToken(a, WorkerToken("w2"))) == routed {
+		t.Error("two workers' routed queues share a consumer name")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/router"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -123,11 +124,20 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 	if err != nil {
 		return err
 	}
+	var rt edge.Router
+	if !e.noRouting {
+		r, err := router.New(n.nc, router.Config{})
+		if err != nil {
+			return fmt.Errorf("routing: %w", err)
+		}
+		defer r.Close()
+		rt = r
+	}
 	srv, err := edge.New(n.log.With("node", "edge"), edge.Config{
 		Catalog: n.cat, Auth: n.verifier, Quota: q, Queue: queue.NewClient(n.nc, n.js).WithLiveness(live),
 		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
 		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
-		Tenants: classes, DefaultMaxTokens: e.maxTokens,
+		Tenants: classes, DefaultMaxTokens: e.maxTokens, Router: rt,
 		TracerProvider: n.tel.tp, Metrics: em, LogContent: n.logContent,
 	})
 	if err != nil {
@@ -212,6 +222,7 @@ type edgeFlags struct {
 	classes        string // --tenant-classes
 	members        string // --tenant-class
 	maxTokens      int    // --default-max-tokens
+	noRouting      bool   // --no-routing
 }
 
 func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
@@ -233,6 +244,7 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.DurationVar(&e.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long requests in flight may run on while new ones get 503 draining")
 	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: only --jobs-per-tenant of the jobs stream), weight its share of a worker; the class \"default\" (max_queued=0, weight=1 unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
+	fs.BoolVar(&e.noRouting, "no-routing", false, "queue every job on its tenant's shared queue, for any worker, instead of routing it to the worker of its session or prefix (docs/routing.md)")
 	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
 	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
 	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")

@@ -86,6 +86,9 @@ func reserve(slots chan struct{}) int { return max(1, cap(slots)/4) }
 // ctx ends first.
 func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *time.Ticker) (jetstream.Msg, string) {
 	for ctx.Err() == nil {
+		if err := p.q.RefreshIfOlder(ctx, busyRefresh); err != nil && ctx.Err() == nil {
+			p.w.log.Warn("reading the tenant queues", "err", err)
+		}
 		free := cap(slots) - len(slots)
 		open := free > reserve(slots) && g.ready()
 		failed := false
@@ -100,8 +103,8 @@ func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *
 					continue
 				}
 				if msg != nil {
-					p.pulled(tok)
-					return msg, tok
+					p.pulled(tenantOf(tok))
+					return msg, tenantOf(tok)
 				}
 			}
 		}
@@ -127,13 +130,21 @@ func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *
 	return nil, ""
 }
 
-// order sorts the pending tenant tokens in the order to try them; when the
-// gate is closed (open false) only tenants with no job here are listed.
+// busyRefresh is how often a worker that does not wait for doorbells (it
+// always has jobs to fetch) reads the stream's counts anyway, so that the
+// routed queues of a worker that died are read within about
+// queue.PeerTimeout plus this.
+const busyRefresh = time.Second
+
+// order sorts the pending queue keys (a tenant's shared queue, or its queue
+// routed here or to a worker gone: queue.SplitRoute) in the order to try
+// them, by their tenant; when the gate is closed (open false) only the
+// queues of tenants with no job here are listed.
 func (p *fairPull) order(pending []string, open bool) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !open {
-		pending = slices.DeleteFunc(pending, func(tok string) bool { return p.here[tok] > 0 })
+		pending = slices.DeleteFunc(pending, func(key string) bool { return p.here[tenantOf(key)] > 0 })
 	}
 	if len(pending) < 2 {
 		return pending
@@ -151,10 +162,20 @@ func (p *fairPull) order(pending []string, open bool) []string {
 		}
 		return low // unknown to the engine: lifted to the smallest, as it would be
 	}
-	slices.SortFunc(pending, func(a, b string) int {
-		return cmp.Or(cmp.Compare(of(a), of(b)), cmp.Compare(p.here[a], p.here[b]), cmp.Compare(p.last[a], p.last[b]))
+	// Within a tenant, its routed queues come before its shared one: any
+	// worker may take a shared job, a routed one was sent here.
+	slices.SortFunc(pending, func(ka, kb string) int {
+		a, b := tenantOf(ka), tenantOf(kb)
+		return cmp.Or(cmp.Compare(of(a), of(b)), cmp.Compare(p.here[a], p.here[b]), cmp.Compare(p.last[a], p.last[b]),
+			cmp.Compare(len(kb), len(ka)))
 	})
 	return pending
+}
+
+// tenantOf is the tenant token of a queue key.
+func tenantOf(key string) string {
+	t, _ := queue.SplitRoute(key)
+	return t
 }
 
 // token is tenant's subject token; p.mu is held.

@@ -41,6 +41,7 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 	if !d.claim(ctx) || !d.admit(ctx) {
 		return
 	}
+	w.announcePrefix(job)
 	if w.cfg.Role == RolePrefill {
 		d.prefill(ctx)
 		return

@@ -121,7 +121,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.cfg.Metrics.addConsumer(queue.DecodeConsumerName(name), m.cons)
 		} else {
-			if m.q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.Consumer); err != nil {
+			if m.q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer); err != nil {
 				return stopped(ctx, err)
 			}
 			w.cfg.Metrics.addConsumer(queue.ConsumerName(name), m.q.Legacy())
@@ -130,6 +130,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		models = append(models, m)
 	}
 	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "concurrency", w.cfg.Concurrency)
+	routed := map[string]*engine.Engine{} // the models whose jobs edges may route here
+	for _, m := range models {
+		if m.q != nil {
+			routed[m.name] = m.eng
+		}
+	}
+	var announcing sync.WaitGroup
+	defer announcing.Wait()
+	announcing.Go(func() { w.announce(ctx, routed) })
 
 	// Jobs outlive ctx by the grace period, so they run under their own context.
 	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
