@@ -2,6 +2,7 @@ package router
 
 import (
 	"crypto/sha256"
+	"math"
 	"sync"
 	"time"
 
@@ -31,6 +32,11 @@ type Config struct {
 	// each) a job must share with what a worker announced to be routed
 	// there by prefix; default 2.
 	MinPrefixKeys int
+	// MinPrefixShare is the least share of the prompt's keys the shared
+	// prefix must cover (SGLang's cache threshold): a new conversation
+	// that shares only a system prompt with others is balanced by load,
+	// not piled onto the worker holding that prompt; default 0.5.
+	MinPrefixShare float64
 	// Sessions bounds the remembered session affinities, per model; default
 	// 100,000.
 	Sessions int
@@ -42,6 +48,9 @@ type Config struct {
 func (c *Config) fill() {
 	if c.MinPrefixKeys <= 0 {
 		c.MinPrefixKeys = 2
+	}
+	if c.MinPrefixShare <= 0 {
+		c.MinPrefixShare = 0.5
 	}
 	if c.Sessions <= 0 {
 		c.Sessions = 100_000
@@ -198,7 +207,8 @@ func (r *Router) prefix(modelTok string, b []byte) {
 // Route chooses the queue of tenant's job for model: the worker of its
 // session when given (session is the x-session-affinity header; scoped to
 // the tenant), else the worker that announced the longest prefix of prompt
-// for this tenant, unless that worker is overloaded or gone; else, with a
+// for this tenant (at least MinPrefixKeys blocks and MinPrefixShare of the
+// prompt), unless that worker is overloaded or gone; else, with a
 // session, the least loaded worker (the session then sticks to it), and
 // without one the tenant's shared queue, which the first worker with room
 // takes. With fewer than two live workers every job takes the shared queue.
@@ -226,7 +236,8 @@ func (r *Router) Route(model, tenant, session, prompt string) Decision {
 		}
 	}
 	d := Decision{Kind: KindLoad}
-	if w := t.longest(live, tenantTok, keys, r.cfg.MinPrefixKeys); w != nil {
+	least := max(r.cfg.MinPrefixKeys, int(math.Ceil(r.cfg.MinPrefixShare*float64(len(keys)))))
+	if w := t.longest(live, tenantTok, keys, least); w != nil {
 		d = t.send(w, KindPrefix)
 	} else if session != "" {
 		d = t.send(leastLoaded(live), KindLoad)

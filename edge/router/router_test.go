@@ -76,9 +76,17 @@ func TestRoute(t *testing.T) {
 		{"one live worker: the shared queue", func(f *fleet) { f.live("w1"); f.prefix("w1", "a", conv) }, "a", "", conv, Decision{Kind: KindLoad}},
 		{"the longest prefix", func(f *fleet) {
 			f.live("w1", "w2", "w3")
-			f.prefix("w1", "a", conv[:2*queue.PrefixBlock])
+			f.prefix("w1", "a", conv[:4*queue.PrefixBlock])
 			f.prefix("w2", "a", conv[:6*queue.PrefixBlock])
 		}, "a", "", conv, Decision{"w2", KindPrefix}},
+		{"a prefix under half the prompt", func(f *fleet) {
+			f.live("w1", "w2")
+			f.prefix("w1", "a", conv[:3*queue.PrefixBlock])
+		}, "a", "", conv, Decision{Kind: KindLoad}},
+		{"a prefix of half the prompt", func(f *fleet) {
+			f.live("w1", "w2")
+			f.prefix("w1", "a", conv[:4*queue.PrefixBlock])
+		}, "a", "", conv, Decision{"w1", KindPrefix}},
 		{"a prefix shorter than MinPrefixKeys", func(f *fleet) {
 			f.live("w1", "w2")
 			f.prefix("w1", "a", conv[:queue.PrefixBlock])
@@ -90,7 +98,7 @@ func TestRoute(t *testing.T) {
 		{"the prefix's worker overloaded: the next longest", func(f *fleet) {
 			f.live("w1", "w3")
 			f.status(queue.WorkerStatus{Worker: "w2", Waiting: 8})
-			f.prefix("w1", "a", conv[:3*queue.PrefixBlock])
+			f.prefix("w1", "a", conv[:5*queue.PrefixBlock])
 			f.prefix("w2", "a", conv)
 		}, "a", "", conv, Decision{"w1", KindPrefix}},
 		{"the prefix's worker draining", func(f *fleet) {
