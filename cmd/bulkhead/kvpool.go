@@ -167,13 +167,12 @@ func (e *engineFlags) pool(cm *catalog.Model, pageBytes int64, b kvBudget) poolS
 	case cm.KVPoolTokens > 0 || cm.KVPoolBytes > 0:
 		return poolSpec{tokens: cm.KVPoolTokens, bytes: cm.KVPoolBytes, source: poolFromCatalog}
 	}
-	window := int64(cm.ContextWindow)
-	per := b.perPool()
-	if per == 0 {
+	if b.mem.bytes <= 0 {
 		return poolSpec{tokens: cm.ContextWindow, source: poolFromFloor}
 	}
 	s := poolSpec{source: poolFromMemory}
-	tokens := per / pageBytes * pageSize
+	window := int64(cm.ContextWindow)
+	tokens := b.perPool() / pageBytes * pageSize
 	limit := int64(math.MaxInt64)
 	if int64(e.maxBatch) <= limit/(2*window) {
 		limit = 2 * window * int64(e.maxBatch)

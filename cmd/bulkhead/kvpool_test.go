@@ -146,6 +146,8 @@ func TestPoolSize(t *testing.T) {
 			kvBudget{gib, 0.25, 1}, poolSpec{tokens: 2 * 2048, source: poolFromMemory, bound: boundCap}},
 		{"a huge --max-batch does not overflow the cap", engineFlags{maxBatch: math.MaxInt}, catalog.Model{ContextWindow: 2048},
 			kvBudget{gib, 0.25, 1}, poolSpec{tokens: 26214 * 16, source: poolFromMemory}},
+		{"a share smaller than a page: one window", engineFlags{maxBatch: 16}, catalog.Model{ContextWindow: 2048},
+			kvBudget{memory{1000, "MemAvailable"}, 0.25, 1}, poolSpec{tokens: 2048, source: poolFromMemory, bound: boundFloor}},
 		{"memory unknown: one window", engineFlags{maxBatch: 16}, catalog.Model{ContextWindow: 2048},
 			kvBudget{memory{}, 0.25, 1}, poolSpec{tokens: 2048, source: poolFromFloor}},
 	}
