@@ -415,15 +415,19 @@ func TestFitContext(t *testing.T) {
 	tests := []struct {
 		name    string
 		flags   engineFlags
+		budget  kvBudget          // the memory for a pool sized from it
 		want    int               // window served (and advertised afterwards)
 		wantErr *engine.PoolError // nil when the model starts
 	}{
-		{"one full window by default", engineFlags{}, 2048, nil},
-		{"a pool that holds the window", engineFlags{kvTokens: 4096}, 2048, nil},
-		{"too small", engineFlags{kvTokens: 256}, 2048, &engine.PoolError{Pages: 16, PageSize: 16, Context: 2048}},
-		{"too small, clamped", engineFlags{kvTokens: 256, clamp: true}, 256, nil},
-		{"clamped to whole pages", engineFlags{kvTokens: 250, clamp: true}, 256, nil},
-		{"a pool that fits needs no clamp", engineFlags{kvTokens: 2048, clamp: true}, 2048, nil},
+		{"memory unknown: one full window", engineFlags{}, kvBudget{}, 2048, nil},
+		{"a share of memory: at least one window", engineFlags{}, kvBudget{memory{1 << 20, "MemAvailable"}, 0.25, 1}, 2048, nil},
+		{"a pool that holds the window", engineFlags{kvTokens: 4096}, kvBudget{}, 2048, nil},
+		{"too small", engineFlags{kvTokens: 256}, kvBudget{}, 2048, &engine.PoolError{Pages: 16, PageSize: 16, Context: 2048}},
+		{"too small, with memory to spare", engineFlags{kvTokens: 256}, kvBudget{memory{1 << 30, "MemAvailable"}, 0.25, 1}, 2048,
+			&engine.PoolError{Pages: 16, PageSize: 16, Context: 2048}},
+		{"too small, clamped", engineFlags{kvTokens: 256, clamp: true}, kvBudget{}, 256, nil},
+		{"clamped to whole pages", engineFlags{kvTokens: 250, clamp: true}, kvBudget{}, 256, nil},
+		{"a pool that fits needs no clamp", engineFlags{kvTokens: 2048, clamp: true}, kvBudget{}, 2048, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -433,7 +437,7 @@ func TestFitContext(t *testing.T) {
 			}
 			var logs syncBuffer
 			tc.flags.threads, tc.flags.scrub, tc.flags.maxBatch, tc.flags.queueSize = 1, "on-free", 1, 1
-			engines, stop, err := tc.flags.engines(newLogger(&logs), cat)
+			engines, stop, err := tc.flags.engines(newLogger(&logs), cat, tc.budget)
 			var pe *engine.PoolError
 			switch {
 			case tc.wantErr == nil && err != nil:

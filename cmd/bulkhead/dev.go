@@ -50,6 +50,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := f.engine.validatePool(); err != nil {
+		return err
+	}
 	roles, err := f.roles()
 	if err != nil {
 		return err
@@ -110,9 +113,11 @@ func (f *devFlags) run(ctx context.Context, stdout, stderr io.Writer, roles []wo
 	// before anything else starts: a KV pool too small for the context
 	// refuses start-up here, or (--clamp-context) clamps the window in cat,
 	// which the edge below advertises and admits by.
+	// The pools sized from memory split it among all workers.
+	budget := f.engine.budget(log, cat, len(roles))
 	engineSets := make([]map[string]*engine.Engine, len(roles))
 	for i := range roles {
-		engines, closeEngines, err := f.engine.engines(log, cat)
+		engines, closeEngines, err := f.engine.engines(log, cat, budget)
 		if err != nil {
 			return err
 		}

@@ -171,6 +171,8 @@ func TestUsageErrors(t *testing.T) {
 		{"synth neither shape nor arch", []string{"models", "synth", "--out", "/tmp/x.gguf"}, 2, "--shape, --arch"},
 		{"synth without out", []string{"models", "synth", "--arch", "phi3"}, 2, "--out"},
 		{"bench without engine", []string{"bench"}, 2, "bench engine"},
+		{"worker, KV memory share too large", []string{"worker", "--kv-memory-share", "0.95"}, 2, "--kv-memory-share"},
+		{"dev, no KV memory share", []string{"dev", "--kv-memory-share", "0"}, 2, "--kv-memory-share"},
 		{"cluster without server name", []string{"nats", "--cluster-name", "c", "--routes", "nats-route://127.0.0.1:6222"}, 2, "--server-name"},
 		{"routes without cluster", []string{"nats", "--routes", "nats-route://127.0.0.1:6222"}, 2, "--cluster-name"},
 		{"cluster TLS half given", []string{"nats", "--cluster-name", "c", "--server-name", "a", "--routes", "nats-route://127.0.0.1:6222",

@@ -118,6 +118,7 @@ func (c *catalogFlags) resolveNames() ([]string, error) {
 type engineFlags struct {
 	threads     int
 	kvTokens    int
+	memShare    float64
 	context     int
 	clamp       bool
 	maxBatch    int
@@ -132,7 +133,8 @@ type engineFlags struct {
 
 func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&e.threads, "threads", 0, "kernel threads per model (0: all cores)")
-	fs.IntVar(&e.kvTokens, "kv-pool-tokens", 0, "KV pool size in tokens per model (0: the catalog's, else one full context window)")
+	fs.IntVar(&e.kvTokens, "kv-pool-tokens", 0, "KV pool size in tokens per model (0: the catalog's, else a share of memory (--kv-memory-share), at least one context window)")
+	fs.Float64Var(&e.memShare, "kv-memory-share", defaultKVMemoryShare, "share of the machine's available memory (MemAvailable, or the cgroup's memory.max if lower) split among the KV pools of the models (and workers) not sized otherwise; each pool at most 2 × --max-batch context windows")
 	fs.IntVar(&e.context, "context", 0, "context window to advertise for every model (0: the catalog's)")
 	fs.BoolVar(&e.clamp, "clamp-context", false, "when a model's KV pool cannot hold one request at its context window, advertise the pool's size instead of refusing to start")
 	fs.IntVar(&e.maxBatch, "max-batch", 16, "sequences decoded together per model")
@@ -159,12 +161,13 @@ func (e *engineFlags) applyContext(cat *catalog.Catalog) error {
 }
 
 // engines loads every catalog model and runs an engine for each until stop,
-// which closes them and waits. Each engine applies the pool-fit rule
+// which closes them and waits. Each pool is sized by e.pool, from b for a
+// model sized from memory. Each engine applies the pool-fit rule
 // (engine.New): a model whose KV pool cannot hold one request at its
 // advertised context window is refused, naming the numbers, or with
 // --clamp-context served at the pool's size, and then its window is clamped
 // in cat too, so that everything built on cat advertises the window served.
-func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog) (map[string]*engine.Engine, func(), error) {
+func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog, b kvBudget) (map[string]*engine.Engine, func(), error) {
 	scrub, err := e.scrubMode()
 	if err != nil {
 		return nil, nil, err
@@ -183,7 +186,7 @@ func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog) (map[strin
 			return nil, nil, fmt.Errorf("model %s: %w", cm.Name, err)
 		}
 		stops = append(stops, func() { m.Close() })
-		en, err := e.engine(log, cat, cm, m, scrub)
+		en, pool, err := e.engine(log, cm, m, scrub, b)
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -194,8 +197,9 @@ func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog) (map[strin
 			stop()
 			return nil, nil, err
 		}
-		log.Info("model ready", "model", cm.Name, "path", cm.Path, "context", en.Context(),
-			"kv_pool_tokens", en.KV().TotalPages()*en.KV().PageSize())
+		kv := en.KV()
+		log.Info("model ready", append([]any{"model", cm.Name, "path", cm.Path, "context", en.Context(),
+			"kv_pool_tokens", kv.MaxTokens(), "kv_pool_bytes", int64(kv.TotalPages()) * kv.BytesPerPage()}, pool.attrs(b)...)...)
 	}
 	return out, stop, nil
 }
@@ -211,27 +215,31 @@ func (e *engineFlags) scrubMode() (kvcache.ScrubMode, error) {
 	return 0, fmt.Errorf("%w: --kv-scrub %q (want on-free or never)", errUsage, e.scrub)
 }
 
-// engine builds catalog model cm's engine on m. A pool refused names the
-// flags that would fit it.
-func (e *engineFlags) engine(log *slog.Logger, cat *catalog.Catalog, cm *catalog.Model, m *engine.Model, scrub kvcache.ScrubMode) (*engine.Engine, error) {
+// engine builds catalog model cm's engine on m, its pool sized by e.pool
+// (from b for a pool sized from memory). A pool refused names the flags that
+// would fit it.
+func (e *engineFlags) engine(log *slog.Logger, cm *catalog.Model, m *engine.Model, scrub kvcache.ScrubMode, b kvBudget) (*engine.Engine, poolSpec, error) {
+	h := m.Hyper
+	pageBytes, err := kvcache.Config{Layers: h.Layers, KVHeads: h.KVHeads, HeadDim: h.HeadDim, PageSize: pageSize}.BytesPerPage()
+	if err != nil {
+		return nil, poolSpec{}, fmt.Errorf("model %s: %w", cm.Name, err)
+	}
+	pool := e.pool(cm, pageBytes, b)
 	cfg := engine.Config{
 		Threads: e.threads, Context: cm.ContextWindow, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
-		Poison: e.poison, Scrub: scrub, KVTokens: cm.KVPoolTokens, KVBytes: cm.KVPoolBytes, ClampContext: e.clamp,
+		Poison: e.poison, Scrub: scrub, KVTokens: pool.tokens, KVBytes: pool.bytes, ClampContext: e.clamp,
 	}
 	if e.onStep != nil {
 		cfg.OnStep = e.onStep(cm.Name)
 	}
-	if e.kvTokens > 0 {
-		cfg.KVTokens, cfg.KVBytes = e.kvTokens, 0
-	}
 	en, err := engine.New(log.With("model", cm.Name), m, cfg)
 	if pe := (*engine.PoolError)(nil); errors.As(err, &pe) {
-		return nil, fmt.Errorf("model %s: %w; enlarge --kv-pool-tokens, lower --context, or pass --clamp-context to advertise %d", cm.Name, err, pe.Tokens())
+		return nil, pool, fmt.Errorf("model %s: %w; enlarge --kv-pool-tokens, lower --context, or pass --clamp-context to advertise %d", cm.Name, err, pe.Tokens())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", cm.Name, err)
+		return nil, pool, fmt.Errorf("model %s: %w", cm.Name, err)
 	}
-	return en, nil
+	return en, pool, nil
 }
 
 // clampCatalog lowers cm's window in cat to the one en serves, when the

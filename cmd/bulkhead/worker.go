@@ -30,6 +30,9 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := f.engine.validatePool(); err != nil {
+		return err
+	}
 	role, err := worker.ParseRole(f.role)
 	if err != nil {
 		return fmt.Errorf("%w: --role: %v", errUsage, err)
@@ -76,7 +79,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	}
 	// Engines first: a KV pool too small for the context refuses start-up
 	// before the worker touches NATS.
-	engines, stop, err := f.engine.engines(log, cat)
+	engines, stop, err := f.engine.engines(log, cat, f.engine.budget(log, cat, 1))
 	if err != nil {
 		return err
 	}
