@@ -209,7 +209,7 @@ func (d *delivery) finish(kctx context.Context, final *engine.Event, handedCache
 		d.log.Error("sending final frame", "err", err)
 	}
 	d.outcome = outcomeDone
-	d.w.cfg.Metrics.usage(d.job.Model, u)
+	d.w.cfg.Metrics.usage(d.w.cfg.Name, d.job.Model, u)
 	if span := trace.SpanFromContext(kctx); span.IsRecording() {
 		span.SetAttributes(queue.AttrInTokens.Int(u.PromptTokens), queue.AttrOutTokens.Int(u.CompletionTokens),
 			attrCached.Int(u.CachedTokens), queue.AttrFinish.StringSlice([]string{final.Finish}))
