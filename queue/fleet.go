@@ -36,6 +36,10 @@ type ModelStatus struct {
 	KVPagesTotal int    `json:"kv_pages_total"`
 	Running      int    `json:"running"`
 	Waiting      int    `json:"waiting"`
+	// PrefixHits and PrefixMisses count the prefix-cache look-ups that
+	// attached a cached page or none: the worker's prefix hit ratio.
+	PrefixHits   uint64 `json:"prefix_hits"`
+	PrefixMisses uint64 `json:"prefix_misses"`
 }
 
 // NodeStatus is what a node's status endpoint reports.

@@ -50,27 +50,33 @@ func runFleetStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 		return enc.Encode(nodes)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tID\tROLE\tMODELS\tKV USED/TOTAL\tRUNNING\tWAITING\tJOBS\tVERSION\tUPTIME")
+	fmt.Fprintln(tw, "NODE\tID\tROLE\tMODELS\tKV USED/TOTAL\tRUNNING\tWAITING\tPREFIX HITS\tJOBS\tVERSION\tUPTIME")
 	now := time.Now()
 	for _, n := range nodes {
 		var used, total, running, waiting int
+		var hits, misses uint64
 		for _, m := range n.Status.Models {
 			used += m.KVPagesUsed
 			total += m.KVPagesTotal
 			running += m.Running
 			waiting += m.Waiting
+			hits += m.PrefixHits
+			misses += m.PrefixMisses
 		}
-		kv, run, wait, jobs := "-", "-", "-", "-"
+		kv, run, wait, hit, jobs := "-", "-", "-", "-", "-"
 		if n.Service == queue.FleetWorker {
 			kv = fmt.Sprintf("%d/%d", used, total)
 			run, wait, jobs = fmt.Sprint(running), fmt.Sprint(waiting), fmt.Sprint(n.Status.JobsDone)
+			if hits+misses > 0 {
+				hit = fmt.Sprintf("%.0f%% of %d", 100*float64(hits)/float64(hits+misses), hits+misses)
+			}
 		}
 		role := n.Role
 		if role == "" {
 			role = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(n.Service, "bulkhead-"), n.ID, role,
-			strings.Join(n.Models, ","), kv, run, wait, jobs, n.Version, now.Sub(n.Started).Round(time.Second))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(n.Service, "bulkhead-"), n.ID, role,
+			strings.Join(n.Models, ","), kv, run, wait, hit, jobs, n.Version, now.Sub(n.Started).Round(time.Second))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -91,9 +97,10 @@ func registerWorker(log *slog.Logger, nc *nats.Conn, role string, engines map[st
 			st := queue.NodeStatus{JobsDone: jobsDone()}
 			for _, n := range names {
 				e := engines[n]
-				es := e.Stats()
+				es, ps := e.Stats(), e.KV().PrefixStats()
 				st.Models = append(st.Models, queue.ModelStatus{Name: n, KVPagesUsed: e.KV().UsedPages(),
-					KVPagesTotal: e.KV().TotalPages(), Running: es.Running, Waiting: es.Waiting})
+					KVPagesTotal: e.KV().TotalPages(), Running: es.Running, Waiting: es.Waiting,
+					PrefixHits: ps.Hits, PrefixMisses: ps.Misses})
 			}
 			return st
 		},
