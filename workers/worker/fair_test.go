@@ -51,7 +51,10 @@ func runJob(t *testing.T, ev *env, job *queue.Job) time.Duration {
 // other workers, though Concurrency would allow them all.
 func TestPullsWhatStartsSoon(t *testing.T) {
 	ev := startNATS(t)
-	e := startEngine(t, engine.Config{Context: 512, MaxBatch: 4})
+	// A window of 128: the ten jobs run one after the other, and under
+	// -race on a loaded machine ten 512-token ones took about the client's
+	// 20 s idle timeout before the last one's first frame.
+	e := startEngine(t, engine.Config{Context: 128, MaxBatch: 4})
 	const lookahead, jobs = 2, 10
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32, Lookahead: lookahead})
 	var wg sync.WaitGroup
