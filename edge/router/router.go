@@ -288,9 +288,11 @@ func (t *table) longest(live map[string]*worker, tenantTok string, keys []uint64
 }
 
 // overloaded reports a worker with half a batch or more waiting, counting
-// the jobs routed to it since its announcement.
+// the jobs routed to it since its announcement that its free batch slots
+// could not start.
 func (w *worker) overloaded() bool {
-	return w.st.Waiting+w.routed >= max(1, w.st.MaxBatch/2)
+	waiting := w.st.Waiting + max(0, w.st.Running+w.routed-w.st.MaxBatch)
+	return waiting >= max(1, w.st.MaxBatch/2)
 }
 
 // load is the worker's sequences, running, waiting and routed, per batch
