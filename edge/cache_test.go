@@ -3,12 +3,14 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/billing/price"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -231,6 +233,27 @@ func usageAt(t *testing.T, body []byte, stream bool, path ...string) map[string]
 	return u
 }
 
+// wantCharged waits for the quota's charge of job and checks it is u at the
+// model's catalog prices: cached prompt tokens at the cached price.
+func wantCharged(t *testing.T, h *harness, job *queue.Job, u price.Usage) {
+	t.Helper()
+	m, ok := h.catalog.Lookup(job.Model)
+	if !ok {
+		t.Fatalf("model %q not in the catalog", job.Model)
+	}
+	want := price.Neurons(price.Micro(price.Of(m.Prices), u))
+	testkit.Poll(t, 5*time.Second, func() error {
+		_, _, last := h.limiter.counts()
+		if last.RequestID != job.ID {
+			return fmt.Errorf("last charge for request %q, want %q", last.RequestID, job.ID)
+		}
+		if last.Neurons != want {
+			t.Errorf("charged %v neurons, want %v for %+v", last.Neurons, want, u)
+		}
+		return nil
+	})
+}
+
 func TestCachedTokensInUsage(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	h.setBehaviour(replyCached)
@@ -264,6 +287,11 @@ func TestCachedTokensInUsage(t *testing.T) {
 					t.Fatalf("status %d: %s", status, b)
 				}
 				job := h.lastJob()
+				cached := 0
+				if on {
+					cached = fakeCachedTokens
+				}
+				wantCharged(t, h, job, price.Usage{PromptTokens: job.PromptTokens, CachedTokens: cached, CompletionTokens: 2})
 				u := usageAt(t, b, c.stream, c.usagePath...)
 				if u["prompt_tokens"] != float64(job.PromptTokens) || u["completion_tokens"] != 2.0 {
 					t.Errorf("usage %v", u)
