@@ -35,10 +35,9 @@ func replyCached(ctx context.Context, h *harness, job *queue.Job, rp *queue.Repl
 	}
 }
 
-// TestCachePrefixReachesJob: every job uses its tenant's prefix cache unless
-// the body says cache_prefix false or the tenant's class has prefix_cache
-// off; the namespace is always the token's tenant.
-func TestCachePrefixReachesJob(t *testing.T) {
+// cacheClassHarness is a harness where bob's class has prefix_cache off.
+func cacheClassHarness(t *testing.T) *harness {
+	t.Helper()
 	classes, err := tenants.New(tenants.Config{
 		Classes: []tenants.Class{{Name: "nocache", Weight: 1, PrefixCacheOff: true}},
 		Members: map[string]string{"bob": "nocache"},
@@ -46,7 +45,14 @@ func TestCachePrefixReachesJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, harnessOpts{tenants: classes})
+	return newHarness(t, harnessOpts{tenants: classes})
+}
+
+// TestCachePrefixReachesJob: every job uses its tenant's prefix cache unless
+// the body says cache_prefix false or the tenant's class has prefix_cache
+// off; the namespace is always the token's tenant.
+func TestCachePrefixReachesJob(t *testing.T) {
+	h := cacheClassHarness(t)
 	native := "/ai/run/" + modelStories
 	chatBody := func(extra string) string {
 		return `{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}]` + extra + `}`
@@ -107,6 +113,12 @@ func TestCachePrefixReachesJob(t *testing.T) {
 			t.Errorf("job cache_prefix %v tenant %q, want false for bob", job.CachePrefix, job.Tenant)
 		}
 	})
+}
+
+// TestCachePrefixAsyncBatch: each request of an async batch uses the cache
+// unless it says cache_prefix false, or its tenant's class keeps it out.
+func TestCachePrefixAsyncBatch(t *testing.T) {
+	h := cacheClassHarness(t)
 	for _, c := range []struct {
 		tenant string
 		want   map[string]bool // cache_prefix by the job's prompt
@@ -114,9 +126,9 @@ func TestCachePrefixReachesJob(t *testing.T) {
 		{"alice", map[string]bool{"user: one\nassistant:": true, "user: two\nassistant:": false, "user: three\nassistant:": true}},
 		{"bob", map[string]bool{"user: one\nassistant:": false, "user: two\nassistant:": false, "user: three\nassistant:": false}},
 	} {
-		t.Run("async batch per request/"+c.tenant, func(t *testing.T) {
+		t.Run(c.tenant, func(t *testing.T) {
 			before := h.jobCount()
-			status, _, b := h.do("POST", native+"?queueRequest=true", c.tenant,
+			status, _, b := h.do("POST", "/ai/run/"+modelStories+"?queueRequest=true", c.tenant,
 				`{"requests":[{"prompt":"one"},{"prompt":"two","cache_prefix":false},{"prompt":"three","cache_prefix":true}]}`)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, b)
