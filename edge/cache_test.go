@@ -3,22 +3,25 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/billing/price"
+	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // fakeCachedTokens is what the cache-aware fake worker reports as served
-// from the prefix cache when a job opted in.
+// from the prefix cache when a job uses the cache.
 const fakeCachedTokens = 7
 
 // replyCached answers like reply("Hello", " world"), reporting
-// fakeCachedTokens cached prompt tokens when the job opted in to the cache.
+// fakeCachedTokens cached prompt tokens when the job uses the cache.
 func replyCached(ctx context.Context, h *harness, job *queue.Job, rp *queue.Replier) {
 	if err := rp.Token(ctx, "Hello", []int32{1}); err != nil {
 		return
@@ -32,8 +35,24 @@ func replyCached(ctx context.Context, h *harness, job *queue.Job, rp *queue.Repl
 	}
 }
 
+// cacheClassHarness is a harness where bob's class has prefix_cache off.
+func cacheClassHarness(t *testing.T) *harness {
+	t.Helper()
+	classes, err := tenants.New(tenants.Config{
+		Classes: []tenants.Class{{Name: "nocache", Weight: 1, PrefixCacheOff: true}},
+		Members: map[string]string{"bob": "nocache"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarness(t, harnessOpts{tenants: classes})
+}
+
+// TestCachePrefixReachesJob: every job uses its tenant's prefix cache unless
+// the body says cache_prefix false or the tenant's class has prefix_cache
+// off; the namespace is always the token's tenant.
 func TestCachePrefixReachesJob(t *testing.T) {
-	h := newHarness(t, harnessOpts{})
+	h := cacheClassHarness(t)
 	native := "/ai/run/" + modelStories
 	chatBody := func(extra string) string {
 		return `{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}]` + extra + `}`
@@ -42,24 +61,28 @@ func TestCachePrefixReachesJob(t *testing.T) {
 		return `{"model":"` + modelStories + `","prompt":"Once"` + extra + `}`
 	}
 	cases := []struct {
-		name, path, body string
-		want             bool
+		name, tenant, path, body string
+		want                     bool
 	}{
-		{"native default off", native, `{"prompt":"Once"}`, false},
-		{"native on", native, `{"prompt":"Once","cache_prefix":true}`, true},
-		{"native explicit off", native, `{"prompt":"Once","cache_prefix":false}`, false},
-		{"native null", native, `{"prompt":"Once","cache_prefix":null}`, false},
-		{"native messages on", native, `{"messages":[{"role":"user","content":"Hi"}],"cache_prefix":true}`, true},
-		{"native raw stream on", native, `{"prompt":"Once","raw":true,"stream":true,"cache_prefix":true}`, true},
-		{"chat default off", "/v1/chat/completions", chatBody(""), false},
-		{"chat on", "/v1/chat/completions", chatBody(`,"cache_prefix":true`), true},
-		{"completions default off", "/v1/completions", complBody(""), false},
-		{"completions on", "/v1/completions", complBody(`,"cache_prefix":true`), true},
+		{"native default on", "alice", native, `{"prompt":"Once"}`, true},
+		{"native true", "alice", native, `{"prompt":"Once","cache_prefix":true}`, true},
+		{"native opted out", "alice", native, `{"prompt":"Once","cache_prefix":false}`, false},
+		{"native null is the default", "alice", native, `{"prompt":"Once","cache_prefix":null}`, true},
+		{"native messages default on", "alice", native, `{"messages":[{"role":"user","content":"Hi"}]}`, true},
+		{"native raw stream opted out", "alice", native, `{"prompt":"Once","raw":true,"stream":true,"cache_prefix":false}`, false},
+		{"chat default on", "alice", "/v1/chat/completions", chatBody(""), true},
+		{"chat opted out", "alice", "/v1/chat/completions", chatBody(`,"cache_prefix":false`), false},
+		{"completions default on", "alice", "/v1/completions", complBody(""), true},
+		{"completions opted out", "alice", "/v1/completions", complBody(`,"cache_prefix":false`), false},
+		{"class off: native default", "bob", native, `{"prompt":"Once"}`, false},
+		{"class off: native true", "bob", native, `{"prompt":"Once","cache_prefix":true}`, false},
+		{"class off: chat true", "bob", "/v1/chat/completions", chatBody(`,"cache_prefix":true`), false},
+		{"class off: completions default", "bob", "/v1/completions", complBody(""), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := h.jobCount()
-			status, _, b := h.do("POST", c.path, "alice", c.body)
+			status, _, b := h.do("POST", c.path, c.tenant, c.body)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, b)
 			}
@@ -67,44 +90,65 @@ func TestCachePrefixReachesJob(t *testing.T) {
 				t.Fatalf("jobs %d, want %d", h.jobCount(), before+1)
 			}
 			job := h.lastJob()
-			if job.CachePrefix != c.want || job.Tenant != "alice" {
-				t.Errorf("job cache_prefix %v tenant %q, want %v for alice", job.CachePrefix, job.Tenant, c.want)
+			if job.CachePrefix != c.want || job.Tenant != c.tenant {
+				t.Errorf("job cache_prefix %v tenant %q, want %v for %s", job.CachePrefix, job.Tenant, c.want, c.tenant)
 			}
 		})
 	}
-	t.Run("namespace is the token's, never the body's", func(t *testing.T) {
-		status, _, b := h.do("POST", native, "bob",
-			`{"prompt":"Once","cache_prefix":true,"tenant":"alice","namespace":"alice","account_id":"alice"}`)
+	t.Run("namespace and class are the token's, never the body's", func(t *testing.T) {
+		status, _, b := h.do("POST", native, "alice",
+			`{"prompt":"Once","tenant":"bob","namespace":"bob","account_id":"bob","class":"nocache","prefix_cache":"off"}`)
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %s", status, b)
 		}
-		if job := h.lastJob(); !job.CachePrefix || job.Tenant != "bob" {
-			t.Errorf("job cache_prefix %v tenant %q, want true for bob", job.CachePrefix, job.Tenant)
+		if job := h.lastJob(); !job.CachePrefix || job.Tenant != "alice" {
+			t.Errorf("job cache_prefix %v tenant %q, want true for alice", job.CachePrefix, job.Tenant)
 		}
-	})
-	t.Run("async batch per request", func(t *testing.T) {
-		before := h.jobCount()
-		status, _, b := h.do("POST", native+"?queueRequest=true", "alice",
-			`{"requests":[{"prompt":"one","cache_prefix":true},{"prompt":"two"}]}`)
+		status, _, b = h.do("POST", native, "bob",
+			`{"prompt":"Once","cache_prefix":true,"tenant":"alice","namespace":"alice","account_id":"alice","class":"default"}`)
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %s", status, b)
 		}
-		// Let the batch finish: the fake worker must not be stopped mid-job.
-		asyncDoneResult(t, h, b)
-		if h.jobCount() != before+2 {
-			t.Fatalf("jobs %d, want %d", h.jobCount(), before+2)
-		}
-		h.mu.Lock()
-		got := map[string]bool{}
-		for _, j := range h.jobs[before:] {
-			got[j.Prompt] = j.CachePrefix
-		}
-		h.mu.Unlock()
-		want := map[string]bool{"user: one\nassistant:": true, "user: two\nassistant:": false}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("cache_prefix by prompt %v, want %v", got, want)
+		if job := h.lastJob(); job.CachePrefix || job.Tenant != "bob" {
+			t.Errorf("job cache_prefix %v tenant %q, want false for bob", job.CachePrefix, job.Tenant)
 		}
 	})
+}
+
+// TestCachePrefixAsyncBatch: each request of an async batch uses the cache
+// unless it says cache_prefix false, or its tenant's class keeps it out.
+func TestCachePrefixAsyncBatch(t *testing.T) {
+	h := cacheClassHarness(t)
+	for _, c := range []struct {
+		tenant string
+		want   map[string]bool // cache_prefix by the job's prompt
+	}{
+		{"alice", map[string]bool{"user: one\nassistant:": true, "user: two\nassistant:": false, "user: three\nassistant:": true}},
+		{"bob", map[string]bool{"user: one\nassistant:": false, "user: two\nassistant:": false, "user: three\nassistant:": false}},
+	} {
+		t.Run(c.tenant, func(t *testing.T) {
+			before := h.jobCount()
+			status, _, b := h.do("POST", "/ai/run/"+modelStories+"?queueRequest=true", c.tenant,
+				`{"requests":[{"prompt":"one"},{"prompt":"two","cache_prefix":false},{"prompt":"three","cache_prefix":true}]}`)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %s", status, b)
+			}
+			// Let the batch finish: the fake worker must not be stopped mid-job.
+			asyncDoneResult(t, h, c.tenant, b)
+			if h.jobCount() != before+3 {
+				t.Fatalf("jobs %d, want %d", h.jobCount(), before+3)
+			}
+			h.mu.Lock()
+			got := map[string]bool{}
+			for _, j := range h.jobs[before:] {
+				got[j.Prompt] = j.CachePrefix
+			}
+			h.mu.Unlock()
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("cache_prefix by prompt %v, want %v", got, c.want)
+			}
+		})
+	}
 }
 
 func TestCachePrefixWrongType(t *testing.T) {
@@ -147,9 +191,9 @@ func TestCachePrefixWrongType(t *testing.T) {
 	}
 }
 
-// asyncDoneResult polls (as alice) the batch whose submit answer is
+// asyncDoneResult polls (as tenant) the batch whose submit answer is
 // submitted until it is done, and returns the final poll's result.
-func asyncDoneResult(t *testing.T, h *harness, submitted []byte) asyncResult {
+func asyncDoneResult(t *testing.T, h *harness, tenant string, submitted []byte) asyncResult {
 	t.Helper()
 	var sub struct {
 		Result asyncResult `json:"result"`
@@ -161,7 +205,7 @@ func asyncDoneResult(t *testing.T, h *harness, submitted []byte) asyncResult {
 		Result asyncResult `json:"result"`
 	}
 	testkit.Poll(t, 5*time.Second, testkit.Cond("the batch to finish", func() bool {
-		_, _, body := h.do("POST", "/ai/run/"+modelStories, "alice", `{"request_id":"`+sub.Result.RequestID+`"}`)
+		_, _, body := h.do("POST", "/ai/run/"+modelStories, tenant, `{"request_id":"`+sub.Result.RequestID+`"}`)
 		done.Result = asyncResult{}
 		_ = json.Unmarshal(body, &done)
 		return done.Result.Status == asyncDone
@@ -201,6 +245,27 @@ func usageAt(t *testing.T, body []byte, stream bool, path ...string) map[string]
 	return u
 }
 
+// wantCharged waits for the quota's charge of job and checks it is u at the
+// model's catalog prices: cached prompt tokens at the cached price.
+func wantCharged(t *testing.T, h *harness, job *queue.Job, u price.Usage) {
+	t.Helper()
+	m, ok := h.catalog.Lookup(job.Model)
+	if !ok {
+		t.Fatalf("model %q not in the catalog", job.Model)
+	}
+	want := price.Neurons(price.Micro(price.Of(m.Prices), u))
+	testkit.Poll(t, 5*time.Second, func() error {
+		_, _, last := h.limiter.counts()
+		if last.RequestID != job.ID {
+			return fmt.Errorf("last charge for request %q, want %q", last.RequestID, job.ID)
+		}
+		if last.Neurons != want {
+			t.Errorf("charged %v neurons, want %v for %+v", last.Neurons, want, u)
+		}
+		return nil
+	})
+}
+
 func TestCachedTokensInUsage(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	h.setBehaviour(replyCached)
@@ -224,9 +289,9 @@ func TestCachedTokensInUsage(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, on := range []bool{true, false} {
-			name, extra := c.name+"/cache_prefix", `,"cache_prefix":true`
+			name, extra := c.name+"/default", ""
 			if !on {
-				name, extra = c.name+"/default", ""
+				name, extra = c.name+"/opted out", `,"cache_prefix":false`
 			}
 			t.Run(name, func(t *testing.T) {
 				status, _, b := h.do("POST", c.path, "alice", strings.Replace(c.body, "%s", extra, 1))
@@ -234,6 +299,11 @@ func TestCachedTokensInUsage(t *testing.T) {
 					t.Fatalf("status %d: %s", status, b)
 				}
 				job := h.lastJob()
+				cached := 0
+				if on {
+					cached = fakeCachedTokens
+				}
+				wantCharged(t, h, job, price.Usage{PromptTokens: job.PromptTokens, CachedTokens: cached, CompletionTokens: 2})
 				u := usageAt(t, b, c.stream, c.usagePath...)
 				if u["prompt_tokens"] != float64(job.PromptTokens) || u["completion_tokens"] != 2.0 {
 					t.Errorf("usage %v", u)
@@ -250,11 +320,11 @@ func TestCachedTokensInUsage(t *testing.T) {
 	}
 	t.Run("async poll", func(t *testing.T) {
 		status, _, b := h.do("POST", native+"?queueRequest=true", "alice",
-			`{"requests":[{"prompt":"one","cache_prefix":true},{"prompt":"two"},{"prompt":"three","cache_prefix":true}]}`)
+			`{"requests":[{"prompt":"one"},{"prompt":"two","cache_prefix":false},{"prompt":"three","cache_prefix":true}]}`)
 		if status != http.StatusOK {
 			t.Fatalf("submit: %d %s", status, b)
 		}
-		r := asyncDoneResult(t, h, b)
+		r := asyncDoneResult(t, h, "alice", b)
 		if len(r.Responses) != 3 {
 			t.Fatalf("responses %+v", r)
 		}

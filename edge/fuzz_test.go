@@ -31,7 +31,7 @@ func FuzzNativeRequest(f *testing.F) {
 		`{"request_id":"0123"}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
 		`{"prompt":1}`, `[]`, `{`, ``, `{"max_tokens":1e99}`,
-		`{"prompt":"x","cache_prefix":true}`, `{"prompt":"x","cache_prefix":"yes"}`,
+		`{"prompt":"x","cache_prefix":true}`, `{"prompt":"x","cache_prefix":false}`, `{"prompt":"x","cache_prefix":"yes"}`,
 		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","description":"d","parameters":{"type":"object"}}]}`,
 	} {
 		f.Add([]byte(s))
@@ -57,7 +57,7 @@ func FuzzNativeRequest(f *testing.F) {
 			t.Fatal("templated request without messages")
 		case len(in.stop) > maxStopSequences:
 			t.Fatalf("%d stop sequences", len(in.stop))
-		case in.cachePrefix != req.CachePrefix:
+		case in.cachePrefix != (req.CachePrefix == nil || *req.CachePrefix):
 			t.Fatalf("cache_prefix %v decoded, %v validated", req.CachePrefix, in.cachePrefix)
 		}
 		checkTools(t, in)

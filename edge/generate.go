@@ -102,9 +102,10 @@ func (s *Server) refuse(r *http.Request, err error) *Error {
 }
 
 // newJob builds the job for an admitted request. The tenant, which is also
-// the prefix cache's namespace, is the verified principal's; the body only
-// opts in to the cache.
+// the prefix cache's namespace, is the verified principal's. The job uses
+// the cache unless the body opted out or the tenant's class keeps it out.
 func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitted, in *genInput, r *http.Request) *queue.Job {
+	class := s.class(p.Tenant)
 	job := &queue.Job{
 		ID:           id,
 		Tenant:       p.Tenant,
@@ -118,14 +119,14 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Sampling:     in.sampling,
 		Stop:         in.stop,
 		RejectIfBusy: r.URL.Query().Get("rejectIfBusy") == "true",
-		CachePrefix:  in.cachePrefix,
+		CachePrefix:  in.cachePrefix && !class.PrefixCacheOff,
 		Reply:        queue.ReplySubject(id),
 		Deadline:     time.Now().Add(s.cfg.RequestTimeout),
 		Rates:        jobRates(m),
 		Grammar:      in.grammar,
 		Logprobs:     in.logprobs,
 		TopLogprobs:  in.topLogprobs,
-		Weight:       s.class(p.Tenant).Weight,
+		Weight:       class.Weight,
 	}
 	s.route(job, r.Header.Get(SessionHeader))
 	return job

@@ -38,7 +38,7 @@ type genInput struct {
 	maxTokens    int  // 0: the API's default
 	sampling     queue.Sampling
 	stop         []string
-	cachePrefix  bool // opt in to the tenant's prefix cache (queue.Job.CachePrefix)
+	cachePrefix  bool // the request allows the tenant's prefix cache (the default; queue.Job.CachePrefix)
 
 	// grammar is response_format or a forced tool call (structured.go).
 	grammar *queue.Grammar
@@ -64,7 +64,7 @@ type nativeRequest struct {
 	FrequencyPenalty  *float64        `json:"frequency_penalty"`
 	PresencePenalty   *float64        `json:"presence_penalty"`
 	Stop              json.RawMessage `json:"stop"`
-	CachePrefix       bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache
+	CachePrefix       *bool           `json:"cache_prefix"` // false opts out of the tenant's prefix cache
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
@@ -103,7 +103,7 @@ type openAIRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	N                *int            `json:"n"`
-	CachePrefix      bool            `json:"cache_prefix"` // opt in to the tenant's prefix cache (ours)
+	CachePrefix      *bool           `json:"cache_prefix"` // false opts out of the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage `json:"response_format"`
 }
 
@@ -371,7 +371,7 @@ func parseContent(raw json.RawMessage) (string, error) {
 // nativeInput validates a native body (not an async batch or poll). prefix
 // names the body's place in a batch in the fields of its errors.
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
-	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: req.CachePrefix, now: time.Now()}
+	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: cacheAllowed(req.CachePrefix), now: time.Now()}
 	err := in.nativeText(req)
 	if err == nil {
 		err = in.nativeSampling(req)
@@ -498,7 +498,7 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 	if r.StreamOptions != nil && !r.Stream {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
-	in.cachePrefix = r.CachePrefix
+	in.cachePrefix = cacheAllowed(r.CachePrefix)
 	in.stop = st
 	in.stream = r.Stream
 	in.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
@@ -516,6 +516,10 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 	}
 	return nil
 }
+
+// cacheAllowed reads the body's cache_prefix: absent, null or true leaves
+// the tenant's prefix cache on; only false turns it off for the request.
+func cacheAllowed(v *bool) bool { return v == nil || *v }
 
 func requireModel(model *string) (string, error) {
 	if model == nil || *model == "" {

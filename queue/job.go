@@ -33,10 +33,12 @@ type Sampling struct {
 // Segments (see Segment): the worker tokenizes those, segment by segment,
 // and Prompt is then their plain text.
 //
-// CachePrefix opts the request in to its tenant's prefix cache: the worker
+// CachePrefix puts the request in its tenant's prefix cache: the worker
 // reuses the KV of the leading full pages this prompt shares with earlier
 // prompts of the same Tenant, and publishes this prompt's pages for later
-// ones. The cache namespace is always Tenant; tenants never share.
+// ones. The cache namespace is always Tenant; tenants never share. The edge
+// sets it on every job unless the request body opted out (cache_prefix
+// false) or the tenant's class keeps the cache off (tenants.Class).
 type Job struct {
 	ID           string    `json:"id"`     // request id; also the Nats-Msg-Id for de-duplication
 	Tenant       string    `json:"tenant"` // tenant namespace (JWT sub)
@@ -50,7 +52,7 @@ type Job struct {
 	Sampling     Sampling  `json:"sampling"`
 	Stop         []string  `json:"stop,omitempty"`
 	RejectIfBusy bool      `json:"reject_if_busy,omitempty"`
-	CachePrefix  bool      `json:"cache_prefix,omitempty"` // opt in to Tenant's prefix cache (see above)
+	CachePrefix  bool      `json:"cache_prefix,omitempty"` // use Tenant's prefix cache (see above)
 	Async        bool      `json:"async,omitempty"`        // results go to the results store, not only the reply subject
 	Reply        string    `json:"reply"`                  // subject for reply frames
 	Deadline     time.Time `json:"deadline"`               // the worker gives up (ErrKindTimeout) after this

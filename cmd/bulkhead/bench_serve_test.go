@@ -20,7 +20,7 @@ func TestBenchServe(t *testing.T) {
 			return
 		}
 		var in map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in["stream"] != true || in["max_tokens"] != float64(3) {
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in["stream"] != true || in["max_tokens"] != float64(3) || in["cache_prefix"] != false {
 			http.Error(w, "bad body", http.StatusBadRequest)
 			return
 		}

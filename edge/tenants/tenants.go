@@ -37,6 +37,11 @@ type Class struct {
 	// a tenant of weight 2 is served twice the tokens of one of weight 1.
 	// It travels on each job (queue.Job.Weight). Must be in (0, MaxWeight].
 	Weight float64
+	// PrefixCacheOff keeps the class's tenants out of the prefix cache:
+	// their jobs never use it (queue.Job.CachePrefix is false), whatever
+	// the request body says. The zero value, the default, leaves the cache
+	// on.
+	PrefixCacheOff bool
 }
 
 // Config is the class table: the classes, which tenants belong to which,
@@ -130,9 +135,11 @@ func (t *Table) Classes() []Class {
 }
 
 // ParseClasses reads the --tenant-classes syntax: classes separated by ';',
-// each "name:key=value,key=value" with the keys max_queued and weight
-// (omitted keys take DefaultMaxQueued and DefaultWeight). For example
-// "free:max_queued=32;pro:max_queued=512,weight=4". Empty: no classes.
+// each "name:key=value,key=value" with the keys max_queued, weight and
+// prefix_cache (on or off; omitted keys take DefaultMaxQueued,
+// DefaultWeight and on). For example
+// "free:max_queued=32,prefix_cache=off;pro:max_queued=512,weight=4".
+// Empty: no classes.
 func ParseClasses(spec string) ([]Class, error) {
 	var out []Class
 	for part := range strings.SplitSeq(spec, ";") {
@@ -173,8 +180,17 @@ func (cl *Class) set(kv string) error {
 			return fmt.Errorf("%w: class %q: weight %q is not a number", ErrConfig, cl.Name, v)
 		}
 		cl.Weight = w
+	case k == "prefix_cache":
+		switch v {
+		case "on":
+			cl.PrefixCacheOff = false
+		case "off":
+			cl.PrefixCacheOff = true
+		default:
+			return fmt.Errorf("%w: class %q: prefix_cache %q is not on or off", ErrConfig, cl.Name, v)
+		}
 	default:
-		return fmt.Errorf("%w: class %q: unknown key %q (want max_queued or weight)", ErrConfig, cl.Name, k)
+		return fmt.Errorf("%w: class %q: unknown key %q (want max_queued, weight or prefix_cache)", ErrConfig, cl.Name, k)
 	}
 	return nil
 }

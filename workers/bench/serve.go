@@ -55,9 +55,12 @@ func Serve(ctx context.Context, cfg ServeConfig) (*ServeResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Every stream sends the same prompt: cache_prefix false makes each
+	// compute its prefill rather than attach the first one's from the
+	// tenant's prefix cache, which the edge turns on by default.
 	body, err := json.Marshal(map[string]any{
 		"prompt": strings.Repeat(" the", cfg.PromptTokens), "raw": true, "stream": true,
-		"max_tokens": cfg.GenTokens, "temperature": 0,
+		"max_tokens": cfg.GenTokens, "temperature": 0, "cache_prefix": false,
 	})
 	if err != nil {
 		return nil, err

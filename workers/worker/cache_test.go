@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/billing/price"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -236,7 +237,8 @@ func TestDecodeBoundsHandedCachedTokens(t *testing.T) {
 }
 
 // wantUsageEvent waits for job's one usage event and checks its prompt and
-// cached token counts.
+// cached token counts, and its price: the cached tokens at the job's cached
+// rate (price.Default's without job rates), the rest at the prompt rate.
 func wantUsageEvent(t *testing.T, usage *usageCounter, job *queue.Job, prompt, cached int) {
 	t.Helper()
 	testkit.Poll(t, 5*time.Second, func() error {
@@ -244,17 +246,32 @@ func wantUsageEvent(t *testing.T, usage *usageCounter, job *queue.Job, prompt, c
 		if len(got) != 1 {
 			return fmt.Errorf("%d usage events for %s, want 1", len(got), job.ID)
 		}
-		if u := got[0]; u.PromptTokens != prompt || u.CachedTokens != cached {
+		u := got[0]
+		if u.PromptTokens != prompt || u.CachedTokens != cached {
 			t.Errorf("usage event %+v: %d cached of %d prompt tokens, want %d of %d", u, u.CachedTokens, u.PromptTokens, cached, prompt)
+		}
+		rates := price.Default() // the worker's rates for a job without its own
+		if job.Rates != nil {
+			rates = *job.Rates
+		}
+		want := price.Micro(rates, price.Usage{PromptTokens: prompt, CachedTokens: cached, CompletionTokens: u.CompletionTokens})
+		if u.MicroNeurons != want {
+			t.Errorf("usage event costs %d micro-neurons, want %d (%d cached tokens at the cached rate)", u.MicroNeurons, want, cached)
 		}
 		return nil
 	})
 }
 
-// jobFor is newJob for tenant, greedy, 24 tokens, opting in to the prefix
-// cache or not.
+// cacheRates price a cached prompt token at a tenth of an uncached one, so a
+// usage event billed without its cached share costs visibly more.
+var cacheRates = queue.Rates{Prompt: 1000, CachedPrompt: 100, Completion: 10000}
+
+// jobFor is newJob for tenant, greedy, 24 tokens, at cacheRates, with the
+// prefix cache on or off.
 func jobFor(t *testing.T, prompt, tenant string, cachePrefix bool) *queue.Job {
 	j := newJob(t, prompt, 24)
 	j.Tenant, j.CachePrefix = tenant, cachePrefix
+	r := cacheRates
+	j.Rates = &r
 	return j
 }

@@ -29,7 +29,8 @@
 // pages from the cache of the job's tenant (never another's) and publishes
 // them for the tenant's later jobs; the final frame's usage says how many
 // prompt tokens came from the cache. A decode worker neither looks up nor
-// publishes, and reports none (the hand-over does not carry the count).
+// publishes; it reports the prefill side's count, which the hand-over
+// carries, bounded to the prompt it tokenized.
 //
 // Redelivery rule: a job runs again only if no frame of it reached the reply
 // subject; a job that already finished is acked and not rerun; a job whose

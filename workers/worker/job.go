@@ -52,7 +52,7 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 // admit checks a job against the engine's own limits and builds its request.
 // It never truncates: a prompt that does not fit is refused. The request's
 // owner, which is also its prefix cache namespace, is the job's tenant (the
-// edge's verified principal); job.CachePrefix only opts in.
+// edge's verified principal); job.CachePrefix only turns the cache on.
 func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if !time.Now().Before(job.Deadline) {
 		return engine.Request{}, &refusal{queue.ErrKindTimeout, "deadline passed before the job started"}
