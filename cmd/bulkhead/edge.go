@@ -131,6 +131,9 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 			return fmt.Errorf("routing: %w", err)
 		}
 		defer r.Close()
+		if err := n.tel.reg.Register(r.Collector(catalogNames(n.cat))); err != nil {
+			return fmt.Errorf("routing: %w", err)
+		}
 		rt = r
 	}
 	srv, err := edge.New(n.log.With("node", "edge"), edge.Config{

@@ -47,9 +47,9 @@ func (d *devServer) client(t *testing.T, tenant string) openai.Client {
 	return openai.NewClient(option.WithBaseURL("http://"+d.addr+"/v1/"), option.WithAPIKey(tok), option.WithMaxRetries(0))
 }
 
-// jobsByWorker reads bulkhead_worker_jobs_total from dev's /metrics, summed
-// per worker label.
-func (d *devServer) jobsByWorker(t *testing.T) map[string]float64 {
+// sumBy reads the series of metric from dev's /metrics, summed per value
+// of label.
+func (d *devServer) sumBy(t *testing.T, metric, label string) map[string]float64 {
 	t.Helper()
 	res, err := http.Get("http://" + d.addr + "/metrics")
 	if err != nil {
@@ -57,15 +57,15 @@ func (d *devServer) jobsByWorker(t *testing.T) map[string]float64 {
 	}
 	defer res.Body.Close()
 	out := map[string]float64{}
-	label := regexp.MustCompile(`worker="([^"]+)"`)
+	re := regexp.MustCompile(label + `="([^"]+)"`)
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "bulkhead_worker_jobs_total{") {
+		if !strings.HasPrefix(line, metric+"{") {
 			continue
 		}
-		m := label.FindStringSubmatch(line)
+		m := re.FindStringSubmatch(line)
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if m == nil || err != nil {
 			t.Fatalf("metrics line %q", line)
@@ -78,9 +78,9 @@ func (d *devServer) jobsByWorker(t *testing.T) map[string]float64 {
 // conversations runs n conversations of turns turns each, one turn of
 // every conversation after the other, through OpenAI's Go SDK with no
 // field of ours, and returns the cached share of the prompt tokens of
-// turns 2 and later. session, when set, names each conversation in
-// x-session-affinity.
-func conversations(t *testing.T, c openai.Client, n, turns int, session func(i int) string) float64 {
+// turns 2 and later, and each conversation's messages. session, when set,
+// names each conversation in x-session-affinity.
+func conversations(t *testing.T, c openai.Client, n, turns int, session func(i int) string) (float64, [][]openai.ChatCompletionMessageParamUnion) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -106,7 +106,7 @@ func conversations(t *testing.T, c openai.Client, n, turns int, session func(i i
 			}
 		}
 	}
-	return float64(cached) / float64(prompt)
+	return float64(cached) / float64(prompt), history
 }
 
 var animals = []string{"cat", "dog", "bird", "fox", "frog", "bear", "duck", "mouse"}
@@ -121,13 +121,17 @@ func TestRoutingConversations(t *testing.T) {
 	const n, turns = 8, 6
 	session := func(i int) string { return fmt.Sprintf("chat-%d", i) }
 	one := startDev(t)
-	base := conversations(t, one.client(t, "acme"), n, turns, session)
+	base, _ := conversations(t, one.client(t, "acme"), n, turns, session)
 	four := startDev(t, "--workers", "4")
-	withAffinity := conversations(t, four.client(t, "acme"), n, turns, session)
-	spread := four.jobsByWorker(t)
-	without := conversations(t, four.client(t, "globex"), n, turns, nil)
-	t.Logf("cached share of turns 2-%d: one worker %.3f; four workers with x-session-affinity %.3f (%.2fx), without %.3f (%.2fx); jobs by worker with affinity %v",
-		turns, base, withAffinity, withAffinity/base, without, without/base, spread)
+	testkit.Poll(t, time.Minute, testkit.Cond("the edge's router to know the 4 workers", func() bool {
+		return four.sumBy(t, "bulkhead_edge_routing_workers", "model")[builtin.Name] == 4
+	}))
+	withAffinity, history := conversations(t, four.client(t, "acme"), n, turns, session)
+	spread := four.sumBy(t, "bulkhead_worker_jobs_total", "worker")
+	decisions := four.sumBy(t, "bulkhead_edge_routing_decisions_total", "kind")
+	without, _ := conversations(t, four.client(t, "globex"), n, turns, nil)
+	t.Logf("cached share of turns 2-%d: one worker %.3f; four workers with x-session-affinity %.3f (%.2fx), without %.3f (%.2fx); with affinity, jobs by worker %v, decisions %v; all decisions %v",
+		turns, base, withAffinity, withAffinity/base, without, without/base, spread, decisions, four.sumBy(t, "bulkhead_edge_routing_decisions_total", "kind"))
 	if base < 0.5 {
 		t.Fatalf("one worker cached only %.3f of turns 2+: the prefix cache is not on by default", base)
 	}
@@ -140,8 +144,17 @@ func TestRoutingConversations(t *testing.T) {
 	if busy := len(spread); busy < 3 {
 		t.Errorf("jobs ran on %d workers (%v), want at least 3", busy, spread)
 	}
-	// Tenant B replays acme's conversation 0, with its session id.
-	if other := conversations(t, four.client(t, "intruder"), 1, turns, session); other != 0 {
-		t.Errorf("another tenant replaying acme's conversation with its session id got %.3f of its prompt cached, want 0", other)
+	// Another tenant sends acme's whole conversation 0, with its session id.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	intruder := four.client(t, "intruder")
+	res, err := intruder.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: builtin.Name, Messages: history[0][:len(history[0])-1], MaxTokens: openai.Int(4),
+	}, option.WithHeader("x-session-affinity", session(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Usage.PromptTokensDetails.CachedTokens; c != 0 || res.Usage.PromptTokens < 64 {
+		t.Errorf("another tenant sending acme's conversation (%d prompt tokens) with its session id got %d cached, want 0", res.Usage.PromptTokens, c)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
@@ -193,9 +194,9 @@ func (r *Router) prefix(modelTok string, b []byte) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := r.tableOf(modelTok, false)
-	if t == nil || t.workers[n.Worker] == nil {
-		return // announced before its status: the next job's notice will do
+	t := r.tableOf(modelTok, true)
+	if t == nil {
+		return
 	}
 	for _, k := range n.Keys {
 		pk := prefixKey{n.Tenant, k}
@@ -328,4 +329,26 @@ func (r *Router) Workers(model string) []queue.WorkerStatus {
 		out = append(out, w.st)
 	}
 	return out
+}
+
+// Collector is the router's Prometheus series for models:
+// bulkhead_edge_routing_workers{model}, the live workers it may route to,
+// read at scrape.
+func (r *Router) Collector(models []string) prometheus.Collector {
+	return collector{r: r, models: models, desc: prometheus.NewDesc("bulkhead_edge_routing_workers",
+		"Workers of a model the edge's router heard from within the last 2 s and not draining: what it may route to.", []string{"model"}, nil)}
+}
+
+type collector struct {
+	r      *Router
+	models []string
+	desc   *prometheus.Desc
+}
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.models {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(len(c.r.Workers(m))), m)
+	}
 }

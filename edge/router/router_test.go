@@ -3,9 +3,12 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -232,6 +235,21 @@ func TestRouterListens(t *testing.T) {
 		pub(queue.StatusSubject(model), queue.WorkerStatus{Worker: id, MaxBatch: 16, Pages: 10, FreePages: 10, PageSize: 16})
 	}
 	testkit.Poll(t, 5*time.Second, testkit.Cond("two workers announced", func() bool { return len(r.Workers(model)) == 2 }))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(r.Collector([]string{model, "other"}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()+" "+m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if want := map[string]float64{"bulkhead_edge_routing_workers " + model: 2, "bulkhead_edge_routing_workers other": 0}; !maps.Equal(got, want) {
+		t.Errorf("gathered %v, want %v", got, want)
+	}
 	pub(queue.PrefixSubject(model), queue.PrefixNotice{Worker: "w2", Tenant: queue.TenantToken("a"), Keys: queue.PrefixKeys("a", conv)})
 	testkit.Poll(t, 5*time.Second, testkit.Cond("routed by w2's prefix", func() bool {
 		return r.Route(model, "a", "", conv) == Decision{"w2", KindPrefix}
