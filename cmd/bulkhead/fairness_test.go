@@ -42,8 +42,22 @@ const floodFloor = 100 * time.Millisecond
 // unloaded p99 (measured first, in the same run) or 100 ms, whichever is
 // larger, and A must be served or told 429 tenant_queue_full (3051), never
 // anything worse.
+//
+// It runs on one worker and on four (each its own process and engine), where
+// the edge routes: A's identical prompts by their prefix, B's by load.
 func TestFloodFairness(t *testing.T) {
-	c := startSecureCluster(t, "unified")
+	for _, tc := range []struct {
+		name  string
+		roles []string
+	}{
+		{"one worker", []string{"unified"}},
+		{"four workers", []string{"unified", "unified", "unified", "unified"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { floodFairness(t, startSecureCluster(t, tc.roles...)) })
+	}
+}
+
+func floodFairness(t *testing.T, c *cluster) {
 	url := c.edge(t, "edge")
 	run := url + "/ai/run/" + clusterModel
 	a, b := c.token(t, "tenant-a"), c.token(t, "tenant-b")
@@ -107,19 +121,25 @@ func TestFloodFairness(t *testing.T) {
 }
 
 // queuedJobs is how many of tenant's jobs for clusterModel the jobs stream
-// holds (waiting or running).
+// holds (waiting or running), on its shared queue and on those routed to
+// workers (docs/routing.md).
 func queuedJobs(t *testing.T, js jetstream.JetStream, tenant string) uint64 {
 	t.Helper()
-	subj := queue.TenantJobSubject(clusterModel, tenant)
 	st, err := js.Stream(context.Background(), queue.JobsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(queue.JobSubject(clusterModel)+".>"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Subjects[subj]
+	var n uint64
+	for subj, count := range info.State.Subjects {
+		if tok, _ := queue.SplitRoute(strings.TrimPrefix(subj, queue.JobSubject(clusterModel)+".")); tok == queue.TenantToken(tenant) {
+			n += count
+		}
+	}
+	return n
 }
 
 // tenantB sends body every interval for window, each streaming, and returns
