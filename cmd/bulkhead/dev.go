@@ -115,6 +115,7 @@ func (f *devFlags) run(ctx context.Context, stdout, stderr io.Writer, roles []wo
 	// which the edge below advertises and admits by.
 	// The pools sized from memory split it among all workers.
 	budget := f.engine.budget(log, cat, len(roles))
+	defer f.engine.share(log, len(roles)*len(cat.Models()))()
 	engineSets := make([]map[string]*engine.Engine, len(roles))
 	for i := range roles {
 		engines, closeEngines, err := f.engine.engines(log, cat, budget)

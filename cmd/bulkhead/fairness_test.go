@@ -43,24 +43,50 @@ const floodFloor = 100 * time.Millisecond
 // larger, and A must be served or told 429 tenant_queue_full (3051), never
 // anything worse.
 //
-// It runs on one worker and on four (each its own process and engine), where
-// the edge routes: A's identical prompts by their prefix, B's by load.
+// It runs on one worker and on four (each its own process and engine),
+// where the edge routes (A's identical prompts by their prefix, B's by
+// load), and on `dev` and `dev --workers 4`, whose edge, NATS and engines
+// share one process. Those two run only without the race detector (make
+// test runs them so): its instrumentation multiplies the edge's CPU cost in
+// that shared process, and the test measures latency.
 func TestFloodFairness(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		roles []string
+		start func(t *testing.T) floodTarget
 	}{
-		{"one worker", []string{"unified"}},
-		{"four workers", []string{"unified", "unified", "unified", "unified"}},
+		{"one worker", func(t *testing.T) floodTarget { return clusterTarget(t, startSecureCluster(t, "unified")) }},
+		{"four workers", func(t *testing.T) floodTarget {
+			return clusterTarget(t, startSecureCluster(t, "unified", "unified", "unified", "unified"))
+		}},
+		{"dev", func(t *testing.T) floodTarget { return startDev(t).floodTarget(t) }},
+		{"dev --workers 4", func(t *testing.T) floodTarget { return startDev(t, "--workers", "4").floodTarget(t) }},
 	} {
-		t.Run(tc.name, func(t *testing.T) { floodFairness(t, startSecureCluster(t, tc.roles...)) })
+		t.Run(tc.name, func(t *testing.T) {
+			if raceEnabled && strings.HasPrefix(tc.name, "dev") {
+				t.Skip("dev's one process is measured without the race detector (make test)")
+			}
+			floodFairness(t, tc.start(t))
+		})
 	}
 }
 
-func floodFairness(t *testing.T, c *cluster) {
-	url := c.edge(t, "edge")
+// floodTarget is where the flood goes: an edge's base URL, tokens for
+// tenants, and JetStream as the operator (to count A's queued jobs).
+type floodTarget struct {
+	url   string
+	token func(tenant string) string
+	js    jetstream.JetStream
+}
+
+func clusterTarget(t *testing.T, c *cluster) floodTarget {
+	_, js, _ := c.natsAs(t, queue.RoleOperator)
+	return floodTarget{url: c.edge(t, "edge"), token: func(tenant string) string { return c.token(t, tenant) }, js: js}
+}
+
+func floodFairness(t *testing.T, c floodTarget) {
+	url := c.url
 	run := url + "/ai/run/" + clusterModel
-	a, b := c.token(t, "tenant-a"), c.token(t, "tenant-b")
+	a, b := c.token("tenant-a"), c.token("tenant-b")
 	bBody := `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`
 	// Warm up: the worker has its model loaded and B's path is hot.
 	for range 3 {
@@ -74,7 +100,7 @@ func floodFairness(t *testing.T, c *cluster) {
 	const window, every = 10 * time.Second, 100 * time.Millisecond
 	unloaded := tenantB(t, run, b, bBody, window, every)
 	bound := max(3*pct(unloaded, 99), floodFloor)
-	_, js, _ := c.natsAs(t, queue.RoleOperator)
+	js := c.js
 
 	ctx, stop := context.WithCancel(context.Background())
 	var counts floodCounts
@@ -84,18 +110,21 @@ func floodFairness(t *testing.T, c *cluster) {
 		wg.Go(func() { counts.chats(ctx, url+"/v1/chat/completions", a) })
 	}
 	// The flood is on once A has a backlog: more of its jobs queued than a
-	// worker pulls (its pull window is 32 jobs at most).
-	testkit.Poll(t, 20*time.Second, testkit.Cond("tenant A to have a backlog", func() bool {
-		return queuedJobs(t, js, "tenant-a") > 100
+	// worker pulls (its pull window is 32 jobs at most), or, where the
+	// workers keep up with it (four of them, without -race), once it has
+	// run for 20 s.
+	floodStart := time.Now()
+	testkit.Poll(t, time.Minute, testkit.Cond("tenant A to have a backlog", func() bool {
+		return queuedJobs(t, js, "tenant-a") > 100 || time.Since(floodStart) > 20*time.Second
 	}))
 	backlog := queuedJobs(t, js, "tenant-a")
 	loaded := tenantB(t, run, b, bBody, window, every)
-	if pct(loaded, 99) > bound {
+	for phase := 1; phase < 3 && pct(loaded, 99) > bound; phase++ {
 		// A shared machine's scheduling hiccups land in one phase's tail;
 		// an unfair queue fails every phase (p99 18.5 s before per-tenant
-		// queues), so one more phase under the same flood decides.
-		t.Logf("tenant B under A's flood, first phase: TTFT p50 %v p99 %v, over %v; measuring again",
-			pct(loaded, 50), pct(loaded, 99), bound)
+		// queues), so up to two more phases under the same flood decide.
+		t.Logf("tenant B under A's flood, phase %d: TTFT p50 %v p99 %v, over %v; measuring again",
+			phase, pct(loaded, 50), pct(loaded, 99), bound)
 		loaded = tenantB(t, run, b, bBody, window, every)
 	}
 	backlogEnd := queuedJobs(t, js, "tenant-a")

@@ -5,46 +5,80 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/builtin"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // devServer is `bulkhead dev` in this process with the built-in model.
 type devServer struct {
-	addr string
-	key  *auth.DevKey
+	addr, dir string
+	key       *auth.DevKey
+	node      *node
 }
 
 func startDev(t *testing.T, args ...string) *devServer {
 	t.Helper()
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	dev := startNode(t, append([]string{"dev", "--data-dir", dir, "--listen", addr, "--threads", "1"}, args...)...)
+	dev := startNode(t, append([]string{"dev", "--data-dir", dir, "--listen", addr}, args...)...)
 	testkit.Poll(t, 2*time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.stdout.String(), "serving") }))
 	key, err := auth.LoadOrCreateDevKey(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &devServer{addr: addr, key: key}
+	return &devServer{addr: addr, dir: dir, key: key, node: dev}
 }
 
-func (d *devServer) client(t *testing.T, tenant string) openai.Client {
+func (d *devServer) token(t *testing.T, tenant string) string {
 	t.Helper()
 	tok, err := d.key.Mint(tenant, []string{auth.ScopeRun}, nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return openai.NewClient(option.WithBaseURL("http://"+d.addr+"/v1/"), option.WithAPIKey(tok), option.WithMaxRetries(0))
+	return tok
+}
+
+// floodTarget is dev as TestFloodFairness's target: its edge, and its NATS
+// (the URL its banner gives) as the operator.
+func (d *devServer) floodTarget(t *testing.T) floodTarget {
+	t.Helper()
+	m := regexp.MustCompile(`NATS at (nats://[^)]+)\)`).FindStringSubmatch(d.node.stdout.String())
+	if m == nil {
+		t.Fatalf("no NATS URL in dev's banner %q", d.node.stdout.String())
+	}
+	natsAuth, err := queue.LoadOrCreateAuth(filepath.Join(d.dir, "nats-creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(m[1], natsAuth.Credentials(queue.RoleOperator).Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return floodTarget{url: "http://" + d.addr, token: func(tenant string) string { return d.token(t, tenant) }, js: js}
+}
+
+func (d *devServer) client(t *testing.T, tenant string) openai.Client {
+	t.Helper()
+	return openai.NewClient(option.WithBaseURL("http://"+d.addr+"/v1/"), option.WithAPIKey(d.token(t, tenant)), option.WithMaxRetries(0))
 }
 
 // sumBy reads the series of metric from dev's /metrics, summed per value
