@@ -139,16 +139,16 @@ func (q *TenantQueues) heard(m *nats.Msg) {
 		return
 	}
 	q.mu.Lock()
-	was := q.peers[tok]
+	gone := st.Draining && !q.peers[tok].draining
 	q.peers[tok] = peer{seen: time.Now(), draining: st.Draining}
 	if len(q.peers) > maxPeers {
 		q.forgetPeers()
 	}
+	if gone {
+		q.last = time.Time{} // the next RefreshIfOlder reads the stream
+	}
 	q.mu.Unlock()
-	if st.Draining && !was.draining {
-		q.mu.Lock()
-		q.last = time.Time{}
-		q.mu.Unlock()
+	if gone {
 		q.ring()
 	}
 }
