@@ -257,6 +257,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, consumeOn(JobsStream)...)
 		pubs = append(pubs, consumeOn(DecodeStream)...)
 		pubs = append(pubs, StatusPrefix+">", PrefixPrefix+">")
+		pubs = append(pubs, "$JS.API.STREAM.MSG.GET."+JobsStream) // the age of a tenant's backlog (Backlog)
 		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)

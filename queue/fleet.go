@@ -40,6 +40,9 @@ type ModelStatus struct {
 	// attached a cached page or none: the worker's prefix hit ratio.
 	PrefixHits   uint64 `json:"prefix_hits"`
 	PrefixMisses uint64 `json:"prefix_misses"`
+	// Backlog is the model's tenants with the most jobs in the jobs stream
+	// (Backlog), as this worker read it.
+	Backlog []TenantBacklog `json:"backlog,omitempty"`
 }
 
 // NodeStatus is what a node's status endpoint reports.

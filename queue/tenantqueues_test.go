@@ -219,3 +219,37 @@ func TestTenantConsumerNames(t *testing.T) {
 		t.Error("two workers' routed queues share a consumer name")
 	}
 }
+
+// TestBacklog: a tenant's jobs on its shared and routed queues count
+// together, the tenant with most first, with its oldest job's time.
+func TestBacklog(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	c := NewClient(env.nc, env.js)
+	const model = "m1"
+	before := time.Now().Add(-time.Second)
+	submit := func(id, tenant, route string) {
+		job := testJob(id)
+		job.Tenant, job.Model, job.Route = tenant, model, route
+		r, err := c.Submit(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+	}
+	submit("a-0", "tenant-a", "")
+	submit("a-1", "tenant-a", "w1")
+	submit("a-2", "tenant-a", "w2")
+	submit("b-0", "tenant-b", "")
+	got, err := Backlog(ctx, env.js, model, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Tenant != TenantToken("tenant-a") || got[0].Jobs != 3 || got[1].Jobs != 1 ||
+		got[0].Oldest.Before(before) || got[0].Oldest.After(time.Now()) {
+		t.Fatalf("backlog %+v, want tenant-a's 3 jobs (queued since the test began) then tenant-b's 1", got)
+	}
+	if got, err := Backlog(ctx, env.js, model, 1); err != nil || len(got) != 1 {
+		t.Errorf("backlog of at most 1: %+v, %v", got, err)
+	}
+}

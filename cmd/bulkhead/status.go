@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 // runFleetStatus lists the fleet: every worker, edge and billing node registered
@@ -49,7 +51,21 @@ func runFleetStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		return enc.Encode(nodes)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if err := printFleet(stdout, nodes); err != nil {
+		return err
+	}
+	if err := printBacklog(stdout, nodes); err != nil {
+		return err
+	}
+	if len(nodes) == 0 {
+		fmt.Fprintln(stderr, "no Bulkhead node answered on", *natsURL)
+	}
+	return nil
+}
+
+// printFleet writes the fleet's table: a line a node.
+func printFleet(w io.Writer, nodes []queue.Node) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tID\tROLE\tMODELS\tKV USED/TOTAL\tRUNNING\tWAITING\tPREFIX HITS\tJOBS\tVERSION\tUPTIME")
 	now := time.Now()
 	for _, n := range nodes {
@@ -78,18 +94,38 @@ func runFleetStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(n.Service, "bulkhead-"), n.ID, role,
 			strings.Join(n.Models, ","), kv, run, wait, hit, jobs, n.Version, now.Sub(n.Started).Round(time.Second))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// printBacklog writes, when any worker reported one, each model's tenants
+// with the most jobs in the jobs stream and how long their oldest job has
+// waited (the first worker's report of each model).
+func printBacklog(w io.Writer, nodes []queue.Node) error {
+	seen := map[string]bool{}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	now := time.Now()
+	for _, n := range nodes {
+		for _, m := range n.Status.Models {
+			if seen[m.Name] || len(m.Backlog) == 0 {
+				continue
+			}
+			if len(seen) == 0 {
+				fmt.Fprintln(tw, "\nMODEL\tTENANT\tJOBS QUEUED OR RUNNING\tOLDEST")
+			}
+			seen[m.Name] = true
+			for _, b := range m.Backlog {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", m.Name, b.Tenant, b.Jobs, now.Sub(b.Oldest).Round(time.Millisecond))
+			}
+		}
 	}
-	if len(nodes) == 0 {
-		fmt.Fprintln(stderr, "no Bulkhead node answered on", *natsURL)
-	}
-	return nil
+	return tw.Flush()
 }
 
 // registerWorker registers a worker with the fleet: its role and models,
-// and live figures from its engines and jobs. stop unregisters it.
-func registerWorker(log *slog.Logger, nc *nats.Conn, role string, engines map[string]*engine.Engine, jobsDone func() uint64) (stop func()) {
+// and live figures from its engines and jobs, and for the roles that take
+// jobs from the jobs stream each model's tenants with the most jobs there.
+// stop unregisters it.
+func registerWorker(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, role string, engines map[string]*engine.Engine, jobsDone func() uint64) (stop func()) {
 	names := slices.Sorted(maps.Keys(engines))
 	svc, err := queue.RegisterNode(nc, queue.NodeConfig{
 		Service: queue.FleetWorker, Version: version, Role: role, Models: names,
@@ -100,12 +136,31 @@ func registerWorker(log *slog.Logger, nc *nats.Conn, role string, engines map[st
 				es, ps := e.Stats(), e.KV().PrefixStats()
 				st.Models = append(st.Models, queue.ModelStatus{Name: n, KVPagesUsed: e.KV().UsedPages(),
 					KVPagesTotal: e.KV().TotalPages(), Running: es.Running, Waiting: es.Waiting,
-					PrefixHits: ps.Hits, PrefixMisses: ps.Misses})
+					PrefixHits: ps.Hits, PrefixMisses: ps.Misses, Backlog: backlog(js, role, n)})
 			}
 			return st
 		},
 	})
 	return stopService(log, svc, err)
+}
+
+// statusBacklog is how many tenants a worker lists per model in its status.
+const statusBacklog = 10
+
+// backlog is model's tenants with the most jobs in the jobs stream, read
+// within a second; none on the decode role (it takes no jobs from there)
+// or when the stream does not answer.
+func backlog(js jetstream.JetStream, role, model string) []queue.TenantBacklog {
+	if role == string(worker.RoleDecode) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b, err := queue.Backlog(ctx, js, model, statusBacklog)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // registerEdge registers an edge with the fleet.

@@ -131,7 +131,7 @@ func (n workerNode) run(ctx context.Context) error {
 		return err
 	}
 	n.obs.metrics.AddEngines(n.obs.name, n.role, n.engines)
-	unregister := registerWorker(n.log, n.nc, string(n.role), n.engines, w.JobsDone)
+	unregister := registerWorker(n.log, n.nc, n.js, string(n.role), n.engines, w.JobsDone)
 	defer unregister()
 	return w.Run(ctx)
 }
