@@ -218,16 +218,19 @@ func TestQueueWeights(t *testing.T) {
 			ev := startNATS(t)
 			e := startEngine(t, engine.Config{Context: 512, MaxBatch: 8})
 			startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32})
-			backlog := 150
+			backlog, tokens := 150, 96
 			if os.Getenv("BULKHEAD_FAIR_MINUTE") != "" {
-				backlog = 990 // the stream's default per-tenant bound is 1000
+				// The stream's default per-tenant bound is 1000 jobs; of 96
+				// tokens, a fast machine without -race ran them out within
+				// the minute.
+				backlog, tokens = 990, 400
 			}
 			for _, tn := range []struct {
 				name string
 				w    float64
 			}{{"tenant-a", 1}, {"tenant-b", tc.wb}} {
 				for range backlog {
-					job := newJob(t, "Once upon a time", 96)
+					job := newJob(t, "Once upon a time", tokens)
 					job.Tenant, job.Weight = tn.name, tn.w
 					if err := ev.client.SubmitAsync(context.Background(), job); err != nil {
 						t.Fatal(err)
