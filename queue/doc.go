@@ -19,7 +19,11 @@
 // Replier.FailIfHeld lets either end it only while its claim is current.
 // Billing: PublishUsage puts a request's one usage event on the usage
 // stream (Nats-Msg-Id = request id) and EnsureUsageConsumer is the durable
-// consumer billing counts them with.
+// consumer billing counts them with. Routing (route.go): workers announce
+// WorkerStatus and PrefixNotice (PrefixKeys) on core NATS; a job routed to
+// a worker (Job.Route) waits on that worker's queue of its tenant
+// (RouteSubject), which TenantQueues lets the other workers read once the
+// worker drains or falls silent; Backlog lists a model's tenants by jobs.
 // Every queue is bounded: the jobs and decode streams refuse new messages
 // when full (ErrQueueFull), reply subscriptions cap their pending frames, the results bucket has a size and a TTL.
 //
