@@ -232,6 +232,7 @@ func TestQueueWeights(t *testing.T) {
 				for range backlog {
 					job := newJob(t, "Once upon a time", tokens)
 					job.Tenant, job.Weight = tn.name, tn.w
+					job.Deadline = time.Now().Add(10 * time.Minute) // newJob's minute would end the backlog early
 					if err := ev.client.SubmitAsync(context.Background(), job); err != nil {
 						t.Fatal(err)
 					}
