@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
@@ -60,10 +64,14 @@ func TestFloodFairness(t *testing.T) {
 		}},
 		{"dev", func(t *testing.T) floodTarget { return startDev(t).floodTarget(t) }},
 		{"dev --workers 4", func(t *testing.T) floodTarget { return startDev(t, "--workers", "4").floodTarget(t) }},
+		{"deploy/local", localTarget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if raceEnabled && strings.HasPrefix(tc.name, "dev") {
 				t.Skip("dev's one process is measured without the race detector (make test)")
+			}
+			if tc.name == "deploy/local" && os.Getenv("BULKHEAD_FLOOD_CLUSTER") == "" {
+				t.Skip("set BULKHEAD_FLOOD_CLUSTER to a running deploy/local cluster's directory (make cluster)")
 			}
 			floodFairness(t, tc.start(t))
 		})
@@ -81,6 +89,56 @@ type floodTarget struct {
 func clusterTarget(t *testing.T, c *cluster) floodTarget {
 	_, js, _ := c.natsAs(t, queue.RoleOperator)
 	return floodTarget{url: c.edge(t, "edge"), token: func(tenant string) string { return c.token(t, tenant) }, js: js}
+}
+
+// localTarget is the deploy/local cluster running in BULKHEAD_FLOOD_CLUSTER
+// (make cluster): its first edge, tokens from its key, its NATS as the
+// operator.
+func localTarget(t *testing.T) floodTarget {
+	var st struct {
+		NATS   string `json:"nats"`
+		KeyDir string `json:"key_dir"`
+		Creds  string `json:"creds"`
+		Procs  []struct {
+			Role, Addr string
+		} `json:"processes"`
+	}
+	b, err := os.ReadFile(filepath.Join(os.Getenv("BULKHEAD_FLOOD_CLUSTER"), "state.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(st.Procs, func(p struct{ Role, Addr string }) bool { return p.Role == "edge" })
+	if i < 0 {
+		t.Fatal("the cluster has no edge")
+	}
+	key, err := auth.LoadOrCreateDevKey(st.KeyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := queue.LoadCredentials(filepath.Join(st.Creds, queue.CredsFile(queue.RoleOperator)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(st.NATS, creds.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := func(tenant string) string {
+		tok, err := key.Mint(tenant, []string{auth.ScopeRun}, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	return floodTarget{url: "http://" + st.Procs[i].Addr, token: token, js: js}
 }
 
 func floodFairness(t *testing.T, c floodTarget) {

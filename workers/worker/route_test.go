@@ -107,6 +107,9 @@ func TestRoutedJobs(t *testing.T) {
 		}
 		took = time.Since(start)
 		testkit.Poll(t, 10*time.Second, testkit.Cond("the job's usage event", func() bool { return len(usage.get(job.ID)) > 0 }))
+		if evs := usage.get(job.ID); len(evs) != 1 {
+			t.Errorf("job routed to %s billed %d times: %+v", route, len(evs), evs)
+		}
 		return usage.get(job.ID)[0].WorkerID, took
 	}
 	for range 3 {
