@@ -138,6 +138,9 @@ func localTarget(t *testing.T) floodTarget {
 		}
 		return tok
 	}
+	// The cluster outlives the test: close the keep-alive connections to
+	// it, whose goroutines TestMain would count as leaked.
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	return floodTarget{url: "http://" + st.Procs[i].Addr, token: token, js: js}
 }
 
