@@ -49,7 +49,9 @@ func Backlog(ctx context.Context, js jetstream.JetStream, model string, most int
 	for _, b := range byTenant {
 		out = append(out, *b)
 	}
-	slices.SortFunc(out, func(a, b TenantBacklog) int { return cmp.Or(cmp.Compare(b.Jobs, a.Jobs), cmp.Compare(a.Tenant, b.Tenant)) })
+	slices.SortFunc(out, func(a, b TenantBacklog) int {
+		return cmp.Or(cmp.Compare(b.Jobs, a.Jobs), cmp.Compare(a.Tenant, b.Tenant))
+	})
 	out = out[:min(len(out), most)]
 	for i := range out {
 		for _, subj := range subjects[out[i].Tenant] {
