@@ -22,7 +22,9 @@ func (w *Worker) status(eng *engine.Engine, draining bool) queue.WorkerStatus {
 	return queue.WorkerStatus{
 		Worker: w.cfg.ID, Draining: draining,
 		Running: st.Running, Waiting: st.Waiting, MaxBatch: eng.MaxBatch(),
-		FreePages: kv.FreePages() + kv.PrefixStats().Idle, Pages: kv.TotalPages(), PageSize: kv.PageSize(),
+		// Two reads under two locks: a page freed and cached between them
+		// could count twice.
+		FreePages: min(kv.FreePages()+kv.PrefixStats().Idle, kv.TotalPages()), Pages: kv.TotalPages(), PageSize: kv.PageSize(),
 	}
 }
 
