@@ -122,15 +122,7 @@ func localTarget(t *testing.T) floodTarget {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(st.NATS, creds.Options()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, st.NATS, creds.Options()...)
 	token := func(tenant string) string {
 		tok, err := key.Mint(tenant, []string{auth.ScopeRun}, nil, time.Hour)
 		if err != nil {
@@ -142,6 +134,21 @@ func localTarget(t *testing.T) floodTarget {
 	// it, whose goroutines TestMain would count as leaked.
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	return floodTarget{url: "http://" + st.Procs[i].Addr, token: token, js: js}
+}
+
+// jetStreamAt connects to url with opts until the test ends.
+func jetStreamAt(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 func floodFairness(t *testing.T, c floodTarget) {

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -64,15 +62,7 @@ func (d *devServer) floodTarget(t *testing.T) floodTarget {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(m[1], natsAuth.Credentials(queue.RoleOperator).Options()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, m[1], natsAuth.Credentials(queue.RoleOperator).Options()...)
 	return floodTarget{url: "http://" + d.addr, token: func(tenant string) string { return d.token(t, tenant) }, js: js}
 }
 
