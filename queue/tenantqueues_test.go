@@ -36,15 +36,7 @@ func TestTenantQueues(t *testing.T) {
 	if _, err := env.js.Publish(ctx, JobSubject(model), b); err != nil {
 		t.Fatal(err)
 	}
-	submit := func(id, tenant string) {
-		job := testJob(id)
-		job.Tenant, job.Model = tenant, model
-		r, err := c.Submit(ctx, job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Close()
-	}
+	submit := func(id, tenant string) { submitJob(t, c, model, id, tenant, "") }
 	for _, id := range []string{"a-0", "a-1", "a-2"} {
 		submit(id, "tenant-a")
 	}
@@ -145,13 +137,7 @@ func TestRoutedQueues(t *testing.T) {
 	}
 	announce("w1", false)
 	env.nc.Flush()
-	job := testJob("routed-0")
-	job.Model, job.Route = model, "w1"
-	r, err := c.Submit(ctx, job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
+	job := submitJob(t, c, model, "routed-0", "tenant-a", "w1")
 	key := RouteToken(TenantToken(job.Tenant), WorkerToken("w1"))
 	if job.Subject() != JobSubject(model)+"."+key {
 		t.Fatalf("routed subject %q, want the queue key %q under the model's subject", job.Subject(), key)
@@ -228,15 +214,7 @@ func TestBacklog(t *testing.T) {
 	c := NewClient(env.nc, env.js)
 	const model = "m1"
 	before := time.Now().Add(-time.Second)
-	submit := func(id, tenant, route string) {
-		job := testJob(id)
-		job.Tenant, job.Model, job.Route = tenant, model, route
-		r, err := c.Submit(ctx, job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Close()
-	}
+	submit := func(id, tenant, route string) { submitJob(t, c, model, id, tenant, route) }
 	submit("a-0", "tenant-a", "")
 	submit("a-1", "tenant-a", "w1")
 	submit("a-2", "tenant-a", "w2")
@@ -252,4 +230,18 @@ func TestBacklog(t *testing.T) {
 	if got, err := Backlog(ctx, env.js, model, 1); err != nil || len(got) != 1 {
 		t.Errorf("backlog of at most 1: %+v, %v", got, err)
 	}
+}
+
+// submitJob queues job id of tenant for model through c, routed to route
+// ("" for the tenant's shared queue), and returns it.
+func submitJob(t *testing.T, c *Client, model, id, tenant, route string) *Job {
+	t.Helper()
+	job := testJob(id)
+	job.Tenant, job.Model, job.Route = tenant, model, route
+	r, err := c.Submit(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	return job
 }
