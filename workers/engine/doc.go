@@ -13,8 +13,10 @@
 // For disaggregated serving, Prefill runs a prompt and samples its first token
 // but hands the still-allocated KV sequence to the caller; Resume continues a
 // request from a sequence whose prompt KV was imported into this engine's pool
-// (NewSequenceFor reserves it) and refuses one that does not hold exactly the
-// prompt, for this tenant, with room to decode.
+// (Reserve reserves it in the tenant's turn, NewSequenceFor at once or not at
+// all) and refuses one that does not hold exactly the prompt, for this
+// tenant, with room to decode. A resumed sequence may be preempted like any
+// other: it then recomputes its prompt and output here, writing its own KV.
 //
 // A request with CachePrefix set uses its tenant's prefix cache in the KV
 // pool: admission attaches the longest run of the prompt's full pages that

@@ -103,7 +103,6 @@ type schedState struct {
 	refill int
 	// protectUntil: generated tokens below this, it cannot be preempted.
 	protectUntil int
-	pinned       bool // imported KV (Resume): never preempted
 	requeued     bool // in Engine.waiting after a preemption (not counted against QueueSize)
 	published    bool // the prompt's pages went to the prefix cache
 }
@@ -294,8 +293,9 @@ type room struct {
 // waste of recomputing. Each victim is the latest
 // admitted preemptable sequence of the tenant furthest over its own fair
 // share that has received at least as much service as cand's tenant
-// (counter); a sequence that holds imported KV, or was preempted and has not
-// yet generated preemptQuantum tokens since, is never taken.
+// (counter); a sequence preempted before that has not yet generated its
+// quantum since (protectUntil) is never taken. A sequence resumed from
+// imported KV is taken like any other: it recomputes its history here.
 func (f *fairness) victims(cand *sequence, active []*sequence, need room, maxBatch, totalPages int) []*sequence {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -347,7 +347,7 @@ func (f *fairness) victims(cand *sequence, active []*sequence, need room, maxBat
 
 // preemptable reports whether s may be preempted now.
 func (s *sequence) preemptable() bool {
-	return !s.sched.pinned && !s.ended && s.kv != nil && s.finished == "" && s.failed == nil &&
+	return !s.ended && s.kv != nil && s.finished == "" && s.failed == nil &&
 		s.generated >= s.sched.protectUntil && s.cancelErr() == nil
 }
 
@@ -418,12 +418,20 @@ func (e *Engine) admitNext(active []*sequence) ([]*sequence, bool) {
 			s.finish(Event{Err: fmt.Errorf("engine: reserving KV: %w", err)})
 			return active, true
 		}
+		if fits && s.reservation {
+			e.unwait(i)
+			s.finish(Event{Done: true, Finish: finishReserved}) // the KV goes to Reserve's caller
+			return active, true
+		}
 		if fits {
 			e.unwait(i)
 			e.fair.admitted(s)
 			return append(active, s), true
 		}
 		need := room{slots: len(active) + 1 - e.cfg.MaxBatch}
+		if s.reservation {
+			need.slots = 0 // it takes no batch slot
+		}
 		if s.kv == nil {
 			need.needPages = kvcache.PagesForTokens(s.reserve(), e.kv.PageSize())
 			need.pages = need.needPages - e.kv.FreePages()
@@ -442,13 +450,10 @@ func (e *Engine) admitNext(active []*sequence) ([]*sequence, bool) {
 // its KV) and reports whether s can join the batch now. An error ends s: its
 // reservation failed for a reason waiting cannot fix.
 func (e *Engine) place(s *sequence, active []*sequence) (bool, error) {
-	if len(active) >= e.cfg.MaxBatch {
+	if len(active) >= e.cfg.MaxBatch && !s.reservation {
 		return false, nil
 	}
 	if s.kv != nil {
-		if s.sched.preempts == 0 {
-			s.sched.pinned = true // imported KV: not ours to recompute
-		}
 		return true, nil
 	}
 	kv, err := e.reserve(s)

@@ -95,6 +95,41 @@ func (e *Engine) NewSequenceFor(req Request) (*kvcache.Sequence, error) {
 	return seq, nil
 }
 
+// Reserve is NewSequenceFor in the tenant's turn: the reservation waits in
+// the engine's queue and is admitted fairly with the other requests (by
+// virtual token counter), preempting sequences of tenants over their fair
+// share to make room as admission does for any request. It takes no batch
+// slot; Resume's sequence waits for one. Reserve blocks until the pages are
+// reserved, ctx ends (then the error is ctx's) or the engine closes; a
+// request that can never fit is refused at once, as Submit refuses it.
+func (e *Engine) Reserve(ctx context.Context, req Request) (*kvcache.Sequence, error) {
+	if err := e.check(req, true); err != nil {
+		return nil, err
+	}
+	s := newSequence(ctx, e.model, req, nil)
+	s.reservation = true
+	s.events = make(chan Event, 1) // only the final event
+	if err := e.enqueue(s, nil); err != nil {
+		return nil, err
+	}
+	var last Event
+	for ev := range s.events {
+		last = ev
+	}
+	// The channel is closed after the scheduler's last touch of s.
+	if last.Err != nil {
+		return nil, last.Err
+	}
+	if !last.Done || last.Finish != finishReserved || s.kv == nil {
+		panic(fmt.Sprintf("engine: broken invariant: reservation ended with %+v", last))
+	}
+	if err := ctx.Err(); err != nil {
+		s.kv.Free()
+		return nil, err
+	}
+	return s.kv, nil
+}
+
 // Resume continues a request whose prompt KV is already in seq, emitting
 // first as its first token and decoding from there. The events are Submit's:
 // first comes with its text, and an end-of-generation token, a stop sequence

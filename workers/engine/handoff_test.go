@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
 )
@@ -46,7 +48,15 @@ func transfer(t *testing.T, p *Prefilled, dst *Engine, req Request) *kvcache.Seq
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range kvcache.PagesForTokens(len(req.Prompt), p.Seq.Pool().PageSize()) {
+	importPages(t, p, seq)
+	return seq
+}
+
+// importPages copies p's exported pages into seq (reserved for the same
+// prompt), checking each checksum on both sides; it frees seq on failure.
+func importPages(t *testing.T, p *Prefilled, seq *kvcache.Sequence) {
+	t.Helper()
+	for i := range kvcache.PagesForTokens(p.PromptTokens, p.Seq.Pool().PageSize()) {
 		data, err := p.Seq.ExportPage(i)
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +77,6 @@ func transfer(t *testing.T, p *Prefilled, dst *Engine, req Request) *kvcache.Seq
 			t.Fatalf("page %d: checksum %#x after import, %#x before", i, got, sum)
 		}
 	}
-	return seq
 }
 
 func checkBaseline(t *testing.T, engines ...*Engine) {
@@ -513,4 +522,137 @@ func TestPrefillPoolHoldsOnlyThePrompt(t *testing.T) {
 	if _, err := e.Submit(context.Background(), req); !errors.Is(err, ErrExceedsPool) {
 		t.Fatalf("Submit of 30 + 20 tokens on a 32-token pool: %v, want ErrExceedsPool", err)
 	}
+}
+
+// TestReserveTakesItsTurn: a decode pool full of one tenant's resumed
+// sequences. Another tenant's Reserve is admitted in its fair turn, the
+// resumed sequences preempted for it (they recompute their history on this
+// engine), and every output matches an undisturbed run: A's, resumed and
+// preempted, and B's, handed over into A's pool.
+func TestReserveTakesItsTurn(t *testing.T) {
+	m := loadStories(t)
+	cases := loadGolden(t)
+	const n = 240 // with the prompt, 16 of the decode pool's 32 pages
+	mk := func(ns string, i int, prompt []int32, max int) Request {
+		return Request{Owner: kvcache.Owner{Namespace: ns, Request: fmt.Sprint(i)}, Prompt: prompt, MaxTokens: max, IgnoreEOS: true}
+	}
+	quiet := startEngine(t, m, Config{Threads: 1, Poison: true})
+	want := func(r Request) []int32 {
+		res, err := quiet.Generate(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.CompletionTokens
+	}
+	prefill := startEngine(t, m, Config{Threads: 1, Poison: true})
+	handOver := func(dst *Engine, r Request) (*Prefilled, error) { return prefill.Prefill(context.Background(), r) }
+	// The decode pool holds two of A's reservations and nothing more. Its
+	// steps can be held (frozen), so that B's reservation arrives while A's
+	// sequences still run, however fast they decode.
+	var frozen sync.Mutex
+	dec := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 512, KVTokens: 2 * 256, MaxBatch: 4,
+		OnStep: func(running int) {
+			if running == 2 {
+				frozen.Lock()
+				frozen.Unlock()
+			}
+		}})
+	frozen.Lock()
+	thaw := sync.OnceFunc(frozen.Unlock)
+	t.Cleanup(thaw) // before the engine's own: a failed test must not leave it frozen
+	reqs := []Request{mk("a", 0, cases[0].PromptTokens, n), mk("a", 1, cases[1].PromptTokens, n)}
+	seqs, firsts := make([]*kvcache.Sequence, 2), make([]int32, 2)
+	for i, r := range reqs {
+		p, err := handOver(dec, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[i], firsts[i] = transfer(t, p, dec, r), p.First
+	}
+	refs := [][]int32{want(reqs[0]), want(reqs[1])}
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		ref := refs[i]
+		events, err := dec.Resume(context.Background(), r, seqs[i], firsts[i])
+		if err != nil {
+			seqs[i].Free()
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			got := collect(t, events, r.Prompt)
+			if j := firstDiff(got.CompletionTokens, ref); j >= 0 {
+				t.Errorf("A's request %d: token %d differs after preemption", i, j)
+			}
+		})
+	}
+	testkit.Poll(t, 10*time.Second, testkit.Cond("A's two sequences running", func() bool { return dec.Stats().Running == 2 }))
+	if seq, err := dec.NewSequenceFor(mk("b", 0, cases[2].PromptTokens, 8)); !errors.Is(err, kvcache.ErrPoolExhausted) {
+		if err == nil {
+			seq.Free()
+		}
+		t.Fatalf("NewSequenceFor on the full pool: %v, want ErrPoolExhausted", err)
+	}
+	b := mk("b", 0, cases[2].PromptTokens, 8)
+	ref := want(b)
+	p, err := handOver(dec, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq *kvcache.Sequence
+	reserved := make(chan error, 1)
+	go func() {
+		var err error
+		seq, err = dec.Reserve(context.Background(), b)
+		reserved <- err
+	}()
+	testkit.Poll(t, 10*time.Second, testkit.Cond("B's reservation waiting", func() bool { return dec.Stats().Waiting == 1 }))
+	thaw()
+	if err := <-reserved; err != nil {
+		p.Release()
+		t.Fatal(err)
+	}
+	importPages(t, p, seq)
+	p.Release()
+	events, err := dec.Resume(context.Background(), b, seq, p.First)
+	if err != nil {
+		seq.Free()
+		t.Fatal(err)
+	}
+	if got := collect(t, events, b.Prompt); !slices.Equal(got.CompletionTokens, ref) {
+		t.Errorf("B's tokens %v, %v undisturbed", got.CompletionTokens, ref)
+	}
+	wg.Wait()
+	if got := dec.Service()["a"].Preempted; got < 1 {
+		t.Errorf("A preempted %d times, want at least once for B", got)
+	}
+	checkBaseline(t, prefill, dec)
+}
+
+// TestReserveRefused: Reserve refuses what Submit would, and gives up when
+// its context ends while it waits.
+func TestReserveRefused(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 512, KVTokens: 512})
+	if _, err := e.Reserve(context.Background(), greedy(nil, 4)); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("empty prompt: %v, want ErrInvalidRequest", err)
+	}
+	if _, err := e.Reserve(context.Background(), greedy([]int32{1, 403}, 600)); err == nil {
+		t.Error("a request over the window was reserved")
+	}
+	held, err := e.Reserve(context.Background(), greedy([]int32{1, 403}, 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.Reserve(ctx, greedy([]int32{1, 403}, 100)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Reserve on a pool held by the same tenant, until a deadline: %v", err)
+	}
+	held.Free()
+	seq, err := e.Reserve(context.Background(), greedy([]int32{1, 403}, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq.Free()
+	checkBaseline(t, e)
 }

@@ -41,6 +41,9 @@ type sequence struct {
 	// samples first after it, and ends keeping its KV for the caller.
 	handoff bool
 	first   int32
+	// reservation marks a Reserve: the sequence waits its turn only for its
+	// KV and ends at admission, keeping the KV for the caller.
+	reservation bool
 
 	// Constrained decoding (Request.Grammar): the matcher follows the output
 	// through the grammar; allow is the mask it fills each step.
@@ -107,8 +110,11 @@ func (s *sequence) pick(logits []float32) int32 {
 	return s.sampler.SampleAllowed(logits, s.history, s.allow)
 }
 
-// finishPrefilled is the internal finish reason of a Prefill that completed.
-const finishPrefilled = "prefilled"
+// Internal finish reasons: a Prefill that completed, a Reserve that got its KV.
+const (
+	finishPrefilled = "prefilled"
+	finishReserved  = "reserved"
+)
 
 // reserve is the number of KV positions the sequence needs.
 func (s *sequence) reserve() int {
@@ -204,8 +210,8 @@ func (s *sequence) finish(ev Event) {
 		return
 	}
 	s.unwatch()
-	if s.handoff && ev.Err == nil {
-		// A completed Prefill: the KV now belongs to the caller.
+	if (s.handoff || s.reservation) && ev.Err == nil {
+		// A completed Prefill or Reserve: the KV now belongs to the caller.
 		ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CachedTokens: s.cached}
 		s.ended = true
 		s.events <- ev
