@@ -251,14 +251,14 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)                   // watching jobs end (WatchEnded)
 		subs = append(subs, ReplyPrefix+">", StatusPrefix+">", PrefixPrefix+">") // routing (docs/routing.md)
 	case RoleWorker:
-		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", UsagePrefix+">", HandoffPrefix+">", inbox)
+		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", DecodeReadyPrefix+">", UsagePrefix+">", HandoffPrefix+">", inbox)
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
 		pubs = append(pubs, kvReadWrite(CapacityBucket)...)
 		pubs = append(pubs, consumeOn(JobsStream)...)
 		pubs = append(pubs, consumeOn(DecodeStream)...)
 		pubs = append(pubs, StatusPrefix+">", PrefixPrefix+">")
 		pubs = append(pubs, "$JS.API.STREAM.MSG.GET."+JobsStream) // the age of a tenant's backlog (Backlog)
-		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", StatusPrefix+">")
+		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", DecodeReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)
 	case RoleOperator:

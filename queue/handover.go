@@ -22,8 +22,25 @@ const (
 // MaxManifestBytes bounds the manifest a Handover may carry.
 const MaxManifestBytes = 4 << 20
 
-// DecodeSubject is the subject decode hand-overs for model are published on.
+// DecodeSubject is the model's own decode subject: hand-overs published
+// before per-tenant decode subjects (TenantDecodeSubject) land there.
 func DecodeSubject(model string) string { return DecodePrefix + ModelToken(model) }
+
+// TenantDecodeSubject is the subject tenant's decode hand-overs for model
+// are published on: one queue per tenant (OpenDecodeQueues).
+func TenantDecodeSubject(model, tenant string) string {
+	return DecodeSubject(model) + "." + TenantToken(tenant)
+}
+
+// DecodeReadyPrefix is the subject prefix of the doorbells a prefill worker
+// rings after publishing a hand-over: DecodeReadyPrefix + model token + "." +
+// tenant token (core NATS, no payload).
+const DecodeReadyPrefix = "bulkhead.decodeready."
+
+// DecodeReadySubject is the doorbell of tenant's hand-overs for model.
+func DecodeReadySubject(model, tenant string) string {
+	return DecodeReadyPrefix + ModelToken(model) + "." + TenantToken(tenant)
+}
 
 // DecodeConsumerName is the durable consumer every decode worker serving
 // model shares on the decode stream. Prefill and unified workers share
@@ -71,9 +88,10 @@ func DecodeHandover(b []byte) (*Handover, error) {
 	return &d, nil
 }
 
-// PublishHandover publishes a decode hand-over on its model's decode subject
-// with Nats-Msg-Id DecodeMsgID(job id) and ctx's trace context. A full
-// stream is ErrQueueFull; a hand-over already published is ErrDuplicate.
+// PublishHandover publishes a decode hand-over on its tenant's decode
+// subject (TenantDecodeSubject) with Nats-Msg-Id DecodeMsgID(job id) and
+// ctx's trace context, then rings its doorbell. A full stream is
+// ErrQueueFull; a hand-over already published is ErrDuplicate.
 func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) error {
 	if err := d.Job.Validate(); err != nil {
 		return err
@@ -82,7 +100,7 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(DecodeSubject(d.Job.Model))
+	msg := nats.NewMsg(TenantDecodeSubject(d.Job.Model, d.Job.Tenant))
 	msg.Data = b
 	msg.Header.Set(jetstream.MsgIDHeader, DecodeMsgID(d.Job.ID))
 	InjectTrace(ctx, msg.Header)
@@ -98,6 +116,8 @@ func PublishHandover(ctx context.Context, js jetstream.JetStream, d *Handover) e
 	if ack.Duplicate && !retried {
 		return fmt.Errorf("%w: hand-over of %s", ErrDuplicate, d.Job.ID)
 	}
+	// Best effort: decode workers also read the stream's counts.
+	_ = js.Conn().Publish(DecodeReadySubject(d.Job.Model, d.Job.Tenant), nil)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,9 @@ func FuzzDecodeHandover(f *testing.F) {
 }
 
 // TestPublishHandover: Setup makes the bounded decode stream; a hand-over is
-// published once per job and reaches the model's decode consumer only.
+// published once per job, on its tenant's decode subject, and rings its
+// doorbell; a decode worker's queues (OpenDecodeQueues) take it from there
+// and the model's legacy decode consumer never sees it.
 func TestPublishHandover(t *testing.T) {
 	env := startEnv(t, StreamConfig{MaxDecodeJobs: 2})
 	ctx := context.Background()
@@ -82,10 +85,11 @@ func TestPublishHandover(t *testing.T) {
 		len(cfg.Subjects) != 1 || cfg.Subjects[0] != "decode.>" {
 		t.Errorf("decode stream config %+v", cfg)
 	}
-	cons, err := EnsureDecodeConsumer(ctx, env.js, "@cf/test/model", ConsumerConfig{})
+	q, err := OpenDecodeQueues(ctx, env.nc, env.js, "@cf/test/model", ConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer q.Close()
 	if _, err := EnsureConsumer(ctx, env.js, "@cf/test/model", ConsumerConfig{}); err != nil {
 		t.Fatalf("jobs consumer beside the decode consumer: %v", err)
 	}
@@ -97,26 +101,34 @@ func TestPublishHandover(t *testing.T) {
 		if err := PublishHandover(ctx, env.js, d); !errors.Is(err, ErrDuplicate) {
 			t.Fatalf("second publish: %v, want ErrDuplicate", err)
 		}
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
+		select {
+		case <-q.Bell():
+		case <-time.After(5 * time.Second):
+			t.Fatal("no doorbell for the hand-over")
+		}
+		tok := TenantToken(d.Job.Tenant)
+		if !slices.Contains(q.Pending(), tok) {
+			t.Fatalf("pending queues %q, want the tenant's %q", q.Pending(), tok)
+		}
+		if m, err := q.Fetch(ctx, LegacyQueue); m != nil || err != nil {
+			t.Fatalf("the legacy decode consumer got %v, %v", m, err)
+		}
+		m, err := q.Fetch(ctx, tok)
+		if err != nil || m == nil {
+			t.Fatalf("fetching the tenant's hand-over: %v, %v", m, err)
+		}
+		got, err := DecodeHandover(m.Data())
+		if err != nil || got.Job.ID != "dec-1" || m.Subject() != TenantDecodeSubject("@cf/test/model", d.Job.Tenant) {
+			t.Fatalf("message on %s: %+v, %v", m.Subject(), got, err)
+		}
+		if id := m.Headers().Get(jetstream.MsgIDHeader); id != "dec-1/decode" {
+			t.Errorf("Nats-Msg-Id %q", id)
+		}
+		if err := m.Ack(); err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			got, err := DecodeHandover(m.Data())
-			if err != nil || got.Job.ID != "dec-1" || m.Subject() != DecodeSubject("@cf/test/model") {
-				t.Fatalf("message on %s: %+v, %v", m.Subject(), got, err)
-			}
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "dec-1/decode" {
-				t.Errorf("Nats-Msg-Id %q", id)
-			}
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if n != 1 {
-			t.Fatalf("%d messages", n)
+		if m, err := q.Fetch(ctx, tok); m != nil || err != nil {
+			t.Fatalf("a second fetch got %v, %v: the hand-over was published twice", m, err)
 		}
 	})
 	t.Run("bounded", func(t *testing.T) {

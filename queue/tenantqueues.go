@@ -49,14 +49,46 @@ const LegacyQueue = ""
 // not: its consumer is named by the tenant token and a hash of the worker
 // token instead.
 func TenantConsumerName(model, token string) string {
+	return tenantConsumerName(ConsumerName(model), token)
+}
+
+// TenantDecodeConsumerName is the durable consumer of one tenant's decode
+// hand-overs for a model, shared by every decode worker serving it;
+// LegacyQueue's is DecodeConsumerName(model).
+func TenantDecodeConsumerName(model, token string) string {
+	return tenantConsumerName(DecodeConsumerName(model), token)
+}
+
+func tenantConsumerName(base, token string) string {
 	if token == LegacyQueue {
-		return ConsumerName(model)
+		return base
 	}
 	if t, w := SplitRoute(token); w != "" {
 		sum := sha256.Sum256([]byte(w))
-		return ConsumerName(model) + "-" + t + "-R-" + hex.EncodeToString(sum[:6]) // tenant tokens are lower case: no shared name has "-R-"
+		return base + "-" + t + "-R-" + hex.EncodeToString(sum[:6]) // tenant tokens are lower case: no shared name has "-R-"
 	}
-	return ConsumerName(model) + "-" + token
+	return base + "-" + token
+}
+
+// tenantStream is what tells one kind of per-tenant queues from the other:
+// jobs (the jobs stream, read by unified and prefill workers) or decode
+// hand-overs (the decode stream, read by decode workers).
+type tenantStream struct {
+	stream  string // JobsStream or DecodeStream
+	subject string // the model's own (legacy) subject; a queue's is subject + "." + key
+	legacy  string // the legacy subject's consumer; a queue's is tenantConsumerName(legacy, key)
+	bell    string // doorbell prefix: bell + key
+	what    string // what the queues hold, for consumer descriptions
+}
+
+func jobQueues(model string) tenantStream {
+	return tenantStream{stream: JobsStream, subject: JobSubject(model), legacy: ConsumerName(model),
+		bell: ReadyPrefix + ModelToken(model) + ".", what: "jobs"}
+}
+
+func decodeQueues(model string) tenantStream {
+	return tenantStream{stream: DecodeStream, subject: DecodeSubject(model), legacy: DecodeConsumerName(model),
+		bell: DecodeReadyPrefix + ModelToken(model) + ".", what: "decode hand-overs"}
 }
 
 // TenantRefresh is how often TenantQueues reads the stream's per-subject
@@ -73,7 +105,8 @@ const tenantConsumerIdle = time.Hour
 type TenantQueues struct {
 	js    jetstream.JetStream
 	model string
-	self  string // this worker's token (WorkerToken): its routed queues are read first-hand
+	kind  tenantStream
+	self  string // this worker's token (WorkerToken): its routed queues are read first-hand; "" on the decode stream
 	cfg   ConsumerConfig
 	subs  []*nats.Subscription
 	bell  chan struct{} // capacity 1: a doorbell rang
@@ -100,20 +133,34 @@ type peer struct {
 // the other workers' announcements (StatusSubject), and reads which tenants
 // have jobs. Close releases the subscriptions.
 func OpenTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model, worker string, cfg ConsumerConfig) (*TenantQueues, error) {
-	legacy, err := ensureConsumer(ctx, js, durable{stream: JobsStream, model: model, name: ConsumerName(model),
-		subjects: []string{JobSubject(model)}, description: "jobs for " + model + " from edges without per-tenant subjects"}, cfg)
+	return openTenantQueues(ctx, nc, js, model, WorkerToken(worker), jobQueues(model), cfg)
+}
+
+// OpenDecodeQueues joins model's per-tenant decode hand-over queues
+// (TenantDecodeSubject), as OpenTenantQueues joins its job queues, for a
+// decode worker: so a decode worker, too, chooses which tenant's hand-over
+// it takes next, and one tenant's hand-overs never stand in front of
+// another's. Hand-overs are not routed: any decode worker takes any (decode
+// goes by load: whoever has room pulls).
+func OpenDecodeQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model string, cfg ConsumerConfig) (*TenantQueues, error) {
+	return openTenantQueues(ctx, nc, js, model, "", decodeQueues(model), cfg)
+}
+
+func openTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model, self string, kind tenantStream, cfg ConsumerConfig) (*TenantQueues, error) {
+	legacy, err := ensureConsumer(ctx, js, durable{stream: kind.stream, model: model, name: kind.legacy,
+		subjects: []string{kind.subject}, description: kind.what + " for " + model + " without per-tenant subjects"}, cfg)
 	if err != nil {
 		return nil, err
 	}
-	q := &TenantQueues{js: js, model: model, self: WorkerToken(worker), cfg: cfg, bell: make(chan struct{}, 1), start: time.Now(),
+	q := &TenantQueues{js: js, model: model, kind: kind, self: self, cfg: cfg, bell: make(chan struct{}, 1), start: time.Now(),
 		pending: map[string]uint64{LegacyQueue: 1}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}, peers: map[string]peer{}}
-	prefix := ReadyPrefix + ModelToken(model) + "."
-	for subj, mark := range map[string]nats.MsgHandler{
-		prefix + "*":           func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, prefix)) },
-		prefix + "*." + q.self: func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, prefix)) },
-		StatusSubject(model):   q.heard,
-	} {
-		sub, err := nc.Subscribe(subj, mark)
+	subs := map[string]nats.MsgHandler{kind.bell + "*": func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, kind.bell)) }}
+	if self != "" { // routed queues: this worker's doorbells, and its peers' announcements
+		subs[kind.bell+"*."+self] = subs[kind.bell+"*"]
+		subs[StatusSubject(model)] = q.heard
+	}
+	for subj, handler := range subs {
+		sub, err := nc.Subscribe(subj, handler)
 		if err != nil {
 			q.Close()
 			return nil, fmt.Errorf("queue: subscribing to %s: %w", subj, err)
@@ -240,7 +287,7 @@ func (q *TenantQueues) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	prefix := JobSubject(q.model) + "."
+	prefix := q.kind.subject + "."
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.last = time.Now()
@@ -291,13 +338,13 @@ func (q *TenantQueues) Depth(ctx context.Context) (jobs, tenants int, err error)
 
 // counts are the jobs the stream holds on each tenant subject of the model.
 func (q *TenantQueues) counts(ctx context.Context) (map[string]uint64, error) {
-	st, err := q.js.Stream(ctx, JobsStream)
+	st, err := q.js.Stream(ctx, q.kind.stream)
 	if err != nil {
-		return nil, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+		return nil, fmt.Errorf("queue: stream %s: %w", q.kind.stream, err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(JobSubject(q.model)+".>"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(q.kind.subject+".>"))
 	if err != nil {
-		return nil, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+		return nil, fmt.Errorf("queue: stream %s: %w", q.kind.stream, err)
 	}
 	return info.State.Subjects, nil
 }
@@ -381,12 +428,12 @@ func (q *TenantQueues) consumer(ctx context.Context, token string) (jetstream.Co
 	if !validKey(token) {
 		return nil, fmt.Errorf("%w: tenant queue %q", ErrConfig, token)
 	}
-	desc := "one tenant's jobs for " + q.model
+	desc := "one tenant's " + q.kind.what + " for " + q.model
 	if _, w := SplitRoute(token); w != "" {
-		desc = "one tenant's jobs for " + q.model + " routed to one worker"
+		desc += " routed to one worker"
 	}
-	c, err := ensureConsumer(ctx, q.js, durable{stream: JobsStream, model: q.model, name: TenantConsumerName(q.model, token),
-		subjects: []string{JobSubject(q.model) + "." + token}, description: desc, idle: tenantConsumerIdle}, q.cfg)
+	c, err := ensureConsumer(ctx, q.js, durable{stream: q.kind.stream, model: q.model, name: tenantConsumerName(q.kind.legacy, token),
+		subjects: []string{q.kind.subject + "." + token}, description: desc, idle: tenantConsumerIdle}, q.cfg)
 	if err != nil {
 		return nil, err
 	}

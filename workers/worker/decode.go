@@ -34,8 +34,8 @@ func (w *Worker) handleDecode(ctx context.Context, res *queue.Results, model str
 }
 
 // decode admits the job again with its own tokenizer, verifies the manifest
-// against what it knows without trusting the prefill side, reserves exactly
-// what the manifest names, pulls and imports every page, and only then
+// against what it knows without trusting the prefill side, reserves (in its
+// tenant's turn) exactly what the manifest names, pulls and imports every page, and only then
 // resumes the request and streams it. Any failure frees the sequence and
 // ends the job with an error; no path leads from a failed or partial
 // transfer to Resume.
@@ -66,18 +66,18 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 		d.end(ctx, queue.ErrKindInternal, "KV handoff failed: "+err.Error())
 		return
 	}
-	seq, err := d.eng.NewSequenceFor(d.req)
+	seq, err := d.reserve(rctx)
 	switch {
-	case errors.Is(err, kvcache.ErrPoolExhausted):
+	case errors.Is(err, engine.ErrQueueFull):
 		// Busy, not broken: the sender waits StartTimeout for a taker.
-		d.log.Info("KV pool full; requeueing the hand-over", "err", err)
+		d.log.Info("engine queue full; requeueing the hand-over", "err", err)
 		d.requeue(ctx, d.w.cfg.BusyDelay)
 		return
 	case errors.Is(err, engine.ErrBroken):
 		d.requeue(ctx, 0) // for another decode worker
 		return
 	case err != nil:
-		kind, text := classify(err, nil)
+		kind, text := classify(err, context.Cause(rctx))
 		d.end(ctx, kind, text)
 		return
 	}
@@ -124,6 +124,16 @@ func (d *delivery) verifyManifest(raw []byte) (*handoff.Manifest, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// reserve waits, with the heartbeat running, for the KV the request needs in
+// its tenant's turn (engine.Reserve): a pool full of other tenants' work
+// makes room for it by preemption when its tenant is under its fair share,
+// as it would for a job run here whole.
+func (d *delivery) reserve(rctx context.Context) (*kvcache.Sequence, error) {
+	stopBeat := d.heartbeat()
+	defer stopBeat()
+	return d.eng.Reserve(rctx, d.req)
 }
 
 // fetchKV pulls every page m names into seq, each checked against its

@@ -84,7 +84,7 @@ func EnginesReady(models map[string]*engine.Engine) error {
 func (w *Worker) Role() Role { return w.cfg.Role }
 
 // Run joins each model's per-tenant job queues (queue.TenantQueues; for
-// RoleDecode, the model's durable consumer on the decode stream) and runs
+// RoleDecode, its per-tenant hand-over queues on the decode stream) and runs
 // jobs until ctx ends. It then stops fetching, waits up to Config.Grace for
 // in-flight jobs, cancels the rest, waits for them to end and returns nil.
 // Errors setting up consumers are returned at once (nil if ctx ended
@@ -100,8 +100,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	type served struct {
 		name string
 		eng  *engine.Engine
-		cons jetstream.Consumer  // RoleDecode: the model's decode consumer
-		q    *queue.TenantQueues // otherwise: its per-tenant job queues
+		q    *queue.TenantQueues // its per-tenant job queues, or hand-over queues (RoleDecode)
 	}
 	var models []served
 	defer func() {
@@ -116,10 +115,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
 		m := served{name: name, eng: eng}
 		if w.cfg.Role == RoleDecode {
-			if m.cons, err = queue.EnsureDecodeConsumer(ctx, w.js, name, w.cfg.Consumer); err != nil {
+			if m.q, err = queue.OpenDecodeQueues(ctx, w.nc, w.js, name, w.cfg.Consumer); err != nil {
 				return stopped(ctx, err)
 			}
-			w.cfg.Metrics.addConsumer(queue.DecodeConsumerName(name), m.cons)
+			w.cfg.Metrics.addConsumer(queue.DecodeConsumerName(name), m.q.Legacy())
 		} else {
 			if m.q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer); err != nil {
 				return stopped(ctx, err)
@@ -131,8 +130,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "concurrency", w.cfg.Concurrency)
 	routed := map[string]*engine.Engine{} // the models whose jobs edges may route here
-	for _, m := range models {
-		if m.q != nil {
+	if w.cfg.Role != RoleDecode {
+		for _, m := range models {
 			routed[m.name] = m.eng
 		}
 	}
@@ -154,18 +153,14 @@ func (w *Worker) Run(ctx context.Context) error {
 				jobs.Go(func() {
 					defer func() { <-slots }()
 					defer done()
-					if m.q != nil {
-						w.handle(jobCtx, res, m.name, m.eng, msg)
-					} else {
+					if w.cfg.Role == RoleDecode {
 						w.handleDecode(jobCtx, res, m.name, m.eng, msg)
+					} else {
+						w.handle(jobCtx, res, m.name, m.eng, msg)
 					}
 				})
 			}
-			if m.q != nil {
-				newFairPull(w, m.q, m.eng).run(ctx, slots, g, start)
-				return
-			}
-			w.fetch(ctx, m.cons, slots, g, func(msg jetstream.Msg) { start(msg, func() {}) })
+			newFairPull(w, m.q, m.eng).run(ctx, slots, g, start)
 		})
 	}
 	loops.Wait()
@@ -249,64 +244,5 @@ func (d *delivery) enterEngine() {
 	select {
 	case p.entered <- struct{}{}:
 	default:
-	}
-}
-
-// fetch pulls one job at a time while a slot is free and the gate says the
-// engine can start another soon, until ctx ends; start runs each job, which
-// frees its slot when done. Once the engine is broken (engine.Broken) it
-// pulls no more and waits for ctx: the worker lives on, not ready (Ready),
-// until it is replaced.
-func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, slots chan struct{}, g gate, start func(jetstream.Msg)) {
-	poll := time.NewTicker(pullPoll)
-	defer poll.Stop()
-	for {
-		if err := g.broken(); err != nil {
-			w.log.Error("engine broken; taking no more jobs for its model", "err", err)
-			<-ctx.Done()
-			return
-		}
-		if !g.wait(ctx, poll) {
-			return
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		// The pull ends when the server says so (its timeout status after
-		// FetchWait), never on a client-side deadline: a job the server
-		// hands to a pull request the client has dropped is lost to
-		// everyone until its AckWait. A client deadline (FetchContext)
-		// leaves the server only a tenth of it in hand, and a job sent in
-		// that last tenth over a slow route arrived after the client had
-		// stopped listening. For the same reason the pull is not cut short
-		// when ctx ends; a job it brings after that is handed back at once.
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
-		got := false
-		if err == nil {
-			for msg := range batch.Messages() {
-				if ctx.Err() != nil {
-					if err := msg.Nak(); err != nil {
-						w.log.Warn("handing a job back at shutdown", "err", err)
-					}
-					continue
-				}
-				got = true
-				start(msg)
-			}
-			err = batch.Error()
-		}
-		if !got {
-			<-slots
-		}
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
-			w.log.Warn("fetching jobs", "err", err)
-			select { // do not spin on a broken connection
-			case <-time.After(w.cfg.FetchWait):
-			case <-ctx.Done():
-				return
-			}
-		}
 	}
 }
