@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,6 +277,43 @@ func TestQueueWeights(t *testing.T) {
 			}
 			if math.Abs(got-want) > 0.05 {
 				t.Errorf("tenant-b's share %.3f, want %.3f +/- 0.05", got, want)
+			}
+		})
+	}
+}
+
+// TestPastTheGate: with the gate closed (the window full), only the queues
+// of tenants holding fewer jobs here than the tenant with the most are
+// tried: a light tenant's next job is not held behind its previous one
+// while a flood fills the window, and the flood itself waits.
+func TestPastTheGate(t *testing.T) {
+	p := newFairPull(nil, nil, startEngine(t, engine.Config{Threads: 1}))
+	for _, tc := range []struct {
+		name string
+		here map[string]int
+		want []string
+	}{
+		{"nothing here", nil, []string{"a", "b", "c"}},
+		{"a flood and a light tenant", map[string]int{"a": 24, "b": 1}, []string{"b", "c"}},
+		{"two floods level", map[string]int{"a": 12, "b": 12}, []string{"c"}},
+		{"routed queues go with their tenant", map[string]int{"a": 24, "b": 1}, []string{"b", "b.w1", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p.here = map[string]int{}
+			for tok, n := range tc.here {
+				p.here[tok] = n
+			}
+			pending := []string{"a", "b", "c"}
+			if strings.Contains(tc.name, "routed") {
+				pending = append(pending, "a.w1", "b.w1")
+			}
+			got := p.order(pending, false)
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("listed %q, want %q", got, tc.want)
+			}
+			if open := p.order(slices.Clone(pending), true); len(open) != len(pending) {
+				t.Errorf("open gate listed %q of %q", open, pending)
 			}
 		})
 	}

@@ -24,10 +24,15 @@ import (
 //
 // The Lookahead gate still bounds what waits in the engine, and the jobs of
 // tenants already on the worker leave a reserve of its slots free, with one
-// exception: a tenant with no job on this worker may have one pulled past
-// the gate and into the reserve, so that the engine's fair admission (and
-// its preemption for a tenant under its share) sees it at once instead of
-// after the jobs that filled the window end.
+// exception: a tenant with fewer jobs on this worker than the tenant with
+// the most (none, say) may have one pulled past the gate and into the
+// reserve, so that the engine's fair admission (and its preemption for a
+// tenant under its share) sees it at once instead of after the jobs that
+// filled the window end. Only the tenant holding the most waits for the
+// gate: a light tenant's second job does not wait for its first to end
+// while a flood holds the window (on a prefill worker, a job holds its slot
+// until a decode worker took its hand-over; on a decode worker, until its
+// stream ends).
 type fairPull struct {
 	w   *Worker
 	q   *queue.TenantQueues
@@ -139,12 +144,20 @@ const busyRefresh = time.Second
 // order sorts the pending queue keys (a tenant's shared queue, or its queue
 // routed here or to a worker gone: queue.SplitRoute) in the order to try
 // them, by their tenant; when the gate is closed (open false) only the
-// queues of tenants with no job here are listed.
+// queues of tenants with fewer jobs here than the tenant with the most (or
+// none) are listed.
 func (p *fairPull) order(pending []string, open bool) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !open {
-		pending = slices.DeleteFunc(pending, func(key string) bool { return p.here[tenantOf(key)] > 0 })
+		most := 0
+		for _, n := range p.here {
+			most = max(most, n)
+		}
+		pending = slices.DeleteFunc(pending, func(key string) bool {
+			n := p.here[tenantOf(key)]
+			return n > 0 && n >= most
+		})
 	}
 	if len(pending) < 2 {
 		return pending
