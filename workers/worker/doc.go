@@ -9,12 +9,13 @@
 // prompt is refused, never truncated or replaced by a placeholder), runs the
 // prompt (engine.Prefill), exports every KV page, builds the handoff manifest,
 // offers the pages (handoff.NewSender, subscribed before anything is
-// published), publishes a queue.Handover on decode.<model> and serves the
+// published), publishes a queue.Handover on decode.<model>.<tenant> and serves the
 // transfer; the prompt's pages go back to its pool however that ends. A
-// decode worker takes decode.<model>, tokenizes the prompt itself, verifies
+// decode worker takes hand-overs tenant by tenant (queue.OpenDecodeQueues,
+// the same fair pull as jobs), tokenizes the prompt itself, verifies
 // the manifest against what it knows (request, tenant, model, weights digest,
 // its own tokens and pool layout) before it allocates anything, reserves
-// exactly prompt + max_tokens, pulls every page through handoff.Fetch into
+// exactly prompt + max_tokens in its tenant's turn (engine.Reserve), pulls every page through handoff.Fetch into
 // the sequence (each checked against its CRC-64 on import), and only after
 // Fetch returned nil resumes the request and streams it through the same
 // event-to-frame loop as a unified worker. A failed, partial or refused

@@ -119,6 +119,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				return stopped(ctx, err)
 			}
 			w.cfg.Metrics.addConsumer(queue.DecodeConsumerName(name), m.q.Legacy())
+			w.cfg.Metrics.addQueues(name, m.q)
 		} else {
 			if m.q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer); err != nil {
 				return stopped(ctx, err)
