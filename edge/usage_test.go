@@ -152,6 +152,9 @@ func TestUsageAPI(t *testing.T) {
 		}
 		var micro, prompt int64
 		for _, r := range rows[1:] {
+			if want := "'" + modelStories; r[1] != want && r[1] != "'@cf/other/m" {
+				t.Fatalf("model cell %q: a name starting with @ must be written as text (%q)", r[1], want)
+			}
 			n, err := strconv.ParseFloat(r[6], 64)
 			if err != nil {
 				t.Fatal(err)

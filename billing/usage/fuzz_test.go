@@ -42,3 +42,22 @@ func FuzzQuery(f *testing.F) {
 		}
 	})
 }
+
+// TestCSVText: text cells a spreadsheet would run as formulas are written
+// as text; others are left alone.
+func TestCSVText(t *testing.T) {
+	for in, want := range map[string]string{
+		"@cf/meta/llama-3.2-1b-instruct": "'@cf/meta/llama-3.2-1b-instruct",
+		"=HYPERLINK(\"x\")":              "'=HYPERLINK(\"x\")",
+		"+1":                             "'+1",
+		"-1+2":                           "'-1+2",
+		"\tx":                            "'\tx",
+		"\rx":                            "'\rx",
+		"model":                          "model",
+		"":                               "",
+	} {
+		if got := CSVText(in); got != want {
+			t.Errorf("CSVText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

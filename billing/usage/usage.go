@@ -278,6 +278,18 @@ func CSVHeader() []string {
 		queue.Outcomes()...)
 }
 
+// CSVText makes a text cell safe to open in a spreadsheet (OWASP's CSV
+// injection rule): a cell that starts with =, +, -, @, a tab or a carriage
+// return, which a spreadsheet would read as a formula, gets a leading
+// single quote, and is read back as text. Every Workers AI model name starts
+// with @. Number cells are written by strconv and need none of this.
+func CSVText(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
 func (h *Handler) writeCSV(w http.ResponseWriter, tenant string, q ledger.Query, rep *ledger.Report) {
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -286,7 +298,7 @@ func (h *Handler) writeCSV(w http.ResponseWriter, tenant string, q ledger.Query,
 	cw := csv.NewWriter(w)
 	_ = cw.Write(CSVHeader())
 	for _, p := range rep.Series {
-		row := []string{p.Start.UTC().Format(time.RFC3339), p.Model, strconv.FormatInt(p.Requests, 10),
+		row := []string{p.Start.UTC().Format(time.RFC3339), CSVText(p.Model), strconv.FormatInt(p.Requests, 10),
 			strconv.FormatInt(p.PromptTokens, 10), strconv.FormatInt(p.CachedTokens, 10),
 			strconv.FormatInt(p.CompletionTokens, 10), strconv.FormatFloat(price.Neurons(p.MicroNeurons), 'f', 6, 64)}
 		for _, o := range queue.Outcomes() {
