@@ -29,11 +29,17 @@ type natsFlags struct {
 }
 
 func (n *natsFlags) register(fs *flag.FlagSet) {
+	n.registerConn(fs)
+	fs.IntVar(&n.replicas, "replicas", 1, "replicas of the streams and buckets if this node has to create them (`bulkhead nats` sets them up otherwise)")
+}
+
+// registerConn registers the connection flags alone (credentials and TLS),
+// for commands that only read the bus.
+func (n *natsFlags) registerConn(fs *flag.FlagSet) {
 	fs.StringVar(&n.creds, "nats-creds", "", "this role's NATS credentials: the nkey seed file `bulkhead nats` wrote into its --auth-dir (edge.nk, worker.nk, billing.nk)")
 	fs.StringVar(&n.tlsCA, "nats-tls-ca", "", "CA certificate (PEM) that signed the NATS server's certificate")
 	fs.StringVar(&n.tlsCert, "nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one")
 	fs.StringVar(&n.tlsKey, "nats-tls-key", "", "the client certificate's key (PEM)")
-	fs.IntVar(&n.replicas, "replicas", 1, "replicas of the streams and buckets if this node has to create them (`bulkhead nats` sets them up otherwise)")
 }
 
 // streams is the stream configuration a node creates missing streams with.

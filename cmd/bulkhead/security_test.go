@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -80,6 +81,26 @@ func TestClusterSecurity(t *testing.T) {
 			if out := p.out.String(); strings.Contains(out, "NATS refused") || strings.Contains(out, "ermissions") {
 				t.Errorf("%s was refused by NATS:\n%s", p.name, out)
 			}
+		}
+	})
+	t.Run("status with the operator's credentials", func(t *testing.T) {
+		if _, stderr, code := bulkhead(t, "status", "--nats", c.natsURL); code == 0 {
+			t.Errorf("status without credentials succeeded on an authenticated bus: %s", stderr)
+		}
+		out, stderr, code := bulkhead(t, append([]string{"status", "--nats", c.natsURL, "--json"}, c.natsCreds(queue.RoleOperator)...)...)
+		if code != 0 {
+			t.Fatalf("status --nats-creds operator.nk: exit %d: %s", code, stderr)
+		}
+		var nodes []queue.Node
+		if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		roles := map[string]int{}
+		for _, n := range nodes {
+			roles[n.Role]++
+		}
+		if roles["prefill"] < 1 || roles["decode"] < 1 {
+			t.Errorf("status lists workers by role %v, want the prefill and decode workers", roles)
 		}
 	})
 	t.Run("no credentials", func(t *testing.T) {

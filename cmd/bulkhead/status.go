@@ -29,10 +29,16 @@ func runFleetStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL")
 	asJSON := fs.Bool("json", false, "print the fleet as JSON")
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to wait for more answers after the last one")
+	var nf natsFlags // on an authenticated bus, the operator's credentials (operator.nk)
+	nf.registerConn(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	nc, err := nats.Connect(*natsURL, nats.Name("bulkhead-status"), nats.Timeout(5*time.Second))
+	opts, err := nf.options()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*natsURL, append(opts, nats.Name("bulkhead-status"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return fmt.Errorf("connecting to NATS at %s: %w", *natsURL, err)
 	}
