@@ -55,6 +55,9 @@ func newFairPull(w *Worker, q *queue.TenantQueues, eng *engine.Engine) *fairPull
 func (p *fairPull) run(ctx context.Context, slots chan struct{}, g gate, start func(msg jetstream.Msg, done func())) {
 	poll := time.NewTicker(pullPoll)
 	defer poll.Stop()
+	var refreshing sync.WaitGroup
+	defer refreshing.Wait()
+	refreshing.Go(func() { p.refresh(ctx) })
 	for {
 		if err := g.broken(); err != nil {
 			p.w.log.Error("engine broken; taking no more jobs for its model", "err", err)
@@ -91,9 +94,6 @@ func reserve(slots chan struct{}) int { return max(1, cap(slots)/4) }
 // ctx ends first.
 func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *time.Ticker) (jetstream.Msg, string) {
 	for ctx.Err() == nil {
-		if err := p.q.RefreshIfOlder(ctx, busyRefresh); err != nil && ctx.Err() == nil {
-			p.w.log.Warn("reading the tenant queues", "err", err)
-		}
 		free := cap(slots) - len(slots)
 		open := free > reserve(slots) && g.ready()
 		failed := false
@@ -133,6 +133,25 @@ func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *
 		}
 	}
 	return nil, ""
+}
+
+// refresh reads the stream's per-subject counts every busyRefresh (sooner
+// when a peer said it drains), until ctx ends, beside the pull loop: a read
+// of the stream takes a round trip to its leader, which a job whose doorbell
+// rang meanwhile should not wait for.
+func (p *fairPull) refresh(ctx context.Context) {
+	t := time.NewTicker(busyRefresh / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := p.q.RefreshIfOlder(ctx, busyRefresh); err != nil && ctx.Err() == nil {
+			p.w.log.Warn("reading the tenant queues", "err", err)
+		}
+	}
 }
 
 // busyRefresh is how often a worker that does not wait for doorbells (it
