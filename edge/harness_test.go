@@ -136,9 +136,10 @@ type harness struct {
 	limiter *fakeLimiter
 	catalog *catalog.Catalog
 
-	mu     sync.Mutex // guards behave and jobs
-	behave behaviour
-	jobs   []*queue.Job
+	mu      sync.Mutex // guards behave, jobs and headers
+	behave  behaviour
+	jobs    []*queue.Job
+	headers []nats.Header // of each job's message, in order
 }
 
 type harnessOpts struct {
@@ -215,6 +216,7 @@ func (h *harness) startWorker(ctx context.Context) {
 		}
 		h.mu.Lock()
 		h.jobs = append(h.jobs, job)
+		h.headers = append(h.headers, msg.Headers())
 		b := h.behave
 		h.mu.Unlock()
 		wg.Add(1)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -107,22 +106,39 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// traceContext reads and writes W3C traceparent headers at the edge, the
+// platform's trust boundary.
+var traceContext = propagation.TraceContext{}
+
+// traceparentOnly is the part of a client's trace headers the edge takes:
+// traceparent. A client's tracestate and baggage are dropped (issue 22):
+// echoed in responses and carried on every internal message, they were
+// kilobytes of caller-chosen data on the bus.
+func traceparentOnly(h http.Header) propagation.MapCarrier {
+	c := propagation.MapCarrier{}
+	if tp := h.Get("traceparent"); tp != "" {
+		c["traceparent"] = tp
+	}
+	return c
+}
+
 // observe wraps the routes: every request gets a request id (X-Request-Id),
 // and, with tracing on, a server span that continues an incoming
-// traceparent and whose context the response names in its own traceparent
-// header; its metrics are recorded when the handler returns.
+// traceparent (never the client's tracestate or baggage) and whose context
+// the response names in its own traceparent header; its metrics are
+// recorded when the handler returns.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri := &reqInfo{id: newID(), start: time.Now(), api: apiOf(r.URL.Path)}
 		ctx := context.WithValue(r.Context(), reqInfoKey{}, ri)
 		w.Header().Set("X-Request-Id", ri.id)
 		if s.tracing {
-			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+			ctx = traceContext.Extract(ctx, traceparentOnly(r.Header))
 			ctx, ri.span = s.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
 				trace.WithTimestamp(ri.start),
 				trace.WithAttributes(attrMethod.String(r.Method), attrPath.String(r.URL.Path),
 					queue.AttrRequestID.String(ri.id), attrAPI.String(ri.api)))
-			otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(w.Header()))
+			traceContext.Inject(ctx, propagation.HeaderCarrier(w.Header()))
 		} else {
 			ri.span = trace.SpanFromContext(ctx)
 		}

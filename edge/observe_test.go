@@ -231,3 +231,52 @@ func TestEdgeMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceHeadersAtTheBoundary: with the production propagators (trace
+// context and baggage), a client's traceparent is continued but its
+// tracestate and baggage are neither echoed in the response nor carried on
+// the job's message.
+func TestTraceHeadersAtTheBoundary(t *testing.T) {
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h := newHarness(t, harnessOpts{tracer: tp})
+
+	req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
+	req.Header.Set("Authorization", "Bearer alice")
+	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	req.Header.Set("tracestate", "attacker="+strings.Repeat("x", 200))
+	req.Header.Set("baggage", "k="+strings.Repeat("y", 200))
+	resp, err := h.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if !strings.Contains(resp.Header.Get("Traceparent"), "4bf92f3577b34da6a3ce929d0e0e4736") {
+		t.Errorf("response traceparent %q does not continue the client's trace", resp.Header.Get("Traceparent"))
+	}
+	for _, name := range []string{"Tracestate", "Baggage"} {
+		if v := resp.Header.Get(name); v != "" {
+			t.Errorf("response echoes the client's %s: %q", name, v)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.headers) == 0 {
+		t.Fatal("no job was queued")
+	}
+	hd := h.headers[len(h.headers)-1]
+	if hd.Get("traceparent") == "" {
+		t.Error("the job carries no traceparent")
+	}
+	for _, name := range []string{"tracestate", "baggage"} {
+		if v := hd.Get(name); v != "" {
+			t.Errorf("the job's message carries the client's %s: %q", name, v)
+		}
+	}
+}
