@@ -143,14 +143,15 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	maxBody      int64
-	idleTimeout  time.Duration
-	maxPerTenant int64                // StreamConfig.MaxJobsPerTenant
-	tracer       trace.TracerProvider // nil: tracing off
-	metrics      *Metrics             // nil: no metrics
-	live         queue.Liveness       // nil: every model has workers
-	quota        Limiter              // nil: the harness's fakeLimiter
-	tenants      *tenants.Table       // nil: every tenant in the default class
+	maxBody        int64
+	idleTimeout    time.Duration
+	maxPerTenant   int64                // StreamConfig.MaxJobsPerTenant
+	tracer         trace.TracerProvider // nil: tracing off
+	continueTraces bool                 // Config.ContinueClientTraces
+	metrics        *Metrics             // nil: no metrics
+	live           queue.Liveness       // nil: every model has workers
+	quota          Limiter              // nil: the harness's fakeLimiter
+	tenants        *tenants.Table       // nil: every tenant in the default class
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -182,7 +183,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		lim = o.quota
 	}
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants,
-		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, Metrics: o.metrics})
+		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, Metrics: o.metrics})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)
 	}

@@ -122,22 +122,38 @@ func traceparentOnly(h http.Header) propagation.MapCarrier {
 	return c
 }
 
+// clientTrace is what a request's server span starts from: with
+// ContinueClientTraces, ctx carrying the client's traceparent as the remote
+// parent; otherwise ctx and the options of a new root, linked to the
+// client's span when it sent a valid traceparent.
+func (s *Server) clientTrace(ctx context.Context, r *http.Request) (context.Context, []trace.SpanStartOption) {
+	remote := trace.SpanContextFromContext(traceContext.Extract(context.Background(), traceparentOnly(r.Header)))
+	if s.cfg.ContinueClientTraces {
+		return trace.ContextWithRemoteSpanContext(ctx, remote), nil
+	}
+	opts := []trace.SpanStartOption{trace.WithNewRoot()}
+	if remote.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
+	}
+	return ctx, opts
+}
+
 // observe wraps the routes: every request gets a request id (X-Request-Id),
-// and, with tracing on, a server span that continues an incoming
-// traceparent (never the client's tracestate or baggage) and whose context
-// the response names in its own traceparent header; its metrics are
-// recorded when the handler returns.
+// and, with tracing on, a server span (a new trace linked to the client's
+// traceparent, or its child: clientTrace; never the client's tracestate or
+// baggage) whose context the response names in its own traceparent header;
+// its metrics are recorded when the handler returns.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri := &reqInfo{id: newID(), start: time.Now(), api: apiOf(r.URL.Path)}
 		ctx := context.WithValue(r.Context(), reqInfoKey{}, ri)
 		w.Header().Set("X-Request-Id", ri.id)
 		if s.tracing {
-			ctx = traceContext.Extract(ctx, traceparentOnly(r.Header))
-			ctx, ri.span = s.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+			sctx, opts := s.clientTrace(ctx, r)
+			ctx, ri.span = s.tracer.Start(sctx, r.Method, append(opts, trace.WithSpanKind(trace.SpanKindServer),
 				trace.WithTimestamp(ri.start),
 				trace.WithAttributes(attrMethod.String(r.Method), attrPath.String(r.URL.Path),
-					queue.AttrRequestID.String(ri.id), attrAPI.String(ri.api)))
+					queue.AttrRequestID.String(ri.id), attrAPI.String(ri.api)))...)
 			traceContext.Inject(ctx, propagation.HeaderCarrier(w.Header()))
 		} else {
 			ri.span = trace.SpanFromContext(ctx)

@@ -44,7 +44,9 @@ func TestTraceOfARequest(t *testing.T) {
 		status           int
 		children         []string
 	}{
-		{"served, incoming traceparent", "/ai/run/" + modelStories, `{"prompt":"` + secret + `"}`, parent, 200,
+		{"served, incoming traceparent linked", "/ai/run/" + modelStories, `{"prompt":"` + secret + `"}`, parent, 200,
+			[]string{spanAuth, spanQuota, spanAdmission, spanEnqueue, spanReply}},
+		{"served, client's sampled flag off", "/ai/run/" + modelStories, `{"prompt":"` + secret + `"}`, parent[:len(parent)-2] + "00", 200,
 			[]string{spanAuth, spanQuota, spanAdmission, spanEnqueue, spanReply}},
 		{"served, new trace", "/ai/run/" + modelStories, `{"prompt":"` + secret + `"}`, "", 200,
 			[]string{spanAuth, spanQuota, spanAdmission, spanEnqueue, spanReply}},
@@ -102,9 +104,16 @@ func TestTraceOfARequest(t *testing.T) {
 			if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; tpHeader != want {
 				t.Errorf("response traceparent %q, want %q", tpHeader, want)
 			}
+			if server.Parent.IsValid() {
+				t.Errorf("the server span has a parent (%s): a client chose the platform's trace", server.Parent.SpanID())
+			}
 			if tc.traceparent != "" {
-				if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || server.Parent.SpanID().String() != "00f067aa0ba902b7" {
-					t.Errorf("incoming traceparent not continued: trace %s parent %s", sc.TraceID(), server.Parent.SpanID())
+				if sc.TraceID().String() == "4bf92f3577b34da6a3ce929d0e0e4736" {
+					t.Errorf("the client's trace id was taken")
+				}
+				if len(server.Links) != 1 || server.Links[0].SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+					server.Links[0].SpanContext.SpanID().String() != "00f067aa0ba902b7" {
+					t.Errorf("server span links %+v, want one to the client's span", server.Links)
 				}
 			}
 			got := map[string]bool{}
@@ -233,7 +242,8 @@ func TestEdgeMetrics(t *testing.T) {
 }
 
 // TestTraceHeadersAtTheBoundary: with the production propagators (trace
-// context and baggage), a client's traceparent is continued but its
+// context and baggage) and client traces continued (ContinueClientTraces),
+// a client's traceparent is continued, sampled flag included, but its
 // tracestate and baggage are neither echoed in the response nor carried on
 // the job's message.
 func TestTraceHeadersAtTheBoundary(t *testing.T) {
@@ -242,7 +252,7 @@ func TestTraceHeadersAtTheBoundary(t *testing.T) {
 	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	h := newHarness(t, harnessOpts{tracer: tp})
+	h := newHarness(t, harnessOpts{tracer: tp, continueTraces: true})
 
 	req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
 	req.Header.Set("Authorization", "Bearer alice")

@@ -93,6 +93,13 @@ type Config struct {
 	// TracerProvider makes the edge's spans; nil (or a no-op provider) turns
 	// tracing off, and then the request path does no tracing work.
 	TracerProvider trace.TracerProvider
+	// ContinueClientTraces makes a request's server span the child of the
+	// client's traceparent. Off (the default), the edge starts its own trace
+	// for every request, linked to the client's span: a client chooses
+	// neither the trace id nor, through its sampled flag, whether the
+	// platform samples (the operator's sampler decides). Turn it on only
+	// where every client is trusted (an internal caller's own tracing).
+	ContinueClientTraces bool
 	// Metrics records the edge's Prometheus series; nil records none.
 	Metrics *Metrics
 	// LogContent logs each admitted prompt at debug level (debugging only:

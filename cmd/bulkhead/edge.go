@@ -141,7 +141,7 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
 		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
 		Tenants: classes, DefaultMaxTokens: e.maxTokens, Router: rt,
-		TracerProvider: n.tel.tp, Metrics: em, LogContent: n.logContent,
+		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, Metrics: em, LogContent: n.logContent,
 	})
 	if err != nil {
 		return err
@@ -226,6 +226,7 @@ type edgeFlags struct {
 	members        string // --tenant-class
 	maxTokens      int    // --default-max-tokens
 	noRouting      bool   // --no-routing
+	continueTraces bool   // --trace-continue-client
 }
 
 func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
@@ -248,6 +249,7 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32,prefix_cache=off;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: only --jobs-per-tenant of the jobs stream), weight its share of a worker, prefix_cache=off keeps its tenants out of the prefix cache (default on); the class \"default\" (max_queued=0, weight=1, prefix_cache=on unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
 	fs.BoolVar(&e.noRouting, "no-routing", false, "queue every job on its tenant's shared queue, for any worker, instead of routing it to the worker of its session or prefix (docs/routing.md)")
+	fs.BoolVar(&e.continueTraces, "trace-continue-client", false, "with tracing on, make each request's spans part of the client's trace (its traceparent, sampled flag included) instead of a trace of the edge's own linked to it; only where every client is trusted")
 	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
 	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
 	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")
