@@ -222,6 +222,19 @@ func kvReadWrite(bucket string) []string {
 	}
 }
 
+// fleetService is the fleet service name a role's nodes register under.
+func fleetService(role string) string {
+	switch role {
+	case RoleWorker:
+		return FleetWorker
+	case RoleEdge:
+		return FleetEdge
+	case RoleBilling:
+		return FleetBilling
+	}
+	return "none"
+}
+
 // RolePermissions is the least a role needs on the bus; pub is its nkey,
 // whose private inbox (InboxPrefix) it alone may subscribe to. Everything
 // not listed is refused by the server. In particular:
@@ -289,8 +302,13 @@ func RolePermissions(role, pub string) *server.Permissions {
 		p.Publish.Allow = append(p.Publish.Allow, "$SRV.>", fleetPrefix+">")
 	} else {
 		// Every node registers in the fleet (RegisterNode) and answers
-		// requests there, only to the requester's reply subject.
-		p.Subscribe.Allow = append(p.Subscribe.Allow, "$SRV.>", fleetPrefix+">")
+		// requests there, only to the requester's reply subject, and only
+		// under its own role's service name: the requests addressed to a
+		// service ($SRV.<verb>.<service>[.<id>]), which ListFleet sends,
+		// reach only nodes of that role. The generic $SRV.<verb> every
+		// micro service listens on stays open (ListFleet does not ask there).
+		svc := fleetService(role)
+		p.Subscribe.Allow = append(p.Subscribe.Allow, "$SRV.*", "$SRV.*."+svc, "$SRV.*."+svc+".>", fleetPrefix+">")
 		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	}
 	return p

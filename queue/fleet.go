@@ -105,30 +105,44 @@ type Node struct {
 	Status  NodeStatus `json:"status"`
 }
 
-// ListFleet asks every Bulkhead node on nc for its stats ($SRV.STATS) and
-// collects the answers until ctx ends or quiet passes without one. Nodes
-// come sorted: workers (by role, then id), edges, billing.
+// ListFleet asks every Bulkhead node on nc for its stats and collects the
+// answers until ctx ends or quiet passes without one. It asks each service
+// on its own subject ($SRV.STATS.<service>), which only that service's role
+// may subscribe to (RolePermissions), into an inbox of its own, and keeps
+// only answers that name that service: a node of another role (a billing
+// credential, say) cannot pose as a worker. Nodes come sorted: workers (by
+// role, then id), edges, billing.
 func ListFleet(ctx context.Context, nc *nats.Conn, quiet time.Duration) ([]Node, error) {
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFleet, err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(micro.APIPrefix+".STATS", inbox, nil); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFleet, err)
+	answers := make(chan *nats.Msg, 256)
+	asked := map[string]string{} // inbox -> service
+	for _, svc := range []string{FleetWorker, FleetEdge, FleetBilling} {
+		inbox := nc.NewInbox()
+		sub, err := nc.ChanSubscribe(inbox, answers)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrFleet, err)
+		}
+		defer sub.Unsubscribe()
+		asked[inbox] = svc
+		if err := nc.PublishRequest(micro.APIPrefix+".STATS."+svc, inbox, nil); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrFleet, err)
+		}
 	}
 	var nodes []Node
 	for {
-		wctx, cancel := context.WithTimeout(ctx, quiet)
-		msg, err := sub.NextMsgWithContext(wctx)
-		cancel()
-		if err != nil {
+		var msg *nats.Msg
+		t := time.NewTimer(quiet)
+		select {
+		case msg = <-answers:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if msg == nil {
 			break
 		}
 		var st micro.Stats
-		if json.Unmarshal(msg.Data, &st) != nil || !strings.HasPrefix(st.Name, "bulkhead-") {
-			continue // another service on the same NATS
+		if json.Unmarshal(msg.Data, &st) != nil || st.Name != asked[msg.Subject] {
+			continue // an answer that does not name the service asked
 		}
 		n := Node{Service: st.Name, ID: st.ID, Version: st.Version, Role: st.Metadata["role"], Started: st.Started}
 		if m := st.Metadata["models"]; m != "" {
