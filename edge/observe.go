@@ -138,6 +138,23 @@ func (s *Server) clientTrace(ctx context.Context, r *http.Request) (context.Cont
 	return ctx, opts
 }
 
+// closeAfterChunked closes the connection after answering a request whose
+// body came chunked (Transfer-Encoding). Go's server reads such a body by
+// its chunks and drops any Content-Length that came with it, so the edge
+// cannot tell whether both were sent, which RFC 9112 (6.3) says may be
+// request smuggling through a proxy in front, and after which the server
+// must close the connection. No SDK sends its JSON chunked; closing after
+// every chunked request costs them nothing and leaves nothing on the
+// connection for a smuggled second request.
+func closeAfterChunked(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // observe wraps the routes: every request gets a request id (X-Request-Id),
 // and, with tracing on, a server span (a new trace linked to the client's
 // traceparent, or its child: clientTrace; never the client's tracestate or

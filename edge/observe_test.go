@@ -1,9 +1,13 @@
 package edge
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +292,40 @@ func TestTraceHeadersAtTheBoundary(t *testing.T) {
 		if v := hd.Get(name); v != "" {
 			t.Errorf("the job's message carries the client's %s: %q", name, v)
 		}
+	}
+}
+
+// TestChunkedRequestClosesConnection: a request sent with both
+// Content-Length and Transfer-Encoding (RFC 9112 6.3, request smuggling) is
+// answered and the connection closed, so nothing after it on the
+// connection is read as another request.
+func TestChunkedRequestClosesConnection(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	conn, err := net.Dial("tcp", h.http.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"prompt":"hi"}`
+	smuggled := "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+	req := "POST /ai/run/" + modelStories + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n" +
+		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)+len(smuggled)) + "\r\n" +
+		"Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n" + smuggled
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !resp.Close {
+		t.Errorf("response %d without Connection: close", resp.StatusCode)
+	}
+	if second, err := http.ReadResponse(br, nil); err == nil {
+		t.Errorf("a second response (%d) came on the connection: the smuggled request was served", second.StatusCode)
 	}
 }

@@ -207,7 +207,7 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 		s.vocabs[m.Name] = v
 	}
 	s.routes()
-	s.h = s.observe(s.gate(s.mux))
+	s.h = s.observe(closeAfterChunked(s.gate(s.mux)))
 	return s, nil
 }
 
