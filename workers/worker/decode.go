@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,6 +77,9 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 	case errors.Is(err, engine.ErrBroken):
 		d.requeue(ctx, 0) // for another decode worker
 		return
+	case errors.Is(err, errNoRoom):
+		d.end(ctx, queue.ErrKindCapacity, "no decode capacity: "+err.Error())
+		return
 	case err != nil:
 		kind, text := classify(err, context.Cause(rctx))
 		d.end(ctx, kind, text)
@@ -129,11 +133,40 @@ func (d *delivery) verifyManifest(raw []byte) (*handoff.Manifest, error) {
 // reserve waits, with the heartbeat running, for the KV the request needs in
 // its tenant's turn (engine.Reserve): a pool full of other tenants' work
 // makes room for it by preemption when its tenant is under its fair share,
-// as it would for a job run here whole.
+// as it would for a job run here whole. It waits no longer than the prefill
+// worker waits for a taker (its StartTimeout, from the hand-over's
+// publication, less a tenth): past that the pages are gone, and the job
+// ends errNoRoom (capacity), not with a failed transfer.
 func (d *delivery) reserve(rctx context.Context) (*kvcache.Sequence, error) {
 	stopBeat := d.heartbeat()
 	defer stopBeat()
-	return d.eng.Reserve(rctx, d.req)
+	wait := startTimeout(d.w.cfg.Handoff.Sender)
+	from := time.Now()
+	if md, err := d.msg.Metadata(); err == nil && md.Timestamp.Before(from) {
+		from = md.Timestamp
+	}
+	ctx, cancel := context.WithDeadline(rctx, from.Add(wait-wait/10))
+	defer cancel()
+	seq, err := d.eng.Reserve(ctx, d.req)
+	if err != nil && rctx.Err() == nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w within %v of the hand-over", errNoRoom, (wait - wait/10).Round(time.Millisecond))
+	}
+	return seq, err
+}
+
+// errNoRoom: the decode pool had no room for a hand-over's KV in time.
+var errNoRoom = errors.New("no KV pages free for the request")
+
+// startTimeout is how long a prefill worker with cfg waits for a decode
+// worker to start pulling a hand-over.
+func startTimeout(cfg handoff.SenderConfig) time.Duration {
+	switch {
+	case cfg.StartTimeout > 0:
+		return cfg.StartTimeout
+	case cfg.IdleTimeout > 0:
+		return cfg.IdleTimeout
+	}
+	return handoff.DefaultIdleTimeout
 }
 
 // fetchKV pulls every page m names into seq, each checked against its

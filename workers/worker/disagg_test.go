@@ -19,6 +19,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
 // split is a prefill worker and a decode worker, each on its own NATS
@@ -372,4 +373,28 @@ func readFrames(t *testing.T, sub *nats.Subscription) *answer {
 			return toAnswer(frames)
 		}
 	}
+}
+
+// TestDecodeWaitsNoLongerThanTheSender: a decode pool held by the job's own
+// tenant (no preemption can make room) takes the hand-over into its queue
+// and waits for pages, but no longer than the prefill worker waits for a
+// taker: the job ends capacity_exceeded ("no decode capacity") and no
+// reservation is left waiting in the decode engine.
+func TestDecodeWaitsNoLongerThanTheSender(t *testing.T) {
+	ev := startNATS(t)
+	short := HandoffConfig{Sender: handoff.SenderConfig{StartTimeout: time.Second}}
+	s := startSplit(t, ev, engine.Config{}, engine.Config{Context: 256, KVTokens: 256}, Config{Handoff: short}, Config{Handoff: short})
+	job := newJob(t, "Once upon a time", 16)
+	held, err := s.dec.Reserve(context.Background(), engine.Request{Owner: kvcache.Owner{Namespace: job.Tenant, Request: "holder"},
+		Prompt: []int32{1, 403, 407}, MaxTokens: 250})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := submit(t, ev, job)
+	a.wantError(t, queue.ErrKindCapacity, "no decode capacity")
+	if w := s.dec.Stats().Waiting; w != 0 {
+		t.Errorf("%d reservations still waiting in the decode engine after the job ended", w)
+	}
+	held.Free()
+	checkBaseline(t, s.pre, s.dec)
 }

@@ -147,14 +147,7 @@ func handOverFailure(err, cause error, claimed bool, cfg handoff.SenderConfig) (
 	case errors.Is(err, queue.ErrQueueFull):
 		return queue.ErrKindCapacity, "no decode capacity: the decode queue is full"
 	case errors.Is(err, handoff.ErrAbandoned) && !claimed:
-		wait := cfg.StartTimeout
-		if wait == 0 {
-			wait = cfg.IdleTimeout
-		}
-		if wait == 0 {
-			wait = handoff.DefaultIdleTimeout
-		}
-		return queue.ErrKindCapacity, fmt.Sprintf("no decode worker took the request within %v", wait)
+		return queue.ErrKindCapacity, fmt.Sprintf("no decode worker took the request within %v", startTimeout(cfg))
 	}
 	return queue.ErrKindInternal, "KV handoff failed: " + err.Error()
 }
