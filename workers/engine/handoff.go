@@ -54,20 +54,8 @@ func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
 	s := newSequence(ctx, e.model, req, smp)
 	e.constrain(s)
 	s.handoff = true
-	s.events = make(chan Event, 1) // only the final event
-	if err := e.enqueue(s, nil); err != nil {
+	if err := e.handBack(s, finishPrefilled); err != nil {
 		return nil, err
-	}
-	var last Event
-	for ev := range s.events {
-		last = ev
-	}
-	// The channel is closed after the scheduler's last touch of s.
-	if last.Err != nil {
-		return nil, last.Err
-	}
-	if !last.Done || last.Finish != finishPrefilled || s.kv == nil {
-		panic(fmt.Sprintf("engine: broken invariant: prefill ended with %+v", last))
 	}
 	p := &Prefilled{Seq: s.kv, First: s.first, PromptTokens: len(req.Prompt), CachedTokens: s.cached}
 	if err := ctx.Err(); err != nil {
@@ -75,6 +63,28 @@ func (e *Engine) Prefill(ctx context.Context, req Request) (*Prefilled, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// handBack queues s, which ends keeping its KV for the caller (a Prefill or
+// a Reserve), and waits for its one final event: the error it ended with,
+// or nil once it ended with finish, s.kv then the caller's.
+func (e *Engine) handBack(s *sequence, finish string) error {
+	s.events = make(chan Event, 1) // only the final event
+	if err := e.enqueue(s, nil); err != nil {
+		return err
+	}
+	var last Event
+	for ev := range s.events {
+		last = ev
+	}
+	// The channel is closed after the scheduler's last touch of s.
+	if last.Err != nil {
+		return last.Err
+	}
+	if !last.Done || last.Finish != finish || s.kv == nil {
+		panic(fmt.Sprintf("engine: broken invariant: a %s sequence ended with %+v", finish, last))
+	}
+	return nil
 }
 
 // NewSequenceFor reserves, all or nothing, the KV a Resume of req needs:
@@ -108,20 +118,8 @@ func (e *Engine) Reserve(ctx context.Context, req Request) (*kvcache.Sequence, e
 	}
 	s := newSequence(ctx, e.model, req, nil)
 	s.reservation = true
-	s.events = make(chan Event, 1) // only the final event
-	if err := e.enqueue(s, nil); err != nil {
+	if err := e.handBack(s, finishReserved); err != nil {
 		return nil, err
-	}
-	var last Event
-	for ev := range s.events {
-		last = ev
-	}
-	// The channel is closed after the scheduler's last touch of s.
-	if last.Err != nil {
-		return nil, last.Err
-	}
-	if !last.Done || last.Finish != finishReserved || s.kv == nil {
-		panic(fmt.Sprintf("engine: broken invariant: reservation ended with %+v", last))
 	}
 	if err := ctx.Err(); err != nil {
 		s.kv.Free()
