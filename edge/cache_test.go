@@ -346,3 +346,41 @@ func TestCachedTokensInUsage(t *testing.T) {
 		}
 	})
 }
+
+// TestRejectIfBusyReachesJob: Workers AI's rejectIfBusy, in the body as
+// options.rejectIfBusy (native and OpenAI-compatible, as Workers AI takes
+// it) or as the ?rejectIfBusy=true query, reaches the job; otherwise the
+// job waits for a worker.
+func TestRejectIfBusyReachesJob(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	native := "/ai/run/" + modelStories
+	chat := func(extra string) string {
+		return `{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}]` + extra + `}`
+	}
+	for _, c := range []struct {
+		name, path, body string
+		want             bool
+	}{
+		{"native default", native, `{"prompt":"Once"}`, false},
+		{"native body", native, `{"prompt":"Once","options":{"rejectIfBusy":true}}`, true},
+		{"native body false", native, `{"prompt":"Once","options":{"rejectIfBusy":false}}`, false},
+		{"native query", native + "?rejectIfBusy=true", `{"prompt":"Once"}`, true},
+		{"chat default", "/v1/chat/completions", chat(""), false},
+		{"chat body", "/v1/chat/completions", chat(`,"options":{"rejectIfBusy":true}`), true},
+		{"completions body", "/v1/completions", `{"model":"` + modelStories + `","prompt":"Once","options":{"rejectIfBusy":true}}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, _, b := h.do("POST", c.path, "alice", c.body)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %s", status, b)
+			}
+			if got := h.lastJob().RejectIfBusy; got != c.want {
+				t.Errorf("job RejectIfBusy %v, want %v", got, c.want)
+			}
+		})
+	}
+	status, _, b := h.do("POST", native, "alice", `{"prompt":"Once","options":{"rejectIfBusy":"yes"}}`)
+	if status != http.StatusBadRequest || !strings.Contains(string(b), "rejectIfBusy") {
+		t.Errorf("options.rejectIfBusy \"yes\": status %d: %s", status, b)
+	}
+}

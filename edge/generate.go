@@ -118,7 +118,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		MaxTokens:    a.maxTokens,
 		Sampling:     in.sampling,
 		Stop:         in.stop,
-		RejectIfBusy: r.URL.Query().Get("rejectIfBusy") == "true",
+		RejectIfBusy: in.rejectIfBusy || r.URL.Query().Get("rejectIfBusy") == "true",
 		CachePrefix:  in.cachePrefix && !class.PrefixCacheOff,
 		Reply:        queue.ReplySubject(id),
 		Deadline:     time.Now().Add(s.cfg.RequestTimeout),

@@ -39,6 +39,7 @@ type genInput struct {
 	sampling     queue.Sampling
 	stop         []string
 	cachePrefix  bool // the request allows the tenant's prefix cache (the default; queue.Job.CachePrefix)
+	rejectIfBusy bool // options.rejectIfBusy in the body (the ?rejectIfBusy=true query says it too)
 
 	// grammar is response_format or a forced tool call (structured.go).
 	grammar *queue.Grammar
@@ -68,6 +69,7 @@ type nativeRequest struct {
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
+	Options           *requestOptions `json:"options"`
 
 	// Async batch submission (?queueRequest=true) and polling.
 	Requests  []json.RawMessage `json:"requests"`
@@ -105,7 +107,18 @@ type openAIRequest struct {
 	N                *int            `json:"n"`
 	CachePrefix      *bool           `json:"cache_prefix"` // false opts out of the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage `json:"response_format"`
+	Options          *requestOptions `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
 }
+
+// requestOptions is Workers AI's "options" object of a request body.
+type requestOptions struct {
+	// RejectIfBusy asks for 429 (3040) at once when no worker has room,
+	// instead of waiting in the queue (Workers AI's options.rejectIfBusy).
+	RejectIfBusy bool `json:"rejectIfBusy"`
+}
+
+// busy reports options.rejectIfBusy.
+func (o *requestOptions) busy() bool { return o != nil && o.RejectIfBusy }
 
 // chatRequest is OpenAI's /v1/chat/completions body.
 type chatRequest struct {
@@ -371,7 +384,7 @@ func parseContent(raw json.RawMessage) (string, error) {
 // nativeInput validates a native body (not an async batch or poll). prefix
 // names the body's place in a batch in the fields of its errors.
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
-	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: cacheAllowed(req.CachePrefix), now: time.Now()}
+	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: cacheAllowed(req.CachePrefix), rejectIfBusy: req.Options.busy(), now: time.Now()}
 	err := in.nativeText(req)
 	if err == nil {
 		err = in.nativeSampling(req)
@@ -499,6 +512,7 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
 	in.cachePrefix = cacheAllowed(r.CachePrefix)
+	in.rejectIfBusy = r.Options.busy()
 	in.stop = st
 	in.stream = r.Stream
 	in.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
