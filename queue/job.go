@@ -150,8 +150,8 @@ func (j *Job) Validate() error {
 	switch {
 	case j.ID == "":
 		return fmt.Errorf("%w: job without id", ErrBadMessage)
-	case j.Tenant == "":
-		return fmt.Errorf("%w: job %s without tenant", ErrBadMessage, j.ID)
+	case !ValidTenant(j.Tenant):
+		return fmt.Errorf("%w: job %s tenant %q: want 1-%d letters, digits, '-' or '_'", ErrBadMessage, j.ID, j.Tenant, MaxTenantLen)
 	case j.Model == "":
 		return fmt.Errorf("%w: job %s without model", ErrBadMessage, j.ID)
 	case j.MaxTokens < 1:

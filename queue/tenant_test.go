@@ -2,8 +2,10 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +169,40 @@ func TestSetupUpgrade(t *testing.T) {
 	}
 	if info.Config.MaxMsgsPerSubject != 2 {
 		t.Errorf("drained stream's per-subject limit %d, want 2", info.Config.MaxMsgsPerSubject)
+	}
+}
+
+// TestValidTenant: the one tenant rule, and every decoder that holds to it:
+// a job, a decode hand-over and a usage event naming a malformed tenant are
+// refused.
+func TestValidTenant(t *testing.T) {
+	for s, want := range map[string]bool{
+		"acme": true, "Tenant_2-b": true, strings.Repeat("a", MaxTenantLen): true,
+		"": false, strings.Repeat("a", MaxTenantLen+1): false, "a.b": false, "a b": false, "a*": false,
+		"a>": false, "{a}": false, "a:b": false, "é": false, "a/b": false,
+	} {
+		if got := ValidTenant(s); got != want {
+			t.Errorf("ValidTenant(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "{x}", strings.Repeat("a", MaxTenantLen+1)} {
+		job := testJob("bad-tenant")
+		job.Tenant = bad
+		b, err := json.Marshal(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeJob(b); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("DecodeJob with tenant %q: %v, want ErrBadMessage", bad, err)
+		}
+		h, _ := json.Marshal(&Handover{Job: *job, Manifest: json.RawMessage(`{"v":1}`)})
+		if _, err := DecodeHandover(h); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("DecodeHandover with tenant %q: %v, want ErrBadMessage", bad, err)
+		}
+		ev := &UsageEvent{RequestID: "r", Tenant: bad, Model: "m", Time: time.Now()}
+		u, _ := json.Marshal(ev)
+		if _, err := DecodeUsage(u); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("DecodeUsage with tenant %q: %v, want ErrBadMessage", bad, err)
+		}
 	}
 }

@@ -84,8 +84,8 @@ func (e *UsageEvent) Validate() error {
 	switch {
 	case e.RequestID == "":
 		return fmt.Errorf("%w: usage event without request id", ErrBadMessage)
-	case e.Tenant == "":
-		return fmt.Errorf("%w: usage event %s without tenant", ErrBadMessage, e.RequestID)
+	case !ValidTenant(e.Tenant):
+		return fmt.Errorf("%w: usage event %s tenant %q: want 1-%d letters, digits, '-' or '_'", ErrBadMessage, e.RequestID, e.Tenant, MaxTenantLen)
 	case e.Model == "":
 		return fmt.Errorf("%w: usage event %s without model", ErrBadMessage, e.RequestID)
 	case e.Time.IsZero():

@@ -36,18 +36,3 @@ func recentKey(tenant string) string { return tenantPrefix(tenant) + "recent" }
 // ChargeTTL is how long a day total and its claims live: past the day's end,
 // so a request that ends just after midnight still finds its claim.
 const ChargeTTL = 48 * time.Hour
-
-// ValidTenant: 1-64 ASCII letters, digits, '-' or '_' (the auth package's
-// rule for the sub claim), so a tenant can never break out of its hash tag.
-func ValidTenant(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}

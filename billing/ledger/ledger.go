@@ -134,7 +134,7 @@ func (l *Ledger) Record(ctx context.Context, ev *queue.UsageEvent) (counted bool
 	if err := ev.Validate(); err != nil {
 		return false, err
 	}
-	if !ValidTenant(ev.Tenant) {
+	if !queue.ValidTenant(ev.Tenant) {
 		return false, fmt.Errorf("%w: %q", ErrInvalidTenant, ev.Tenant)
 	}
 	b, err := json.Marshal(ev)

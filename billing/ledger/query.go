@@ -117,7 +117,7 @@ type Report struct {
 // bucket; an empty or inverted range, or more than MaxHourBuckets or
 // MaxDayBuckets buckets, is ErrQuery.
 func (l *Ledger) Query(ctx context.Context, q Query) (*Report, error) {
-	if !ValidTenant(q.Tenant) {
+	if !queue.ValidTenant(q.Tenant) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidTenant, q.Tenant)
 	}
 	starts, key, err := q.buckets()
@@ -245,7 +245,7 @@ func addBucket(h Histogram, idx string, n int64) {
 // that ended before the cursor (empty: from the newest), and the cursor of
 // the next page ("" when there is none).
 func (l *Ledger) Recent(ctx context.Context, tenant string, limit int, cursor string) ([]queue.UsageEvent, string, error) {
-	if !ValidTenant(tenant) {
+	if !queue.ValidTenant(tenant) {
 		return nil, "", fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
 	if limit < 1 {
@@ -289,7 +289,7 @@ func (l *Ledger) Recent(ctx context.Context, tenant string, limit int, cursor st
 // DayMicro is tenant's micro-neurons on the UTC day of t: what the daily
 // budget is checked against.
 func (l *Ledger) DayMicro(ctx context.Context, tenant string, t time.Time) (int64, error) {
-	if !ValidTenant(tenant) {
+	if !queue.ValidTenant(tenant) {
 		return 0, fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)

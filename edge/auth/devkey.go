@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // Files LoadOrCreateDevKey keeps in its directory.
@@ -171,7 +173,7 @@ func (k *DevKey) VerifierConfig() Config {
 // Mint signs a token for tenant with the given scopes and model allowlist
 // (empty: all models), valid for ttl from now. It backs `bulkhead token`.
 func (k *DevKey) Mint(tenant string, scopes []string, models []string, ttl time.Duration) (string, error) {
-	if !ValidTenant(tenant) {
+	if !queue.ValidTenant(tenant) {
 		return "", fmt.Errorf("%w: tenant %q: want 1-%d letters, digits, '-' or '_'", ErrDevKey, tenant, MaxTenantLen)
 	}
 	if ttl <= 0 || ttl > MaxDevTTL {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // Scopes a token may grant (the space-separated "scope" claim). Unknown scope
@@ -23,8 +25,9 @@ var (
 	ErrForbidden = errors.New("auth: forbidden")
 )
 
-// MaxTenantLen is the longest tenant id (the "sub" claim) accepted.
-const MaxTenantLen = 64
+// MaxTenantLen is the longest tenant id (the "sub" claim) accepted:
+// queue.ValidTenant's rule.
+const MaxTenantLen = queue.MaxTenantLen
 
 // Principal is who a verified token speaks for.
 type Principal struct {
@@ -62,23 +65,6 @@ func (p Principal) RequireModel(name string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: token does not allow model %q", ErrForbidden, name)
-}
-
-// ValidTenant reports whether s is a well-formed tenant id: 1 to MaxTenantLen
-// ASCII letters, digits, '-' or '_'.
-func ValidTenant(s string) bool {
-	if len(s) == 0 || len(s) > MaxTenantLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // validName reports whether a scope or model name is acceptable in a claim:

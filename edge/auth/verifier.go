@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // Algorithm names (JWS "alg").
@@ -276,7 +278,7 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if life := c.ExpiresAt.Sub(from); life > v.lifetime+v.leeway {
 		return Principal{}, fmt.Errorf("%w: token lifetime exceeds %v", ErrUnauthenticated, v.lifetime)
 	}
-	if !ValidTenant(c.Subject) {
+	if !queue.ValidTenant(c.Subject) {
 		return Principal{}, fmt.Errorf("%w: sub is missing or not a valid tenant id", ErrUnauthenticated)
 	}
 	p := Principal{Tenant: c.Subject, Scopes: strings.Fields(c.Scope)}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/price"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 var (
@@ -303,7 +304,7 @@ func (j *Jobs) validate() error {
 // ErrConcurrency, ErrQueueBound or ErrBudgetExhausted), ErrUnavailable when
 // Redis cannot be asked and FailOpen is off, or ctx's error.
 func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (release func(Usage), err error) {
-	if !validTenant(tenant) {
+	if !queue.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
 	if err := jobs.validate(); err != nil {
@@ -385,7 +386,7 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq int, day tim
 // ended), charging nothing: billing counts its usage event. Ids without a
 // lease are skipped, so every edge may release every ended job.
 func (q *Quota) ReleaseJobs(ctx context.Context, tenant string, ids ...string) error {
-	if !validTenant(tenant) {
+	if !queue.ValidTenant(tenant) {
 		return fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
 	if q.rdb == nil || len(ids) == 0 {
@@ -446,7 +447,7 @@ func (q *Quota) release(tenant string, ids []string, day time.Time, u Usage) {
 
 // Used returns the neurons tenant has been charged on the UTC day of t.
 func (q *Quota) Used(ctx context.Context, tenant string, t time.Time) (float64, error) {
-	if !validTenant(tenant) {
+	if !queue.ValidTenant(tenant) {
 		return 0, fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
 	if q.rdb == nil {
@@ -480,19 +481,4 @@ func newID() (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b[:]), nil
-}
-
-// validTenant: 1-64 ASCII letters, digits, '-' or '_' (the auth package's
-// rule for the sub claim), so a tenant can never break out of its hash tag.
-func validTenant(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // ErrConfig reports a class table that cannot be used.
@@ -73,7 +75,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: default class %q is not defined", ErrConfig, def)
 	}
 	for tenant, class := range c.Members {
-		if !validName(tenant) {
+		if !queue.ValidTenant(tenant) {
 			return fmt.Errorf("%w: tenant %q: use 1-64 letters, digits, '-' or '_'", ErrConfig, tenant)
 		}
 		if !seen[class] && class != DefaultClass {
@@ -216,17 +218,5 @@ func ParseMembers(spec string) (map[string]string, error) {
 	return out, nil
 }
 
-// validName: 1-64 ASCII letters, digits, '-' or '_' (the auth package's rule
-// for tenant ids).
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// validName is the rule for class names: the tenant-id rule (queue.ValidTenant).
+func validName(s string) bool { return queue.ValidTenant(s) }
