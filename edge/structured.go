@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/bulkhead-ai/bulkhead/models/grammar"
 	"github.com/bulkhead-ai/bulkhead/queue"
-	"github.com/bulkhead-ai/bulkhead/workers/sample"
 )
 
 // Structured output. The edge checks a response_format (or a forced tool
-// call) up front by compiling its grammar with the worker's own compiler
-// (workers/sample has no dependencies, so the edge can import it without
-// pulling in the engine): a schema keyword the grammar does not implement, or
+// call) up front by compiling its grammar with the compiler the worker uses
+// (models/grammar: what output a model may produce): a schema keyword the grammar does not implement, or
 // a constraint no value meets, is refused here with 5004 naming the keyword,
 // never silently ignored downstream.
 
@@ -73,8 +72,8 @@ func parseResponseFormat(raw json.RawMessage, native bool) (*queue.Grammar, erro
 // checkSchema compiles a schema, turning a refusal into an *InputError that
 // names the keyword.
 func checkSchema(field string, schema []byte) error {
-	_, err := sample.CompileSchema(schema)
-	var se *sample.SchemaError
+	_, err := grammar.CompileSchema(schema)
+	var se *grammar.SchemaError
 	if errors.As(err, &se) {
 		return &InputError{Field: field, Msg: fmt.Sprintf("schema keyword %q: %s", se.Keyword, se.Reason)}
 	}

@@ -54,3 +54,51 @@ func testSupport(pkg string) bool {
 	name := rest[strings.LastIndex(rest, "/")+1:]
 	return name == "testkit" || strings.HasSuffix(name, "test")
 }
+
+// TestLayering: the design card's layers, on the product's imports:
+// models/ imports none of edge/, queue, workers/ or billing/; queue imports
+// no other package of ours; workers/ never imports edge/, nor edge/
+// workers/ (what both need, such as the grammar of structured output, lives
+// in models/). cmd/ wires everything and may import anything.
+func TestLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := layer(fields[0])
+		for _, imp := range fields[1:] {
+			if why := breaks(pkg, layer(imp)); why != "" && !testSupport(fields[0]) {
+				t.Errorf("%s imports %s: %s", fields[0], imp, why)
+			}
+		}
+	}
+}
+
+// layer is the top folder of one of the module's packages ("" for others).
+func layer(pkg string) string {
+	rest, ok := strings.CutPrefix(pkg, module+"/")
+	if !ok {
+		return ""
+	}
+	top, _, _ := strings.Cut(rest, "/")
+	return top
+}
+
+// breaks says which rule an import from layer from into layer to breaks, or "".
+func breaks(from, to string) string {
+	switch {
+	case to == "" || to == from:
+		return ""
+	case from == "models" && to != "models":
+		return "models/ imports no other layer"
+	case from == "queue":
+		return "queue imports no other package of ours"
+	case from == "workers" && to == "edge":
+		return "workers/ never imports edge/"
+	case from == "edge" && to == "workers":
+		return "edge/ never imports workers/"
+	}
+	return ""
+}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/grammar"
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
@@ -163,7 +164,7 @@ type Request struct {
 	// samples only among the tokens that keep the text a prefix of the
 	// grammar's language, end-of-generation only where it is complete, and
 	// the sequence stops ("stop") once nothing more can follow.
-	Grammar *sample.Grammar
+	Grammar *grammar.Grammar
 	// Logprobs puts each generated token's log-probability on its event,
 	// with the TopLogprobs (0 to sample.MaxTopLogprobs) most likely tokens,
 	// from the logits the sampler used (sample.Sampler.Logprobs).
@@ -234,7 +235,7 @@ type Engine struct {
 	running atomic.Int64 // sequences in the batch, as of Run's last admit or step
 
 	vocabOnce sync.Once
-	vocab     *sample.Vocab // the tokenizer's trie for constrained decoding, built on first use
+	vocab     *grammar.Vocab // the tokenizer's trie for constrained decoding, built on first use
 
 	// step's buffers, owned by Run's goroutine.
 	chunkBuf []chunk

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/bulkhead-ai/bulkhead/models/grammar"
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
@@ -47,8 +48,8 @@ type sequence struct {
 
 	// Constrained decoding (Request.Grammar): the matcher follows the output
 	// through the grammar; allow is the mask it fills each step.
-	matcher *sample.Matcher
-	vocab   *sample.Vocab
+	matcher *grammar.Matcher
+	vocab   *grammar.Vocab
 	allow   []uint64
 
 	logprob *Logprob // the next accepted token's, when the request asks
@@ -73,7 +74,7 @@ func (e *Engine) constrain(s *sequence) {
 // vocabIndex returns the tokenizer's trie for constrained decoding, building
 // it on first use: the bytes each token emits as generated text (control
 // tokens emit nothing and are never allowed).
-func (e *Engine) vocabIndex() *sample.Vocab {
+func (e *Engine) vocabIndex() *grammar.Vocab {
 	e.vocabOnce.Do(func() {
 		e.vocab = NewVocab(e.model.Tokenizer, e.model.Hyper.Vocab)
 	})
@@ -82,7 +83,7 @@ func (e *Engine) vocabIndex() *sample.Vocab {
 
 // NewVocab indexes a tokenizer's vocabulary (size rows of logits) for
 // constrained decoding.
-func NewVocab(t *tokenizer.Tokenizer, size int) *sample.Vocab {
+func NewVocab(t *tokenizer.Tokenizer, size int) *grammar.Vocab {
 	pieces := make([]string, size)
 	var eog []int32
 	for id := range int32(size) {
@@ -94,7 +95,7 @@ func NewVocab(t *tokenizer.Tokenizer, size int) *sample.Vocab {
 			pieces[id] = t.Piece(id)
 		}
 	}
-	return sample.NewVocab(pieces, eog)
+	return grammar.NewVocab(pieces, eog)
 }
 
 // pick samples the next token, within the grammar if there is one; it

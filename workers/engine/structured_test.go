@@ -18,6 +18,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/models/grammar"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
@@ -99,7 +100,7 @@ type schemaCase struct {
 }
 
 func schemaCases(t testing.TB) []schemaCase {
-	b, err := os.ReadFile("../sample/testdata/schemas.json")
+	b, err := os.ReadFile("../../models/grammar/testdata/schemas.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,15 +111,15 @@ func schemaCases(t testing.TB) []schemaCase {
 	return cs
 }
 
-func compileCase(t testing.TB, c schemaCase) (*sample.Grammar, *jsonschema.Schema) {
+func compileCase(t testing.TB, c schemaCase) (*grammar.Grammar, *jsonschema.Schema) {
 	t.Helper()
 	raw := c.Schema
-	g := sample.JSONObject()
+	g := grammar.JSONObject()
 	if string(raw) == "null" {
 		raw = []byte(`{"type":"object"}`)
 	} else {
 		var err error
-		if g, err = sample.CompileSchema(raw); err != nil {
+		if g, err = grammar.CompileSchema(raw); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -214,7 +215,7 @@ func TestConstrainedBatchInvariance(t *testing.T) {
 	m := loadStories(t)
 	e := startEngine(t, m, Config{Threads: 1, MaxBatch: 8})
 	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
-	req := func(i int, g *sample.Grammar) Request {
+	req := func(i int, g *grammar.Grammar) Request {
 		return Request{Owner: kvcache.Owner{Namespace: "t", Request: fmt.Sprint(i)}, Prompt: prompt, MaxTokens: 48,
 			Sampling: sample.Params{Temperature: 1, Seed: 42}, Grammar: g}
 	}
@@ -222,7 +223,7 @@ func TestConstrainedBatchInvariance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"integer"}}},"required":["a","b"]}`))
+	g, err := grammar.CompileSchema([]byte(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"integer"}}},"required":["a","b"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestConstrainedBatchInvariance(t *testing.T) {
 	errs := make([]error, 8)
 	var wg sync.WaitGroup
 	for i := range 8 {
-		var gi *sample.Grammar
+		var gi *grammar.Grammar
 		if i > 0 {
 			gi = g
 		}
@@ -268,8 +269,8 @@ func TestLogprobs(t *testing.T) {
 	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
 	for _, tc := range []struct {
 		name    string
-		grammar *sample.Grammar
-	}{{"free", nil}, {"json", sample.JSONObject()}} {
+		grammar *grammar.Grammar
+	}{{"free", nil}, {"json", grammar.JSONObject()}} {
 		t.Run(tc.name, func(t *testing.T) {
 			events, err := e.Submit(context.Background(), Request{Owner: own, Prompt: prompt, MaxTokens: 16,
 				Logprobs: true, TopLogprobs: 5, Grammar: tc.grammar})
@@ -325,14 +326,14 @@ func BenchmarkConstrainedBatch(b *testing.B) {
 func benchConstrainedBatch(b *testing.B, m *Model) {
 	e := startEngine(b, m, Config{Threads: 1, MaxBatch: 8, Context: 256})
 	prompt := m.Tokenizer.Encode("Once upon a time", m.Tokenizer.AddBOS(), false)
-	g, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"]}`))
+	g, err := grammar.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"]}`))
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, mode := range []struct {
 		name string
-		g    *sample.Grammar
-	}{{"unconstrained", nil}, {"json_object", sample.JSONObject()}, {"json_schema", g}} {
+		g    *grammar.Grammar
+	}{{"unconstrained", nil}, {"json_object", grammar.JSONObject()}, {"json_schema", g}} {
 		b.Run(mode.name, func(b *testing.B) {
 			tokens := 0
 			for b.Loop() {
@@ -367,15 +368,15 @@ func BenchmarkMask(b *testing.B) {
 	v := NewVocab(m.Tokenizer, m.Hyper.Vocab)
 	answer := `{"name":"Alice Smith, a writer from the coast","age":42,"tags":["poetry","long walks"],"ok":true,"score":0.875}`
 	ids := m.Tokenizer.Encode(answer, false, false)
-	schema, err := sample.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string","maxLength":60},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"type":"string"},"maxItems":5},"ok":{"type":"boolean"},"score":{"type":"number","minimum":0,"maximum":1}},"required":["name","age","tags","ok","score"],"additionalProperties":false}`))
+	schema, err := grammar.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string","maxLength":60},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"type":"string"},"maxItems":5},"ok":{"type":"boolean"},"score":{"type":"number","minimum":0,"maximum":1}},"required":["name","age","tags","ok","score"],"additionalProperties":false}`))
 	if err != nil {
 		b.Fatal(err)
 	}
 	allow := make([]uint64, (v.Size()+63)/64)
 	for _, g := range []struct {
 		name string
-		g    *sample.Grammar
-	}{{"json_object", sample.JSONObject()}, {"json_schema", schema}} {
+		g    *grammar.Grammar
+	}{{"json_object", grammar.JSONObject()}, {"json_schema", schema}} {
 		b.Run(fmt.Sprintf("%s/vocab%d", g.name, v.Size()), func(b *testing.B) {
 			steps := 0
 			var worst time.Duration

@@ -12,15 +12,9 @@
 // sequence, so that no part of a stop string (and nothing after it) is ever
 // emitted, and never emits a split UTF-8 character.
 //
-// Constrained decoding: CompileSchema (or JSONObject) builds a Grammar; a
-// Matcher follows one sequence's output through it byte by byte; Matcher.Mask
-// marks, from a Vocab (a trie of the bytes each token emits, built once per
-// model), the tokens that keep the output a prefix of the language, and
-// SampleAllowed draws among them. Unsupported or impossible schemas are refused
-// with a *SchemaError naming the keyword. Logprobs reports the distribution the
-// last draw used (after penalties, before temperature, filters and mask).
-// Mask allocates parse frames for the trie prefixes the grammar allows, not
-// for the whole vocabulary.
+// SampleAllowed draws among the tokens a mask allows (constrained decoding:
+// models/grammar's Matcher fills the mask). Logprobs reports the distribution
+// the last draw used (after penalties, before temperature, filters and mask).
 //
 // This package must never import other Bulkhead packages, touch model weights,
 // or allocate in proportion to the vocabulary on each call.

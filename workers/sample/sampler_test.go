@@ -517,3 +517,24 @@ func TestEmptyLogitsPanics(t *testing.T) {
 	}()
 	mustNew(t, Params{}).Sample(nil, nil)
 }
+
+func TestSampleAllowedFlatRow(t *testing.T) {
+	inf := float32(math.Inf(-1))
+	logits := []float32{5, inf, inf, 3}
+	allow := []uint64{1<<1 | 1<<2}
+	for _, temp := range []float32{0, 1} {
+		s, _ := New(Params{Temperature: temp})
+		if got := s.SampleAllowed(logits, nil, allow); got != 1 {
+			t.Errorf("temperature %v: token %d, want the first allowed (1)", temp, got)
+		}
+	}
+	allow = []uint64{1 << 3}
+	s, _ := New(Params{Temperature: 1})
+	if got := s.SampleAllowed(logits, nil, allow); got != 3 {
+		t.Errorf("token %d, want 3, the only allowed", got)
+	}
+	lp, top := s.Logprobs(3, 2)
+	if len(top) != 2 || top[0].ID != 0 || lp >= top[0].Logprob {
+		t.Errorf("logprobs before the mask: %v %+v", lp, top)
+	}
+}

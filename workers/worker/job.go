@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkhead-ai/bulkhead/models/grammar"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -245,14 +246,14 @@ func (d *delivery) refuseUndecodable(derr error) {
 
 // jobGrammar compiles a job's output constraint (nil for none). The edge
 // compiled it already; a job that still fails is refused as invalid input.
-func jobGrammar(g *queue.Grammar) (*sample.Grammar, error) {
+func jobGrammar(g *queue.Grammar) (*grammar.Grammar, error) {
 	switch {
 	case g == nil:
 		return nil, nil
 	case g.Kind == queue.GrammarJSONObject:
-		return sample.JSONObject(), nil
+		return grammar.JSONObject(), nil
 	case g.Kind == queue.GrammarJSONSchema:
-		return sample.CompileSchema(g.Schema)
+		return grammar.CompileSchema(g.Schema)
 	}
 	return nil, fmt.Errorf("unknown grammar kind %q", g.Kind)
 }

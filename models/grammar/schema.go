@@ -1,4 +1,4 @@
-package sample
+package grammar
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 )
 
 // ErrSchema is wrapped by every error from CompileSchema.
-var ErrSchema = errors.New("sample: schema not supported")
+var ErrSchema = errors.New("grammar: schema not supported")
 
 // SchemaError names the schema keyword that cannot be honoured: one the
 // grammar does not implement, or one whose constraint no value can meet.

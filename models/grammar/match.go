@@ -1,10 +1,10 @@
-package sample
+package grammar
 
 import "errors"
 
 // ErrGrammar is returned by Matcher.Accept for bytes the grammar does not
 // allow at that point.
-var ErrGrammar = errors.New("sample: output leaves the grammar")
+var ErrGrammar = errors.New("grammar: output leaves the grammar")
 
 // maxThreads bounds how many parses of an ambiguous grammar a Matcher follows
 // at once; dropping one never makes the output invalid, since every kept parse
@@ -140,7 +140,7 @@ func advance(up *frame) *frame {
 		c.i++
 		return c
 	}
-	panic("sample: advance into a scalar frame")
+	panic("grammar: advance into a scalar frame")
 }
 
 // feed appends the successors of f on byte b.

@@ -1,4 +1,4 @@
-package sample
+package grammar
 
 // Number phases: 0 before the number; 1 after '-'; 2 after a leading 0;
 // 3 in the integer digits (i of them, value v); 4 after '.'; 5 in the

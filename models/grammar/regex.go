@@ -1,4 +1,4 @@
-package sample
+package grammar
 
 import (
 	"fmt"
@@ -408,7 +408,7 @@ func (r *regex) build(a *rast, next int) int {
 		}
 		return t
 	}
-	panic("sample: unknown regex op")
+	panic("grammar: unknown regex op")
 }
 
 // finish computes closures restricted to live states (those that can still
