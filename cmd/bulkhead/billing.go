@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,9 +23,9 @@ type billingFlags struct {
 	redisURL  string
 	ackWait   time.Duration
 	grace     time.Duration // --drain-grace
-	exitAfter int64
 	obs       obsFlags
 	nats      natsFlags
+	faults    faultFlags // empty unless built with -tags faults
 }
 
 // runBilling runs the billing consumer: usage events from NATS into the
@@ -40,7 +39,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
 	f.obs.register(fs, true, false)
 	f.nats.register(fs)
-	fs.Int64Var(&f.exitAfter, "fault-exit-after", 0, "testing: exit (status 3) right after counting this many events, before acknowledging the last (0: never)")
+	f.faults.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -94,18 +93,11 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 	return m.Run(ctx)
 }
 
-// meterConfig is the meter's configuration from the flags; with
-// --fault-exit-after the process exits mid-event (fault tests).
+// meterConfig is the meter's configuration from the flags (with the fault
+// hooks of a -tags faults build).
 func (f *billingFlags) meterConfig(stderr io.Writer, tel *telemetry) meter.Config {
 	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp, Grace: f.grace}
-	if f.exitAfter > 0 {
-		cfg.AfterCount = func(n int64) {
-			if n == f.exitAfter {
-				fmt.Fprintf(stderr, "billing: --fault-exit-after %d: exiting with event %d counted and not acknowledged\n", n, n)
-				os.Exit(3)
-			}
-		}
-	}
+	f.faults.hook(&cfg, stderr)
 	return cfg
 }
 

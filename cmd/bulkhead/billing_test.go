@@ -70,6 +70,7 @@ var billingStopped = regexp.MustCompile(`billing stopped.*\bcounted"?[=:](\d+).*
 // the usage the clients were told, no more and no less.
 func TestBillingSurvivesKills(t *testing.T) {
 	c := startCluster(t)
+	faulty := buildBinary(t, t.TempDir(), "faults") // the only build with --fault-exit-after
 	edgeURL := c.edge(t, "edge")
 	redisURL := "redis://" + c.redis.Addr() + "/0"
 	billing := func(name string) *process {
@@ -138,7 +139,7 @@ func TestBillingSurvivesKills(t *testing.T) {
 		if round%3 == 2 {
 			// Dies right after counting an event, before acking it: the
 			// next process gets it again and must not count it twice.
-			p := start(t, fmt.Sprintf("billing-%d-fault", round), c.bin, "billing", "--nats", c.natsURL,
+			p := start(t, fmt.Sprintf("billing-%d-fault", round), faulty, "billing", "--nats", c.natsURL,
 				"--redis", redisURL, "--ack-wait", "2s", "--fault-exit-after", "5")
 			procs = append(procs, p)
 			starts++
@@ -265,5 +266,14 @@ func TestBudgetStopsTenant(t *testing.T) {
 	getUsage(t, edgeURL, "/ai/usage", reader, &rep)
 	if rep.Today.Neurons < 0.3 || rep.Today.Remaining == nil || *rep.Today.Remaining != 0 {
 		t.Fatalf("today %+v: want the budget used up", rep.Today)
+	}
+}
+
+// TestNoFaultFlagsShipped: the binary built without -tags faults has no
+// fault-injection flag.
+func TestNoFaultFlagsShipped(t *testing.T) {
+	_, stderr, code := bulkhead(t, "billing", "--fault-exit-after", "1", "--redis", "redis://127.0.0.1:1/0")
+	if code == 0 || !strings.Contains(stderr, "fault-exit-after") {
+		t.Errorf("billing --fault-exit-after: exit %d: %s; want it refused as an unknown flag", code, stderr)
 	}
 }

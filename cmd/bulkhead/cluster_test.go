@@ -24,10 +24,15 @@ import (
 )
 
 // buildBinary compiles bulkhead once per test run into dir.
-func buildBinary(t *testing.T, dir string) string {
+func buildBinary(t *testing.T, dir string, tags ...string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "bulkhead")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		bin += "-" + strings.Join(tags, "-")
+		args = []string{"build", "-o", bin, "-tags", strings.Join(tags, ",")}
+	}
+	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("go build: %v", err)
