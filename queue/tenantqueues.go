@@ -281,16 +281,15 @@ func validToken(s string) bool {
 // Refresh marks every queue this worker reads whose subject holds jobs
 // (waiting or running) as pending, from the stream's per-subject counts:
 // each tenant's shared queue, the legacy queue, this worker's routed queues
-// and those of workers gone (see reads). It rings the bell when that listed
-// a queue not listed before.
+// and those of workers gone (see reads).
 func (q *TenantQueues) Refresh(ctx context.Context) error {
 	counts, err := q.counts(ctx)
 	if err != nil {
 		return err
 	}
 	prefix := q.kind.subject + "."
-	added := false
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.last = time.Now()
 	q.pending[LegacyQueue]++
 	for subj, n := range counts {
@@ -299,15 +298,8 @@ func (q *TenantQueues) Refresh(ctx context.Context) error {
 			continue
 		}
 		if _, w := SplitRoute(key); w == "" || q.reads(w) {
-			if q.pending[key] == 0 {
-				added = true
-			}
 			q.pending[key]++
 		}
-	}
-	q.mu.Unlock()
-	if added { // as a doorbell would: a reader waiting for one looks now
-		q.ring()
 	}
 	return nil
 }
