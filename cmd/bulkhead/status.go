@@ -120,7 +120,7 @@ func printBacklog(w io.Writer, nodes []queue.Node) error {
 			}
 			seen[m.Name] = true
 			for _, b := range m.Backlog {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", m.Name, b.Tenant, b.Jobs, now.Sub(b.Oldest).Round(time.Millisecond))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", m.Name, b.Tenant, b.Jobs, age(now.Sub(b.Oldest)))
 			}
 		}
 	}
@@ -183,4 +183,13 @@ func stopService(log *slog.Logger, svc micro.Service, err error) func() {
 		return func() {}
 	}
 	return func() { _ = svc.Stop() }
+}
+
+// age is how long a backlog's oldest job has waited, for people: whole
+// seconds from a second on, milliseconds below.
+func age(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }
