@@ -19,13 +19,13 @@ import (
 
 // billingFlags are `bulkhead billing`'s flags.
 type billingFlags struct {
-	natsURL   string
-	redisURL  string
-	ackWait   time.Duration
-	grace     time.Duration // --drain-grace
-	obs       obsFlags
-	nats      natsFlags
-	faults    faultFlags // empty unless built with -tags faults
+	natsURL  string
+	redisURL string
+	ackWait  time.Duration
+	grace    time.Duration // --drain-grace
+	obs      obsFlags
+	nats     natsFlags
+	faults   faultFlags // empty unless built with -tags faults
 }
 
 // runBilling runs the billing consumer: usage events from NATS into the
