@@ -17,6 +17,9 @@
 // all) and refuses one that does not hold exactly the prompt, for this
 // tenant, with room to decode. A resumed sequence may be preempted like any
 // other: it then recomputes its prompt and output here, writing its own KV.
+// Recompute continues a request from the prefill's first token without its
+// pages (they were let go before this pool had room): it computes the prompt
+// here, in the tenant's turn, as after a preemption.
 //
 // A request with CachePrefix set uses its tenant's prefix cache in the KV
 // pool: admission attaches the longest run of the prompt's full pages that

@@ -147,6 +147,32 @@ func (e *Engine) Resume(ctx context.Context, req Request, seq *kvcache.Sequence,
 	if err := e.checkResume(req, seq, first); err != nil {
 		return nil, err
 	}
+	return e.resume(ctx, req, seq, first)
+}
+
+// Recompute continues a request from first, as Resume does, without the
+// prompt's KV: the hand-over's pages are not used (the decode pool had no
+// room for them while the sender held them). The request waits in the
+// engine's queue and is admitted in its tenant's turn like any other; its
+// prompt and first token are then computed here, into pages this engine
+// reserves (as a preempted resumed sequence recomputes), and decoding goes on
+// from there. Greedy output equals Resume's when both nodes run the same
+// kernels. The events are Resume's; a refused req or a first outside the
+// vocabulary is an error before any token.
+func (e *Engine) Recompute(ctx context.Context, req Request, first int32) (<-chan Event, error) {
+	if err := e.check(req, true); err != nil {
+		return nil, err
+	}
+	if err := e.checkFirst(first); err != nil {
+		return nil, err
+	}
+	return e.resume(ctx, req, nil, first)
+}
+
+// resume queues req to continue from first: from the prompt's KV in seq, or,
+// with a nil seq, after recomputing the prompt and first here. req, seq
+// and first have passed their checks.
+func (e *Engine) resume(ctx context.Context, req Request, seq *kvcache.Sequence, first int32) (<-chan Event, error) {
 	smp, err := sample.New(req.Sampling)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -159,12 +185,17 @@ func (e *Engine) Resume(ctx context.Context, req Request, seq *kvcache.Sequence,
 	}
 	s := newSequence(ctx, e.model, req, smp)
 	e.constrain(s)
-	s.kv = seq
-	s.prefilled = len(req.Prompt)
+	if seq != nil {
+		s.kv = seq
+		s.prefilled = len(req.Prompt)
+	}
 	endedEarly := false
 	err = e.enqueue(s, func() bool {
 		s.accept(first)
 		endedEarly = s.finished != ""
+		if seq == nil {
+			s.sched.refill = len(s.history) // the prompt and first, as after a preemption
+		}
 		return !endedEarly
 	})
 	if err != nil {
@@ -174,6 +205,14 @@ func (e *Engine) Resume(ctx context.Context, req Request, seq *kvcache.Sequence,
 		s.finish(Event{Done: true, Finish: s.finished})
 	}
 	return s.events, nil
+}
+
+// checkFirst refuses a first token outside the vocabulary.
+func (e *Engine) checkFirst(first int32) error {
+	if first < 0 || int(first) >= e.model.Hyper.Vocab {
+		return fmt.Errorf("%w: first token %d outside vocabulary of %d", ErrInvalidRequest, first, e.model.Hyper.Vocab)
+	}
+	return nil
 }
 
 // checkResume refuses a sequence Resume cannot continue from.
@@ -189,8 +228,9 @@ func (e *Engine) checkResume(req Request, seq *kvcache.Sequence, first int32) er
 	case seq.Cap() < n+req.MaxTokens:
 		return fmt.Errorf("%w: KV sequence reserves %d positions, %d prompt + %d max tokens need %d",
 			ErrInvalidRequest, seq.Cap(), n, req.MaxTokens, n+req.MaxTokens)
-	case first < 0 || int(first) >= e.model.Hyper.Vocab:
-		return fmt.Errorf("%w: first token %d outside vocabulary of %d", ErrInvalidRequest, first, e.model.Hyper.Vocab)
+	}
+	if err := e.checkFirst(first); err != nil {
+		return err
 	}
 	for l := range e.model.Hyper.Layers {
 		if w := seq.Written(l); w != n {

@@ -187,6 +187,58 @@ func TestHandoffSampled(t *testing.T) {
 	checkBaseline(t, e, d)
 }
 
+// TestRecomputeEqualsUnsplit: a decode engine that recomputes the prompt
+// (Recompute, no pages imported) from the prefill's first token continues as
+// the unified run does, greedy and seeded, on a pool other tenants dirtied;
+// a first token outside the vocabulary is refused before anything runs.
+func TestRecomputeEqualsUnsplit(t *testing.T) {
+	m := loadStories(t)
+	cases := loadGolden(t)
+	unified := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	a := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4, ChunkSize: 3})
+	dirt := greedy(cases[1].PromptTokens, 40)
+	dirt.Owner = kvcache.Owner{Namespace: "other", Request: "dirt"}
+	if _, err := b.Generate(context.Background(), dirt); err != nil {
+		t.Fatal(err)
+	}
+	reqs := map[string]Request{}
+	for _, c := range cases[:4] {
+		reqs["greedy "+c.Prompt] = greedy(c.PromptTokens, 48)
+	}
+	seeded := greedy(cases[0].PromptTokens, 40)
+	seeded.Sampling = sample.Params{Temperature: 0.9, TopK: 20, Seed: 7}
+	reqs["seeded"] = seeded
+	for name, req := range reqs {
+		t.Run(name, func(t *testing.T) {
+			want, err := unified.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := a.Prefill(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Release()
+			events, err := b.Recompute(context.Background(), req, p.First)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := collect(t, events, req.Prompt)
+			if j := firstDiff(got.CompletionTokens, want.CompletionTokens); j >= 0 {
+				t.Fatalf("token %d differs after recomputing:\n got %v\nwant %v", j, got.CompletionTokens, want.CompletionTokens)
+			}
+			if got.Text != want.Text || got.Finish != want.Finish {
+				t.Errorf("text %q finish %q, unified %q %q", got.Text, got.Finish, want.Text, want.Finish)
+			}
+		})
+	}
+	if _, err := b.Recompute(context.Background(), greedy(cases[0].PromptTokens, 8), int32(m.Hyper.Vocab)); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("first token outside the vocabulary: %v, want ErrInvalidRequest", err)
+	}
+	checkBaseline(t, a, b, unified)
+}
+
 // TestImportRefusesDamagedPages: a page with a flipped byte fails its
 // checksum, and one truncated or with an inflated count is refused by
 // ImportPage; nothing is written, and the request never reaches Resume.

@@ -78,7 +78,11 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 		d.requeue(ctx, 0) // for another decode worker
 		return
 	case errors.Is(err, errNoRoom):
-		d.end(ctx, queue.ErrKindCapacity, "no decode capacity: "+err.Error())
+		// The sender has let the pages go by now: recompute them here.
+		d.log.Info("no KV room while the sender held the pages; recomputing the prompt here", "err", err)
+		d.resume(rctx, abort, cached, func() (<-chan engine.Event, error) {
+			return d.eng.Recompute(rctx, d.req, m.FirstToken)
+		})
 		return
 	case err != nil:
 		kind, text := classify(err, context.Cause(rctx))
@@ -94,13 +98,24 @@ func (d *delivery) decode(ctx context.Context, h *queue.Handover) {
 	// Every page named by the manifest arrived, matched its checksum and was
 	// imported: only now may the request run, and only from now on is it
 	// billed (a hand-over that failed is the platform's loss, not the tenant's).
+	d.resume(rctx, abort, cached, func() (<-chan engine.Event, error) {
+		events, err := d.eng.Resume(rctx, d.req, seq, m.FirstToken)
+		if err != nil {
+			seq.Free()
+		}
+		return events, err
+	})
+}
+
+// resume starts the request (a Resume or a Recompute) and streams it; cached is
+// the prompt tokens the prefill side served from its prefix cache.
+func (d *delivery) resume(rctx context.Context, abort context.CancelCauseFunc, cached int, start func() (<-chan engine.Event, error)) {
 	d.rp.Started(len(d.req.Prompt), cached)
-	events, err := d.eng.Resume(rctx, d.req, seq, m.FirstToken)
-	d.enterEngine() // a transfer counted as not started yet; after Resume, as in run
+	events, err := start()
+	d.enterEngine() // a transfer counted as not started yet; after the engine has it, as in run
 	if err != nil {
-		seq.Free()
 		kind, text := classify(err, context.Cause(rctx))
-		d.end(ctx, kind, text)
+		d.end(context.WithoutCancel(rctx), kind, text)
 		return
 	}
 	d.stream(rctx, abort, events, cached, nil)
@@ -135,8 +150,8 @@ func (d *delivery) verifyManifest(raw []byte) (*handoff.Manifest, error) {
 // makes room for it by preemption when its tenant is under its fair share,
 // as it would for a job run here whole. It waits no longer than the prefill
 // worker waits for a taker (its StartTimeout, from the hand-over's
-// publication, less a tenth): past that the pages are gone, and the job
-// ends errNoRoom (capacity), not with a failed transfer.
+// publication, less a tenth): past that the pages are gone, and it returns
+// errNoRoom; the caller then recomputes the prompt here instead.
 func (d *delivery) reserve(rctx context.Context) (*kvcache.Sequence, error) {
 	stopBeat := d.heartbeat()
 	defer stopBeat()

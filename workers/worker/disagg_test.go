@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -375,26 +376,59 @@ func readFrames(t *testing.T, sub *nats.Subscription) *answer {
 	}
 }
 
-// TestDecodeWaitsNoLongerThanTheSender: a decode pool held by the job's own
-// tenant (no preemption can make room) takes the hand-over into its queue
-// and waits for pages, but no longer than the prefill worker waits for a
-// taker: the job ends capacity_exceeded ("no decode capacity") and no
-// reservation is left waiting in the decode engine.
-func TestDecodeWaitsNoLongerThanTheSender(t *testing.T) {
+// TestDecodeRecomputesPastTheSendersWait: a decode pool held by the job's
+// own tenant (no preemption can make room) takes the hand-over into its queue
+// and waits for pages. The prefill worker lets its pages go after its
+// StartTimeout; when the pool frees later, the decode worker recomputes the
+// prompt itself: the answer equals the one the same job gets with room at
+// once, it is billed once, and both pools end at their baseline.
+func TestDecodeRecomputesPastTheSendersWait(t *testing.T) {
 	ev := startNATS(t)
+	usage := countUsage(t, ev.nc)
 	short := HandoffConfig{Sender: handoff.SenderConfig{StartTimeout: time.Second}}
 	s := startSplit(t, ev, engine.Config{}, engine.Config{Context: 256, KVTokens: 256}, Config{Handoff: short}, Config{Handoff: short})
+	want := submit(t, ev, newJob(t, "Once upon a time", 16))
 	job := newJob(t, "Once upon a time", 16)
 	held, err := s.dec.Reserve(context.Background(), engine.Request{Owner: kvcache.Owner{Namespace: job.Tenant, Request: "holder"},
 		Prompt: []int32{1, 403, 407}, MaxTokens: 250})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := submit(t, ev, job)
-	a.wantError(t, queue.ErrKindCapacity, "no decode capacity")
-	if w := s.dec.Stats().Waiting; w != 0 {
-		t.Errorf("%d reservations still waiting in the decode engine after the job ended", w)
+	got := make(chan *answer, 1)
+	go func() { got <- submitQuiet(ev, job) }()
+	testkit.Poll(t, 10*time.Second, func() error {
+		if w := s.dec.Stats().Waiting; w != 1 {
+			return fmt.Errorf("%d requests waiting in the decode engine", w)
+		}
+		if free, total := s.pre.KV().FreePages(), s.pre.KV().TotalPages(); free != total {
+			return fmt.Errorf("the prefill worker still holds %d pages", total-free)
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond) // past the sender's wait: the job must not fail
+	select {
+	case a := <-got:
+		t.Fatalf("the job ended while the decode pool was full: %+v", a.last)
+	default:
 	}
 	held.Free()
+	var a *answer
+	select {
+	case a = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer 20 s after the decode pool freed")
+	}
+	if a == nil || a.last.Kind != queue.KindFinal {
+		t.Fatalf("answer %+v, want a final frame", a)
+	}
+	if a.text != want.text || !slices.Equal(a.tokens, want.tokens) {
+		t.Errorf("recomputed answer %q %v, with room at once %q %v", a.text, a.tokens, want.text, want.tokens)
+	}
+	testkit.Poll(t, 5*time.Second, func() error {
+		if n := len(usage.get(job.ID)); n != 1 {
+			return fmt.Errorf("%d usage events", n)
+		}
+		return nil
+	})
 	checkBaseline(t, s.pre, s.dec)
 }
