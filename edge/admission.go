@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -71,6 +72,10 @@ func loadVocab(log *slog.Logger, name, path string, trust bool) (*vocab, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: model %q: %w", ErrConfig, name, err)
 	}
+	if err := tmpl.Probe(context.Background(), DefaultMaxBodyBytes); err != nil {
+		log.Warn("edge: the chat template cannot render the largest conversation a request carries within its render limits; such requests will be refused",
+			"model", name, "err", err)
+	}
 	v.tmpl = tmpl
 	v.tools = toolcall.Detect(src)
 	v.control = map[int32]bool{}
@@ -105,7 +110,7 @@ type admitted struct {
 // request. BOS is added when the tokenizer asks for it and the template did
 // not write it. A model without a template gets "role: content" lines
 // ending with "assistant:", tokenized as plain text.
-func (v *vocab) render(in *genInput) (admitted, error) {
+func (v *vocab) render(ctx context.Context, in *genInput) (admitted, error) {
 	if in.raw {
 		return admitted{prompt: in.prompt, addBOS: true, parseSpecial: true}, nil
 	}
@@ -115,7 +120,7 @@ func (v *vocab) render(in *genInput) (admitted, error) {
 			now = time.Now()
 		}
 		now = now.UTC() // strftime_now writes UTC dates and times
-		p, err := v.tmpl.Render(context.Background(), chat.Input{
+		p, err := v.tmpl.Render(ctx, chat.Input{
 			Messages:            in.messages,
 			Tools:               in.templateTools(),
 			AddGenerationPrompt: true,
@@ -156,12 +161,38 @@ func (v *vocab) encode(a admitted) []int32 {
 	return v.tok.EncodeSegments(segs, a.addBOS)
 }
 
+// renderSlots bounds the renders and tokenizations running at once in this
+// process. Both are CPU work: more of them than cores only adds the memory
+// each holds (a render's is bounded by chat.DefaultMemory), so the edge's
+// memory for admission is at most slots times that, whatever the number of
+// requests.
+var renderSlots = newSlots(max(2, min(runtime.GOMAXPROCS(0), 8)))
+
+// slots is a counting semaphore whose wait ends with its context.
+type slots chan struct{}
+
+func newSlots(n int) slots { return make(slots, n) }
+
+func (s slots) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
 // admit renders and tokenizes the prompt and checks it against the context
 // window. defaultMax is used when the request gave no max_tokens; a negative
 // defaultMax, -n, means n or the rest of the window, whichever is less (the
 // OpenAI API's default, bounded: see PropDefaultMaxTokens).
-func (v *vocab) admit(in *genInput, window, defaultMax int) (admitted, error) {
-	a, err := v.render(in)
+func (v *vocab) admit(ctx context.Context, in *genInput, window, defaultMax int) (admitted, error) {
+	release, err := renderSlots.acquire(ctx)
+	if err != nil {
+		return admitted{}, err
+	}
+	defer release()
+	a, err := v.render(ctx, in)
 	if err != nil {
 		return admitted{}, err
 	}

@@ -102,7 +102,7 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 
 	jobs := make([]*queue.Job, len(ins))
 	for i, in := range ins {
-		a, err := v.admit(in, m.ContextWindow, s.defaultMaxTokens(m))
+		a, err := v.admit(r.Context(), in, m.ContextWindow, s.defaultMaxTokens(m))
 		if err != nil {
 			var ie *InputError
 			if errors.As(err, &ie) {

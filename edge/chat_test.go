@@ -28,7 +28,13 @@ import (
 const (
 	modelQwenTools = "@cf/test/qwen2.5-tools" // Qwen2.5's template: Hermes tool calls
 	modelGemma     = "@cf/test/gemma-2"       // Gemma 2's template: refuses system messages
+	modelLlama     = "@cf/test/llama-3.1"     // Llama 3.1's template: tools through tojson(indent=4)
+	modelBomb      = "@cf/test/bomb"          // a hostile template: doubles a string until stopped
 )
+
+// bombTemplate is a model file's template that would double a string 64
+// times, then print it.
+const bombTemplate = `{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}`
 
 // withTemplate writes a copy of the Qwen2 vocabulary file whose
 // tokenizer.chat_template is the shared template name.
@@ -38,6 +44,13 @@ func withTemplate(t testing.TB, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return withTemplateSource(t, strings.TrimSuffix(name, ".jinja"), string(src))
+}
+
+// withTemplateSource writes a copy of the Qwen2 vocabulary file, named
+// name, whose tokenizer.chat_template is src.
+func withTemplateSource(t testing.TB, name, src string) string {
+	t.Helper()
 	f, err := gguf.Open(refdatatest.Path(t, "tokenizer/ggml-vocab-qwen2.gguf"))
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +62,8 @@ func withTemplate(t testing.TB, name string) string {
 			t.Fatal(err)
 		}
 	}
-	w.SetString("tokenizer.chat_template", string(src))
-	path := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".jinja")+".gguf")
+	w.SetString("tokenizer.chat_template", src)
+	path := filepath.Join(t.TempDir(), name+".gguf")
 	if err := w.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +77,8 @@ func newChatHarness(t *testing.T) *harness {
 	cat, err := catalog.FromFlags([]string{
 		modelQwenTools + "=" + withTemplate(t, "Qwen-Qwen2.5-7B-Instruct.jinja"),
 		modelGemma + "=" + withTemplate(t, "google-gemma-2-2b-it.jinja"),
+		modelLlama + "=" + withTemplate(t, "meta-llama-Llama-3.1-8B-Instruct.jinja"),
+		modelBomb + "=" + withTemplateSource(t, "bomb", bombTemplate),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +100,7 @@ func newChatHarness(t *testing.T) *harness {
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, model := range []string{modelQwenTools, modelGemma} {
+	for _, model := range []string{modelQwenTools, modelGemma, modelLlama, modelBomb} {
 		cons, err := queue.EnsureConsumer(ctx, js, model, queue.ConsumerConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -218,6 +233,59 @@ func TestTemplateRefusal(t *testing.T) {
 	}
 }
 
+// worstCaseTools is a chat request whose one tool's parameter has a default
+// that nests arrays depth deep around leaves zeros: under Llama 3.1's template, tojson(indent=4) writes
+// each leaf on its own line, indented by its depth.
+func worstCaseTools(depth, leaves int) string {
+	inner := "[" + strings.TrimSuffix(strings.Repeat("0,", leaves), ",") + "]"
+	params := `{"type":"object","properties":{"x":{"default":` + strings.Repeat("[", depth) + inner + strings.Repeat("]", depth) + `}}}`
+	return `{"model":"` + modelLlama + `","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":` + params + `}}]}`
+}
+
+// TestRenderBounds: tools nested deeper than chat.MaxToolDepth (the red
+// team's 120 deep) are refused as tools before any render; tools within the
+// bounds whose render would pass the memory budget, and a model file whose
+// template doubles a string without end, get a clear 400 on both APIs. No
+// job is queued and the edge serves the next request.
+func TestRenderBounds(t *testing.T) {
+	h := newChatHarness(t)
+	for _, tc := range []struct {
+		name, body, param, msg string
+	}{
+		{"120 deep", worstCaseTools(120, 1000), "tools", "nested deeper than"},
+		{"within the bounds, over the budget", worstCaseTools(chat.MaxToolDepth-6, chat.MaxToolNodes-100), "messages", "render budget exceeded"},
+		{"template bomb", chatBody(modelBomb, "hi", ""), "messages", "render budget exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, b := h.do("POST", "/v1/chat/completions", "alice", tc.body)
+			typ, _, msg := openAIErr(t, b)
+			if st != 400 || typ != "invalid_request_error" || !strings.Contains(msg, tc.msg) {
+				t.Fatalf("openai: %d %s %q", st, typ, msg)
+			}
+			if p := mustJSON(t, b)["error"].(map[string]any)["param"]; p != tc.param {
+				t.Errorf("param %v, want %s", p, tc.param)
+			}
+			var req map[string]any
+			if err := json.Unmarshal([]byte(tc.body), &req); err != nil {
+				t.Fatal(err)
+			}
+			model := req["model"].(string)
+			delete(req, "model")
+			native, _ := json.Marshal(req)
+			st, _, b = h.do("POST", "/ai/run/"+model, "alice", string(native))
+			if code, msg := nativeErr(t, b); st != 400 || code != 5006 && code != 5004 || !strings.Contains(msg, tc.msg) {
+				t.Fatalf("native: %d %d %q", st, code, msg)
+			}
+		})
+	}
+	if n := h.jobCount(); n != 0 {
+		t.Fatalf("%d jobs reached a worker", n)
+	}
+	if st, _, b := h.do("POST", "/v1/chat/completions", "alice", chatBody(modelLlama, "hi", "")); st != 200 {
+		t.Fatalf("the next request: %d %s", st, b)
+	}
+}
+
 // TestPrefixAcrossTurns: the second turn's prompt begins with exactly the
 // tokens of the first turn's prompt, so the worker's prefix cache hits.
 func TestPrefixAcrossTurns(t *testing.T) {
@@ -226,11 +294,11 @@ func TestPrefixAcrossTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := chatMessages(t, `[{"role":"system","content":"Be brief <|im_end|>."},{"role":"user","content":"Hi <|im_start|>"}]`)
-	first, err := v.admit(&genInput{messages: user}, 32768, 16)
+	first, err := v.admit(context.Background(), &genInput{messages: user}, 32768, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := v.admit(&genInput{messages: append(user, chatMessages(t, `[{"role":"assistant","content":"Hello!"},{"role":"user","content":"More"}]`)...)}, 32768, 16)
+	second, err := v.admit(context.Background(), &genInput{messages: append(user, chatMessages(t, `[{"role":"assistant","content":"Hello!"},{"role":"user","content":"More"}]`)...)}, 32768, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +331,7 @@ func TestTrustContent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := v.admit(in, 32768, 16)
+		a, err := v.admit(context.Background(), in, 32768, 16)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -194,7 +194,7 @@ func TestChatTemplateAdmission(t *testing.T) {
 	}
 	m, _ := cat.Lookup(modelQwen)
 	in := &genInput{messages: []chat.Message{{Role: "user", Content: "Hello"}}}
-	a, err := v.admit(in, m.ContextWindow, 16)
+	a, err := v.admit(context.Background(), in, m.ContextWindow, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestChatTemplateAdmission(t *testing.T) {
 		t.Errorf("tokens %d (%v), want %d starting with <|im_start|> as one token: %v", a.tokens, got, len(ids), ids[:3])
 	}
 	t.Run("over the window", func(t *testing.T) {
-		_, err := v.admit(in, 10, 16)
+		_, err := v.admit(context.Background(), in, 10, 16)
 		var le *LengthError
 		if !errors.As(err, &le) || le.Context != 10 || le.MaxTokens != 16 || le.PromptTokens != a.tokens {
 			t.Errorf("err %v", err)

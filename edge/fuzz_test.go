@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -119,7 +120,7 @@ func FuzzChatRequest(f *testing.F) {
 			if err == nil {
 				checkTools(t, in)
 				// Whatever validates renders, or is refused as invalid input.
-				if _, err := v.render(in); err != nil {
+				if _, err := v.render(context.Background(), in); err != nil {
 					if e := Classify(err); e.Row.Status != 400 {
 						t.Fatalf("render error %v classified %d", err, e.Row.Status)
 					}

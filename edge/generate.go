@@ -188,7 +188,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 	defer func() { release(rep.used) }() // zero unless the request completes
 
 	_, aspan := s.startSpan(r.Context(), spanAdmission)
-	a, err := c.v.admit(c.in, c.m.ContextWindow, c.defaultMax)
+	a, err := c.v.admit(r.Context(), c.in, c.m.ContextWindow, c.defaultMax)
 	if err == nil {
 		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
 	}

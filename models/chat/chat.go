@@ -25,6 +25,10 @@ var (
 	// template expects (tool arguments that are not a JSON object, a bad
 	// "now").
 	ErrInvalidInput = errors.New("chat: invalid template input")
+	// ErrInvalidTool is ErrInvalidInput for a request's tools: a tool that
+	// is not JSON, or tools nested deeper than MaxToolDepth or holding more
+	// than MaxToolNodes values in all.
+	ErrInvalidTool = fmt.Errorf("%w: tools", ErrInvalidInput)
 )
 
 // TemplateError is a template's own refusal (raise_exception), such as

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/models/chat/internal/jinja"
@@ -24,8 +25,10 @@ type Config struct {
 	// text in messages becomes control tokens.
 	TrustContent bool
 	// Steps, Output and Depth bound one render: evaluation steps, output
-	// bytes and nested macro calls. Zero means the defaults.
-	Steps, Output, Depth int
+	// bytes and nested macro calls. Memory bounds the bytes of all the
+	// strings and lists it makes, each charged before it is allocated (so
+	// what one render can hold at once). Zero means the defaults.
+	Steps, Output, Depth, Memory int
 	// Timeout bounds one render's wall time. Zero means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -33,8 +36,9 @@ type Config struct {
 // Default render limits.
 const (
 	DefaultSteps   = 4 << 20
-	DefaultOutput  = 16 << 20
+	DefaultOutput  = 8 << 20
 	DefaultDepth   = 64
+	DefaultMemory  = 16 << 20
 	DefaultTimeout = 2 * time.Second
 )
 
@@ -53,7 +57,7 @@ func Compile(source string, cfg Config) (*Template, error) {
 	if len(bytes.TrimSpace([]byte(source))) == 0 {
 		return nil, ErrNoTemplate
 	}
-	if cfg.Steps < 0 || cfg.Output < 0 || cfg.Depth < 0 || cfg.Timeout < 0 {
+	if cfg.Steps < 0 || cfg.Output < 0 || cfg.Depth < 0 || cfg.Memory < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: negative render limit", ErrCompile)
 	}
 	tm, err := compile(source)
@@ -68,6 +72,7 @@ func Compile(source string, cfg Config) (*Template, error) {
 			Steps:  orDefault(cfg.Steps, DefaultSteps),
 			Output: orDefault(cfg.Output, DefaultOutput),
 			Depth:  orDefault(cfg.Depth, DefaultDepth),
+			Memory: orDefault(cfg.Memory, DefaultMemory),
 		},
 		timeout: cfg.Timeout,
 	}
@@ -101,6 +106,36 @@ func orDefault(v, d int) int {
 	return v
 }
 
+// Probe renders the largest conversation a request of maxBody bytes can
+// carry (its text in 64 alternating user and assistant turns, and 16 tools)
+// and returns the render's error if the template cannot do it within its
+// limits: every request that large would be refused with ErrRender. A
+// template's own refusal (TemplateError) is not a failure of the probe.
+func (t *Template) Probe(ctx context.Context, maxBody int) error {
+	const turns, tools = 64, 16
+	in := Input{AddGenerationPrompt: true, Now: time.Unix(0, 0)}
+	text := strings.Repeat("word ", max(maxBody/2/turns/5, 1))
+	for i := range turns {
+		role := RoleUser
+		if i%2 == 1 {
+			role = RoleAssistant
+		}
+		in.Messages = append(in.Messages, Message{Role: role, Content: fmt.Sprintf("turn %d: %s", i, text)})
+	}
+	props := `"p":{"type":"string","description":"` + strings.Repeat("d", 64) + `"},`
+	for i := range tools {
+		param := fmt.Sprintf(`{"type":"object","properties":{%s"q%d":{"type":"array","items":{"type":"integer"}}}}`, props, i)
+		in.Tools = append(in.Tools, json.RawMessage(fmt.Sprintf(
+			`{"type":"function","function":{"name":"tool_%d","description":"%s","parameters":%s}}`, i, strings.Repeat("x", max(maxBody/2/tools-400, 1)), param)))
+	}
+	_, err := t.Render(ctx, in)
+	var te *TemplateError
+	if errors.As(err, &te) {
+		return nil
+	}
+	return err
+}
+
 // Source returns the template text.
 func (t *Template) Source() string { return t.source }
 
@@ -122,10 +157,11 @@ func (t *Template) Render(ctx context.Context, in Input) (Prompt, error) {
 	tools := jinja.None()
 	if len(in.Tools) > 0 {
 		list := make([]jinja.Value, len(in.Tools))
+		lim := &jsonLimit{depth: MaxToolDepth, nodes: MaxToolNodes} // all the tools together
 		for i, raw := range in.Tools {
-			v, err := decodeValue(raw, t.esc)
+			v, err := decodeLimited(raw, t.esc, lim)
 			if err != nil {
-				return Prompt{}, fmt.Errorf("%w: tool %d: %w", ErrInvalidInput, i, err)
+				return Prompt{}, fmt.Errorf("%w: tool %d: %w", ErrInvalidTool, i, err)
 			}
 			list[i] = v
 		}
@@ -272,9 +308,29 @@ func (t *Template) str(s string) jinja.Value { return jinja.NewString(t.esc.esca
 // (Python dicts keep insertion order, and tojson writes them in it),
 // escaping every string and key with esc (nil: none).
 func decodeValue(raw []byte, esc *escaper) (jinja.Value, error) {
+	return decodeLimited(raw, esc, &jsonLimit{depth: maxJSONDepth, nodes: -1})
+}
+
+// Bounds on a request's tools, checked before any render: the nesting of
+// one tool (its {"type","function":{"parameters"}} wrapper, then a schema
+// as deep as models/grammar compiles) and the values of all tools
+// together. A render's work grows with both (tojson(indent) writes a
+// line per value, indented by its depth).
+const (
+	MaxToolDepth = 3 + 32
+	MaxToolNodes = 1 << 16
+)
+
+// jsonLimit bounds a decode: the nesting depth, and the values left to
+// decode (negative: no bound).
+type jsonLimit struct {
+	depth, nodes int
+}
+
+func decodeLimited(raw []byte, esc *escaper, lim *jsonLimit) (jinja.Value, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	v, err := decodeNext(dec, esc, 0)
+	v, err := decodeNext(dec, esc, lim, 0)
 	if err != nil {
 		return jinja.Value{}, err
 	}
@@ -286,10 +342,14 @@ func decodeValue(raw []byte, esc *escaper) (jinja.Value, error) {
 
 const maxJSONDepth = 128
 
-func decodeNext(dec *json.Decoder, esc *escaper, depth int) (jinja.Value, error) {
-	if depth > maxJSONDepth {
-		return jinja.Value{}, errors.New("JSON nested too deeply")
+func decodeNext(dec *json.Decoder, esc *escaper, lim *jsonLimit, depth int) (jinja.Value, error) {
+	if depth > lim.depth {
+		return jinja.Value{}, fmt.Errorf("JSON nested deeper than %d", lim.depth)
 	}
+	if lim.nodes == 0 {
+		return jinja.Value{}, fmt.Errorf("more than %d JSON values", MaxToolNodes)
+	}
+	lim.nodes--
 	tok, err := dec.Token()
 	if err != nil {
 		return jinja.Value{}, err
@@ -304,7 +364,7 @@ func decodeNext(dec *json.Decoder, esc *escaper, depth int) (jinja.Value, error)
 				if err != nil {
 					return jinja.Value{}, err
 				}
-				v, err := decodeNext(dec, esc, depth+1)
+				v, err := decodeNext(dec, esc, lim, depth+1)
 				if err != nil {
 					return jinja.Value{}, err
 				}
@@ -317,7 +377,7 @@ func decodeNext(dec *json.Decoder, esc *escaper, depth int) (jinja.Value, error)
 		case '[':
 			items := []jinja.Value{}
 			for dec.More() {
-				v, err := decodeNext(dec, esc, depth+1)
+				v, err := decodeNext(dec, esc, lim, depth+1)
 				if err != nil {
 					return jinja.Value{}, err
 				}

@@ -3,23 +3,24 @@ package jinja
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // cachedBuiltins is a read-only scope populated once with all built-in
 // globals and filters. It is shared across every render — no code path
 // writes to the builtins scope (only chained reads through parent
-// links and lookupFilter), so a single shared instance is safe and
+// links), so a single shared instance is safe and
 // avoids ~20 allocations per render.
 var cachedBuiltins = func() *scope {
 	s := newScope(nil)
 	registerGlobals(s)
-	registerFilters(s)
 	return s
 }()
 
@@ -30,7 +31,7 @@ var cachedBuiltins = func() *scope {
 func registerGlobals(s *scope) {
 	s.set("namespace", NewCallable("namespace", builtinNamespace))
 	s.set("raise_exception", NewCallable("raise_exception", builtinRaiseException))
-	s.set("range", NewCallable("range", builtinRange))
+	s.set("range", newBudgeted("range", builtinRange))
 	s.set("joiner", NewCallable("joiner", builtinJoiner))
 	s.set("dict", NewCallable("dict", builtinDict))
 	s.set("cycler", NewCallable("cycler", builtinCycler))
@@ -53,7 +54,7 @@ func builtinRaiseException(args []Value, kwargs map[string]Value) (Value, error)
 	return Undefined(), fmt.Errorf("%s", printValue(args[0]))
 }
 
-func builtinRange(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinRange(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	var start, stop, step int64
 	switch len(args) {
 	case 1:
@@ -75,9 +76,15 @@ func builtinRange(args []Value, kwargs map[string]Value) (Value, error) {
 	if step == 0 {
 		return Undefined(), fmt.Errorf("range: step must not be zero")
 	}
-	// Bulkhead patch: a template cannot build an unbounded list.
-	if span := (stop - start) / step; span > maxRange {
-		return Undefined(), fmt.Errorf("%w: range of %d items", ErrBudget, span)
+	// Bulkhead patch: a template cannot build an unbounded list (the span
+	// in float64, which cannot overflow as int64 differences do), and the
+	// list is charged.
+	span := (float64(stop) - float64(start)) / float64(step)
+	if span > maxRange {
+		return Undefined(), fmt.Errorf("%w: range of %.0f items", ErrBudget, span)
+	}
+	if err := b.alloc(size(max(int(span), 0)+1, valueSize+8)); err != nil {
+		return Undefined(), err
 	}
 
 	var items []Value
@@ -183,8 +190,16 @@ func builtinCycler(args []Value, kwargs map[string]Value) (Value, error) {
 // Filter functions
 // =============================================================================
 
-func registerFilters(s *scope) {
-	filters := map[string]func([]Value, map[string]Value) (Value, error){
+// filterFunc is a built-in filter. It charges what it makes to b (Bulkhead
+// patch: upstream's filters were plain callables and could build values of
+// any size).
+type filterFunc func(b *budget, args []Value, kwargs map[string]Value) (Value, error)
+
+// builtinFilters is filled once, in init, and only read after that.
+var builtinFilters map[string]filterFunc
+
+func init() {
+	builtinFilters = map[string]filterFunc{
 		"tojson":     filterTojson,
 		"from_json":  filterFromjson,
 		"fromjson":   filterFromjson,
@@ -227,15 +242,6 @@ func registerFilters(s *scope) {
 		"sum":        filterSum,
 		"batch":      filterBatch,
 	}
-
-	for name, fn := range filters {
-		s.set("__filter_"+name, NewCallable(name, fn))
-	}
-}
-
-// lookupFilter retrieves a filter callable from the scope chain.
-func lookupFilter(s *scope, name string) (Value, bool) {
-	return s.get("__filter_" + name)
 }
 
 // =============================================================================
@@ -350,7 +356,7 @@ func evalTest(name string, val Value, args []Value) (bool, error) {
 // v1.8.0 went through Go maps and sorted the keys), strings and floats are
 // written as Python writes them, and an encoding failure is an error instead
 // of an empty string.
-func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
+func filterTojson(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
@@ -383,13 +389,45 @@ func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
 	if sk, ok := kwargs["sort_keys"]; ok {
 		enc.sortKeys = sk.IsTruthy()
 	}
+	if len(enc.indent) > 64 || len(enc.itemSep) > 64 || len(enc.keySep) > 64 {
+		return Undefined(), fmt.Errorf("tojson: indent or separators over 64 bytes")
+	}
 
+	// Measure first, stopping past the room left; then charge and write
+	// into a buffer of exactly that size (Bulkhead patch: no text the
+	// budget refuses is ever built, and no buffer grows by doubling).
+	enc.limit = b.room()
+	var n byteCounter
+	if err := enc.encode(&n, args[0], 0); err != nil {
+		return Undefined(), err
+	}
+	if err := b.alloc(n.Len()); err != nil {
+		return Undefined(), err
+	}
 	var sb strings.Builder
+	sb.Grow(n.Len())
 	if err := enc.encode(&sb, args[0], 0); err != nil {
 		return Undefined(), err
 	}
 	return NewString(sb.String()), nil
 }
+
+// textWriter is where the JSON encoder writes: a strings.Builder, or a
+// byteCounter to measure.
+type textWriter interface {
+	io.Writer
+	io.ByteWriter
+	io.StringWriter
+	Len() int
+}
+
+// byteCounter counts what is written to it.
+type byteCounter struct{ n int }
+
+func (c *byteCounter) Write(p []byte) (int, error)       { c.n += len(p); return len(p), nil }
+func (c *byteCounter) WriteByte(byte) error              { c.n++; return nil }
+func (c *byteCounter) WriteString(s string) (int, error) { c.n += len(s); return len(s), nil }
+func (c *byteCounter) Len() int                          { return c.n }
 
 // jsonEncoder writes a Value tree as Python's json.dumps does with
 // ensure_ascii=False (non-ASCII kept, no HTML escaping).
@@ -398,9 +436,10 @@ type jsonEncoder struct {
 	indented        bool   // indent was given (even 0 or "": newlines)
 	indent          string // one level
 	sortKeys        bool
+	limit           int // bytes the text may reach (the render's room)
 }
 
-func (j *jsonEncoder) newline(sb *strings.Builder, level int) {
+func (j *jsonEncoder) newline(sb textWriter, level int) {
 	if !j.indented {
 		return
 	}
@@ -410,9 +449,14 @@ func (j *jsonEncoder) newline(sb *strings.Builder, level int) {
 	}
 }
 
-func (j *jsonEncoder) encode(sb *strings.Builder, v Value, level int) error {
+func (j *jsonEncoder) encode(sb textWriter, v Value, level int) error {
 	if level > 512 {
 		return fmt.Errorf("tojson: nested too deeply")
+	}
+	// Checked before each value: no string the encoder writes is longer
+	// than one value's own text or an indentation line (Bulkhead patch).
+	if sb.Len() > j.limit {
+		return fmt.Errorf("%w: tojson text over %d bytes", ErrBudget, j.limit)
 	}
 	switch v.kind {
 	case KindUndefined, KindNone, KindCallable:
@@ -491,7 +535,7 @@ func (j *jsonEncoder) encode(sb *strings.Builder, v Value, level int) error {
 
 // writeJSONString quotes s as Python's json.dumps(s, ensure_ascii=False):
 // only the quote, the backslash and the C0 controls are escaped.
-func writeJSONString(sb *strings.Builder, s string) {
+func writeJSONString(sb textWriter, s string) {
 	const hex = "0123456789abcdef"
 	sb.WriteByte('"')
 	for i := 0; i < len(s); i++ {
@@ -554,11 +598,14 @@ func PyFloat(f float64) string {
 	return mant + "e" + sign + es
 }
 
-func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
+func filterFromjson(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsString() {
 		return Undefined(), nil
 	}
 
+	if err := b.alloc(size(len(args[0].AsString()), 8)); err != nil { // the parsed tree
+		return Undefined(), err
+	}
 	var result any
 	if err := json.Unmarshal([]byte(args[0].AsString()), &result); err != nil {
 		return Undefined(), fmt.Errorf("fromjson: %w", err)
@@ -567,7 +614,7 @@ func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
 	return FromGoValue(result), nil
 }
 
-func filterItems(args []Value, kwargs map[string]Value) (Value, error) {
+func filterItems(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || args[0].IsUndefined() {
 		return NewList(nil), nil
 	}
@@ -585,6 +632,9 @@ func filterItems(args []Value, kwargs map[string]Value) (Value, error) {
 	}
 
 	d := args[0].AsDict()
+	if err := b.alloc(size(d.Len(), pairSize)); err != nil {
+		return Undefined(), err
+	}
 	items := make([]Value, 0, d.Len())
 	for _, key := range d.Keys {
 		pair := NewList([]Value{NewString(key), d.Data[key]})
@@ -594,30 +644,42 @@ func filterItems(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterJoin(args []Value, kwargs map[string]Value) (Value, error) {
+func filterJoin(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 
 	if !args[0].IsList() {
-		return NewString(printValue(args[0])), nil
+		str, err := b.print(args[0])
+		return NewString(str), err
 	}
 
+	var err error
 	sep := ""
 	if len(args) > 1 {
-		sep = printValue(args[1])
+		if sep, err = b.print(args[1]); err != nil {
+			return Undefined(), err
+		}
 	}
 	if s, ok := kwargs["d"]; ok {
-		sep = printValue(s)
+		if sep, err = b.print(s); err != nil {
+			return Undefined(), err
+		}
 	}
 
 	attr := ""
 	if a, ok := kwargs["attribute"]; ok {
-		attr = printValue(a)
+		if attr, err = b.print(a); err != nil {
+			return Undefined(), err
+		}
 	}
 
 	list := args[0].AsList()
+	if err := b.alloc(size(list.Len(), 16)); err != nil {
+		return Undefined(), err
+	}
 	parts := make([]string, list.Len())
+	total := size(max(list.Len()-1, 0), len(sep))
 	for i, item := range list.Items {
 		if attr != "" && item.IsDict() {
 			v, ok := item.AsDict().Get(attr)
@@ -625,13 +687,21 @@ func filterJoin(args []Value, kwargs map[string]Value) (Value, error) {
 				item = v
 			}
 		}
-		parts[i] = printValue(item)
+		if parts[i], err = b.print(item); err != nil {
+			return Undefined(), err
+		}
+		total += len(parts[i])
+		if total > b.room() {
+			break // alloc refuses it below
+		}
 	}
-
+	if err := b.alloc(total); err != nil {
+		return Undefined(), err
+	}
 	return NewString(strings.Join(parts, sep)), nil
 }
 
-func filterDefault(args []Value, kwargs map[string]Value) (Value, error) {
+func filterDefault(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return Undefined(), nil
 	}
@@ -660,13 +730,19 @@ func filterDefault(args []Value, kwargs map[string]Value) (Value, error) {
 	return val, nil
 }
 
-func filterTrim(args []Value, kwargs map[string]Value) (Value, error) {
+func filterTrim(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	s := printValue(args[0])
+	s, err := b.print(args[0])
+	if err != nil {
+		return Undefined(), err
+	}
 	if len(args) > 1 && !args[1].IsNone() && !args[1].IsUndefined() {
-		chars := printValue(args[1])
+		chars, err := b.print(args[1])
+		if err != nil {
+			return Undefined(), err
+		}
 		s = strings.Trim(s, chars)
 	} else {
 		s = strings.TrimFunc(s, pyIsSpace) // Bulkhead patch: Python's whitespace
@@ -674,26 +750,32 @@ func filterTrim(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(s), nil
 }
 
-func filterLower(args []Value, kwargs map[string]Value) (Value, error) {
+func filterLower(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	return NewString(strings.ToLower(printValue(args[0]))), nil
+	return mapString(b, args[0], strings.ToLower)
 }
 
-func filterUpper(args []Value, kwargs map[string]Value) (Value, error) {
+func filterUpper(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	return NewString(strings.ToUpper(printValue(args[0]))), nil
+	return mapString(b, args[0], strings.ToUpper)
 }
 
-func filterTitle(args []Value, kwargs map[string]Value) (Value, error) {
+func filterTitle(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 
-	s := printValue(args[0])
+	s, err := b.print(args[0])
+	if err == nil {
+		err = b.alloc(size(len(s), 5)) // the runes and the result
+	}
+	if err != nil {
+		return Undefined(), err
+	}
 	runes := []rune(s)
 	inWord := false
 	for i, r := range runes {
@@ -711,11 +793,17 @@ func filterTitle(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(string(runes)), nil
 }
 
-func filterCapitalize(args []Value, kwargs map[string]Value) (Value, error) {
+func filterCapitalize(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	s := printValue(args[0])
+	s, err := b.print(args[0])
+	if err == nil {
+		err = b.alloc(size(len(s), 5)) // the runes and the result
+	}
+	if err != nil {
+		return Undefined(), err
+	}
 	if len(s) == 0 {
 		return NewString(""), nil
 	}
@@ -727,7 +815,7 @@ func filterCapitalize(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(string(runes)), nil
 }
 
-func filterFirst(args []Value, kwargs map[string]Value) (Value, error) {
+func filterFirst(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -738,7 +826,7 @@ func filterFirst(args []Value, kwargs map[string]Value) (Value, error) {
 	return l.Get(0), nil
 }
 
-func filterLast(args []Value, kwargs map[string]Value) (Value, error) {
+func filterLast(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -749,7 +837,7 @@ func filterLast(args []Value, kwargs map[string]Value) (Value, error) {
 	return l.Get(l.Len() - 1), nil
 }
 
-func filterLength(args []Value, kwargs map[string]Value) (Value, error) {
+func filterLength(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
@@ -761,19 +849,22 @@ func filterLength(args []Value, kwargs map[string]Value) (Value, error) {
 	case v.IsDict():
 		return NewInt(int64(v.AsDict().Len())), nil
 	case v.IsString():
-		return NewInt(int64(len([]rune(v.AsString())))), nil
+		return NewInt(int64(utf8.RuneCountInString(v.AsString()))), nil
 	}
 
 	return NewInt(0), nil
 }
 
-func filterReverse(args []Value, kwargs map[string]Value) (Value, error) {
+func filterReverse(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewList(nil), nil
 	}
 
 	v := args[0]
 	if v.IsString() {
+		if err := b.alloc(size(len(v.AsString()), 5)); err != nil {
+			return Undefined(), err
+		}
 		runes := []rune(v.AsString())
 		for i, j := 0, len(runes)-1; i < j; i, j = i+1, j-1 {
 			runes[i], runes[j] = runes[j], runes[i]
@@ -783,6 +874,9 @@ func filterReverse(args []Value, kwargs map[string]Value) (Value, error) {
 
 	if v.IsList() {
 		src := v.AsList().Items
+		if err := b.allocList(len(src)); err != nil {
+			return Undefined(), err
+		}
 		items := make([]Value, len(src))
 		for i, item := range src {
 			items[len(src)-1-i] = item
@@ -793,12 +887,15 @@ func filterReverse(args []Value, kwargs map[string]Value) (Value, error) {
 	return v, nil
 }
 
-func filterSort(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSort(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	src := args[0].AsList().Items
+	if err := b.allocList(len(src)); err != nil {
+		return Undefined(), err
+	}
 	items := make([]Value, len(src))
 	copy(items, src)
 
@@ -818,16 +915,22 @@ func filterSort(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterUnique(args []Value, kwargs map[string]Value) (Value, error) {
+func filterUnique(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	src := args[0].AsList().Items
+	if err := b.alloc(size(len(src), valueSize+48)); err != nil { // the list and the map
+		return Undefined(), err
+	}
 	seen := make(map[string]bool)
 	var items []Value
 	for _, item := range src {
-		key := printValue(item)
+		key, err := b.print(item)
+		if err != nil {
+			return Undefined(), err
+		}
 		if !seen[key] {
 			seen[key] = true
 			items = append(items, item)
@@ -837,7 +940,7 @@ func filterUnique(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterList(args []Value, kwargs map[string]Value) (Value, error) {
+func filterList(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewList(nil), nil
 	}
@@ -847,6 +950,9 @@ func filterList(args []Value, kwargs map[string]Value) (Value, error) {
 		return v, nil
 	}
 	if v.IsString() {
+		if err := b.alloc(size(len(v.AsString()), valueSize+8)); err != nil {
+			return Undefined(), err
+		}
 		runes := []rune(v.AsString())
 		items := make([]Value, len(runes))
 		for i, r := range runes {
@@ -858,42 +964,39 @@ func filterList(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList([]Value{v}), nil
 }
 
-func filterInt(args []Value, kwargs map[string]Value) (Value, error) {
+func filterInt(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
 	return NewInt(toInt64(args[0])), nil
 }
 
-func filterFloatConv(args []Value, kwargs map[string]Value) (Value, error) {
+func filterFloatConv(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewFloat(0), nil
 	}
 	return NewFloat(toFloat64(args[0])), nil
 }
 
-func filterString(args []Value, kwargs map[string]Value) (Value, error) {
+func filterString(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	return NewString(printValue(args[0])), nil
+	str, err := b.print(args[0])
+	return NewString(str), err
 }
 
-func filterSafe(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSafe(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 	return args[0], nil
 }
 
-func filterReplace(args []Value, kwargs map[string]Value) (Value, error) {
+func filterReplace(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 3 {
 		return NewString(""), fmt.Errorf("replace: expected at least 3 arguments")
 	}
-	s := printValue(args[0])
-	old := printValue(args[1])
-	newStr := printValue(args[2])
-
 	count := -1
 	if len(args) > 3 {
 		count = int(toInt64(args[3]))
@@ -901,11 +1004,10 @@ func filterReplace(args []Value, kwargs map[string]Value) (Value, error) {
 	if c, ok := kwargs["count"]; ok {
 		count = int(toInt64(c))
 	}
-
-	return NewString(strings.Replace(s, old, newStr, count)), nil
+	return replaceString(b, args[0], args[1], args[2], count)
 }
 
-func filterRound(args []Value, kwargs map[string]Value) (Value, error) {
+func filterRound(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewFloat(0), nil
 	}
@@ -928,7 +1030,7 @@ func filterRound(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewFloat(rounded), nil
 }
 
-func filterAbs(args []Value, kwargs map[string]Value) (Value, error) {
+func filterAbs(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
@@ -948,7 +1050,7 @@ func filterAbs(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewInt(0), nil
 }
 
-func filterMap(args []Value, kwargs map[string]Value) (Value, error) {
+func filterMap(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -957,7 +1059,13 @@ func filterMap(args []Value, kwargs map[string]Value) (Value, error) {
 
 	// map(attribute="name") form
 	if attr, ok := kwargs["attribute"]; ok {
-		attrName := printValue(attr)
+		attrName, err := b.print(attr)
+		if err == nil {
+			err = b.allocList(list.Len())
+		}
+		if err != nil {
+			return Undefined(), err
+		}
 		defVal := Undefined()
 		if d, ok := kwargs["default"]; ok {
 			defVal = d
@@ -982,7 +1090,7 @@ func filterMap(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(list.Items), nil
 }
 
-func filterSelect(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSelect(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -994,6 +1102,9 @@ func filterSelect(args []Value, kwargs map[string]Value) (Value, error) {
 	}
 
 	testArgs := args[2:]
+	if err := b.allocList(list.Len()); err != nil {
+		return Undefined(), err
+	}
 
 	var items []Value
 	for _, item := range list.Items {
@@ -1015,7 +1126,7 @@ func filterSelect(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterReject(args []Value, kwargs map[string]Value) (Value, error) {
+func filterReject(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -1027,6 +1138,9 @@ func filterReject(args []Value, kwargs map[string]Value) (Value, error) {
 	}
 
 	testArgs := args[2:]
+	if err := b.allocList(list.Len()); err != nil {
+		return Undefined(), err
+	}
 
 	var items []Value
 	for _, item := range list.Items {
@@ -1048,19 +1162,26 @@ func filterReject(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterSelectattr(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSelectattr(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 2 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	list := args[0].AsList()
-	attrName := printValue(args[1])
+	attrName, err := b.print(args[1])
+	if err != nil {
+		return Undefined(), err
+	}
 	testName := "truthy"
 	if len(args) > 2 {
-		testName = printValue(args[2])
+		if testName, err = b.print(args[2]); err != nil {
+			return Undefined(), err
+		}
 	}
-
 	testArgs := args[3:]
+	if err := b.allocList(list.Len()); err != nil {
+		return Undefined(), err
+	}
 
 	var items []Value
 	for _, item := range list.Items {
@@ -1089,19 +1210,26 @@ func filterSelectattr(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterRejectattr(args []Value, kwargs map[string]Value) (Value, error) {
+func filterRejectattr(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 2 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	list := args[0].AsList()
-	attrName := printValue(args[1])
+	attrName, err := b.print(args[1])
+	if err != nil {
+		return Undefined(), err
+	}
 	testName := "truthy"
 	if len(args) > 2 {
-		testName = printValue(args[2])
+		if testName, err = b.print(args[2]); err != nil {
+			return Undefined(), err
+		}
 	}
-
 	testArgs := args[3:]
+	if err := b.allocList(list.Len()); err != nil {
+		return Undefined(), err
+	}
 
 	var items []Value
 	for _, item := range list.Items {
@@ -1130,12 +1258,15 @@ func filterRejectattr(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterIndent(args []Value, kwargs map[string]Value) (Value, error) {
+func filterIndent(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 
-	s := printValue(args[0])
+	s, err := b.print(args[0])
+	if err != nil {
+		return Undefined(), err
+	}
 	width := 4
 	if len(args) > 1 {
 		width = int(toInt64(args[1]))
@@ -1152,6 +1283,13 @@ func filterIndent(args []Value, kwargs map[string]Value) (Value, error) {
 		indentFirst = f.IsTruthy()
 	}
 
+	if width < 0 || width > 1024 {
+		return Undefined(), fmt.Errorf("indent: width %d out of range", width)
+	}
+	n := strings.Count(s, "\n") + 1
+	if err := b.alloc(2*len(s) + size(n, width+16)); err != nil { // the lines and the result
+		return Undefined(), err
+	}
 	pad := strings.Repeat(" ", width)
 	lines := strings.Split(s, "\n")
 	for i, line := range lines {
@@ -1166,19 +1304,33 @@ func filterIndent(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(strings.Join(lines, "\n")), nil
 }
 
-func filterWordcount(args []Value, kwargs map[string]Value) (Value, error) {
+func filterWordcount(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
-	words := strings.Fields(printValue(args[0]))
-	return NewInt(int64(len(words))), nil
+	s, err := b.print(args[0])
+	if err != nil {
+		return Undefined(), err
+	}
+	words := 0
+	for f := range strings.FieldsSeq(s) {
+		_ = f
+		words++
+	}
+	return NewInt(int64(words)), nil
 }
 
-func filterEscape(args []Value, kwargs map[string]Value) (Value, error) {
+func filterEscape(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	s := printValue(args[0])
+	s, err := b.print(args[0])
+	if err == nil {
+		err = b.alloc(size(len(s)+5*strings.Count(s, "&")+4*strings.Count(s, "<")+4*strings.Count(s, ">")+6*strings.Count(s, `"`)+5*strings.Count(s, "'"), 5))
+	}
+	if err != nil {
+		return Undefined(), err
+	}
 	s = strings.ReplaceAll(s, "&", "&amp;")
 	s = strings.ReplaceAll(s, "<", "&lt;")
 	s = strings.ReplaceAll(s, ">", "&gt;")
@@ -1187,7 +1339,7 @@ func filterEscape(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(s), nil
 }
 
-func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
+func filterDictsort(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsDict() {
 		return NewList(nil), nil
 	}
@@ -1198,6 +1350,9 @@ func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
 		reverse = r.AsBool()
 	}
 
+	if err := b.alloc(size(len(d.Keys), pairSize+16)); err != nil {
+		return Undefined(), err
+	}
 	keys := make([]string, len(d.Keys))
 	copy(keys, d.Keys)
 
@@ -1216,7 +1371,7 @@ func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterMax(args []Value, kwargs map[string]Value) (Value, error) {
+func filterMax(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -1236,7 +1391,7 @@ func filterMax(args []Value, kwargs map[string]Value) (Value, error) {
 	return maxVal, nil
 }
 
-func filterMin(args []Value, kwargs map[string]Value) (Value, error) {
+func filterMin(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -1256,7 +1411,7 @@ func filterMin(args []Value, kwargs map[string]Value) (Value, error) {
 	return minVal, nil
 }
 
-func filterSum(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSum(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewInt(0), nil
 	}
@@ -1280,7 +1435,7 @@ func filterSum(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewInt(int64(sumF)), nil
 }
 
-func filterBatch(args []Value, kwargs map[string]Value) (Value, error) {
+func filterBatch(b *budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 2 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -1291,6 +1446,9 @@ func filterBatch(args []Value, kwargs map[string]Value) (Value, error) {
 		return NewList(nil), nil
 	}
 
+	if err := b.alloc(size(list.Len(), valueSize) + size(list.Len()/linecount+1, valueSize+48)); err != nil {
+		return Undefined(), err
+	}
 	var batches []Value
 	for i := 0; i < list.Len(); i += linecount {
 		end := min(i+linecount, list.Len())
@@ -1305,6 +1463,46 @@ func filterBatch(args []Value, kwargs map[string]Value) (Value, error) {
 // =============================================================================
 // Helpers
 // =============================================================================
+
+// pairSize is what one (key, value) pair of items() or dictsort costs.
+const pairSize = 3*valueSize + 48
+
+// mapString applies f (lower, upper) to str(v), charged.
+func mapString(b *budget, v Value, f func(string) string) (Value, error) {
+	s, err := b.print(v)
+	if err == nil {
+		err = b.alloc(size(len(s), 2)) // a case change may lengthen a rune
+	}
+	if err != nil {
+		return Undefined(), err
+	}
+	return NewString(f(s)), nil
+}
+
+// replaceString is str(sv).replace(str(oldv), str(newv), count), its result
+// measured and charged before it is built.
+func replaceString(b *budget, sv, oldv, newv Value, count int) (Value, error) {
+	s, err := b.print(sv)
+	if err != nil {
+		return Undefined(), err
+	}
+	old, err := b.print(oldv)
+	if err != nil {
+		return Undefined(), err
+	}
+	repl, err := b.print(newv)
+	if err != nil {
+		return Undefined(), err
+	}
+	n := strings.Count(s, old) // an empty old matches at every rune and at the end
+	if count >= 0 {
+		n = min(n, count)
+	}
+	if err := b.alloc(len(s) + size(n, len(repl))); err != nil {
+		return Undefined(), err
+	}
+	return NewString(strings.Replace(s, old, repl, count)), nil
+}
 
 func toInt64(v Value) int64 {
 	switch {

@@ -10,9 +10,12 @@
 //     Python's whitespace (U+3000 and U+001C..U+001F too), and a None
 //     argument means whitespace;
 //   - a render is bounded (RenderLimited: steps, output bytes, macro depth,
-//     context), range() and string repetition are capped, a negative
-//     repetition gives "" instead of panicking, and a panic inside the
-//     evaluator becomes an error;
+//     memory, context): every operation that makes a string or a list
+//     charges its size to the render's Memory limit before allocating
+//     (filters take the budget, budget.go); range() and string repetition
+//     are capped (an error, not a truncation), a negative repetition gives
+//     "" instead of panicking, printing and comparing a list that holds
+//     itself end, and a panic inside the evaluator becomes an error;
 //
 // Later upstream versions (v1.9.0 on) need Go 1.27, newer than this
 // module's toolchain. When the module moves to Go 1.27, compare upstream

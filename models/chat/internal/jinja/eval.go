@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
 )
 
 var (
@@ -65,16 +66,14 @@ func (e *evaluator) execNode(n node) error {
 	}
 	switch nd := n.(type) {
 	case *textNode:
-		e.output.WriteString(nd.text)
-		return nil
+		return e.write(nd.text)
 
 	case *outputNode:
 		val, err := e.evalExpr(nd.expression)
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(val))
-		return nil
+		return e.writeValue(val)
 
 	case *ifNode:
 		return e.execIf(nd)
@@ -137,10 +136,16 @@ func (e *evaluator) execFor(n *forNode) error {
 		items = iterVal.AsList().Items
 	case iterVal.IsDict():
 		d := iterVal.AsDict()
+		if err := e.budget.allocList(len(d.Keys)); err != nil {
+			return err
+		}
 		for _, key := range d.Keys {
 			items = append(items, NewString(key))
 		}
 	case iterVal.IsString():
+		if err := e.budget.alloc(size(len(iterVal.AsString()), valueSize+8)); err != nil {
+			return err
+		}
 		for _, r := range iterVal.AsString() {
 			items = append(items, NewString(string(r)))
 		}
@@ -394,8 +399,7 @@ func (e *evaluator) execCall(n *callNode) error {
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
-		return nil
+		return e.writeValue(result)
 	}
 
 	// Fallback: evaluate expression and call with caller.
@@ -411,8 +415,7 @@ func (e *evaluator) execCall(n *callNode) error {
 	if err != nil {
 		return err
 	}
-	e.output.WriteString(printValue(result))
-	return nil
+	return e.writeValue(result)
 }
 
 func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
@@ -429,21 +432,41 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 
 	// Apply the filter. The filter expression should be a name or filter chain.
 	if fe, ok := n.filter.(*nameExpr); ok {
-		filterVal, ok := lookupFilter(e.builtins, fe.name)
+		filter, ok := builtinFilters[fe.name]
 		if !ok {
 			return fmt.Errorf("unknown filter %q", fe.name)
 		}
-		result, err := filterVal.AsCallable().Fn([]Value{NewString(bodyStr)}, nil)
+		result, err := filter(e.budget, []Value{NewString(bodyStr)}, nil)
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
-		return nil
+		return e.writeValue(result)
 	}
 
 	// For more complex filter expressions, just output the body.
-	e.output.WriteString(bodyStr)
+	return e.write(bodyStr)
+}
+
+// write appends s to the output, within the render's Output and Memory
+// limits (Bulkhead patch: checked before the bytes are copied).
+func (e *evaluator) write(s string) error {
+	if b := e.budget; b != nil && b.lim.Output > 0 && e.output.Len()+len(s) > b.lim.Output {
+		return fmt.Errorf("%w: output over %d bytes", ErrBudget, b.lim.Output)
+	}
+	if err := e.budget.alloc(len(s)); err != nil {
+		return err
+	}
+	e.output.WriteString(s)
 	return nil
+}
+
+// writeValue writes str(v).
+func (e *evaluator) writeValue(v Value) error {
+	s, err := e.budget.print(v)
+	if err != nil {
+		return err
+	}
+	return e.write(s)
 }
 
 // =============================================================================
@@ -512,7 +535,11 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 			if err != nil {
 				return Undefined(), err
 			}
-			dict.Set(printValue(key), val)
+			k, err := e.budget.print(key)
+			if err != nil {
+				return Undefined(), err
+			}
+			dict.Set(k, val)
 		}
 		return d, nil
 
@@ -574,7 +601,10 @@ func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
 	}
 
 	if obj.IsDict() {
-		k := printValue(key)
+		k, err := e.budget.print(key)
+		if err != nil {
+			return Undefined(), err
+		}
 		if v, ok := obj.AsDict().Get(k); ok {
 			return v, nil
 		}
@@ -584,6 +614,18 @@ func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
 	if obj.IsString() {
 		idx := int(toInt64(key))
 		s := obj.AsString()
+		if isASCII(s) { // Bulkhead patch: no []rune of the whole string per index
+			if idx < 0 {
+				idx += len(s)
+			}
+			if idx < 0 || idx >= len(s) {
+				return Undefined(), nil
+			}
+			return NewString(s[idx : idx+1]), nil
+		}
+		if err := e.budget.alloc(size(len(s), 4)); err != nil {
+			return Undefined(), err
+		}
 		runes := []rune(s)
 		if idx < 0 {
 			idx += len(runes)
@@ -623,11 +665,17 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 			if start >= stop {
 				return NewList(nil), nil
 			}
+			if err := e.budget.allocList(stop - start); err != nil {
+				return Undefined(), err
+			}
 			items := make([]Value, stop-start)
 			copy(items, list.Items[start:stop])
 			return NewList(items), nil
 		}
 
+		if err := e.budget.allocList(length); err != nil {
+			return Undefined(), err
+		}
 		var items []Value
 		if step > 0 {
 			// Pre-size to the maximum possible iteration count to
@@ -690,6 +738,9 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 				if start <= stop {
 					return NewString(""), nil
 				}
+				if err := e.budget.alloc(start - stop); err != nil {
+					return Undefined(), err
+				}
 				buf := make([]byte, 0, start-stop)
 				for i := start; i > stop; i-- {
 					buf = append(buf, s[i])
@@ -699,6 +750,9 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 			// Fall through to the general path for unusual steps.
 		}
 
+		if err := e.budget.alloc(size(len(s), 9)); err != nil { // the runes, the result's and its text
+			return Undefined(), err
+		}
 		runes := []rune(s)
 		length := len(runes)
 		start, stop, step := resolveSlice(n, e, length)
@@ -833,11 +887,11 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 
 	switch n.op {
 	case "+":
-		return addValues(left, right), nil
+		return e.add(left, right)
 	case "-":
 		return subValues(left, right), nil
 	case "*":
-		return mulValues(left, right), nil
+		return e.mul(left, right)
 	case "/":
 		return divValues(left, right), nil
 	case "//":
@@ -847,7 +901,7 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 	case "**":
 		return powValues(left, right), nil
 	case "~":
-		return NewString(printValue(left) + printValue(right)), nil
+		return e.concat(left, right)
 	case "==":
 		return NewBool(valuesEqual(left, right)), nil
 	case "!=":
@@ -917,6 +971,9 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 		}
 	}
 
+	if c := fn.AsCallable(); c.withBudget != nil {
+		return c.withBudget(e.budget, args, kwargs)
+	}
 	return fn.AsCallable().Fn(args, kwargs)
 }
 
@@ -943,17 +1000,18 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 	}
 
 	// Look up filter in builtins.
-	filterVal, ok := lookupFilter(e.builtins, n.name)
-	if !ok {
+	builtin, isBuiltin := builtinFilters[n.name]
+	var filterVal Value
+	if !isBuiltin {
 		// Also check scope for user-defined filters.
+		var ok bool
 		filterVal, ok = e.scope.get(n.name)
 		if !ok {
 			return Undefined(), fmt.Errorf("unknown filter %q", n.name)
 		}
-	}
-
-	if !filterVal.IsCallable() {
-		return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
+		if !filterVal.IsCallable() {
+			return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
+		}
 	}
 
 	// Build args: input as first, then additional args.
@@ -979,6 +1037,9 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		}
 	}
 
+	if isBuiltin {
+		return builtin(e.budget, args, kwargs)
+	}
 	return filterVal.AsCallable().Fn(args, kwargs)
 }
 
@@ -1015,44 +1076,58 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 
 func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	s := obj.AsString()
+	b := e.budget // Bulkhead patch: every method charges what it makes
+
+	// arg is str(args[0]), charged; "" when there is none.
+	arg := func(args []Value) (string, error) {
+		if len(args) == 0 {
+			return "", nil
+		}
+		return b.print(args[0])
+	}
+	// trim is a strip method: chars given, or Python's whitespace.
+	trim := func(name string, chars func(string, string) string, space func(string, func(rune) bool) string) Value {
+		return e.makeStringFunc(name, func(args []Value, kwargs map[string]Value) (Value, error) {
+			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
+				c, err := arg(args)
+				return NewString(chars(s, c)), err
+			}
+			return NewString(space(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
+		})
+	}
 
 	switch method {
 	case "strip":
-		return e.makeStringFunc("strip", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
-				return NewString(strings.Trim(s, printValue(args[0]))), nil
-			}
-			return NewString(strings.TrimFunc(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
-		}), nil
+		return trim("strip", strings.Trim, strings.TrimFunc), nil
 
 	case "lstrip":
-		return e.makeStringFunc("lstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
-				return NewString(strings.TrimLeft(s, printValue(args[0]))), nil
-			}
-			return NewString(strings.TrimLeftFunc(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
-		}), nil
+		return trim("lstrip", strings.TrimLeft, strings.TrimLeftFunc), nil
 
 	case "rstrip":
-		return e.makeStringFunc("rstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) > 0 && !args[0].IsNone() && !args[0].IsUndefined() {
-				return NewString(strings.TrimRight(s, printValue(args[0]))), nil
-			}
-			return NewString(strings.TrimRightFunc(s, pyIsSpace)), nil // Bulkhead patch: Python's whitespace
-		}), nil
+		return trim("rstrip", strings.TrimRight, strings.TrimRightFunc), nil
 
 	case "split":
 		return e.makeStringFunc("split", func(args []Value, kwargs map[string]Value) (Value, error) {
+			var parts []string
 			if len(args) == 0 {
-				parts := strings.Fields(s)
-				items := make([]Value, len(parts))
-				for i, p := range parts {
-					items[i] = NewString(p)
+				if err := b.alloc(size(len(s)/2+1, valueSize+16)); err != nil {
+					return Undefined(), err
 				}
-				return NewList(items), nil
+				parts = strings.Fields(s)
+			} else {
+				sep, err := arg(args)
+				if err != nil {
+					return Undefined(), err
+				}
+				n := len(s) + 1 // an empty sep splits every rune
+				if sep != "" {
+					n = strings.Count(s, sep) + 1
+				}
+				if err := b.alloc(size(n, valueSize+16)); err != nil {
+					return Undefined(), err
+				}
+				parts = strings.Split(s, sep)
 			}
-			sep := printValue(args[0])
-			parts := strings.Split(s, sep)
 			items := make([]Value, len(parts))
 			for i, p := range parts {
 				items[i] = NewString(p)
@@ -1065,7 +1140,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewBool(false), nil
 			}
-			return NewBool(strings.HasPrefix(s, printValue(args[0]))), nil
+			p, err := arg(args)
+			return NewBool(strings.HasPrefix(s, p)), err
 		}), nil
 
 	case "endswith":
@@ -1073,7 +1149,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewBool(false), nil
 			}
-			return NewBool(strings.HasSuffix(s, printValue(args[0]))), nil
+			p, err := arg(args)
+			return NewBool(strings.HasSuffix(s, p)), err
 		}), nil
 
 	case "replace":
@@ -1081,27 +1158,28 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) < 2 {
 				return NewString(s), nil
 			}
-			old := printValue(args[0])
-			newStr := printValue(args[1])
 			count := -1
 			if len(args) > 2 {
 				count = int(toInt64(args[2]))
 			}
-			return NewString(strings.Replace(s, old, newStr, count)), nil
+			return replaceString(b, obj, args[0], args[1], count)
 		}), nil
 
 	case "upper":
 		return e.makeStringFunc("upper", func(args []Value, kwargs map[string]Value) (Value, error) {
-			return NewString(strings.ToUpper(s)), nil
+			return mapString(b, obj, strings.ToUpper)
 		}), nil
 
 	case "lower":
 		return e.makeStringFunc("lower", func(args []Value, kwargs map[string]Value) (Value, error) {
-			return NewString(strings.ToLower(s)), nil
+			return mapString(b, obj, strings.ToLower)
 		}), nil
 
 	case "title":
 		return e.makeStringFunc("title", func(args []Value, kwargs map[string]Value) (Value, error) {
+			if err := b.alloc(size(len(s), 5)); err != nil {
+				return Undefined(), err
+			}
 			// Simple title case: capitalize first letter of each word.
 			runes := []rune(s)
 			inWord := false
@@ -1109,7 +1187,7 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 				if r == ' ' || r == '\t' || r == '\n' {
 					inWord = false
 				} else if !inWord {
-					runes[i] = []rune(strings.ToUpper(string(r)))[0]
+					runes[i] = unicode.ToUpper(r)
 					inWord = true
 				}
 			}
@@ -1121,8 +1199,11 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(s) == 0 {
 				return NewString(""), nil
 			}
+			if err := b.alloc(size(len(s), 5)); err != nil {
+				return Undefined(), err
+			}
 			runes := []rune(s)
-			runes[0] = []rune(strings.ToUpper(string(runes[0])))[0]
+			runes[0] = unicode.ToUpper(runes[0])
 			return NewString(string(runes)), nil
 		}), nil
 
@@ -1131,7 +1212,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewInt(0), nil
 			}
-			return NewInt(int64(strings.Count(s, printValue(args[0])))), nil
+			p, err := arg(args)
+			return NewInt(int64(strings.Count(s, p))), err
 		}), nil
 
 	case "find":
@@ -1139,22 +1221,37 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewInt(-1), nil
 			}
-			return NewInt(int64(strings.Index(s, printValue(args[0])))), nil
+			p, err := arg(args)
+			return NewInt(int64(strings.Index(s, p))), err
 		}), nil
 
 	case "format":
 		return e.makeStringFunc("format", func(args []Value, kwargs map[string]Value) (Value, error) {
-			result := s
-			for i, arg := range args {
-				placeholder := fmt.Sprintf("{%d}", i)
-				result = strings.ReplaceAll(result, placeholder, printValue(arg))
-				result = strings.Replace(result, "{}", printValue(arg), 1)
-			}
-			return NewString(result), nil
+			return formatString(b, s, args)
 		}), nil
 	}
 
 	return Undefined(), nil
+}
+
+// formatString is s.format(*args) for {} and {N} fields, each replacement
+// charged before it is made.
+func formatString(b *budget, s string, args []Value) (Value, error) {
+	result := s
+	for i, a := range args {
+		str, err := b.print(a)
+		if err != nil {
+			return Undefined(), err
+		}
+		placeholder := fmt.Sprintf("{%d}", i)
+		n := strings.Count(result, placeholder)
+		if err := b.alloc(len(result) + size(n, len(str)) + len(str)); err != nil {
+			return Undefined(), err
+		}
+		result = strings.ReplaceAll(result, placeholder, str)
+		result = strings.Replace(result, "{}", str, 1)
+	}
+	return NewString(result), nil
 }
 
 func (e *evaluator) makeStringFunc(name string, fn func([]Value, map[string]Value) (Value, error)) Value {
@@ -1171,6 +1268,9 @@ func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 	switch method {
 	case "append":
 		return NewCallable("list.append", func(args []Value, kwargs map[string]Value) (Value, error) {
+			if err := e.budget.allocList(1); err != nil {
+				return Undefined(), err
+			}
 			if len(args) > 0 {
 				list.Append(args[0])
 			}
@@ -1202,6 +1302,9 @@ func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 			if len(args) < 2 {
 				return None(), nil
 			}
+			if err := e.budget.allocList(1); err != nil {
+				return Undefined(), err
+			}
 			idx := min(max(int(toInt64(args[0])), 0), list.Len())
 			list.Items = append(list.Items, Undefined())
 			copy(list.Items[idx+1:], list.Items[idx:])
@@ -1223,6 +1326,9 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 	switch method {
 	case "items":
 		return NewCallable("dict.items", func(args []Value, kwargs map[string]Value) (Value, error) {
+			if err := e.budget.alloc(size(d.Len(), pairSize)); err != nil {
+				return Undefined(), err
+			}
 			items := make([]Value, 0, d.Len())
 			for _, key := range d.Keys {
 				pair := NewList([]Value{NewString(key), d.Data[key]})
@@ -1233,6 +1339,9 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 
 	case "keys":
 		return NewCallable("dict.keys", func(args []Value, kwargs map[string]Value) (Value, error) {
+			if err := e.budget.allocList(d.Len()); err != nil {
+				return Undefined(), err
+			}
 			items := make([]Value, 0, d.Len())
 			for _, key := range d.Keys {
 				items = append(items, NewString(key))
@@ -1242,6 +1351,9 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 
 	case "values":
 		return NewCallable("dict.values", func(args []Value, kwargs map[string]Value) (Value, error) {
+			if err := e.budget.allocList(d.Len()); err != nil {
+				return Undefined(), err
+			}
 			items := make([]Value, 0, d.Len())
 			for _, key := range d.Keys {
 				items = append(items, d.Data[key])
@@ -1254,7 +1366,10 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), nil
 			}
-			key := printValue(args[0])
+			key, err := e.budget.print(args[0])
+			if err != nil {
+				return Undefined(), err
+			}
 			if v, ok := d.Get(key); ok {
 				return v, nil
 			}
@@ -1269,7 +1384,10 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), nil
 			}
-			key := printValue(args[0])
+			key, err := e.budget.print(args[0])
+			if err != nil {
+				return Undefined(), err
+			}
 			v, ok := d.Get(key)
 			if ok {
 				delete(d.Data, key)
@@ -1307,20 +1425,41 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 // Arithmetic helpers
 // =============================================================================
 
-func addValues(a, b Value) Value {
+// add is a + b: strings and lists are charged before they are built
+// (Bulkhead patch).
+func (e *evaluator) add(a, b Value) (Value, error) {
 	if a.IsString() || b.IsString() {
-		return NewString(printValue(a) + printValue(b))
+		return e.concat(a, b)
 	}
 	if a.IsList() && b.IsList() {
+		if err := e.budget.allocList(a.AsList().Len() + b.AsList().Len()); err != nil {
+			return Undefined(), err
+		}
 		items := make([]Value, 0, a.AsList().Len()+b.AsList().Len())
 		items = append(items, a.AsList().Items...)
 		items = append(items, b.AsList().Items...)
-		return NewList(items)
+		return NewList(items), nil
 	}
 	if a.IsFloat() || b.IsFloat() {
-		return NewFloat(toFloat64(a) + toFloat64(b))
+		return NewFloat(toFloat64(a) + toFloat64(b)), nil
 	}
-	return NewInt(toInt64(a) + toInt64(b))
+	return NewInt(toInt64(a) + toInt64(b)), nil
+}
+
+// concat is str(a) ~ str(b), charged.
+func (e *evaluator) concat(a, b Value) (Value, error) {
+	as, err := e.budget.print(a)
+	if err != nil {
+		return Undefined(), err
+	}
+	bs, err := e.budget.print(b)
+	if err != nil {
+		return Undefined(), err
+	}
+	if err := e.budget.alloc(len(as) + len(bs)); err != nil {
+		return Undefined(), err
+	}
+	return NewString(as + bs), nil
 }
 
 func subValues(a, b Value) Value {
@@ -1330,23 +1469,28 @@ func subValues(a, b Value) Value {
 	return NewInt(toInt64(a) - toInt64(b))
 }
 
-func mulValues(a, b Value) Value {
+// mul is a * b. A string repeated is charged, and one longer than
+// maxString is an error (Bulkhead patch: Python gives "" for a count below
+// one, where Go's strings.Repeat panics; upstream truncated silently).
+func (e *evaluator) mul(a, b Value) (Value, error) {
 	if a.IsString() && b.IsInt() {
-		// Bulkhead patch: Python gives "" for a count below one (Go's
-		// strings.Repeat panics), and the result is capped like output.
 		n := b.AsInt()
 		if n < 1 {
-			return NewString("")
+			return NewString(""), nil
 		}
-		if int64(len(a.AsString()))*n > maxString {
-			n = maxString / max(int64(len(a.AsString())), 1)
+		l := int64(len(a.AsString()))
+		if n > maxString || l*n > maxString {
+			return Undefined(), fmt.Errorf("%w: a repeated string of more than %d bytes", ErrBudget, maxString)
 		}
-		return NewString(strings.Repeat(a.AsString(), int(n)))
+		if err := e.budget.alloc(int(l * n)); err != nil {
+			return Undefined(), err
+		}
+		return NewString(strings.Repeat(a.AsString(), int(n))), nil
 	}
 	if a.IsFloat() || b.IsFloat() {
-		return NewFloat(toFloat64(a) * toFloat64(b))
+		return NewFloat(toFloat64(a) * toFloat64(b)), nil
 	}
-	return NewInt(toInt64(a) * toInt64(b))
+	return NewInt(toInt64(a) * toInt64(b)), nil
 }
 
 func divValues(a, b Value) Value {

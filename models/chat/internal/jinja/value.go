@@ -192,30 +192,20 @@ func (v Value) String() string {
 	case KindString:
 		return fmt.Sprintf("'%s'", v.v.(string))
 
-	case KindList:
-		list := v.v.(*List)
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, item := range list.Items {
-			if i > 0 {
-				b.WriteString(", ")
+	case KindList, KindDict:
+		// Bulkhead patch: a value too large to print here, or one that
+		// holds itself, prints as an ellipsis (renders print through the
+		// budget, which refuses it instead).
+		n, ok := printedSize(v, maxString, 0)
+		if !ok {
+			if v.kind == KindList {
+				return "[...]"
 			}
-			b.WriteString(item.String())
+			return "{...}"
 		}
-		b.WriteByte(']')
-		return b.String()
-
-	case KindDict:
-		d := v.v.(*Dict)
 		var b strings.Builder
-		b.WriteByte('{')
-		for i, key := range d.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "'%s': %s", key, d.Data[key].String())
-		}
-		b.WriteByte('}')
+		b.Grow(n)
+		v.writeRepr(&b)
 		return b.String()
 
 	case KindCallable:
@@ -226,8 +216,49 @@ func (v Value) String() string {
 	return "Undefined"
 }
 
+// writeRepr writes v as String does, into one buffer (Bulkhead patch: the
+// upstream String built a string per nesting level and copied it into the
+// next, quadratic in the depth). The caller bounds the size and depth
+// first (printedSize).
+func (v Value) writeRepr(b *strings.Builder) {
+	switch v.kind {
+	case KindList:
+		b.WriteByte('[')
+		for i, item := range v.v.(*List).Items {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			item.writeRepr(b)
+		}
+		b.WriteByte(']')
+	case KindDict:
+		d := v.v.(*Dict)
+		b.WriteByte('{')
+		for i, key := range d.Keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('\'')
+			b.WriteString(key)
+			b.WriteString("': ")
+			d.Data[key].writeRepr(b)
+		}
+		b.WriteByte('}')
+	default:
+		b.WriteString(v.String())
+	}
+}
+
 // Equals reports whether v and other hold the same value.
-func (v Value) Equals(other Value) bool {
+func (v Value) Equals(other Value) bool { return v.equals(other, 0) }
+
+// equals is Equals at a nesting depth (Bulkhead patch: a list that holds
+// itself equals itself, as in Python, and no comparison nests past
+// maxNest).
+func (v Value) equals(other Value, depth int) bool {
+	if depth > maxNest {
+		return false
+	}
 	if v.kind != other.kind {
 		return false
 	}
@@ -251,11 +282,14 @@ func (v Value) Equals(other Value) bool {
 	case KindList:
 		a := v.v.(*List)
 		b := other.v.(*List)
+		if a == b {
+			return true
+		}
 		if a.Len() != b.Len() {
 			return false
 		}
 		for i := range a.Items {
-			if !a.Items[i].Equals(b.Items[i]) {
+			if !a.Items[i].equals(b.Items[i], depth+1) {
 				return false
 			}
 		}
@@ -264,6 +298,9 @@ func (v Value) Equals(other Value) bool {
 	case KindDict:
 		a := v.v.(*Dict)
 		b := other.v.(*Dict)
+		if a == b {
+			return true
+		}
 		if a.Len() != b.Len() {
 			return false
 		}
@@ -272,7 +309,7 @@ func (v Value) Equals(other Value) bool {
 			if !ok {
 				return false
 			}
-			if !a.Data[key].Equals(bv) {
+			if !a.Data[key].equals(bv, depth+1) {
 				return false
 			}
 		}
@@ -347,6 +384,15 @@ func (d *Dict) OrderedKeys() []string {
 type Callable struct {
 	Name string
 	Fn   func(args []Value, kwargs map[string]Value) (Value, error)
+	// withBudget, when set, is Fn charging what it makes to the render's
+	// budget; calls from a render use it (Bulkhead addition).
+	withBudget func(b *budget, args []Value, kwargs map[string]Value) (Value, error)
+}
+
+// newBudgeted returns a built-in callable that charges what it makes.
+func newBudgeted(name string, fn func(b *budget, args []Value, kwargs map[string]Value) (Value, error)) Value {
+	return Value{kind: KindCallable, v: Callable{Name: name, withBudget: fn,
+		Fn: func(args []Value, kwargs map[string]Value) (Value, error) { return fn(nil, args, kwargs) }}}
 }
 
 // =============================================================================
