@@ -57,7 +57,16 @@ func (s *Server) class(tenant string) tenants.Class { return s.cfg.Tenants.Of(te
 // acquireSync takes the quota and the class's queue slot of a synchronous
 // request: one job, named by the request id, held until the handler ends.
 func (s *Server) acquireSync(ctx context.Context, tenant, id string) (func(quota.Usage), error) {
-	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{IDs: []string{id}, MaxQueued: s.class(tenant).MaxQueued})
+	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{IDs: []string{id}, MaxQueued: s.maxQueued(tenant)})
+}
+
+// maxQueued is tenant's bound on its jobs queued or running across models:
+// its class's max_queued, else Config.TenantQueueBound.
+func (s *Server) maxQueued(tenant string) int {
+	if n := s.class(tenant).MaxQueued; n > 0 {
+		return n
+	}
+	return s.cfg.TenantQueueBound
 }
 
 // acquireAsync takes one slot per job of an async batch, all or none. The
@@ -66,7 +75,7 @@ func (s *Server) acquireSync(ctx context.Context, tenant, id string) (func(quota
 // deadline and asyncLeaseGrace.
 func (s *Server) acquireAsync(ctx context.Context, tenant string, jobIDs []string) (func(quota.Usage), error) {
 	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{
-		IDs: jobIDs, MaxQueued: s.class(tenant).MaxQueued, LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
+		IDs: jobIDs, MaxQueued: s.maxQueued(tenant), LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
 	})
 }
 

@@ -113,6 +113,35 @@ func TestAsyncCountsConcurrency(t *testing.T) {
 	waitDone(t, h, "alice", body)
 }
 
+// TestTenantBoundAcrossModels: with no tenant class, a tenant's jobs
+// queued or running are bounded across all models together
+// (Config.TenantQueueBound, the jobs stream's per-tenant bound in the
+// wiring): alice fills it with async jobs on two models and is refused a
+// third job on either, with the numbers; bob is not affected.
+func TestTenantBoundAcrossModels(t *testing.T) {
+	q := realQuota(t, quota.Config{})
+	h := newHarness(t, harnessOpts{quota: q, tenantBound: 4})
+	g := &gate{tenant: "alice", open: make(chan struct{})}
+	t.Cleanup(g.release)
+	h.setBehaviour(g.behaviour(reply("Hi")))
+	startReleasing(t, h)
+	batch := `{"requests":[{"prompt":"Once upon a time","max_tokens":2},{"prompt":"Once upon a time","max_tokens":2}]}`
+	for _, model := range []string{modelStories, modelIdle} {
+		if status, _, body := h.do("POST", "/ai/run/"+model+"?queueRequest=true", "alice", batch); status != 200 {
+			t.Fatalf("%s: %d %s", model, status, body)
+		}
+	}
+	for _, model := range []string{modelStories, modelIdle} {
+		status, _, body := h.do("POST", "/ai/run/"+model+"?queueRequest=true", "alice", `{"requests":[{"prompt":"Once upon a time","max_tokens":2}]}`)
+		if code, msg := nativeErr(t, body); status != 429 || !strings.Contains(msg, "4 of your jobs are queued or running, this request adds 1, the limit is 4") {
+			t.Fatalf("a fifth job on %s: %d %d %s", model, status, code, msg)
+		}
+	}
+	if status, _, body := h.do("POST", "/ai/run/"+modelStories, "bob", `{"prompt":"Once upon a time","max_tokens":2}`); status != 200 {
+		t.Fatalf("bob refused: %d %s", status, body)
+	}
+}
+
 // waitDone polls the async batch a submit answered until it is done.
 func waitDone(t *testing.T, h *harness, token string, submitted []byte) {
 	t.Helper()

@@ -152,6 +152,7 @@ type harnessOpts struct {
 	live           queue.Liveness       // nil: every model has workers
 	quota          Limiter              // nil: the harness's fakeLimiter
 	tenants        *tenants.Table       // nil: every tenant in the default class
+	tenantBound    int                  // Config.TenantQueueBound
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -182,7 +183,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.quota != nil {
 		lim = o.quota
 	}
-	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants,
+	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound,
 		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, Metrics: o.metrics})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)

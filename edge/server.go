@@ -86,6 +86,12 @@ type Config struct {
 	// Tenants maps each verified tenant to its class (queue bound and
 	// scheduling weight); nil puts every tenant in tenants.DefaultClass.
 	Tenants *tenants.Table
+	// TenantQueueBound bounds the jobs (queued or running, across all
+	// models) of a tenant whose class sets no max_queued, counted with the
+	// quota in Redis; 0: none. The wiring gives it the jobs stream's
+	// per-tenant bound (queue.TenantBound), so one tenant holds at most a
+	// tenth of the stream whatever number of models it floods.
+	TenantQueueBound int
 	// Router routes each job to the worker likely to hold its prefix
 	// (docs/routing.md); nil queues every job on its tenant's shared queue.
 	Router Router
@@ -127,6 +133,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Queue is nil", ErrConfig)
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("%w: RequestTimeout %v is negative", ErrConfig, c.RequestTimeout)
+	case c.TenantQueueBound < 0:
+		return fmt.Errorf("%w: TenantQueueBound %d is negative", ErrConfig, c.TenantQueueBound)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrConfig, c.MaxBodyBytes)
 	case c.DefaultMaxTokens < 0:

@@ -240,7 +240,39 @@ func TestSubmitFailsFast(t *testing.T) {
 		if !l.Live("@cf/test/new") {
 			t.Fatal("a model never seen is refused within the grace period")
 		}
+		gc := NewClient(env.nc, env.js).WithLiveness(l)
+		// Nothing is queued for it meanwhile: async is refused at once, a
+		// synchronous job waits for the first worker, then is queued.
+		ajob := testJob("grace-async")
+		ajob.Model, ajob.Reply = "@cf/test/new", ""
+		if err := gc.SubmitAsync(ctx, ajob); !errors.Is(err, ErrNoWorker) {
+			t.Fatalf("SubmitAsync within the grace = %v, want ErrNoWorker", err)
+		}
+		job := testJob("grace-sync")
+		job.Model = "@cf/test/new"
+		done := make(chan error, 1)
+		go func() {
+			r, err := gc.Submit(ctx, job)
+			if r != nil {
+				r.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("Submit returned %v before the model had a worker", err)
+		case <-time.After(200 * time.Millisecond):
+		}
 		l.Set(map[string]int{"@cf/test/new": 64})
+		if err := <-done; err != nil {
+			t.Fatalf("Submit once the model had a worker = %v", err)
+		}
+		short := NewLiveModels(300 * time.Millisecond)
+		sjob := testJob("grace-over")
+		sjob.Model = "@cf/test/never"
+		if _, err := NewClient(env.nc, env.js).WithLiveness(short).Submit(ctx, sjob); !errors.Is(err, ErrNoWorker) {
+			t.Fatalf("Submit past the grace = %v, want ErrNoWorker", err)
+		}
 		l.Set(map[string]int{})
 		if l.Live("@cf/test/new") {
 			t.Fatal("a model whose workers left is still live")

@@ -116,25 +116,29 @@ func (c *Client) WithIdleTimeout(d time.Duration) (*Client, error) {
 	return &Client{nc: c.nc, js: c.js, idle: d, live: c.live, res: c.results()}, nil
 }
 
-// Liveness says whether a model has a live worker. *LiveModels implements it.
+// Liveness says whether a model has a live worker (LiveModels.Await).
+// *LiveModels implements it.
 type Liveness interface {
-	Live(model string) bool
+	Await(ctx context.Context, model string, wait bool) error
 }
 
 // WithLiveness returns a client whose Submit and SubmitAsync refuse a job
-// for a model that l says has no live worker (ErrNoWorker), at once.
+// for a model that l says has no live worker (ErrNoWorker), at once; Submit
+// waits for a model that may still get its first worker (l's grace period),
+// SubmitAsync does not.
 func (c *Client) WithLiveness(l Liveness) *Client {
 	return &Client{nc: c.nc, js: c.js, idle: c.idle, live: l, res: c.results()}
 }
 
 // ready refuses a job the bus cannot take now: a connection that is not up
-// (ErrUnavailable) or a model without a live worker (ErrNoWorker).
-func (c *Client) ready(job *Job) error {
+// (ErrUnavailable) or a model without a live worker (ErrNoWorker; with
+// wait, one that may still get its first worker is waited for).
+func (c *Client) ready(ctx context.Context, job *Job, wait bool) error {
 	if st := c.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("%w: connection %v", ErrUnavailable, st)
 	}
-	if c.live != nil && !c.live.Live(job.Model) {
-		return fmt.Errorf("%w: %s", ErrNoWorker, job.Model)
+	if c.live != nil {
+		return c.live.Await(ctx, job.Model, wait)
 	}
 	return nil
 }
@@ -171,7 +175,7 @@ func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
 	if job.Reply == "" {
 		return nil, fmt.Errorf("%w: job %s has no reply subject", ErrBadMessage, job.ID)
 	}
-	if err := c.ready(job); err != nil {
+	if err := c.ready(ctx, job, true); err != nil {
 		return nil, err
 	}
 	sub, err := c.nc.SubscribeSync(job.Reply)
@@ -251,7 +255,7 @@ func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
 	if err := job.Validate(); err != nil {
 		return err
 	}
-	if err := c.ready(job); err != nil {
+	if err := c.ready(ctx, job, false); err != nil {
 		return err
 	}
 	res, err := c.openResults(ctx)

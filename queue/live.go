@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -13,18 +15,20 @@ import (
 // models) queues their first jobs rather than refusing them; once a model
 // has been seen, or the grace period is over, only its live workers count.
 type LiveModels struct {
-	mu     sync.RWMutex    // guards models and seen
-	models map[string]int  // name → smallest live window
-	seen   map[string]bool // models that have had a live worker since start
-	since  time.Time       // when it was made; read-only
-	grace  time.Duration   // read-only
+	mu      sync.RWMutex    // guards models, seen and changed
+	models  map[string]int  // name → smallest live window
+	seen    map[string]bool // models that have had a live worker since start
+	changed chan struct{}   // closed (and replaced) by each Set
+	since   time.Time       // when it was made; read-only
+	grace   time.Duration   // read-only
 }
 
 var _ Liveness = (*LiveModels)(nil)
 
 // NewLiveModels returns an empty set whose grace period starts now.
 func NewLiveModels(grace time.Duration) *LiveModels {
-	return &LiveModels{models: map[string]int{}, seen: map[string]bool{}, since: time.Now(), grace: grace}
+	return &LiveModels{models: map[string]int{}, seen: map[string]bool{}, changed: make(chan struct{}),
+		since: time.Now(), grace: grace}
 }
 
 // Set replaces the set with the models in minWindows (WatchCapacity's apply
@@ -39,6 +43,8 @@ func (l *LiveModels) Set(minWindows map[string]int) {
 	for k := range m {
 		l.seen[k] = true
 	}
+	close(l.changed)
+	l.changed = make(chan struct{})
 	l.mu.Unlock()
 }
 
@@ -51,4 +57,39 @@ func (l *LiveModels) Live(model string) bool {
 		return true
 	}
 	return !l.seen[model] && time.Since(l.since) < l.grace
+}
+
+// Await returns nil once model has a live worker. A model that may still get
+// its first one (never seen, within the grace period) is waited for when
+// wait is set, until it has one, the grace period ends or ctx ends (ctx's
+// cause); without wait it is ErrNoWorker at once, as is a model past the
+// grace period with no live worker. Nothing is queued meanwhile: a job for
+// a model nobody serves never takes a place in the shared stream.
+func (l *LiveModels) Await(ctx context.Context, model string, wait bool) error {
+	for {
+		l.mu.RLock()
+		_, live := l.models[model]
+		left := l.grace - time.Since(l.since)
+		pending := !live && !l.seen[model] && left > 0
+		changed := l.changed
+		l.mu.RUnlock()
+		switch {
+		case live:
+			return nil
+		case !pending:
+			return fmt.Errorf("%w: %s", ErrNoWorker, model)
+		case !wait:
+			return fmt.Errorf("%w: %s: no worker has announced it yet (workers may still be loading it; retry in %v)",
+				ErrNoWorker, model, left.Round(time.Second))
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+		t.Stop()
+	}
 }

@@ -362,3 +362,13 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, d durable, cfg 
 	}
 	return c, nil
 }
+
+// TenantBound returns the jobs stream's per-tenant bound (a tenant's jobs
+// per model, StreamConfig.MaxJobsPerTenant) as the NATS node set it up.
+func TenantBound(ctx context.Context, js jetstream.JetStream) (int, error) {
+	st, err := js.Stream(ctx, JobsStream)
+	if err != nil {
+		return 0, fmt.Errorf("queue: stream %s: %w", JobsStream, err)
+	}
+	return int(max(st.CachedInfo().Config.MaxMsgsPerSubject, 0)), nil
+}
