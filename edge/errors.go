@@ -136,6 +136,9 @@ var (
 	rowTenantQueueFull = Row{"tenant_queue_full", http.StatusTooManyRequests, 3051,
 		"Too many of your requests are queued or running; retry when some have finished",
 		http.StatusTooManyRequests, "requests", "tenant_queue_full"}
+	rowAsyncResultsFull = Row{"async_results_full", http.StatusTooManyRequests, 3052,
+		"Too many of your async results are kept; retry when older ones expire",
+		http.StatusTooManyRequests, "requests", "async_results_full"}
 )
 
 // Retry-After of the 503s the edge answers at once.
@@ -155,6 +158,7 @@ func ErrorTable() []Row {
 		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
 		rowUnavailable, rowNotFound, rowInternal,
 		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost, rowDraining, rowTenantQueueFull,
+		rowAsyncResultsFull,
 	}
 }
 
@@ -232,6 +236,8 @@ func Classify(err error) *Error {
 		return withRetry(newError(rowConcurrency, limitMessage(rowConcurrency, err), err), err)
 	case errors.Is(err, quota.ErrQueueBound):
 		return retryIn(newError(rowTenantQueueFull, limitMessage(rowTenantQueueFull, err), err), retryTenantQueue)
+	case errors.Is(err, quota.ErrAsyncRecords):
+		return withRetry(newError(rowAsyncResultsFull, recordsMessage(err), err), err)
 	case errors.Is(err, queue.ErrTenantQueueFull):
 		return retryIn(newError(rowTenantQueueFull,
 			"Too many of your requests for this model are waiting in the queue; retry when some have finished", err), retryTenantQueue)
@@ -274,6 +280,16 @@ func limitMessage(r Row, err error) string {
 	}
 	return fmt.Sprintf("%s: %d of your jobs are queued or running, this request adds %d, the limit is %d",
 		r.Message, le.InUse, le.Requested, int(le.Limit))
+}
+
+// recordsMessage says how many async results a refusal counted.
+func recordsMessage(err error) string {
+	var le *quota.LimitError
+	if !errors.As(err, &le) || le.Requested == 0 {
+		return rowAsyncResultsFull.Message
+	}
+	return fmt.Sprintf("%s: %d of your async results are kept, this request adds %d, the limit is %d",
+		rowAsyncResultsFull.Message, le.InUse, le.Requested, int(le.Limit))
 }
 
 func withRetry(e *Error, err error) *Error {

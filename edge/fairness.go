@@ -76,6 +76,7 @@ func (s *Server) maxQueued(tenant string) int {
 func (s *Server) acquireAsync(ctx context.Context, tenant string, jobIDs []string) (func(quota.Usage), error) {
 	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{
 		IDs: jobIDs, MaxQueued: s.maxQueued(tenant), LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
+		MaxRecords: s.cfg.AsyncRecordsPerTenant, RecordTTL: s.cfg.AsyncRecordTTL,
 	})
 }
 

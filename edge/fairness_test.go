@@ -142,6 +142,40 @@ func TestTenantBoundAcrossModels(t *testing.T) {
 	}
 }
 
+// TestAsyncRecordsPerTenant: a tenant's async results kept are bounded
+// (Config.AsyncRecordsPerTenant): alice's batches are refused with 429
+// async_results_full and the numbers once her finished results fill it,
+// and bob's async and synchronous requests go on.
+func TestAsyncRecordsPerTenant(t *testing.T) {
+	q := realQuota(t, quota.Config{})
+	h := newHarness(t, harnessOpts{quota: q, asyncRecords: 5})
+	startReleasing(t, h)
+	batch := func(n int) string {
+		return `{"requests":[` + strings.TrimSuffix(strings.Repeat(`{"prompt":"Once upon a time","max_tokens":2},`, n), ",") + `]}`
+	}
+	run := "/ai/run/" + modelStories
+	for range 2 {
+		status, _, body := h.do("POST", run+"?queueRequest=true", "alice", batch(2))
+		if status != 200 {
+			t.Fatalf("alice's batch: %d %s", status, body)
+		}
+		waitDone(t, h, "alice", body)
+	}
+	status, hdr, body := h.do("POST", run+"?queueRequest=true", "alice", batch(2))
+	if code, msg := nativeErr(t, body); status != 429 || code != 3052 || hdr.Get("Retry-After") == "" ||
+		!strings.Contains(msg, "4 of your async results are kept, this request adds 2, the limit is 5") {
+		t.Fatalf("alice over her bound: %d %d %q, Retry-After %q", status, code, msg, hdr.Get("Retry-After"))
+	}
+	status, _, body = h.do("POST", run+"?queueRequest=true", "bob", batch(2))
+	if status != 200 {
+		t.Fatalf("bob's batch: %d %s", status, body)
+	}
+	waitDone(t, h, "bob", body)
+	if status, _, body := h.do("POST", run, "alice", `{"prompt":"Once upon a time","max_tokens":2}`); status != 200 {
+		t.Fatalf("alice's synchronous request: %d %s", status, body)
+	}
+}
+
 // waitDone polls the async batch a submit answered until it is done.
 func waitDone(t *testing.T, h *harness, token string, submitted []byte) {
 	t.Helper()

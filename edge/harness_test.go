@@ -153,6 +153,7 @@ type harnessOpts struct {
 	quota          Limiter              // nil: the harness's fakeLimiter
 	tenants        *tenants.Table       // nil: every tenant in the default class
 	tenantBound    int                  // Config.TenantQueueBound
+	asyncRecords   int                  // Config.AsyncRecordsPerTenant, for an hour each
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -184,6 +185,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		lim = o.quota
 	}
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound,
+		AsyncRecordsPerTenant: o.asyncRecords, AsyncRecordTTL: time.Hour,
 		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, Metrics: o.metrics})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)

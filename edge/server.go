@@ -92,6 +92,12 @@ type Config struct {
 	// per-tenant bound (queue.TenantBound), so one tenant holds at most a
 	// tenth of the stream whatever number of models it floods.
 	TenantQueueBound int
+	// AsyncRecordsPerTenant bounds a tenant's async results kept in the
+	// results store (each for AsyncRecordTTL, the store's TTL), counted
+	// with the quota in Redis; 0: none. The wiring derives it from the
+	// store's size (queue.AsyncRecordsPerTenant).
+	AsyncRecordsPerTenant int
+	AsyncRecordTTL        time.Duration
 	// Router routes each job to the worker likely to hold its prefix
 	// (docs/routing.md); nil queues every job on its tenant's shared queue.
 	Router Router
@@ -135,6 +141,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: RequestTimeout %v is negative", ErrConfig, c.RequestTimeout)
 	case c.TenantQueueBound < 0:
 		return fmt.Errorf("%w: TenantQueueBound %d is negative", ErrConfig, c.TenantQueueBound)
+	case c.AsyncRecordsPerTenant < 0 || c.AsyncRecordsPerTenant > 0 && c.AsyncRecordTTL < time.Second:
+		return fmt.Errorf("%w: AsyncRecordsPerTenant %d needs an AsyncRecordTTL of a second or more, not %v",
+			ErrConfig, c.AsyncRecordsPerTenant, c.AsyncRecordTTL)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrConfig, c.MaxBodyBytes)
 	case c.DefaultMaxTokens < 0:

@@ -142,6 +142,52 @@ func TestFullStoreFailsFast(t *testing.T) {
 	}
 }
 
+// TestAsyncLeavesRoomForSync: async submissions stop (ErrStoreFull) once the
+// results bucket holds AsyncShare of its bytes, and synchronous jobs are
+// still recorded and claimed afterwards.
+func TestAsyncLeavesRoomForSync(t *testing.T) {
+	env := startEnv(t, StreamConfig{ResultsMaxBytes: 64 << 10, Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := NewClient(env.nc, env.js)
+	var refused error
+	n := 0
+	for ; n < 1000 && refused == nil; n++ {
+		job := testJob("flood-" + itoa(n))
+		job.Reply = ""
+		refused = c.SubmitAsync(ctx, job)
+	}
+	if !errors.Is(refused, ErrStoreFull) {
+		t.Fatalf("async flood ended with %v after %d jobs, want ErrStoreFull", refused, n)
+	}
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		job := testJob("sync-" + itoa(i))
+		job.Model = "@cf/test/sync" // its own consumer: not behind the async flood
+		replies, err := c.Submit(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, got := fetchJob(t, env, job.Model)
+		if got.ID != job.ID {
+			t.Fatalf("fetched %s, want %s", got.ID, job.ID)
+		}
+		_ = msg.Ack()
+		rp, claim, err := res.Claim(ctx, env.nc, got)
+		if err != nil || claim != ClaimRun {
+			t.Fatalf("sync job %d after the async flood: claim %v %v", i, claim, err)
+		}
+		if err := rp.Final(ctx, "ok", "stop", Usage{}); err != nil {
+			t.Fatal(err)
+		}
+		replies.Close()
+	}
+	t.Logf("async refused after %d jobs", n)
+}
+
 // TestHeartbeats: before any frame the idle timeout applies (a job may wait
 // in the stream); once a worker's heartbeat came, silence for
 // HeartbeatTimeout is ErrWorkerLost; heartbeats never reach the caller.

@@ -247,7 +247,8 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 }
 
 // SubmitAsync records the job as queued in the results bucket, then publishes
-// it with job.Async set. Submitting an id again publishes it again only while
+// it with job.Async set. While the bucket holds AsyncShare of its bytes it
+// refuses (ErrStoreFull), keeping the rest for synchronous jobs. Submitting an id again publishes it again only while
 // it is still queued (the stream then drops the duplicate); otherwise it does
 // nothing.
 func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
@@ -262,7 +263,13 @@ func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
 	if err != nil {
 		return err
 	}
+	if err := res.asyncRoom(ctx); err != nil {
+		return err
+	}
 	_, err = res.Create(ctx, &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusQueued})
+	if err == nil {
+		res.fill.wrote(recordBytes)
+	}
 	if errors.Is(err, ErrConflict) {
 		cur, _, gerr := res.Get(ctx, job.ID)
 		if gerr != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,6 +66,76 @@ type Results struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream // the bucket's stream, for the last message of a key
 	keep   time.Duration    // how long a synchronous job's record outlives the job
+	fill   *fillCache       // the bucket's fill, for async submissions
+}
+
+// AsyncShare is the share of the results bucket's bytes async records may
+// fill: past it, SubmitAsync refuses (ErrStoreFull) and the rest stays for
+// synchronous jobs' records and cancel markers, which async results can
+// therefore never starve.
+const AsyncShare = 0.5
+
+// fillRefresh is how old the bucket's fill may be when an async submission
+// is checked against AsyncShare. Within it, a flood overshoots the share by
+// at most what it submits in that time.
+const fillRefresh = time.Second
+
+// fillCache is the bucket's size, read at most every fillRefresh.
+type fillCache struct {
+	mu        sync.Mutex
+	at        time.Time
+	used, max int64
+}
+
+// wrote counts n bytes this process added to the bucket since the last
+// read, so the next check counts them before the bucket is read again.
+func (f *fillCache) wrote(n int64) {
+	f.mu.Lock()
+	f.used += n
+	f.mu.Unlock()
+}
+
+// asyncRoom refuses an async record while the bucket holds AsyncShare of
+// its bytes or more (ErrStoreFull).
+func (r *Results) asyncRoom(ctx context.Context) error {
+	f := r.fill
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Since(f.at) > fillRefresh {
+		info, err := r.stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: reading the results bucket's size: %v", ErrUnavailable, err)
+		}
+		f.at, f.used, f.max = time.Now(), int64(info.State.Bytes), info.Config.MaxBytes
+	}
+	if f.max > 0 && float64(f.used) >= AsyncShare*float64(f.max) {
+		return fmt.Errorf("%w: the results store holds %d of its %d bytes, and async results may fill %.0f%% of it",
+			ErrStoreFull, f.used, f.max, 100*AsyncShare)
+	}
+	return nil
+}
+
+// AsyncRecordBytes is what one async record takes in the results bucket
+// for sizing: the record, a result of a few hundred tokens, JetStream's
+// overhead.
+const AsyncRecordBytes = 4 << 10
+
+// AsyncRecordsPerTenant returns the default bound on one tenant's async
+// records and how long each lives: a tenth of what AsyncShare of the
+// results bucket holds at AsyncRecordBytes a record (at least 100), and
+// the bucket's TTL.
+func AsyncRecordsPerTenant(ctx context.Context, js jetstream.JetStream) (int, time.Duration, error) {
+	st, err := js.Stream(ctx, "KV_"+ResultsBucket)
+	if err != nil {
+		return 0, 0, fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
+	}
+	cfg := st.CachedInfo().Config
+	n := int(AsyncShare * float64(cfg.MaxBytes) / 10 / AsyncRecordBytes)
+	ttl := cfg.MaxAge
+	if ttl == 0 {
+		ttl = 24 * time.Hour // a bucket without a TTL: count a day
+	}
+	return max(n, 100), ttl, nil
 }
 
 // OpenResults opens the results bucket Setup created.
@@ -77,7 +148,7 @@ func OpenResults(ctx context.Context, js jetstream.JetStream) (*Results, error) 
 	if err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", ResultsBucket, err)
 	}
-	return &Results{kv: kv, js: js, stream: st, keep: SyncRecordKeep}, nil
+	return &Results{kv: kv, js: js, stream: st, keep: SyncRecordKeep, fill: &fillCache{}}, nil
 }
 
 // Get returns a job's record and its revision; ErrNotFound when there is none.

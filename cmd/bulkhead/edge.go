@@ -128,6 +128,13 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 	if err != nil {
 		return err
 	}
+	records, recordTTL, err := queue.AsyncRecordsPerTenant(ctx, n.js)
+	if err != nil {
+		return err
+	}
+	if e.asyncRecords > 0 {
+		records = e.asyncRecords
+	}
 	var rt edge.Router
 	if !e.noRouting {
 		r, err := router.New(n.nc, router.Config{})
@@ -144,7 +151,8 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		Catalog: n.cat, Auth: n.verifier, Quota: q, Queue: queue.NewClient(n.nc, n.js).WithLiveness(live),
 		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
 		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
-		Tenants: classes, TenantQueueBound: bound, DefaultMaxTokens: e.maxTokens, Router: rt,
+		Tenants: classes, TenantQueueBound: bound, AsyncRecordsPerTenant: records, AsyncRecordTTL: recordTTL,
+		DefaultMaxTokens: e.maxTokens, Router: rt,
 		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, Metrics: em, LogContent: n.logContent,
 	})
 	if err != nil {
@@ -231,6 +239,7 @@ type edgeFlags struct {
 	maxTokens      int    // --default-max-tokens
 	noRouting      bool   // --no-routing
 	continueTraces bool   // --trace-continue-client
+	asyncRecords   int    // --async-results-per-tenant
 }
 
 func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
@@ -251,6 +260,7 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
 	fs.DurationVar(&e.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long requests in flight may run on while new ones get 503 draining")
 	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32,prefix_cache=off;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: the jobs stream's per-tenant bound, --jobs-per-tenant, across models too), weight its share of a worker, prefix_cache=off keeps its tenants out of the prefix cache (default on); the class \"default\" (max_queued=0, weight=1, prefix_cache=on unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
+	fs.IntVar(&e.asyncRecords, "async-results-per-tenant", 0, "async results one tenant may keep in the results store (each lives its TTL, 24 h by default), counted in Redis; over it a batch gets 429 async_results_full (0: a tenth of what half the store holds at 4 KiB a result, from its size at start)")
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
 	fs.BoolVar(&e.noRouting, "no-routing", false, "queue every job on its tenant's shared queue, for any worker, instead of routing it to the worker of its session or prefix (docs/routing.md)")
 	fs.BoolVar(&e.continueTraces, "trace-continue-client", false, "with tracing on, make each request's spans part of the client's trace (its traceparent, sampled flag included) instead of a trace of the edge's own linked to it; only where every client is trusted")

@@ -148,3 +148,46 @@ func TestAcquireJobsRefusesBadJobs(t *testing.T) {
 }
 
 func errOnly(_ func(Usage), err error) error { return err }
+
+// TestAcquireJobsRecords: MaxRecords bounds a tenant's async records kept
+// (ErrAsyncRecords with the numbers and when the oldest expires), per
+// tenant, whatever became of the jobs' leases; a release (the batch was not
+// queued) takes its entries back, and entries expire with RecordTTL.
+func TestAcquireJobsRecords(t *testing.T) {
+	clk := newClock(t0)
+	q := newQuota(t, newRedis(t), Config{Now: clk.Now})
+	ctx := context.Background()
+	const ttl = 24 * time.Hour
+	jobs := func(prefix string, n int) Jobs { return Jobs{IDs: ids(prefix, n), MaxRecords: 3, RecordTTL: ttl} }
+	if _, err := q.AcquireJobs(ctx, "acme", jobs("a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ReleaseJobs(ctx, "acme", ids("a", 2)...); err != nil { // the jobs ended; their records stay
+		t.Fatal(err)
+	}
+	clk.Add(time.Hour)
+	le := limitOf(t, errOnly(q.AcquireJobs(ctx, "acme", jobs("b", 2))), ErrAsyncRecords)
+	if le.InUse != 2 || le.Requested != 2 || le.Limit != 3 || le.RetryAfter != ttl-time.Hour {
+		t.Errorf("refusal %+v, want 2 kept, 2 requested, limit 3, retry in 23h", le)
+	}
+	le = limitOf(t, errOnly(q.AcquireJobs(ctx, "acme", jobs("huge", 4))), ErrAsyncRecords)
+	if le.RetryAfter != 0 {
+		t.Errorf("a batch over the bound itself: retry %v, want none", le.RetryAfter)
+	}
+	if _, err := q.AcquireJobs(ctx, "other", jobs("o", 3)); err != nil {
+		t.Errorf("another tenant refused: %v", err)
+	}
+	release, err := q.AcquireJobs(ctx, "acme", jobs("c", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limitOf(t, errOnly(q.AcquireJobs(ctx, "acme", jobs("d", 1))), ErrAsyncRecords)
+	release(Usage{}) // the batch was not queued after all
+	if _, err := q.AcquireJobs(ctx, "acme", jobs("e", 1)); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	clk.Add(ttl - time.Hour + time.Second) // a's records expire; e's remains
+	if _, err := q.AcquireJobs(ctx, "acme", jobs("f", 2)); err != nil {
+		t.Fatalf("records past their TTL still count: %v", err)
+	}
+}

@@ -26,6 +26,9 @@ var (
 	// ErrQueueBound: the tenant holds its class's Jobs.MaxQueued jobs
 	// queued or running (429).
 	ErrQueueBound = errors.New("quota: the tenant's queued jobs reached its class's bound")
+	// ErrAsyncRecords: the tenant's async results kept in the results
+	// store reached Jobs.MaxRecords (429).
+	ErrAsyncRecords = errors.New("quota: the tenant's async results reached its bound")
 	// ErrBudgetExhausted: the tenant used its daily neurons (429).
 	ErrBudgetExhausted = errors.New("quota: daily neuron budget exhausted")
 	// ErrUnavailable: Redis could not be asked and FailOpen is off (503).
@@ -38,7 +41,7 @@ var (
 )
 
 // LimitError is a refusal with its retry hint. It unwraps to ErrRateLimited,
-// ErrConcurrency, ErrQueueBound or ErrBudgetExhausted.
+// ErrConcurrency, ErrQueueBound, ErrAsyncRecords or ErrBudgetExhausted.
 type LimitError struct {
 	Err        error         // one of the sentinels above
 	Limit      float64       // the limit that was hit
@@ -169,6 +172,10 @@ func (c *Config) limited() bool {
 func rateKey(tenant string) string  { return KeyPrefix + "{" + tenant + "}:rpm" }
 func leaseKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:inflight" }
 
+// recordsKey holds tenant's async records still kept in the results store,
+// each scored by when it expires.
+func recordsKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:records" }
+
 // neuronKey is the ledger's day total, in micro-neurons: what the
 // dashboard shows is what the budget enforces.
 func neuronKey(tenant string, day time.Time) string { return ledger.DayNeuronsKey(tenant, day) }
@@ -180,6 +187,7 @@ const (
 	resConcurrency
 	resRate
 	resQueued
+	resRecords
 )
 
 // acquireLua checks every configured limit for n jobs and, only if all
@@ -188,11 +196,15 @@ const (
 // bound: for a synchronous request its one job, for an async batch every
 // job, until released or expired.
 //
-// KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day
+// An async batch's jobs also each take a record entry, counted against
+// the tenant's bound on async results kept, until the record expires.
+//
+// KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day, 4 records zset
 // ARGV: 1 now ms, 2 rpm (0 = off), 3 window ms, 4 max concurrent (0 = off),
 // 5 lease ttl ms, 6 daily budget (0 = off), 7 max queued (0 = off),
-// 8.. the jobs' ids (n = #ARGV - 7)
-// Reply: {code, retry-after ms (rate limit only; -1: never), in use}
+// 8 max records (0 = off), 9 record ttl ms, 10.. the jobs' ids
+// (n = #ARGV - 9)
+// Reply: {code, retry-after ms (rate limit and records only; -1: never), in use}
 const acquireLua = `
 local now = tonumber(ARGV[1])
 local rpm = tonumber(ARGV[2])
@@ -201,7 +213,9 @@ local maxc = tonumber(ARGV[4])
 local lease = tonumber(ARGV[5])
 local budget = tonumber(ARGV[6])
 local maxq = tonumber(ARGV[7])
-local n = #ARGV - 7
+local maxr = tonumber(ARGV[8])
+local rttl = tonumber(ARGV[9])
+local n = #ARGV - 9
 if budget > 0 then
   local used = tonumber(redis.call('GET', KEYS[3]) or '0')
   if used >= budget then return {1, 0, 0} end
@@ -212,6 +226,15 @@ if maxc > 0 or maxq > 0 then
   if maxc > 0 and held + n > maxc then return {2, 0, held} end
   if maxq > 0 and held + n > maxq then return {4, 0, held} end
 end
+if maxr > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  local kept = redis.call('ZCARD', KEYS[4])
+  if kept + n > maxr then
+    if n > maxr then return {5, -1, kept} end
+    local e = redis.call('ZRANGE', KEYS[4], kept + n - maxr - 1, kept + n - maxr - 1, 'WITHSCORES')
+    return {5, tonumber(e[2]) - now, kept}
+  end
+end
 if rpm > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[1])
@@ -221,24 +244,34 @@ if rpm > 0 then
     local e = redis.call('ZRANGE', KEYS[1], k - 1, k - 1, 'WITHSCORES')
     return {3, tonumber(e[2]) + window - now, used}
   end
-  for i = 8, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
+  for i = 10, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
   redis.call('PEXPIRE', KEYS[1], window)
 end
 if maxc > 0 or maxq > 0 then
-  for i = 8, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
+  for i = 10, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
   if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
+end
+if maxr > 0 then
+  for i = 10, #ARGV do redis.call('ZADD', KEYS[4], now + rttl, ARGV[i]) end
+  if redis.call('PTTL', KEYS[4]) < rttl then redis.call('PEXPIRE', KEYS[4], rttl) end
 end
 return {0, 0, 0}
 `
 
-// releaseLua gives back leases and charges the micro-neurons used,
-// once per request id when one is given (the claim billing/ledger shares).
+// releaseLua gives back leases (and record entries, for a batch that was
+// not queued) and charges the micro-neurons used, once per request id when
+// one is given (the claim billing/ledger shares).
 //
-// KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim
+// KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim,
+// 4 records zset
 // ARGV: 1 micro-neurons (>= 0), 2 ttl ms of the neuron key, 3 "1" when
-// KEYS[3] is a claim to take, 4 ttl ms of the claim, 5.. lease ids
+// KEYS[3] is a claim to take, 4 ttl ms of the claim, 5 "1" when the ids'
+// record entries go too, 6.. lease ids
 const releaseLua = `
-for i = 5, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) end
+for i = 6, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) end
+if ARGV[5] == '1' then
+  for i = 6, #ARGV do redis.call('ZREM', KEYS[4], ARGV[i]) end
+end
 local n = tonumber(ARGV[1])
 if n > 0 then
   if ARGV[3] == '1' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
@@ -276,14 +309,22 @@ type Jobs struct {
 	// MaxQueued is the tenant class's bound on its leases (jobs queued or
 	// running); 0: none. Counted only when a Redis client is configured.
 	MaxQueued int
+	// MaxRecords bounds the tenant's async results kept in the results
+	// store: each job takes an entry that lives RecordTTL (the store's
+	// TTL); 0: none. A release (the batch was not queued) removes the
+	// entries again. Counted only when a Redis client is configured.
+	MaxRecords int
+	RecordTTL  time.Duration
 }
 
 func (j *Jobs) validate() error {
 	switch {
 	case len(j.IDs) == 0 || len(j.IDs) > MaxJobsPerCall:
 		return fmt.Errorf("quota: %d job ids, want 1 to %d", len(j.IDs), MaxJobsPerCall)
-	case j.LeaseTTL < 0 || j.MaxQueued < 0:
-		return fmt.Errorf("quota: negative LeaseTTL %v or MaxQueued %d", j.LeaseTTL, j.MaxQueued)
+	case j.LeaseTTL < 0 || j.MaxQueued < 0 || j.MaxRecords < 0:
+		return fmt.Errorf("quota: negative LeaseTTL %v, MaxQueued %d or MaxRecords %d", j.LeaseTTL, j.MaxQueued, j.MaxRecords)
+	case j.MaxRecords > 0 && j.RecordTTL < time.Millisecond:
+		return fmt.Errorf("quota: MaxRecords %d needs a RecordTTL, not %v", j.MaxRecords, j.RecordTTL)
 	}
 	seen := make(map[string]bool, len(j.IDs))
 	for _, id := range j.IDs {
@@ -310,11 +351,11 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 	if err := jobs.validate(); err != nil {
 		return nil, err
 	}
-	maxq := jobs.MaxQueued
+	maxq, maxr := jobs.MaxQueued, jobs.MaxRecords
 	if q.rdb == nil {
-		maxq = 0 // no store to count in: the stream's per-tenant bound applies alone
+		maxq, maxr = 0, 0 // no store to count in: the stream's per-tenant bound applies alone
 	}
-	if !q.cfg.limited() && maxq == 0 {
+	if !q.cfg.limited() && maxq == 0 && maxr == 0 {
 		return func(Usage) {}, nil
 	}
 	ttl := jobs.LeaseTTL
@@ -323,13 +364,13 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 	}
 	now := q.now()
 	day := now.UTC()
-	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day)}
+	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day), recordsKey(tenant)}
 	args := []any{
 		now.UnixMilli(),
 		q.cfg.RequestsPerMinute, rateWindow.Milliseconds(),
 		q.cfg.MaxConcurrent, ttl.Milliseconds(),
 		price.ToMicro(q.cfg.DailyNeurons),
-		maxq,
+		maxq, maxr, jobs.RecordTTL.Milliseconds(),
 	}
 	for _, id := range jobs.IDs {
 		args = append(args, id)
@@ -346,24 +387,30 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 		}
 		if q.cfg.FailOpen {
 			q.log.Warn("quota: Redis unavailable, admitting request (fail open)", "tenant", tenant, "err", err)
-			return q.releaser(tenant, nil, day), nil
+			return q.releaser(tenant, nil, false, day), nil
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	return q.verdict(res, tenant, jobs, maxq, day)
+	return q.verdict(res, tenant, jobs, maxq, maxr, day)
 }
 
 // verdict turns the acquire script's reply into a release func or a
 // refusal.
-func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq int, day time.Time) (func(Usage), error) {
+func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, day time.Time) (func(Usage), error) {
 	n, inUse := len(jobs.IDs), int(res[2])
 	switch res[0] {
 	case resOK:
-		var leases []string // taken only under a concurrency limit or a queue bound
-		if q.cfg.MaxConcurrent > 0 || maxq > 0 {
+		var leases []string // taken only under a concurrency limit, a queue bound or a records bound
+		if q.cfg.MaxConcurrent > 0 || maxq > 0 || maxr > 0 {
 			leases = jobs.IDs
 		}
-		return q.releaser(tenant, leases, day), nil
+		return q.releaser(tenant, leases, maxr > 0, day), nil
+	case resRecords:
+		retry := max(time.Duration(res[1])*time.Millisecond, time.Millisecond)
+		if res[1] < 0 {
+			retry = 0 // more jobs than the bound: no wait helps
+		}
+		return nil, &LimitError{Err: ErrAsyncRecords, Limit: float64(maxr), RetryAfter: retry, InUse: inUse, Requested: n}
 	case resBudget:
 		return nil, &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: n}
 	case resConcurrency:
@@ -405,16 +452,17 @@ func (q *Quota) ReleaseJobs(ctx context.Context, tenant string, ids ...string) e
 }
 
 // releaser returns the release func of one admitted request, which gives
-// back the leases ids (nil: it took none) and charges the neurons to the
-// UTC day the request was admitted on.
-func (q *Quota) releaser(tenant string, ids []string, day time.Time) func(Usage) {
+// back the leases ids (nil: it took none), and their record entries when
+// records is set, and charges the neurons to the UTC day the request was
+// admitted on.
+func (q *Quota) releaser(tenant string, ids []string, records bool, day time.Time) func(Usage) {
 	var once sync.Once
 	return func(u Usage) {
-		once.Do(func() { q.release(tenant, ids, day, u) })
+		once.Do(func() { q.release(tenant, ids, records, day, u) })
 	}
 }
 
-func (q *Quota) release(tenant string, ids []string, day time.Time, u Usage) {
+func (q *Quota) release(tenant string, ids []string, records bool, day time.Time, u Usage) {
 	n := u.Neurons
 	if n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
 		q.log.Error("quota: release with invalid neurons, charging none", "tenant", tenant, "neurons", n)
@@ -433,8 +481,12 @@ func (q *Quota) release(tenant string, ids []string, day time.Time, u Usage) {
 	if u.RequestID != "" {
 		claim, take = ledger.ChargedKey(tenant, u.RequestID), "1"
 	}
-	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim}
-	args := []any{price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds()}
+	dropRecords := "0"
+	if records {
+		dropRecords = "1"
+	}
+	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim, recordsKey(tenant)}
+	args := []any{price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds(), dropRecords}
 	for _, id := range ids {
 		args = append(args, id)
 	}
