@@ -35,6 +35,7 @@ vet:
 test: deps vet
 	$(GO) test -race -count=1 -timeout 35m ./...
 	$(GO) test -count=1 -run 'TestFloodFairness/dev' ./cmd/bulkhead
+	$(GO) test -count=1 -run 'TestStructuredOutput' ./workers/engine
 	$(GO) test -count=1 -tags purego ./workers/kernels
 
 # cluster starts the local cluster of real processes (deploy/local: three
