@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Refusals by error-table reason (prompt_too_long, quota_exhausted, capacity_exceeded, ...)."},
 			[]string{"reason"}),
 		quota: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_edge_quota_denials_total",
-			Help: "Quota refusals by limit: daily_neurons, requests_per_minute, concurrent, class_queue, unavailable (Redis)."},
+			Help: "Quota refusals by limit: daily_neurons, requests_per_minute, concurrent, class_queue, async_results, unavailable (Redis)."},
 			[]string{"limit"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bulkhead_edge_in_flight_requests",
 			Help: "HTTP requests being served."}),
@@ -126,6 +126,8 @@ func quotaLimit(err error) string {
 		return "concurrent"
 	case errors.Is(err, quota.ErrQueueBound):
 		return "class_queue"
+	case errors.Is(err, quota.ErrAsyncRecords):
+		return "async_results"
 	case errors.Is(err, quota.ErrUnavailable):
 		return "unavailable"
 	}

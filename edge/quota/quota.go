@@ -180,6 +180,11 @@ func recordsKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:rec
 // dashboard shows is what the budget enforces.
 func neuronKey(tenant string, day time.Time) string { return ledger.DayNeuronsKey(tenant, day) }
 
+// clockSkew is how far Redis's clock may be behind the edge's before an
+// acquire's deadline (the edge's timeout) stops protecting: a script that
+// starts later than the timeout plus this, by Redis's clock, does nothing.
+const clockSkew = 500 * time.Millisecond
+
 // Script results (first element of the reply).
 const (
 	resOK = iota
@@ -188,6 +193,7 @@ const (
 	resRate
 	resQueued
 	resRecords
+	resLate // past its deadline: the edge answered already
 )
 
 // acquireLua checks every configured limit for n jobs and, only if all
@@ -202,9 +208,13 @@ const (
 // KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day, 4 records zset
 // ARGV: 1 now ms, 2 rpm (0 = off), 3 window ms, 4 max concurrent (0 = off),
 // 5 lease ttl ms, 6 daily budget (0 = off), 7 max queued (0 = off),
-// 8 max records (0 = off), 9 record ttl ms, 10.. the jobs' ids
-// (n = #ARGV - 9)
+// 8 max records (0 = off), 9 record ttl ms, 10 deadline (ms of Redis's
+// clock), 11.. the jobs' ids (n = #ARGV - 10)
 // Reply: {code, retry-after ms (rate limit and records only; -1: never), in use}
+//
+// A script that runs past its deadline (Redis stalled, and the edge gave up
+// and refused the request) changes nothing: the request it would admit was
+// answered already.
 const acquireLua = `
 local now = tonumber(ARGV[1])
 local rpm = tonumber(ARGV[2])
@@ -215,7 +225,9 @@ local budget = tonumber(ARGV[6])
 local maxq = tonumber(ARGV[7])
 local maxr = tonumber(ARGV[8])
 local rttl = tonumber(ARGV[9])
-local n = #ARGV - 9
+local n = #ARGV - 10
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[10]) then return {6, 0, 0} end
 if budget > 0 then
   local used = tonumber(redis.call('GET', KEYS[3]) or '0')
   if used >= budget then return {1, 0, 0} end
@@ -244,15 +256,15 @@ if rpm > 0 then
     local e = redis.call('ZRANGE', KEYS[1], k - 1, k - 1, 'WITHSCORES')
     return {3, tonumber(e[2]) + window - now, used}
   end
-  for i = 10, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
+  for i = 11, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
   redis.call('PEXPIRE', KEYS[1], window)
 end
 if maxc > 0 or maxq > 0 then
-  for i = 10, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
+  for i = 11, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
   if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
 end
 if maxr > 0 then
-  for i = 10, #ARGV do redis.call('ZADD', KEYS[4], now + rttl, ARGV[i]) end
+  for i = 11, #ARGV do redis.call('ZADD', KEYS[4], now + rttl, ARGV[i]) end
   if redis.call('PTTL', KEYS[4]) < rttl then redis.call('PEXPIRE', KEYS[4], rttl) end
 end
 return {0, 0, 0}
@@ -371,6 +383,7 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 		q.cfg.MaxConcurrent, ttl.Milliseconds(),
 		price.ToMicro(q.cfg.DailyNeurons),
 		maxq, maxr, jobs.RecordTTL.Milliseconds(),
+		time.Now().Add(q.timeout + clockSkew).UnixMilli(), // the real clock, as Redis's TIME
 	}
 	for _, id := range jobs.IDs {
 		args = append(args, id)
@@ -405,6 +418,8 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, d
 			leases = jobs.IDs
 		}
 		return q.releaser(tenant, leases, maxr > 0, day), nil
+	case resLate:
+		return nil, fmt.Errorf("%w: the quota script ran after its deadline", ErrUnavailable)
 	case resRecords:
 		retry := max(time.Duration(res[1])*time.Millisecond, time.Millisecond)
 		if res[1] < 0 {
