@@ -160,6 +160,8 @@ func startClusterWith(t *testing.T, secure bool, roles ...string) *cluster {
 	if secure {
 		c.creds = filepath.Join(dir, "nats-creds")
 		natsArgs = append(natsArgs, "--auth-dir", c.creds)
+	} else {
+		natsArgs = append(natsArgs, "--no-auth")
 	}
 	ns := start(t, "nats", c.bin, natsArgs...)
 	c.nats = ns

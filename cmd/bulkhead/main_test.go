@@ -16,7 +16,20 @@ import (
 
 // TestMain fails the run if goroutines outlive the tests: in-process
 // commands, servers and the processes' readers must all have stopped.
-func TestMain(m *testing.M) { testkit.Main(m) }
+// TestMain points the user's configuration directory (dev's and nats's
+// default data directory) at a temporary one, for this process and the
+// binaries it starts: no test writes into the real one.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bulkhead-test-config-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	code := testkit.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // bulkhead runs the command line in-process and returns stdout, stderr and the
 // exit code.

@@ -309,7 +309,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 	natsAddr := freeAddr(t)
 	natsURL := "nats://" + natsAddr
 	startNATS := func() *process {
-		ns := start(t, "nats", bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"))
+		ns := start(t, "nats", bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"), "--no-auth")
 		testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
 		return ns
 	}

@@ -40,7 +40,8 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("nats", stderr)
 	listen := fs.String("listen", "127.0.0.1:4222", "client listen address")
 	store := fs.String("store-dir", filepath.Join(defaultDataDir(), "jetstream"), "JetStream storage directory")
-	authDir := fs.String("auth-dir", "", "directory of the role credentials (edge.nk, worker.nk, billing.nk, operator.nk; created when missing): every connection must present one and gets only its role's permissions. Required off loopback")
+	authDir := fs.String("auth-dir", filepath.Join(defaultDataDir(), "nats-creds"), "directory of the role credentials (edge.nk, worker.nk, billing.nk, operator.nk; created when missing): every connection must present one and gets only its role's permissions")
+	noAuth := fs.Bool("no-auth", false, "serve NATS without authentication, on loopback only: any local process can then read every tenant's prompts and replies and queue jobs billed to any tenant (not for shared machines)")
 	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); required off loopback")
 	tlsKey := fs.String("tls-key", "", "the server certificate's key (PEM)")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose client certificates are required of every connection")
@@ -67,7 +68,10 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	streams.Replicas = cf.streamReplicas()
 	var natsAuth *queue.Auth
-	if *authDir != "" {
+	if !*noAuth {
+		if *authDir == "" {
+			return fmt.Errorf("%w: --auth-dir is empty; give a directory, or --no-auth for an anonymous bus on loopback", errUsage)
+		}
 		if natsAuth, err = queue.LoadOrCreateAuth(*authDir); err != nil {
 			return err
 		}
@@ -93,7 +97,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if natsAuth != nil {
 		log.Info("NATS requires role credentials: give each node its file with --nats-creds", "auth_dir", *authDir)
 	} else {
-		log.Warn("NATS without authentication: any process that reaches it can read every tenant's prompts and replies; pass --auth-dir")
+		log.Warn("NATS WITHOUT AUTHENTICATION (--no-auth): any process that reaches it can read every tenant's prompts and replies and queue jobs billed to any tenant; drop --no-auth to require role credentials")
 	}
 	if cluster != nil {
 		fmt.Fprintf(stdout, "NATS server %s of cluster %s: routes at %s, streams with %d replicas\n", cf.serverName, cf.name, srv.ClusterURL(), streams.Replicas)

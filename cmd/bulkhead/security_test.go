@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -255,10 +256,11 @@ func TestClusterSecurity(t *testing.T) {
 }
 
 // TestNATSRefusesOpenListener: `bulkhead nats` off loopback refuses to start
-// without role credentials and TLS, and with credentials but no TLS.
+// without role credentials (--no-auth) and TLS, and with credentials but no
+// TLS.
 func TestNATSRefusesOpenListener(t *testing.T) {
 	for _, args := range [][]string{
-		{"nats", "--listen", "0.0.0.0:0", "--store-dir", t.TempDir()},
+		{"nats", "--listen", "0.0.0.0:0", "--store-dir", t.TempDir(), "--no-auth"},
 		{"nats", "--listen", "0.0.0.0:0", "--store-dir", t.TempDir(), "--auth-dir", t.TempDir()},
 	} {
 		var out, errb strings.Builder
@@ -269,4 +271,30 @@ func TestNATSRefusesOpenListener(t *testing.T) {
 			t.Fatalf("%v: exit %d, stderr %q", args, code, errb.String())
 		}
 	}
+}
+
+// TestNATSCredentialsByDefault: `bulkhead nats` with no flag but its
+// address requires role credentials: it writes them into the default
+// directory (<config>/bulkhead/nats-creds), an anonymous client is refused,
+// and the worker's credential connects.
+func TestNATSCredentialsByDefault(t *testing.T) {
+	bin := buildBinary(t, t.TempDir())
+	addr := freeAddr(t)
+	ns := start(t, "nats", bin, "nats", "--listen", addr, "--store-dir", filepath.Join(t.TempDir(), "js"))
+	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
+	url := "nats://" + addr
+	if nc, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous client connected")
+	}
+	creds := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "bulkhead", "nats-creds", "worker.nk")
+	opt, err := nats.NkeyOptionFromSeed(creds)
+	if err != nil {
+		t.Fatalf("the worker's credential: %v", err)
+	}
+	nc, err := nats.Connect(url, opt, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatalf("the worker's credential does not connect: %v", err)
+	}
+	nc.Close()
 }
