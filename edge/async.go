@@ -101,6 +101,7 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 	}()
 
 	jobs := make([]*queue.Job, len(ins))
+	admits := make([]admitted, len(ins))
 	for i, in := range ins {
 		a, err := v.admit(r.Context(), in, m.ContextWindow, s.defaultMaxTokens(m))
 		if err != nil {
@@ -111,9 +112,14 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 			fail(fmt.Errorf("requests[%d]: %w", i, err))
 			return
 		}
+		admits[i] = a
 		jobs[i] = s.newJob(ids[i], p, m, a, in, r)
 		jobs[i].Async = true
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
+	}
+	if err := s.reserve(r.Context(), p.Tenant, m, ids, admits); err != nil {
+		fail(err)
+		return
 	}
 	if queued = s.queueBatch(w, r, requestID, jobs); queued {
 		writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))

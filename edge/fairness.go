@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/billing/price"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
@@ -78,6 +79,19 @@ func (s *Server) acquireAsync(ctx context.Context, tenant string, jobIDs []strin
 		IDs: jobIDs, MaxQueued: s.maxQueued(tenant), LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
 		MaxRecords: s.cfg.AsyncRecordsPerTenant, RecordTTL: s.cfg.AsyncRecordTTL,
 	})
+}
+
+// reserve reserves each admitted job's worst case, its prompt and
+// max_tokens at the model's rates, against the tenant's daily budget
+// (Limiter.Reserve): a budget is overspent by at most one job's worst case,
+// whatever the number of requests at once.
+func (s *Server) reserve(ctx context.Context, tenant string, m *catalog.Model, ids []string, jobs []admitted) error {
+	rates := price.Of(m.Prices)
+	worst := make([]int64, len(jobs))
+	for i, a := range jobs {
+		worst[i] = price.Micro(rates, price.Usage{PromptTokens: a.tokens, CompletionTokens: a.maxTokens})
+	}
+	return s.cfg.Quota.Reserve(ctx, tenant, ids, worst)
 }
 
 // endWatcher follows job records to their end. queue.Client implements it.

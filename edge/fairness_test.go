@@ -2,14 +2,17 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkhead-ai/bulkhead/billing/price"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
@@ -174,6 +177,61 @@ func TestAsyncRecordsPerTenant(t *testing.T) {
 	if status, _, body := h.do("POST", run, "alice", `{"prompt":"Once upon a time","max_tokens":2}`); status != 200 {
 		t.Fatalf("alice's synchronous request: %d %s", status, body)
 	}
+}
+
+// TestBudgetHoldsUnderConcurrency: with a daily budget of three requests'
+// worst case, 24 concurrent requests that each use their whole worst case
+// end the day at most one worst case over the budget: each admitted request
+// reserves its worst case, so the others get 429 quota_exhausted (3036)
+// while it runs (before, all 24 were admitted against an empty day, the
+// red team's 832 neurons of 50).
+func TestBudgetHoldsUnderConcurrency(t *testing.T) {
+	const maxTokens = 200 // the harness's models have the default prices
+	worst := price.Neurons(price.Micro(price.Default(), price.Usage{PromptTokens: 16, CompletionTokens: maxTokens}))
+	budget := 3 * worst
+	q := realQuota(t, quota.Config{DailyNeurons: budget})
+	h := newHarness(t, harnessOpts{quota: q})
+	hold := make(chan struct{})
+	h.setBehaviour(func(ctx context.Context, h *harness, job *queue.Job, rp *queue.Replier) {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return
+		}
+		_ = rp.Final(ctx, "", "length", queue.Usage{PromptTokens: job.PromptTokens, CompletionTokens: job.MaxTokens})
+	})
+	const n = 24
+	var wg sync.WaitGroup
+	var refused, served, other atomic.Int32
+	body := fmt.Sprintf(`{"prompt":"Once upon a time","max_tokens":%d}`, maxTokens)
+	for range n {
+		wg.Go(func() {
+			status, _, b := h.do("POST", "/ai/run/"+modelStories, "alice", body)
+			switch {
+			case status == 200:
+				served.Add(1)
+			case status == 429 && strings.Contains(string(b), "3036"):
+				refused.Add(1)
+			default:
+				other.Add(1)
+				t.Errorf("%d %s", status, b)
+			}
+		})
+	}
+	testkit.Poll(t, 10*time.Second, testkit.Cond("every request to be queued or refused", func() bool {
+		return h.jobCount()+int(refused.Load()) == n
+	}))
+	close(hold)
+	wg.Wait()
+	used, err := q.Used(context.Background(), "alice", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used > budget+worst || refused.Load() == 0 {
+		t.Fatalf("served %d, refused %d: the day ended at %.1f neurons; the budget is %.1f, one worst case %.1f",
+			served.Load(), refused.Load(), used, budget, worst)
+	}
+	t.Logf("served %d, refused %d, day at %.1f of %.1f neurons (worst case %.1f)", served.Load(), refused.Load(), used, budget, worst)
 }
 
 // waitDone polls the async batch a submit answered until it is done.

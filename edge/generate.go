@@ -192,6 +192,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 	if err == nil {
 		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
 	}
+	if err == nil {
+		err = s.reserve(r.Context(), c.p.Tenant, c.m, []string{ri.id}, []admitted{a})
+	}
 	endSpan(aspan, err)
 	if err != nil {
 		c.f.writeError(w, s.refuse(r, err))

@@ -33,6 +33,9 @@ type Authenticator interface {
 // edge/quota.Quota implements it.
 type Limiter interface {
 	AcquireJobs(ctx context.Context, tenant string, jobs quota.Jobs) (release func(usage quota.Usage), err error)
+	// Reserve reserves an admitted request's jobs' worst cases (ids as
+	// acquired, micro-neurons) against the tenant's daily budget.
+	Reserve(ctx context.Context, tenant string, ids []string, worst []int64) error
 	ReleaseJobs(ctx context.Context, tenant string, ids ...string) error
 }
 

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/billing/price"
 )
 
 func ids(prefix string, n int) []string {
@@ -189,5 +193,95 @@ func TestAcquireJobsRecords(t *testing.T) {
 	clk.Add(ttl - time.Hour + time.Second) // a's records expire; e's remains
 	if _, err := q.AcquireJobs(ctx, "acme", jobs("f", 2)); err != nil {
 		t.Fatalf("records past their TTL still count: %v", err)
+	}
+}
+
+// TestReserveBoundsOverspend: under a daily budget each admitted job
+// reserves its worst case atomically with the check, so 24 concurrent
+// requests of worst case 10 against a budget of 50 end the day within one
+// worst case of it (the red team's 832 of 50 before); a batch is admitted
+// while all its jobs but the costliest fit; a reservation comes back with
+// its job's release, ReleaseJobs, or its lease's expiry.
+func TestReserveBoundsOverspend(t *testing.T) {
+	clk := newClock(t0)
+	q := newQuota(t, newRedis(t), Config{DailyNeurons: 50, Now: clk.Now})
+	ctx := context.Background()
+	worst := func(n int, neurons float64) []int64 {
+		w := make([]int64, n)
+		for i := range w {
+			w[i] = price.ToMicro(neurons)
+		}
+		return w
+	}
+	used := func(tenant string) float64 {
+		t.Helper()
+		u, err := q.Used(ctx, tenant, clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	const n = 24
+	var wg sync.WaitGroup
+	var admitted atomic.Int32
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("req-%d", i)
+			release, err := q.AcquireJobs(ctx, "acme", Jobs{IDs: []string{id}})
+			if errors.Is(err, ErrBudgetExhausted) {
+				return // the others' reservations reached the budget already
+			}
+			if err != nil {
+				t.Errorf("acquire %d: %v", i, err)
+				return
+			}
+			if err := q.Reserve(ctx, "acme", []string{id}, worst(1, 10)); err != nil {
+				limitOf(t, err, ErrBudgetExhausted)
+				release(Usage{})
+				return
+			}
+			admitted.Add(1)
+			release(Usage{Neurons: 8, RequestID: id}) // it ran, for less than its worst case
+		})
+	}
+	wg.Wait()
+	a, u := admitted.Load(), used("acme")
+	if a < 5 || u != 8*float64(a) || u > 50+10 {
+		t.Errorf("%d of %d concurrent requests admitted, the day ended at %v neurons; want at least 5, 8 each, at most 60", a, n, u)
+	}
+	// Reserved 40: a batch of 3 x 10 is not admitted (40 + 20 >= 50), one
+	// of 2 x 4 is (40 + 4 < 50).
+	if err := q.Reserve(ctx, "beta", []string{"big"}, worst(1, 40)); err != nil {
+		t.Fatal(err)
+	}
+	limitOf(t, q.Reserve(ctx, "beta", ids("b3", 3), worst(3, 10)), ErrBudgetExhausted)
+	if _, err := q.AcquireJobs(ctx, "beta", Jobs{IDs: ids("b2", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Reserve(ctx, "beta", ids("b2", 2), worst(2, 4)); err != nil {
+		t.Fatalf("a batch of 2: %v", err)
+	}
+	if u := used("beta"); u != 48 {
+		t.Errorf("with the batch reserved: %v neurons, want 48", u)
+	}
+	if err := q.ReleaseJobs(ctx, "beta", ids("b2", 2)...); err != nil { // the jobs ended; billing charges them
+		t.Fatal(err)
+	}
+	if u := used("beta"); u != 40 {
+		t.Errorf("after the batch ended: %v neurons, want 40", u)
+	}
+	// A reservation whose edge never released it comes back with its lease.
+	if _, err := q.AcquireJobs(ctx, "beta", Jobs{IDs: []string{"lost"}, LeaseTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Reserve(ctx, "beta", []string{"lost"}, worst(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(2 * time.Minute)
+	if _, err := q.AcquireJobs(ctx, "beta", Jobs{IDs: []string{"sweep"}}); !errors.Is(err, ErrBudgetExhausted) && err != nil {
+		t.Fatal(err)
+	}
+	if u := used("beta"); u != 40 {
+		t.Errorf("after the lost request's lease expired: %v neurons, want 40", u)
 	}
 }

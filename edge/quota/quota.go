@@ -135,6 +135,8 @@ type Quota struct {
 	timeout    time.Duration
 	acquireScr *redis.Script // acquireLua
 	releaseScr *redis.Script // releaseLua
+	jobsScr    *redis.Script // releaseJobsLua
+	reserveScr *redis.Script // reserveLua
 }
 
 // New validates cfg and returns a Quota over rdb (not contacted here). log
@@ -147,7 +149,8 @@ func New(log *slog.Logger, rdb redis.UniversalClient, cfg Config) (*Quota, error
 		return nil, errors.New("quota: a Redis client is required when any limit is set")
 	}
 	q := &Quota{rdb: rdb, cfg: cfg, now: cfg.Now, log: log, leaseTTL: cfg.LeaseTTL, timeout: cfg.Timeout,
-		acquireScr: redis.NewScript(acquireLua), releaseScr: redis.NewScript(releaseLua)}
+		acquireScr: redis.NewScript(acquireLua), releaseScr: redis.NewScript(releaseLua),
+		jobsScr: redis.NewScript(releaseJobsLua), reserveScr: redis.NewScript(reserveLua)}
 	if q.now == nil {
 		q.now = time.Now
 	}
@@ -176,6 +179,9 @@ func leaseKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:infli
 // each scored by when it expires.
 func recordsKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:records" }
 
+// reservedKey holds tenant's jobs' budget reservations (Reserve).
+func reservedKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:reserved" }
+
 // neuronKey is the ledger's day total, in micro-neurons: what the
 // dashboard shows is what the budget enforces.
 func neuronKey(tenant string, day time.Time) string { return ledger.DayNeuronsKey(tenant, day) }
@@ -196,6 +202,21 @@ const (
 	resLate // past its deadline: the edge answered already
 )
 
+// refundLua is the Lua function the scripts share to give back a job's
+// budget reservation (Reserve): the hash field holds "<day key>|<micro>".
+const refundLua = `
+local function refund(resv, id)
+  local v = redis.call('HGET', resv, id)
+  if not v then return end
+  redis.call('HDEL', resv, id)
+  local sep = string.find(v, '|', 1, true)
+  local day = string.sub(v, 1, sep - 1)
+  if redis.call('EXISTS', day) == 1 then
+    redis.call('DECRBY', day, tonumber(string.sub(v, sep + 1)))
+  end
+end
+`
+
 // acquireLua checks every configured limit for n jobs and, only if all
 // pass, records each job in the rate window and takes a lease per job. A
 // lease counts against both the concurrency limit and the class's queue
@@ -205,7 +226,11 @@ const (
 // An async batch's jobs also each take a record entry, counted against
 // the tenant's bound on async results kept, until the record expires.
 //
-// KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day, 4 records zset
+// Under a daily budget every job takes a lease too: when one expires
+// unreleased (its edge died), its budget reservation is given back.
+//
+// KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day, 4 records zset,
+// 5 reservations hash
 // ARGV: 1 now ms, 2 rpm (0 = off), 3 window ms, 4 max concurrent (0 = off),
 // 5 lease ttl ms, 6 daily budget (0 = off), 7 max queued (0 = off),
 // 8 max records (0 = off), 9 record ttl ms, 10 deadline (ms of Redis's
@@ -215,7 +240,7 @@ const (
 // A script that runs past its deadline (Redis stalled, and the edge gave up
 // and refused the request) changes nothing: the request it would admit was
 // answered already.
-const acquireLua = `
+const acquireLua = refundLua + `
 local now = tonumber(ARGV[1])
 local rpm = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
@@ -228,12 +253,16 @@ local rttl = tonumber(ARGV[9])
 local n = #ARGV - 10
 local t = redis.call('TIME')
 if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[10]) then return {6, 0, 0} end
+local track = maxc > 0 or maxq > 0 or budget > 0
+if track then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do refund(KEYS[5], id) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+end
 if budget > 0 then
   local used = tonumber(redis.call('GET', KEYS[3]) or '0')
   if used >= budget then return {1, 0, 0} end
 end
-if maxc > 0 or maxq > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if track then
   local held = redis.call('ZCARD', KEYS[2])
   if maxc > 0 and held + n > maxc then return {2, 0, held} end
   if maxq > 0 and held + n > maxq then return {4, 0, held} end
@@ -259,7 +288,7 @@ if rpm > 0 then
   for i = 11, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
   redis.call('PEXPIRE', KEYS[1], window)
 end
-if maxc > 0 or maxq > 0 then
+if track then
   for i = 11, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
   if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
 end
@@ -274,13 +303,18 @@ return {0, 0, 0}
 // not queued) and charges the micro-neurons used, once per request id when
 // one is given (the claim billing/ledger shares).
 //
+// Each id's budget reservation is given back first.
+//
 // KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim,
-// 4 records zset
+// 4 records zset, 5 reservations hash
 // ARGV: 1 micro-neurons (>= 0), 2 ttl ms of the neuron key, 3 "1" when
 // KEYS[3] is a claim to take, 4 ttl ms of the claim, 5 "1" when the ids'
 // record entries go too, 6.. lease ids
-const releaseLua = `
-for i = 6, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) end
+const releaseLua = refundLua + `
+for i = 6, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  refund(KEYS[5], ARGV[i])
+end
 if ARGV[5] == '1' then
   for i = 6, #ARGV do redis.call('ZREM', KEYS[4], ARGV[i]) end
 end
@@ -293,6 +327,43 @@ if n > 0 then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 return 0
+`
+
+// releaseJobsLua gives back the leases and budget reservations of jobs that
+// ended (billing charges what they ran from their usage events).
+//
+// KEYS: 1 lease zset, 2 reservations hash; ARGV: the jobs' ids
+const releaseJobsLua = refundLua + `
+for i = 1, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  refund(KEYS[2], ARGV[i])
+end
+return 0
+`
+
+// reserveLua reserves the worst case of a request's jobs against the daily
+// budget, atomically with the check: refused (1) when what is charged and
+// reserved already, plus the worst cases of all the jobs but the costliest,
+// reaches the budget, so the day ends at most one job's worst case over it.
+//
+// KEYS: 1 neurons of the day, 2 reservations hash
+// ARGV: 1 daily budget (micro), 2 ttl ms of the neuron key, 3 ttl ms of the
+// hash, then pairs: job id, worst case (micro)
+// Reply: {code, charged and reserved before}
+const reserveLua = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local total, most = 0, 0
+for i = 4, #ARGV, 2 do
+  local w = tonumber(ARGV[i + 1])
+  total = total + w
+  if w > most then most = w end
+end
+if used + total - most >= tonumber(ARGV[1]) then return {1, used} end
+redis.call('INCRBY', KEYS[1], total)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], KEYS[1] .. '|' .. ARGV[i + 1]) end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {0, used}
 `
 
 // Acquire admits one request of tenant or refuses it: AcquireJobs for one
@@ -376,7 +447,7 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 	}
 	now := q.now()
 	day := now.UTC()
-	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day), recordsKey(tenant)}
+	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day), recordsKey(tenant), reservedKey(tenant)}
 	args := []any{
 		now.UnixMilli(),
 		q.cfg.RequestsPerMinute, rateWindow.Milliseconds(),
@@ -413,8 +484,8 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, d
 	n, inUse := len(jobs.IDs), int(res[2])
 	switch res[0] {
 	case resOK:
-		var leases []string // taken only under a concurrency limit, a queue bound or a records bound
-		if q.cfg.MaxConcurrent > 0 || maxq > 0 || maxr > 0 {
+		var leases []string // taken only under a concurrency limit, a queue bound, a records bound or a budget
+		if q.cfg.MaxConcurrent > 0 || maxq > 0 || maxr > 0 || q.cfg.DailyNeurons > 0 {
 			leases = jobs.IDs
 		}
 		return q.releaser(tenant, leases, maxr > 0, day), nil
@@ -444,6 +515,58 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, d
 	}
 }
 
+// Reserve reserves against tenant's daily budget the worst case of each job
+// of an admitted request (ids as given to AcquireJobs; worst in
+// micro-neurons: its prompt and max_tokens at the model's rates),
+// atomically with the check: ErrBudgetExhausted (a *LimitError) when the
+// neurons charged and reserved already, plus the worst cases of all the jobs
+// but the costliest, reach the budget. So concurrent requests and batches
+// overspend it by at most one job's worst case. A reservation is given back
+// with its job's lease (the release func, ReleaseJobs, or the lease's
+// expiry), and the job's real cost is charged as before. Without a budget or
+// a Redis client it does nothing.
+func (q *Quota) Reserve(ctx context.Context, tenant string, ids []string, worst []int64) error {
+	if !queue.ValidTenant(tenant) {
+		return fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
+	}
+	if len(ids) != len(worst) || len(ids) > MaxJobsPerCall {
+		return fmt.Errorf("quota: %d job ids and %d worst cases", len(ids), len(worst))
+	}
+	if q.rdb == nil || q.cfg.DailyNeurons == 0 || len(ids) == 0 {
+		return nil
+	}
+	day := q.now().UTC()
+	args := []any{price.ToMicro(q.cfg.DailyNeurons), (untilMidnight(day) + dayGrace).Milliseconds(), reservedTTL.Milliseconds()}
+	for i, id := range ids {
+		if worst[i] < 0 {
+			return fmt.Errorf("quota: negative worst case %d for %s", worst[i], id)
+		}
+		args = append(args, id, worst[i])
+	}
+	cctx, cancel := context.WithTimeout(ctx, q.timeout)
+	res, err := q.reserveScr.Run(cctx, q.rdb, []string{neuronKey(tenant, day), reservedKey(tenant)}, args...).Int64Slice()
+	cancel()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil && q.cfg.FailOpen:
+		q.log.Warn("quota: Redis unavailable, admitting request without a budget reservation (fail open)", "tenant", tenant, "err", err)
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	case res[0] != resOK:
+		return &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: len(ids)}
+	}
+	return nil
+}
+
+// reservedTTL bounds how long the reservations hash outlives its last
+// write: a reservation is never older than a job's deadline.
+const reservedTTL = 48 * time.Hour
+
 // ReleaseJobs gives back the leases of tenant's jobs ids (an async job that
 // ended), charging nothing: billing counts its usage event. Ids without a
 // lease are skipped, so every edge may release every ended job.
@@ -460,7 +583,7 @@ func (q *Quota) ReleaseJobs(ctx context.Context, tenant string, ids ...string) e
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.timeout)
 	defer cancel()
-	if err := q.rdb.ZRem(cctx, leaseKey(tenant), members...).Err(); err != nil {
+	if err := q.jobsScr.Run(cctx, q.rdb, []string{leaseKey(tenant), reservedKey(tenant)}, members...).Err(); err != nil {
 		return fmt.Errorf("%w: releasing %d job(s) of %s: %v", ErrUnavailable, len(ids), tenant, err)
 	}
 	return nil
@@ -500,7 +623,7 @@ func (q *Quota) release(tenant string, ids []string, records bool, day time.Time
 	if records {
 		dropRecords = "1"
 	}
-	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim, recordsKey(tenant)}
+	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim, recordsKey(tenant), reservedKey(tenant)}
 	args := []any{price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds(), dropRecords}
 	for _, id := range ids {
 		args = append(args, id)
