@@ -33,9 +33,14 @@ const (
 	RoleWorker = "worker"
 	// RoleBilling consumes usage events, nothing else.
 	RoleBilling = "billing"
-	// RoleOperator sets the streams and buckets up and inspects them; it
-	// reads no message (no job, frame, record or usage event).
+	// RoleOperator inspects the streams, buckets and consumers (their
+	// configuration and counts, never a message) and asks the fleet for
+	// its status: what `bulkhead status` does. It changes nothing.
 	RoleOperator = "operator"
+	// RoleSetup creates and updates the streams and buckets. Only the NATS
+	// node holds it: its credentials are made afresh at each start and
+	// never written anywhere (Auth.Credentials(RoleSetup)).
+	RoleSetup = "setup"
 )
 
 // Roles lists every role, in the order the documentation shows them.
@@ -151,7 +156,17 @@ func NewAuth() (*Auth, error) {
 		}
 		a.creds[role] = c
 	}
-	return a, nil
+	return a, a.addSetup()
+}
+
+// addSetup gives a the setup role's credentials, new ones, in memory only.
+func (a *Auth) addSetup() error {
+	c, err := NewCredentials(RoleSetup)
+	if err != nil {
+		return err
+	}
+	a.creds[RoleSetup] = c
+	return nil
 }
 
 // CredsFile is the file name of role's seed in an auth directory.
@@ -179,7 +194,7 @@ func LoadOrCreateAuth(dir string) (*Auth, error) {
 		c.Role = role
 		a.creds[role] = c
 	}
-	return a, nil
+	return a, a.addSetup()
 }
 
 // Credentials returns role's credentials; nil for an unknown role.
@@ -187,7 +202,7 @@ func (a *Auth) Credentials(role string) *Credentials { return a.creds[role] }
 
 func (a *Auth) nkeyUsers() []*server.NkeyUser {
 	var users []*server.NkeyUser
-	for _, role := range Roles() {
+	for _, role := range append(Roles(), RoleSetup) {
 		c := a.creds[role]
 		users = append(users, &server.NkeyUser{Nkey: c.pub, Permissions: RolePermissions(role, c.pub)})
 	}
@@ -244,8 +259,9 @@ func fleetService(role string) string {
 //     by an edge from a verified token;
 //   - only an edge subscribes to reply frames; only workers consume jobs and
 //     hand-overs; only billing consumes usage events;
-//   - nobody but the operator creates or changes a stream (a stream can
-//     capture any subject), and the operator reads no message;
+//   - nobody but the setup role, which only the NATS node holds, creates
+//     or changes a stream (a stream can capture, republish or mirror any
+//     subject); the operator only inspects, and reads no message;
 //   - only workers announce their status and prefixes (StatusPrefix,
 //     PrefixPrefix); edges read both to route, workers each other's
 //     status. Neither carries a prompt: prefix keys are hashes.
@@ -274,10 +290,12 @@ func RolePermissions(role, pub string) *server.Permissions {
 		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", DecodeReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)
-	case RoleOperator:
+	case RoleSetup:
 		for _, s := range streamsAll() {
 			pubs = append(pubs, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
 		}
+		pubs = append(pubs, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST")
+	case RoleOperator:
 		pubs = append(pubs, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 			"$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.LIST.>")
 		for _, s := range streamsAll() {
@@ -296,11 +314,13 @@ func RolePermissions(role, pub string) *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: pubs},
 		Subscribe: &server.SubjectPermission{Allow: subs},
 	}
-	if role == RoleOperator {
+	switch role {
+	case RoleSetup: // answers nothing, asks no one
+	case RoleOperator:
 		// bulkhead status asks the fleet ($SRV.STATS) and reads the answers
 		// in its inbox.
 		p.Publish.Allow = append(p.Publish.Allow, "$SRV.>", fleetPrefix+">")
-	} else {
+	default:
 		// Every node registers in the fleet (RegisterNode) and answers
 		// requests there, only to the requester's reply subject, and only
 		// under its own role's service name: the requests addressed to a

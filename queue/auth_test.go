@@ -32,11 +32,11 @@ func startAuthEnv(t *testing.T, cfg StreamConfig) *authEnv {
 	}
 	t.Cleanup(srv.Shutdown)
 	env := &authEnv{srv: srv, auth: a}
-	_, js := env.conn(t, RoleOperator)
+	_, js := env.conn(t, RoleSetup)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := Setup(ctx, js, cfg); err != nil {
-		t.Fatalf("operator Setup: %v", err)
+		t.Fatalf("setup role's Setup: %v", err)
 	}
 	return env
 }
@@ -314,6 +314,23 @@ func TestRolesAreRefused(t *testing.T) {
 		{"edge updates the jobs stream", RoleEdge, func(ctx context.Context, js jetstream.JetStream) error {
 			return Setup(ctx, js, StreamConfig{})
 		}},
+		{"operator republishes the jobs stream", RoleOperator, func(ctx context.Context, js jetstream.JetStream) error {
+			st, err := js.Stream(ctx, JobsStream)
+			if err != nil {
+				return err
+			}
+			cfg := st.CachedInfo().Config
+			cfg.RePublish = &jetstream.RePublish{Source: ">", Destination: "snoop.>"}
+			_, err = js.UpdateStream(ctx, cfg)
+			return err
+		}},
+		{"operator creates a stream capturing replies", RoleOperator, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SNOOP", Subjects: []string{ReplyPrefix + ">"}})
+			return err
+		}},
+		{"operator sets the streams up", RoleOperator, func(ctx context.Context, js jetstream.JetStream) error {
+			return Setup(ctx, js, StreamConfig{})
+		}},
 		{"operator reads a record", RoleOperator, func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := OpenResults(ctx, js)
 			if err != nil {
@@ -397,5 +414,52 @@ func TestServerRefusesOpenListener(t *testing.T) {
 			}
 			t.Fatalf("StartServer(%s, auth %v) = %v, want ErrServer", cfg.Host, cfg.Auth != nil, err)
 		}
+	}
+}
+
+// TestCheckStreams: a stream changed to republish, to capture more subjects
+// or to mirror is ErrTampered, and Ensure (every node's start) refuses it;
+// Setup puts it back.
+func TestCheckStreams(t *testing.T) {
+	env := startAuthEnv(t, StreamConfig{})
+	_, js := env.conn(t, RoleSetup)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := CheckStreams(ctx, js); err != nil {
+		t.Fatalf("as set up: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*jetstream.StreamConfig)
+	}{
+		{"republish", func(c *jetstream.StreamConfig) {
+			c.RePublish = &jetstream.RePublish{Source: ">", Destination: "snoop.>"}
+		}},
+		{"extra subject", func(c *jetstream.StreamConfig) { c.Subjects = append(c.Subjects, ReplyPrefix+">") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := js.Stream(ctx, JobsStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := st.CachedInfo().Config
+			tc.change(&cfg)
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckStreams(ctx, js); !errors.Is(err, ErrTampered) {
+				t.Fatalf("CheckStreams = %v, want ErrTampered", err)
+			}
+			if err := Ensure(ctx, js, StreamConfig{}); !errors.Is(err, ErrTampered) {
+				t.Fatalf("Ensure = %v, want ErrTampered", err)
+			}
+			cfg.RePublish, cfg.Subjects = nil, []string{JobsPrefix + ">"}
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckStreams(ctx, js); err != nil {
+				t.Fatalf("restored: %v", err)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -276,7 +277,70 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error
 			return fmt.Errorf("queue: stream %s: %w", name, err)
 		}
 	}
+	return CheckStreams(ctx, js)
+}
+
+// ErrTampered: a stream's configuration would copy what it holds elsewhere.
+var ErrTampered = errors.New("queue: stream configuration changed")
+
+// streamSubjects is the one subject filter of each stream Setup creates.
+func streamSubjects() map[string]string {
+	return map[string]string{
+		JobsStream:             JobsPrefix + ">",
+		DecodeStream:           DecodePrefix + ">",
+		UsageStream:            UsagePrefix + ">",
+		"KV_" + ResultsBucket:  "$KV." + ResultsBucket + ".>",
+		"KV_" + CapacityBucket: "$KV." + CapacityBucket + ".>",
+	}
+}
+
+// CheckStreams verifies, on every stream Setup creates, what keeps tenants'
+// prompts and results where they belong: it captures only its own subjects,
+// republishes nothing, and neither mirrors nor sources another stream. A
+// stream changed otherwise (by a credential that could update streams) is
+// ErrTampered, naming the stream and what changed.
+func CheckStreams(ctx context.Context, js jetstream.JetStream) error {
+	for name, subject := range streamSubjects() {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("queue: stream %s: %w", name, err)
+		}
+		cfg := st.CachedInfo().Config
+		switch {
+		case len(cfg.Subjects) != 1 || cfg.Subjects[0] != subject:
+			return fmt.Errorf("%w: %s captures %v, not %s alone", ErrTampered, name, cfg.Subjects, subject)
+		case cfg.RePublish != nil:
+			return fmt.Errorf("%w: %s republishes to %s", ErrTampered, name, cfg.RePublish.Destination)
+		case cfg.Mirror != nil || len(cfg.Sources) > 0:
+			return fmt.Errorf("%w: %s mirrors or sources another stream", ErrTampered, name)
+		}
+	}
 	return nil
+}
+
+// WatchStreams runs CheckStreams every interval until ctx ends and logs an
+// error while a stream is tampered with (once per change, and an info line
+// when it is as Setup made it again).
+func WatchStreams(ctx context.Context, log *slog.Logger, js jetstream.JetStream, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := CheckStreams(ctx, js)
+		switch {
+		case errors.Is(err, ErrTampered) && err.Error() != last:
+			last = err.Error()
+			log.Error("queue: a stream's configuration was changed: tenants' messages may be copied elsewhere; restore it (restart the NATS node) and find who changed it", "err", err)
+		case err == nil && last != "":
+			last = ""
+			log.Info("queue: the streams' configurations are as set up again")
+		}
+	}
 }
 
 // ConsumerConfig configures the durable pull consumer workers share for one

@@ -167,7 +167,7 @@ func (f *devFlags) startNATS(ctx context.Context, log *slog.Logger) (*queue.Serv
 		return nil, nil, nil, err
 	}
 	ns, stop, err := startNATS(ctx, log, queue.ServerConfig{Port: f.natsPort, StoreDir: filepath.Join(f.dataDir, "jetstream"), Auth: natsAuth},
-		natsAuth.Credentials(queue.RoleOperator), queue.StreamConfig{})
+		natsAuth.Credentials(queue.RoleSetup), queue.StreamConfig{})
 	if err != nil {
 		return nil, nil, nil, err
 	}

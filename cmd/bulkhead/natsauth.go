@@ -135,9 +135,9 @@ func operate(ctx context.Context, log *slog.Logger, url string, creds *queue.Cre
 	if creds != nil {
 		opts = creds.Options()
 	}
-	nc, err := nats.Connect(url, append(opts, nats.Name("bulkhead-operator"))...)
+	nc, err := nats.Connect(url, append(opts, nats.Name("bulkhead-setup"))...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s as the operator: %w", url, err)
+		return nil, fmt.Errorf("connecting to NATS at %s with the setup role: %w", url, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -151,6 +151,7 @@ func operate(ctx context.Context, log *slog.Logger, url string, creds *queue.Cre
 	wctx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { queue.WatchFill(wctx, log, js, fillInterval) })
+	wg.Go(func() { queue.WatchStreams(wctx, log, js, fillInterval) })
 	return func() { stopWatch(); wg.Wait(); nc.Close() }, nil
 }
 

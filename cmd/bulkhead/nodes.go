@@ -284,9 +284,10 @@ func clampCatalog(log *slog.Logger, cat *catalog.Catalog, cm *catalog.Model, en 
 }
 
 // connect opens a NATS connection (with opts: credentials, TLS) and
-// JetStream context and makes sure the streams exist (queue.Ensure: a role
-// that may not create them finds them set up by the operator; one that may
-// creates them with streams).
+// JetStream context and makes sure the streams exist and are as set up
+// (queue.Ensure: a role that may not create them finds them set up by the
+// NATS node; one that may creates them with streams), then checks them again
+// every streamCheckInterval until ctx ends.
 func connect(ctx context.Context, log *slog.Logger, url, name string, streams queue.StreamConfig, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, append(opts, permissionLogger(log), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true),
@@ -309,5 +310,10 @@ func connect(ctx context.Context, log *slog.Logger, url, name string, streams qu
 		nc.Close()
 		return nil, nil, fmt.Errorf("setting up JetStream at %s: %w", url, err)
 	}
+	go queue.WatchStreams(ctx, log, js, streamCheckInterval) // ends with ctx
 	return nc, js, nil
 }
+
+// streamCheckInterval is how often every node checks the streams'
+// configurations (queue.WatchStreams) after the check at its start.
+const streamCheckInterval = time.Minute

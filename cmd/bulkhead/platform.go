@@ -86,7 +86,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var op *queue.Credentials
 	if natsAuth != nil {
-		op = natsAuth.Credentials(queue.RoleOperator)
+		op = natsAuth.Credentials(queue.RoleSetup)
 	}
 	srv, stop, err := startNATS(ctx, log, queue.ServerConfig{Host: host, Port: port, StoreDir: *store, Auth: natsAuth, TLS: tlsCfg,
 		Name: cf.serverName, Cluster: cluster}, op, streams)
