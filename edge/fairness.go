@@ -58,8 +58,12 @@ func (s *Server) class(tenant string) tenants.Class { return s.cfg.Tenants.Of(te
 // acquireSync takes the quota and the class's queue slot of a synchronous
 // request: one job, named by the request id, held until the handler ends.
 func (s *Server) acquireSync(ctx context.Context, tenant, id string) (func(quota.Usage), error) {
-	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{IDs: []string{id}, MaxQueued: s.maxQueued(tenant)})
+	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{IDs: []string{id}, MaxQueued: s.maxQueued(tenant), Soft: s.softBounds(tenant)})
 }
+
+// softBounds says tenant's bounds are the platform's defaults, not its
+// class's (quota.Jobs.Soft): they do not make Redis a dependency.
+func (s *Server) softBounds(tenant string) bool { return s.class(tenant).MaxQueued == 0 }
 
 // maxQueued is tenant's bound on its jobs queued or running across models:
 // its class's max_queued, else Config.TenantQueueBound.
@@ -77,7 +81,7 @@ func (s *Server) maxQueued(tenant string) int {
 func (s *Server) acquireAsync(ctx context.Context, tenant string, jobIDs []string) (func(quota.Usage), error) {
 	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{
 		IDs: jobIDs, MaxQueued: s.maxQueued(tenant), LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
-		MaxRecords: s.cfg.AsyncRecordsPerTenant, RecordTTL: s.cfg.AsyncRecordTTL,
+		MaxRecords: s.cfg.AsyncRecordsPerTenant, RecordTTL: s.cfg.AsyncRecordTTL, Soft: s.softBounds(tenant),
 	})
 }
 

@@ -88,3 +88,32 @@ func TestChatRenderModel(t *testing.T) {
 		}
 	}
 }
+
+// TestChatRenderBombs: the red team's four template bombs (string doubling,
+// a join of repeats, list doubling, chained replace) each end `chat render`
+// with exit 1 and a render budget error, not an out-of-memory crash.
+func TestChatRenderBombs(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.json")
+	if err := os.WriteFile(in, []byte(`{"messages":[{"role":"user","content":"hi"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bombs := map[string]string{
+		"string doubling": `{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}`,
+		"join of repeats": `{{ range(65536) | join('a' * 1048576) }}`,
+		"list doubling":   `{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l }}`,
+		"chained replace": `{{ 'a'` + strings.Repeat(` | replace('a', 'aaaaaaaaaa')`, 12) + ` }}`,
+	}
+	for name, src := range bombs {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".jinja")
+			if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, stderr, code := bulkhead(t, "chat", "render", "--template", path, "--input", in)
+			if code != 1 || !strings.Contains(stderr, "render budget exceeded") {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+		})
+	}
+}

@@ -398,6 +398,12 @@ type Jobs struct {
 	// entries again. Counted only when a Redis client is configured.
 	MaxRecords int
 	RecordTTL  time.Duration
+	// Soft says MaxQueued and MaxRecords are the platform's default bounds
+	// rather than limits someone configured for the tenant: when Redis
+	// cannot be asked and no Config limit is set either, the request is
+	// admitted (logged), as an edge without quotas always was; the jobs
+	// stream's per-model bound still holds.
+	Soft bool
 }
 
 func (j *Jobs) validate() error {
@@ -469,7 +475,7 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if q.cfg.FailOpen {
+		if q.cfg.FailOpen || jobs.Soft && !q.cfg.limited() {
 			q.log.Warn("quota: Redis unavailable, admitting request (fail open)", "tenant", tenant, "err", err)
 			return q.releaser(tenant, nil, false, day), nil
 		}
