@@ -29,12 +29,18 @@ const (
 	modelQwenTools = "@cf/test/qwen2.5-tools" // Qwen2.5's template: Hermes tool calls
 	modelGemma     = "@cf/test/gemma-2"       // Gemma 2's template: refuses system messages
 	modelLlama     = "@cf/test/llama-3.1"     // Llama 3.1's template: tools through tojson(indent=4)
-	modelBomb      = "@cf/test/bomb"          // a hostile template: doubles a string until stopped
 )
 
-// bombTemplate is a model file's template that would double a string 64
-// times, then print it.
-const bombTemplate = `{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}`
+// bombTemplates are hostile model-file templates, the red team's four, each
+// served as the model "@cf/test/bomb-<i>".
+var bombTemplates = []string{
+	`{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}`,
+	`{{ range(65536) | join('a' * 1048576) }}`,
+	`{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l }}`,
+	`{{ 'a'` + strings.Repeat(` | replace('a', 'aaaaaaaaaa')`, 12) + ` }}`,
+}
+
+func bombModel(i int) string { return fmt.Sprintf("@cf/test/bomb-%d", i) }
 
 // withTemplate writes a copy of the Qwen2 vocabulary file whose
 // tokenizer.chat_template is the shared template name.
@@ -74,12 +80,17 @@ func withTemplateSource(t testing.TB, name, src string) string {
 // the chat models.
 func newChatHarness(t *testing.T) *harness {
 	t.Helper()
-	cat, err := catalog.FromFlags([]string{
+	flags := []string{
 		modelQwenTools + "=" + withTemplate(t, "Qwen-Qwen2.5-7B-Instruct.jinja"),
 		modelGemma + "=" + withTemplate(t, "google-gemma-2-2b-it.jinja"),
 		modelLlama + "=" + withTemplate(t, "meta-llama-Llama-3.1-8B-Instruct.jinja"),
-		modelBomb + "=" + withTemplateSource(t, "bomb", bombTemplate),
-	})
+	}
+	models := []string{modelQwenTools, modelGemma, modelLlama}
+	for i, src := range bombTemplates {
+		flags = append(flags, bombModel(i)+"="+withTemplateSource(t, fmt.Sprintf("bomb-%d", i), src))
+		models = append(models, bombModel(i))
+	}
+	cat, err := catalog.FromFlags(flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +111,7 @@ func newChatHarness(t *testing.T) *harness {
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, model := range []string{modelQwenTools, modelGemma, modelLlama, modelBomb} {
+	for _, model := range models {
 		cons, err := queue.EnsureConsumer(ctx, js, model, queue.ConsumerConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -244,18 +255,22 @@ func worstCaseTools(depth, leaves int) string {
 
 // TestRenderBounds: tools nested deeper than chat.MaxToolDepth (the red
 // team's 120 deep) are refused as tools before any render; tools within the
-// bounds whose render would pass the memory budget, and a model file whose
-// template doubles a string without end, get a clear 400 on both APIs. No
+// bounds whose render would pass the memory budget, and each of the red
+// team's four template bombs in a model file, get a clear 400 on both APIs. No
 // job is queued and the edge serves the next request.
 func TestRenderBounds(t *testing.T) {
 	h := newChatHarness(t)
-	for _, tc := range []struct {
+	type bound struct {
 		name, body, param, msg string
-	}{
+	}
+	cases := []bound{
 		{"120 deep", worstCaseTools(120, 1000), "tools", "nested deeper than"},
 		{"within the bounds, over the budget", worstCaseTools(chat.MaxToolDepth-6, chat.MaxToolNodes-100), "messages", "render budget exceeded"},
-		{"template bomb", chatBody(modelBomb, "hi", ""), "messages", "render budget exceeded"},
-	} {
+	}
+	for i := range bombTemplates {
+		cases = append(cases, bound{fmt.Sprintf("template bomb %d", i), chatBody(bombModel(i), "hi", ""), "messages", "render budget exceeded"})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st, _, b := h.do("POST", "/v1/chat/completions", "alice", tc.body)
 			typ, _, msg := openAIErr(t, b)

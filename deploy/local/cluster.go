@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type Config struct {
 	Bin string // the bulkhead binary; required (up builds one when its flag is empty)
 	// Model is NAME=PATH.gguf; default: the built-in model, written into Dir.
 	Model string
+	// More are more NAME=PATH.gguf models every worker and edge serves
+	// beside Model.
+	More []string
 	// EdgeAddrs are the edges' listen addresses, one per edge; default two
 	// on free loopback ports.
 	EdgeAddrs []string
@@ -71,6 +75,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Decoders %d, Grace %v, Timeout %v", ErrConfig, c.Decoders, c.Grace, c.Timeout)
 	case c.Model != "" && !strings.Contains(c.Model, "="):
 		return fmt.Errorf("%w: Model %q is not NAME=PATH.gguf", ErrConfig, c.Model)
+	case slices.ContainsFunc(c.More, func(m string) bool { return !strings.Contains(m, "=") }):
+		return fmt.Errorf("%w: More %q: each is NAME=PATH.gguf", ErrConfig, c.More)
 	}
 	return nil
 }
@@ -193,6 +199,10 @@ func (c *Cluster) planProcs(model string) error {
 	}
 	st.NATS = strings.Join(urls, ",")
 	grace := "--drain-grace=" + c.cfg.Grace.String()
+	var models []string // the --model flags of every worker and edge
+	for _, m := range append([]string{model}, c.cfg.More...) {
+		models = append(models, "--model", m)
+	}
 	for i, a := range clients {
 		c.add(roleNATS, i, a, "nats", "--listen", a, "--store-dir", filepath.Join(st.Dir, fmt.Sprintf("nats-%d", i)),
 			"--auth-dir", st.Creds, "--server-name", fmt.Sprintf("nats-%d", i), "--cluster-name", natsCluster,
@@ -208,20 +218,21 @@ func (c *Cluster) planProcs(model string) error {
 		"--redis", st.Redis, grace)
 	workers := append([]string{rolePrefill}, repeat(roleDecode, c.cfg.Decoders)...)
 	for i, role := range workers {
-		c.add(role, i-min(i, 1), next(), "worker", "--nats", st.NATS, "--nats-creds", creds(queue.RoleWorker),
-			"--role", role, "--model", model, "--threads", "1", grace,
+		c.add(role, i-min(i, 1), next(), append([]string{"worker", "--nats", st.NATS, "--nats-creds", creds(queue.RoleWorker),
+			"--role", role, "--threads", "1", grace,
 			// Room for a few full-context requests at once.
-			"--kv-pool-tokens", "8192")
+			"--kv-pool-tokens", "8192"}, models...)...)
 	}
 	for i, a := range c.cfg.EdgeAddrs {
 		if strings.HasSuffix(a, ":0") {
 			a = next()
 		}
 		args := []string{"edge", "--nats", st.NATS, "--nats-creds", creds(queue.RoleEdge), "--listen", a,
-			"--model", model, "--redis", st.Redis, "--jwks", st.JWKS, grace,
+			"--redis", st.Redis, "--jwks", st.JWKS, grace,
 			// Limits high enough never to refuse the tests' load, so that
 			// every request goes through Redis.
 			"--quota-rpm", "100000", "--quota-concurrent", "1000"}
+		args = append(args, models...)
 		if c.cfg.FailOpen {
 			args = append(args, "--quota-fail-open")
 		}

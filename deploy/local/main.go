@@ -40,6 +40,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg Config
 	bin := fs.String("bin", "", "the bulkhead binary (default: go build ./cmd/bulkhead into --dir)")
 	fs.StringVar(&cfg.Model, "model", "", "NAME=PATH.gguf to serve (default: the built-in model)")
+	fs.Func("also-model", "another NAME=PATH.gguf every worker and edge serves (repeatable)", func(v string) error {
+		cfg.More = append(cfg.More, v)
+		return nil
+	})
 	edges := fs.String("edges", "127.0.0.1:8787,127.0.0.1:8788", "the two edges' listen addresses (host:0 picks a free port)")
 	fs.IntVar(&cfg.Decoders, "decoders", 2, "decode workers")
 	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "each node's drain grace on SIGTERM")

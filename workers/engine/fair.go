@@ -402,6 +402,24 @@ func (e *Engine) admit(active []*sequence) []*sequence {
 			break
 		}
 	}
+	return e.admitHolders(active)
+}
+
+// admitHolders admits, while the batch has room, the waiting sequences that
+// hold their KV already (imported for a Resume) and need only a batch slot.
+// They never wait behind a blocked head: the pages it waits for may be
+// theirs, which they give back only by running to their end. e.mu is held.
+func (e *Engine) admitHolders(active []*sequence) []*sequence {
+	for i := 0; i < len(e.waiting) && len(active) < e.cfg.MaxBatch; {
+		s := e.waiting[i]
+		if s.kv == nil || s.reservation {
+			i++
+			continue
+		}
+		e.unwait(i)
+		e.fair.admitted(s)
+		active = append(active, s)
+	}
 	return active
 }
 

@@ -708,3 +708,46 @@ func TestReserveRefused(t *testing.T) {
 	seq.Free()
 	checkBaseline(t, e)
 }
+
+// TestHeldKVNeverWaitsBehindTheHead: a sequence holding its imported KV
+// (waiting for Resume's batch slot) is admitted even while the request
+// fairness picks first cannot fit, because the pages that request waits for
+// are the held sequence's own: both finish, where before they waited on each
+// other until their deadlines (the disaggregated canary's two 408s).
+func TestHeldKVNeverWaitsBehindTheHead(t *testing.T) {
+	m := loadStories(t)
+	cases := loadGolden(t)
+	a := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
+	b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4, Context: 128, KVTokens: 128})
+	held := greedy(cases[0].PromptTokens, 80) // with its completion, more than half the pool
+	held.Owner = kvcache.Owner{Namespace: "held", Request: "r"}
+	p, err := a.Prefill(context.Background(), held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := transfer(t, p, b, held)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	head := greedy(cases[1].PromptTokens, 80) // does not fit beside it
+	head.Owner = kvcache.Owner{Namespace: "head", Request: "r"}
+	headEvents, err := b.Submit(ctx, head)
+	if err != nil {
+		seq.Free()
+		t.Fatal(err)
+	}
+	testkit.Poll(t, 5*time.Second, testkit.Cond("the head to wait", func() bool { return b.Stats().Waiting == 1 }))
+	heldEvents, err := b.Resume(ctx, held, seq, p.First)
+	if err != nil {
+		seq.Free()
+		t.Fatal(err)
+	}
+	for name, events := range map[string]<-chan Event{"held": heldEvents, "head": headEvents} {
+		if got := collect(t, events, nil); got.Finish == "" {
+			t.Errorf("%s: no finish", name)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the two requests waited on each other until the deadline")
+	}
+	checkBaseline(t, a, b)
+}
