@@ -206,7 +206,7 @@ func Capacities(ctx context.Context, js jetstream.JetStream, model string) ([]in
 	if err != nil {
 		return nil, fmt.Errorf("queue: reading capacity of %s: %w", model, err)
 	}
-	defer w.Stop()
+	defer stopWatch(w)
 	var out []int
 	for {
 		select {
@@ -282,7 +282,7 @@ func WatchCapacity(ctx context.Context, js jetstream.JetStream, apply func(minWi
 	for initial := true; initial; {
 		select {
 		case <-ctx.Done():
-			_ = w.Stop()
+			stopWatch(w)
 			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
@@ -299,7 +299,7 @@ func WatchCapacity(ctx context.Context, js jetstream.JetStream, apply func(minWi
 	cw := &CapacityWatch{done: make(chan struct{})}
 	go func() {
 		defer close(cw.done)
-		defer func() { _ = w.Stop() }()
+		defer stopWatch(w)
 		for {
 			select {
 			case <-ctx.Done():

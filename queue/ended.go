@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,7 +24,7 @@ func (c *Client) WatchEnded(ctx context.Context, fn func(*AsyncResult)) error {
 	if err != nil {
 		return fmt.Errorf("queue: watching %s: %w", ResultsBucket, err)
 	}
-	defer w.Stop()
+	defer stopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():
@@ -56,3 +57,26 @@ func endedRecord(e jetstream.KeyValueEntry) *AsyncResult {
 	}
 	return &rec
 }
+
+// stopWatch stops a KV watcher and takes the updates left in its channel
+// until the watcher closes it (at most watchDrain): its callback may be
+// blocked handing over an update that no one reads any more, and would hold
+// its goroutine forever.
+func stopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	timeout := time.NewTimer(watchDrain)
+	defer timeout.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+		case <-timeout.C:
+			return
+		}
+	}
+}
+
+// watchDrain bounds how long stopWatch waits for a watcher to close.
+const watchDrain = 5 * time.Second
