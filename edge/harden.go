@@ -58,13 +58,15 @@ func (l *HTTPLimits) Validate() error {
 }
 
 // NewHTTPServer returns an http.Server for h with l's limits: every
-// listener of a node (the edge's, a metrics listener) is built with it.
+// listener of a node (the edge's, a metrics listener) is built with it, and
+// serves a listener from Listen (which lets it refuse conflicting framing).
 func NewHTTPServer(h http.Handler, l HTTPLimits) (*http.Server, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	return &http.Server{
-		Handler:           bodyDeadline(h, l.BodyReadTimeout),
+		Handler:           refuseConflicting(bodyDeadline(h, l.BodyReadTimeout)),
+		ConnContext:       framingContext,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,

@@ -193,7 +193,11 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		t.Fatalf("edge.New: %v", err)
 	}
 	h.startWorker(ctx)
-	h.http = httptest.NewServer(h.srv.Handler())
+	// Served as a node serves it: Listen's listener, HTTPServer's limits.
+	h.http = httptest.NewUnstartedServer(nil)
+	h.http.Listener = FramingListener(h.http.Listener)
+	h.http.Config = h.srv.HTTPServer(h.srv.Handler())
+	h.http.Start()
 	t.Cleanup(h.http.Close)
 	return h
 }

@@ -295,11 +295,12 @@ func TestTraceHeadersAtTheBoundary(t *testing.T) {
 	}
 }
 
-// TestChunkedRequestClosesConnection: a request sent with both
-// Content-Length and Transfer-Encoding (RFC 9112 6.3, request smuggling) is
-// answered and the connection closed, so nothing after it on the
-// connection is read as another request.
-func TestChunkedRequestClosesConnection(t *testing.T) {
+// TestConflictingFramingRefused: a request sent with both Content-Length
+// and Transfer-Encoding (RFC 9112 6.3, request smuggling) is refused with
+// 400 and the connection closed, so nothing after it on the connection is
+// read as another request. Before, it was served (net/http drops the
+// Content-Length) and only the connection was closed.
+func TestConflictingFramingRefused(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	conn, err := net.Dial("tcp", h.http.Listener.Addr().String())
 	if err != nil {
@@ -308,13 +309,17 @@ func TestChunkedRequestClosesConnection(t *testing.T) {
 	defer conn.Close()
 	body := `{"prompt":"hi"}`
 	smuggled := "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+	// An ordinary request first: the connection's scanner must find the
+	// second one's headers after this one's body.
+	first := "POST /ai/run/" + modelStories + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n" +
+		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	req := "POST /ai/run/" + modelStories + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n" +
-		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)+len(smuggled)) + "\r\n" +
+		"Content-Type: application/json\r\ncontent-length: " + strconv.Itoa(len(body)+len(smuggled)) + "\r\n" +
 		"Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n" + smuggled
-	if _, err := conn.Write([]byte(req)); err != nil {
+	if _, err := conn.Write([]byte(first + req)); err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -322,10 +327,75 @@ func TestChunkedRequestClosesConnection(t *testing.T) {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("the ordinary request: %d (close %v), want 200 on a kept connection", resp.StatusCode, resp.Close)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "Transfer-Encoding") {
+		t.Errorf("both framing headers: %d %s, want 400 naming them", resp.StatusCode, b)
+	}
 	if !resp.Close {
 		t.Errorf("response %d without Connection: close", resp.StatusCode)
 	}
 	if second, err := http.ReadResponse(br, nil); err == nil {
-		t.Errorf("a second response (%d) came on the connection: the smuggled request was served", second.StatusCode)
+		t.Errorf("a third response (%d) came on the connection: the smuggled request was served", second.StatusCode)
+	}
+}
+
+// TestChunkedRequestClosesConnection: a chunked request without a
+// Content-Length is served, and its connection closed after it.
+func TestChunkedRequestClosesConnection(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	body := `{"prompt":"hi","max_tokens":4}`
+	req, err := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, io.MultiReader(strings.NewReader(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer alice")
+	req.ContentLength = -1 // chunked
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Errorf("chunked request: %d (close %v), want 200 and Connection: close", resp.StatusCode, resp.Close)
+	}
+}
+
+// TestFramingScanner follows pipelined requests through reads cut
+// anywhere.
+func TestFramingScanner(t *testing.T) {
+	get := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	post := "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab\r\n\n"
+	bare := "GET / HTTP/1.1\nHost: x\n\n"
+	both := "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+	for _, tc := range []struct {
+		name, stream string
+		conflict     int
+	}{
+		{"none", get + post + "\r\n" + bare + get, -1},
+		{"fourth", get + post + bare + both + get, 3},
+		{"first", both, 0},
+		{"chunked stops", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + both, -1},
+		{"a body that looks like headers", "POST / HTTP/1.1\r\nContent-Length: " + strconv.Itoa(len(both)) + "\r\n\r\n" + both + get, -1},
+	} {
+		for cut := 1; cut <= len(tc.stream); cut++ {
+			s := framingScanner{conflict: -1}
+			for p := tc.stream; len(p) > 0; {
+				n := min(cut, len(p))
+				s.feed([]byte(p[:n]))
+				p = p[n:]
+			}
+			if s.conflict != tc.conflict {
+				t.Fatalf("%s, reads of %d bytes: conflict at %d, want %d", tc.name, cut, s.conflict, tc.conflict)
+			}
+		}
 	}
 }

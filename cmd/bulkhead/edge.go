@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -175,7 +174,7 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string,
 	opsRoutes(mux, n.h, n.tel.reg)
 	mux.Handle("/", srv.Handler())
 	hs := srv.HTTPServer(mux)
-	ln, err := net.Listen("tcp", listen)
+	ln, err := edge.Listen(listen)
 	if err != nil {
 		return err
 	}

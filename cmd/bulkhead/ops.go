@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -151,7 +150,7 @@ func serveOps(log *slog.Logger, listen string, h *health, reg *prometheus.Regist
 	if listen == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", listen)
+	ln, err := edge.Listen(listen)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
