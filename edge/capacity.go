@@ -11,25 +11,27 @@ import (
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
-// LiveGrace is how long after start an edge queues jobs for a model no
-// worker has announced yet (workers may still be loading it); after that, or
-// once a worker announced it, a model without a live worker is refused at
-// once.
-const LiveGrace = queue.DefaultCapacityTTL
+// LiveGrace is how long after start an edge waits, for a synchronous
+// request, for a model no worker has announced yet (workers starting beside
+// it publish a record as soon as they reach NATS, loading or not; they
+// republish every third of the bucket's TTL, so this covers them); after
+// that, or once a worker announced it, a model that no worker serves or
+// loads is refused at once (503 no_worker).
+const LiveGrace = queue.DefaultCapacityTTL / 3
 
 // FollowCapacity is the capacity-following policy: an edge advertises and
 // admits by no more than its live workers can hold. It limits every catalog
 // model's advertised window to the smallest window its live workers publish
 // in the capacity bucket, from the current records (read before it returns)
 // and on every change until ctx ends, and returns the set of models that
-// have a live worker (give it to queue.Client.WithLiveness; LiveGrace
-// applies). A window that moves is logged. wait returns once the watch has
+// have a live worker or one loading them (give it to
+// queue.Client.WithLiveness; LiveGrace applies). A window that moves is logged. wait returns once the watch has
 // stopped.
 func FollowCapacity(ctx context.Context, log *slog.Logger, js jetstream.JetStream, cat *catalog.Catalog) (live *queue.LiveModels, wait func(), err error) {
 	live = queue.NewLiveModels(LiveGrace)
-	w, err := queue.WatchCapacity(ctx, js, func(minimums map[string]int) {
-		live.Set(minimums)
-		limitWindows(log, cat, minimums)
+	w, err := queue.WatchCapacity(ctx, js, func(f queue.Fleet) {
+		live.Set(f)
+		limitWindows(log, cat, f.Windows)
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("watching worker capacity: %w", err)

@@ -15,7 +15,8 @@
 //
 // It owns the capacity-following policy too (capacity.go): an edge
 // advertises and admits by no more than the smallest window its live workers
-// publish, and refuses at once a model no worker serves (after LiveGrace).
+// publish, and refuses at once a model no worker serves or loads (after
+// LiveGrace); jobs for a model a worker is loading are queued.
 //
 // It also owns the one table of stable error codes (errors.go): every refusal
 // a client can see is a row of it, rendered in the native envelope or in

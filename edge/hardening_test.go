@@ -287,7 +287,7 @@ func TestHTTPLimitsValidate(t *testing.T) {
 // poll but not run.
 func TestFastFailures(t *testing.T) {
 	live := queue.NewLiveModels(0)
-	live.Set(map[string]int{modelStories: 512})
+	live.Set(queue.Fleet{Windows: map[string]int{modelStories: 512}})
 	h := newHarness(t, harnessOpts{live: live})
 
 	t.Run("no live worker", func(t *testing.T) {

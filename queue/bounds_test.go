@@ -253,7 +253,7 @@ func TestSubmitFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	live := NewLiveModels(0)
-	live.Set(map[string]int{"@cf/test/model": 512})
+	live.Set(Fleet{Windows: map[string]int{"@cf/test/model": 512}, Loading: map[string]bool{"@cf/test/loading": true}})
 	c := NewClient(env.nc, env.js).WithLiveness(live)
 	tests := []struct {
 		name  string
@@ -261,6 +261,7 @@ func TestSubmitFailsFast(t *testing.T) {
 		want  error
 	}{
 		{"live model", "@cf/test/model", nil},
+		{"a worker loading it", "@cf/test/loading", nil},
 		{"no live worker", "@cf/test/other", ErrNoWorker},
 	}
 	for _, tc := range tests {
@@ -309,7 +310,7 @@ func TestSubmitFailsFast(t *testing.T) {
 			t.Fatalf("Submit returned %v before the model had a worker", err)
 		case <-time.After(200 * time.Millisecond):
 		}
-		l.Set(map[string]int{"@cf/test/new": 64})
+		l.Set(Fleet{Windows: map[string]int{"@cf/test/new": 64}})
 		if err := <-done; err != nil {
 			t.Fatalf("Submit once the model had a worker = %v", err)
 		}
@@ -319,7 +320,11 @@ func TestSubmitFailsFast(t *testing.T) {
 		if _, err := NewClient(env.nc, env.js).WithLiveness(short).Submit(ctx, sjob); !errors.Is(err, ErrNoWorker) {
 			t.Fatalf("Submit past the grace = %v, want ErrNoWorker", err)
 		}
-		l.Set(map[string]int{})
+		l.Set(Fleet{Loading: map[string]bool{"@cf/test/new": true}})
+		if !l.Live("@cf/test/new") {
+			t.Fatal("a model a worker is loading again is refused")
+		}
+		l.Set(Fleet{})
 		if l.Live("@cf/test/new") {
 			t.Fatal("a model whose workers left is still live")
 		}

@@ -20,11 +20,14 @@ const CapacityBucket = "bulkhead_capacity"
 // bucket with another. A live worker republishes every third of it.
 const DefaultCapacityTTL = 30 * time.Second
 
-// Capacity is one worker's record for one model.
+// Capacity is one worker's record for one model: the window it serves the
+// model at, or, while it is still loading the model, that it will serve it
+// (Loading, no window yet).
 type Capacity struct {
-	Model   string `json:"model"`   // catalog name
-	Context int    `json:"context"` // the window, in tokens, the worker serves the model at
-	Worker  string `json:"worker"`  // the worker's id
+	Model   string `json:"model"`             // catalog name
+	Context int    `json:"context"`           // the window, in tokens, the worker serves the model at; 0 while loading
+	Worker  string `json:"worker"`            // the worker's id
+	Loading bool   `json:"loading,omitempty"` // the worker is loading the model and serves nothing yet
 }
 
 func (c Capacity) validate() error {
@@ -33,6 +36,10 @@ func (c Capacity) validate() error {
 		return fmt.Errorf("%w: capacity record without a model", ErrBadMessage)
 	case c.Worker == "":
 		return fmt.Errorf("%w: capacity record of %s without a worker", ErrBadMessage, c.Model)
+	case c.Loading:
+		if c.Context != 0 {
+			return fmt.Errorf("%w: loading record of %s from %s has context %d", ErrBadMessage, c.Model, c.Worker, c.Context)
+		}
 	case c.Context <= 0:
 		return fmt.Errorf("%w: capacity record of %s from %s has context %d", ErrBadMessage, c.Model, c.Worker, c.Context)
 	}
@@ -136,6 +143,16 @@ func putCapacity(ctx context.Context, kv jetstream.KeyValue, c Capacity) error {
 	return nil
 }
 
+// PublishLoading records that worker is loading model (KeepLoading keeps it
+// published).
+func PublishLoading(ctx context.Context, js jetstream.JetStream, model, worker string) error {
+	kv, err := SetupCapacity(ctx, js, 0)
+	if err != nil {
+		return err
+	}
+	return putCapacity(ctx, kv, Capacity{Model: model, Worker: worker, Loading: true})
+}
+
 // WithdrawCapacity deletes worker's record for model, for a worker that stops
 // cleanly: watchers see it leave at once instead of after the TTL.
 func WithdrawCapacity(ctx context.Context, js jetstream.JetStream, model, worker string) error {
@@ -153,8 +170,33 @@ func WithdrawCapacity(ctx context.Context, js jetstream.JetStream, model, worker
 // republishes every third of the bucket's TTL until ctx ends, when it
 // withdraws the records (within a few seconds) and returns nil. A failed
 // republish is reported to onError (if not nil) and retried at the next tick;
-// only the first publish's failure is returned.
+// only the first publish's failure is returned. The records replace any
+// loading records of KeepLoading under the same worker id.
 func KeepCapacity(ctx context.Context, js jetstream.JetStream, worker string, windows map[string]int, onError func(error)) error {
+	records := make([]Capacity, 0, len(windows))
+	for model, window := range windows {
+		records = append(records, Capacity{Model: model, Context: window, Worker: worker})
+	}
+	return keepRecords(ctx, js, records, true, onError)
+}
+
+// KeepLoading publishes, for each of models, that worker is loading it, and
+// republishes it like KeepCapacity until ctx ends. It leaves the records
+// when ctx ends: KeepCapacity replaces them once the worker serves, and a
+// worker that fails to load withdraws them (WithdrawCapacity) or lets them
+// age out. Edges queue jobs for a model being loaded instead of refusing
+// them (LiveModels).
+func KeepLoading(ctx context.Context, js jetstream.JetStream, worker string, models []string, onError func(error)) error {
+	records := make([]Capacity, 0, len(models))
+	for _, model := range models {
+		records = append(records, Capacity{Model: model, Worker: worker, Loading: true})
+	}
+	return keepRecords(ctx, js, records, false, onError)
+}
+
+// keepRecords publishes records, then again every third of the bucket's TTL
+// until ctx ends; with withdraw, it deletes them then.
+func keepRecords(ctx context.Context, js jetstream.JetStream, records []Capacity, withdraw bool, onError func(error)) error {
 	kv, err := SetupCapacity(ctx, js, 0)
 	if err != nil {
 		return err
@@ -165,12 +207,27 @@ func KeepCapacity(ctx context.Context, js jetstream.JetStream, worker string, wi
 	}
 	publish := func() error {
 		var errs []error
-		for model, window := range windows {
-			errs = append(errs, putCapacity(ctx, kv, Capacity{Model: model, Context: window, Worker: worker}))
+		for _, c := range records {
+			errs = append(errs, putCapacity(ctx, kv, c))
 		}
 		return errors.Join(errs...)
 	}
+	withdrawAll := func() {
+		if !withdraw {
+			return
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for _, c := range records {
+			if err := kv.Delete(wctx, CapacityKey(c.Model, c.Worker)); err != nil && onError != nil {
+				onError(fmt.Errorf("queue: withdrawing capacity of %s from %s: %w", c.Model, c.Worker, err))
+			}
+		}
+	}
 	if err := publish(); err != nil {
+		// Some records may have landed, or all of them with the context
+		// ending before their acks: take them back.
+		withdrawAll()
 		return err
 	}
 	tick := time.NewTicker(max(st.TTL()/3, 100*time.Millisecond))
@@ -182,13 +239,7 @@ func KeepCapacity(ctx context.Context, js jetstream.JetStream, worker string, wi
 				onError(err)
 			}
 		case <-ctx.Done():
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			for model := range windows {
-				if err := kv.Delete(wctx, CapacityKey(model, worker)); err != nil && onError != nil {
-					onError(fmt.Errorf("queue: withdrawing capacity of %s from %s: %w", model, worker, err))
-				}
-			}
+			withdrawAll()
 			return nil
 		}
 	}
@@ -220,8 +271,8 @@ func Capacities(ctx context.Context, js jetstream.JetStream, model string) ([]in
 				return out, nil
 			}
 			c, err := decodeCapacity(e.Value())
-			if err != nil || c.Model != model {
-				continue // a record we cannot trust does not count
+			if err != nil || c.Model != model || c.Loading {
+				continue // a record we cannot trust, or a worker still loading, does not count
 			}
 			out = append(out, c.Context)
 		}
@@ -241,13 +292,18 @@ type CapacityWatch struct {
 	done chan struct{} // closed when the watching goroutine returns
 }
 
-// WatchCapacity calls apply with the smallest window each model's live
-// workers have published (models with no live worker are absent), first once
-// every current record has been read, before it returns, and then after every
-// change (a worker's record arriving, changing, being withdrawn or ageing out)
-// until ctx ends. apply runs on one goroutine at a time and owns the map it is
-// given. Records that do not decode are ignored.
-func WatchCapacity(ctx context.Context, js jetstream.JetStream, apply func(minWindows map[string]int)) (*CapacityWatch, error) {
+// Fleet is what the capacity bucket says of the models at one moment.
+type Fleet struct {
+	Windows map[string]int  // the smallest window each model's live workers serve; absent: none serves it
+	Loading map[string]bool // models some worker is loading (and none may serve yet)
+}
+
+// WatchCapacity calls apply with the fleet the bucket's records describe:
+// first once every current record has been read, before it returns, and then
+// after every change (a worker's record arriving, changing, being withdrawn
+// or ageing out) until ctx ends. apply runs on one goroutine at a time and
+// owns the maps it is given. Records that do not decode are ignored.
+func WatchCapacity(ctx context.Context, js jetstream.JetStream, apply func(Fleet)) (*CapacityWatch, error) {
 	kv, err := SetupCapacity(ctx, js, 0)
 	if err != nil {
 		return nil, err
@@ -269,14 +325,18 @@ func WatchCapacity(ctx context.Context, js jetstream.JetStream, apply func(minWi
 		}
 		records[e.Key()] = c
 	}
-	minimums := func() map[string]int {
-		out := map[string]int{}
+	minimums := func() Fleet {
+		f := Fleet{Windows: map[string]int{}, Loading: map[string]bool{}}
 		for _, c := range records {
-			if cur, ok := out[c.Model]; !ok || c.Context < cur {
-				out[c.Model] = c.Context
+			if c.Loading {
+				f.Loading[c.Model] = true
+				continue
+			}
+			if cur, ok := f.Windows[c.Model]; !ok || c.Context < cur {
+				f.Windows[c.Model] = c.Context
 			}
 		}
-		return out
+		return f
 	}
 	// Read the current records first, so the caller starts from them.
 	for initial := true; initial; {

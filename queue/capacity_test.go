@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
@@ -21,13 +23,13 @@ func TestPublishCapacityAndCapacities(t *testing.T) {
 		wantErr error // from the last publish
 	}{
 		{"none", nil, nil, nil},
-		{"one worker", []Capacity{{model, 256, "w1"}}, []int{256}, nil},
-		{"two workers", []Capacity{{model, 2048, "w1"}, {model, 256, "w2"}}, []int{256, 2048}, nil},
-		{"a worker republishes a new window", []Capacity{{model, 2048, "w1"}, {model, 512, "w1"}}, []int{512}, nil},
-		{"other models do not count", []Capacity{{model, 1024, "w1"}, {"@cf/test/other", 16, "w1"}}, []int{1024}, nil},
-		{"a model whose name extends another's", []Capacity{{model, 1024, "w1"}, {model + "x", 16, "w1"}}, []int{1024}, nil},
-		{"zero window refused", []Capacity{{model, 0, "w1"}}, nil, ErrBadMessage},
-		{"no worker refused", []Capacity{{model, 64, ""}}, nil, ErrBadMessage},
+		{"one worker", []Capacity{{model, 256, "w1", false}}, []int{256}, nil},
+		{"two workers", []Capacity{{model, 2048, "w1", false}, {model, 256, "w2", false}}, []int{256, 2048}, nil},
+		{"a worker republishes a new window", []Capacity{{model, 2048, "w1", false}, {model, 512, "w1", false}}, []int{512}, nil},
+		{"other models do not count", []Capacity{{model, 1024, "w1", false}, {"@cf/test/other", 16, "w1", false}}, []int{1024}, nil},
+		{"a model whose name extends another's", []Capacity{{model, 1024, "w1", false}, {model + "x", 16, "w1", false}}, []int{1024}, nil},
+		{"zero window refused", []Capacity{{model, 0, "w1", false}}, nil, ErrBadMessage},
+		{"no worker refused", []Capacity{{model, 64, "", false}}, nil, ErrBadMessage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,21 +65,30 @@ func TestSetupCapacityRefusesShortTTL(t *testing.T) {
 // watchLog collects what WatchCapacity applies.
 type watchLog struct {
 	mu   sync.Mutex
-	last map[string]int
+	last Fleet
 	n    int
 }
 
-func (l *watchLog) apply(m map[string]int) {
+func (l *watchLog) apply(f Fleet) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.last, l.n = m, l.n+1
+	l.last, l.n = f, l.n+1
 }
 
-func (l *watchLog) is(want map[string]int) error {
+// is compares the windows last applied with want, and the loading models
+// with loading (none when not given).
+func (l *watchLog) is(want map[string]int, loading ...string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if fmt.Sprint(l.last) != fmt.Sprint(want) {
-		return fmt.Errorf("watch applied %v, want %v", l.last, want)
+	if fmt.Sprint(l.last.Windows) != fmt.Sprint(want) {
+		return fmt.Errorf("watch applied %v, want %v", l.last.Windows, want)
+	}
+	wantLoading := map[string]bool{}
+	for _, m := range loading {
+		wantLoading[m] = true
+	}
+	if fmt.Sprint(l.last.Loading) != fmt.Sprint(wantLoading) {
+		return fmt.Errorf("watch applied loading %v, want %v", l.last.Loading, wantLoading)
 	}
 	return nil
 }
@@ -109,25 +120,45 @@ func TestWatchCapacity(t *testing.T) {
 	steps := []struct {
 		name string
 		do   func() error
-		want map[string]int
+		want    map[string]int
+		loading []string
 	}{
-		{"the live worker's windows lower the minimum", func() error { return nil }, map[string]int{a: 1024, b: 256}},
-		{"a smaller window from a new worker", func() error { return PublishCapacity(ctx, env.js, b, 128, "small") }, map[string]int{a: 1024, b: 128}},
+		{"the live worker's windows lower the minimum", func() error { return nil }, map[string]int{a: 1024, b: 256}, nil},
+		{"a smaller window from a new worker", func() error { return PublishCapacity(ctx, env.js, b, 128, "small") }, map[string]int{a: 1024, b: 128}, nil},
 		{"withdrawn workers stop counting", func() error {
 			return errors.Join(WithdrawCapacity(ctx, env.js, b, "small"), WithdrawCapacity(ctx, env.js, a, "before"))
-		}, map[string]int{a: 1024, b: 256}},
-		{"a stopped keeper withdraws its records", func() error { stopKeep(); return <-kept }, map[string]int{}},
-		{"a worker that will die publishes", func() error { return PublishCapacity(ctx, env.js, b, 64, "dies") }, map[string]int{b: 64}},
-		{"the dead worker ages out", func() error { return nil }, map[string]int{}},
+		}, map[string]int{a: 1024, b: 256}, nil},
+		{"a stopped keeper withdraws its records", func() error { stopKeep(); return <-kept }, map[string]int{}, nil},
+		{"a worker loading a model adds no window", func() error { return loadThenStop(ctx, env.js, "loader", b) }, map[string]int{}, []string{b}},
+		{"then serves it", func() error { return PublishCapacity(ctx, env.js, b, 32, "loader") }, map[string]int{b: 32}, nil},
+		{"a worker that will die publishes", func() error { return PublishCapacity(ctx, env.js, b, 64, "dies") }, map[string]int{b: 32}, nil},
+		{"the dead workers age out", func() error { return nil }, map[string]int{}, nil},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
 			if err := s.do(); err != nil {
 				t.Fatal(err)
 			}
-			testkit.Poll(t, 10*time.Second, func() error { return log.is(s.want) })
+			testkit.Poll(t, 10*time.Second, func() error { return log.is(s.want, s.loading...) })
 		})
 	}
+}
+
+// loadThenStop publishes, through KeepLoading, that worker loads model, and
+// stops the keeper once it has: the record stays until replaced or aged out.
+func loadThenStop(ctx context.Context, js jetstream.JetStream, worker, model string) error {
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- KeepLoading(kctx, js, worker, []string{model}, nil) }()
+	kv, err := SetupCapacity(ctx, js, 0)
+	if err == nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for _, err = kv.Get(ctx, CapacityKey(model, worker)); err != nil && time.Now().Before(deadline); _, err = kv.Get(ctx, CapacityKey(model, worker)) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	stop()
+	return errors.Join(err, <-done)
 }
 
 // TestKeepCapacityOutlivesTTL shows a kept record is still there after several
@@ -172,6 +203,8 @@ func FuzzDecodeCapacity(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"@cf/a/b","context":256,"worker":"w1"}`,
 		`{"model":"m","context":0,"worker":"w"}`,
+		`{"model":"m","context":0,"worker":"w","loading":true}`,
+		`{"model":"m","context":5,"worker":"w","loading":true}`,
 		`{"model":"m","context":-5,"worker":"w"}`,
 		`{"model":"","context":5,"worker":"w"}`,
 		`{"context":"256"}`,
@@ -187,7 +220,7 @@ func FuzzDecodeCapacity(f *testing.F) {
 			}
 			return
 		}
-		if c.Model == "" || c.Worker == "" || c.Context <= 0 {
+		if c.Model == "" || c.Worker == "" || (c.Context <= 0) != c.Loading || c.Context < 0 {
 			t.Fatalf("accepted an invalid record %+v", c)
 		}
 	})

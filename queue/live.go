@@ -7,17 +7,20 @@ import (
 	"time"
 )
 
-// LiveModels is the set of models that have at least one live worker, as the
-// capacity bucket says (WatchCapacity): the edge refuses a job for any other
-// model at once instead of letting it wait for a worker that is not there.
-// A model never seen live counts as live for a grace period after the set
-// is made, so that an edge starting beside its workers (still loading their
-// models) queues their first jobs rather than refusing them; once a model
-// has been seen, or the grace period is over, only its live workers count.
+// LiveModels is the set of models that have at least one live worker, or a
+// worker loading them, as the capacity bucket says (WatchCapacity): the edge
+// refuses a job for any other model at once instead of letting it wait in
+// the shared stream for a worker that is not there. A model being loaded is
+// served: its worker takes the queued jobs once it has loaded it. A model
+// never seen counts as pending for a grace period after the set is made, so
+// that an edge starting beside its workers, before they have published
+// their records, can wait for them; once a model has been seen, or the
+// grace period is over, only its live and loading workers count.
 type LiveModels struct {
-	mu      sync.RWMutex    // guards models, seen and changed
+	mu      sync.RWMutex    // guards models, loading, seen and changed
 	models  map[string]int  // name → smallest live window
-	seen    map[string]bool // models that have had a live worker since start
+	loading map[string]bool // models a worker is loading
+	seen    map[string]bool // models that have had a live or loading worker since start
 	changed chan struct{}   // closed (and replaced) by each Set
 	since   time.Time       // when it was made; read-only
 	grace   time.Duration   // read-only
@@ -27,20 +30,26 @@ var _ Liveness = (*LiveModels)(nil)
 
 // NewLiveModels returns an empty set whose grace period starts now.
 func NewLiveModels(grace time.Duration) *LiveModels {
-	return &LiveModels{models: map[string]int{}, seen: map[string]bool{}, changed: make(chan struct{}),
-		since: time.Now(), grace: grace}
+	return &LiveModels{models: map[string]int{}, loading: map[string]bool{}, seen: map[string]bool{},
+		changed: make(chan struct{}), since: time.Now(), grace: grace}
 }
 
-// Set replaces the set with the models in minWindows (WatchCapacity's apply
-// argument).
-func (l *LiveModels) Set(minWindows map[string]int) {
-	m := make(map[string]int, len(minWindows))
-	for k, v := range minWindows {
+// Set replaces the set with f (WatchCapacity's apply argument).
+func (l *LiveModels) Set(f Fleet) {
+	m := make(map[string]int, len(f.Windows))
+	for k, v := range f.Windows {
 		m[k] = v
 	}
+	loading := make(map[string]bool, len(f.Loading))
+	for k, v := range f.Loading {
+		loading[k] = v
+	}
 	l.mu.Lock()
-	l.models = m
+	l.models, l.loading = m, loading
 	for k := range m {
+		l.seen[k] = true
+	}
+	for k := range loading {
 		l.seen[k] = true
 	}
 	close(l.changed)
@@ -48,27 +57,29 @@ func (l *LiveModels) Set(minWindows map[string]int) {
 	l.mu.Unlock()
 }
 
-// Live reports whether model has a live worker, or has never had one and
-// the grace period is not over.
+// Live reports whether model has a live or loading worker, or has never had
+// one and the grace period is not over.
 func (l *LiveModels) Live(model string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if _, ok := l.models[model]; ok {
+	if _, ok := l.models[model]; ok || l.loading[model] {
 		return true
 	}
 	return !l.seen[model] && time.Since(l.since) < l.grace
 }
 
-// Await returns nil once model has a live worker. A model that may still get
-// its first one (never seen, within the grace period) is waited for when
-// wait is set, until it has one, the grace period ends or ctx ends (ctx's
-// cause); without wait it is ErrNoWorker at once, as is a model past the
-// grace period with no live worker. Nothing is queued meanwhile: a job for
-// a model nobody serves never takes a place in the shared stream.
+// Await returns nil once model has a live worker or one loading it. A model
+// that may still get its first one (never seen, within the grace period) is
+// waited for when wait is set, until it has one, the grace period ends or
+// ctx ends (ctx's cause); without wait it is ErrNoWorker at once, as is a
+// model past the grace period that no worker serves or loads. Nothing is
+// queued meanwhile: a job for a model nobody serves never takes a place in
+// the shared stream.
 func (l *LiveModels) Await(ctx context.Context, model string, wait bool) error {
 	for {
 		l.mu.RLock()
 		_, live := l.models[model]
+		live = live || l.loading[model]
 		left := l.grace - time.Since(l.since)
 		pending := !live && !l.seen[model] && left > 0
 		changed := l.changed
@@ -79,7 +90,7 @@ func (l *LiveModels) Await(ctx context.Context, model string, wait bool) error {
 		case !pending:
 			return fmt.Errorf("%w: %s", ErrNoWorker, model)
 		case !wait:
-			return fmt.Errorf("%w: %s: no worker has announced it yet (workers may still be loading it; retry in %v)",
+			return fmt.Errorf("%w: %s: no worker has announced it yet (workers may still be starting; retry in %v)",
 				ErrNoWorker, model, left.Round(time.Second))
 		}
 		t := time.NewTimer(left)

@@ -77,23 +77,30 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	if err := f.engine.applyContext(cat); err != nil {
 		return err
 	}
-	// Engines first: a KV pool too small for the context refuses start-up
-	// before the worker touches NATS.
+	// NATS meanwhile: edges queue jobs for a model a worker is loading, and
+	// refuse at once one that no worker serves or loads.
+	id := workerID()
+	ann := announceLoading(ctx, log, id, catalogNames(cat), func(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+		return f.nats.connect(ctx, log, f.natsURL, "bulkhead-worker")
+	})
+	// A KV pool too small for the context refuses start-up whether NATS
+	// answers or not.
 	engines, stop, err := f.engine.engines(log, cat, f.engine.budget(log, cat, 1))
 	if err != nil {
+		ann.abandon()
 		return err
 	}
 	defer stop()
 	loaded.Store(true)
 	h.add("engines", func(context.Context) error { return worker.EnginesReady(engines) })
-	nc, js, err := f.nats.connect(ctx, log, f.natsURL, "bulkhead-worker")
+	nc, js, err := ann.connected()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	h.add("nats", natsCheck(nc))
 	n := workerNode{log: log, nc: nc, js: js, engines: engines, role: role, concurrency: f.engine.concurrency,
-		grace: f.grace, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}}
+		grace: f.grace, id: id, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}}
 	return n.run(ctx)
 }
 
@@ -115,6 +122,7 @@ type workerNode struct {
 	role        worker.Role
 	concurrency int
 	grace       time.Duration // the drain's bound; 0: the worker's default
+	id          string        // its name in the capacity bucket; "": a new workerID
 	obs         workerObs
 }
 
@@ -123,7 +131,10 @@ type workerNode struct {
 // context window published in the capacity bucket, for the edges to follow;
 // the records go when the worker stops, before its connection closes.
 func (n workerNode) run(ctx context.Context) error {
-	stopCap := background(n.keepCapacity(workerID()))
+	if n.id == "" {
+		n.id = workerID()
+	}
+	stopCap := background(n.keepCapacity(n.id))
 	defer stopCap()
 	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Concurrency: n.concurrency,
 		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics})
@@ -152,6 +163,81 @@ func (n workerNode) keepCapacity(id string) func(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// loadingAnnouncer connects a worker to NATS while it loads its engines
+// and, once connected, publishes that it is loading its models
+// (queue.KeepLoading).
+type loadingAnnouncer struct {
+	log    *slog.Logger
+	id     string
+	models []string
+	cancel context.CancelFunc // ends the connection's context: abandon only
+	done   chan struct{}      // closed once connecting has returned
+	nc     *nats.Conn         // the fields below are set before done closes
+	js     jetstream.JetStream
+	err    error
+	stop   func() error // stops KeepLoading; set when connected
+}
+
+// announceLoading starts connecting (connect) and announcing in the
+// background; call connected or abandon.
+func announceLoading(ctx context.Context, log *slog.Logger, id string, models []string,
+	connect func(context.Context) (*nats.Conn, jetstream.JetStream, error)) *loadingAnnouncer {
+	cctx, cancel := context.WithCancel(ctx)
+	a := &loadingAnnouncer{log: log, id: id, models: models, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		if a.nc, a.js, a.err = connect(cctx); a.err != nil {
+			return
+		}
+		// The records are out before the worker can serve: they come
+		// before its capacity records.
+		for _, m := range models {
+			if err := queue.PublishLoading(cctx, a.js, m, id); err != nil {
+				log.Warn("loading record", "err", err)
+			}
+		}
+		a.stop = background(func(ctx context.Context) error {
+			err := queue.KeepLoading(ctx, a.js, id, models, func(err error) { log.Warn("loading record", "err", err) })
+			if err != nil && ctx.Err() == nil {
+				log.Warn("announcing the models being loaded failed; edges may refuse their jobs until they are served", "err", err)
+			}
+			return err
+		})
+	}()
+	return a
+}
+
+// connected waits for the connection and stops announcing: the loading
+// records stay until the worker's capacity records replace them.
+func (a *loadingAnnouncer) connected() (*nats.Conn, jetstream.JetStream, error) {
+	<-a.done
+	if a.err != nil {
+		a.cancel()
+		return nil, nil, a.err
+	}
+	_ = a.stop()
+	return a.nc, a.js, nil
+}
+
+// abandon is for a worker that failed to load: it stops connecting,
+// withdraws the loading records and closes the connection.
+func (a *loadingAnnouncer) abandon() {
+	a.cancel()
+	<-a.done
+	if a.err != nil {
+		return
+	}
+	_ = a.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, m := range a.models {
+		if err := queue.WithdrawCapacity(ctx, a.js, m, a.id); err != nil {
+			a.log.Warn("withdrawing a loading record", "model", m, "err", err)
+		}
+	}
+	a.nc.Close()
 }
 
 // workerID names this worker process in the capacity bucket: host, process
