@@ -118,8 +118,8 @@ func TestWatchCapacity(t *testing.T) {
 	kept := make(chan error, 1)
 	go func() { kept <- KeepCapacity(kctx, env.js, "alive", map[string]int{a: 1024, b: 256}, nil) }()
 	steps := []struct {
-		name string
-		do   func() error
+		name    string
+		do      func() error
 		want    map[string]int
 		loading []string
 	}{
