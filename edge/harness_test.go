@@ -152,6 +152,7 @@ type harnessOpts struct {
 	maxPerTenant   int64                // StreamConfig.MaxJobsPerTenant
 	tracer         trace.TracerProvider // nil: tracing off
 	continueTraces bool                 // Config.ContinueClientTraces
+	traceAllow     []string             // Config.TraceAllow
 	metrics        *Metrics             // nil: no metrics
 	live           queue.Liveness       // nil: every model has workers
 	quota          Limiter              // nil: the harness's fakeLimiter
@@ -190,7 +191,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound,
 		AsyncRecordsPerTenant: o.asyncRecords, AsyncRecordTTL: time.Hour,
-		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, Metrics: o.metrics})
+		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, TraceAllow: o.traceAllow, Metrics: o.metrics})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)
 	}

@@ -3,10 +3,12 @@ package edge
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -122,13 +124,70 @@ func traceparentOnly(h http.Header) propagation.MapCarrier {
 	return c
 }
 
+// allowedBaggage is the client's baggage members whose keys allow lists;
+// none when the header does not parse.
+func allowedBaggage(h http.Header, allow []string) baggage.Baggage {
+	if len(allow) == 0 || h.Get("baggage") == "" {
+		return baggage.Baggage{}
+	}
+	in, err := baggage.Parse(strings.Join(h.Values("baggage"), ","))
+	if err != nil {
+		return baggage.Baggage{}
+	}
+	var keep []baggage.Member
+	for _, m := range in.Members() {
+		if slices.Contains(allow, m.Key()) {
+			keep = append(keep, m)
+		}
+	}
+	out, err := baggage.New(keep...)
+	if err != nil {
+		return baggage.Baggage{}
+	}
+	return out
+}
+
+// allowedTraceState is the client's tracestate entries whose vendor keys
+// allow lists; none when the header does not parse.
+func allowedTraceState(h http.Header, allow []string) trace.TraceState {
+	if len(allow) == 0 || h.Get("tracestate") == "" {
+		return trace.TraceState{}
+	}
+	in, err := trace.ParseTraceState(strings.Join(h.Values("tracestate"), ","))
+	if err != nil {
+		return trace.TraceState{}
+	}
+	var keys, values []string
+	in.Walk(func(key, value string) bool {
+		if slices.Contains(allow, key) {
+			keys, values = append(keys, key), append(values, value)
+		}
+		return true
+	})
+	out := trace.TraceState{}
+	for i := len(keys) - 1; i >= 0; i-- { // Insert puts an entry first
+		if next, err := out.Insert(keys[i], values[i]); err == nil {
+			out = next
+		}
+	}
+	return out
+}
+
 // clientTrace is what a request's server span starts from: with
 // ContinueClientTraces, ctx carrying the client's traceparent as the remote
 // parent; otherwise ctx and the options of a new root, linked to the
-// client's span when it sent a valid traceparent.
+// client's span when it sent a valid traceparent. Either way ctx carries
+// the client's baggage members that Config.TraceAllow lists, and a
+// continued trace its tracestate entries that it lists.
 func (s *Server) clientTrace(ctx context.Context, r *http.Request) (context.Context, []trace.SpanStartOption) {
 	remote := trace.SpanContextFromContext(traceContext.Extract(context.Background(), traceparentOnly(r.Header)))
+	if b := allowedBaggage(r.Header, s.cfg.TraceAllow); b.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, b)
+	}
 	if s.cfg.ContinueClientTraces {
+		if remote.IsValid() {
+			remote = remote.WithTraceState(allowedTraceState(r.Header, s.cfg.TraceAllow))
+		}
 		return trace.ContextWithRemoteSpanContext(ctx, remote), nil
 	}
 	opts := []trace.SpanStartOption{trace.WithNewRoot()}

@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"encoding/json"
 	"io"
 	"net"
@@ -292,6 +293,56 @@ func TestTraceHeadersAtTheBoundary(t *testing.T) {
 		if v := hd.Get(name); v != "" {
 			t.Errorf("the job's message carries the client's %s: %q", name, v)
 		}
+	}
+}
+
+// TestTraceAllowList: keys an operator allows (Config.TraceAllow,
+// --trace-allow) pass from a client's baggage onto the job's message, and,
+// with client traces continued, from its tracestate (which the response's
+// traceparent then carries too); nothing else does, and baggage is never
+// echoed.
+func TestTraceAllowList(t *testing.T) {
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	for _, continued := range []bool{false, true} {
+		t.Run(fmt.Sprintf("continued=%v", continued), func(t *testing.T) {
+			h := newHarness(t, harnessOpts{tracer: tp, continueTraces: continued, traceAllow: []string{"tenant-region", "vendor"}})
+			req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
+			req.Header.Set("Authorization", "Bearer alice")
+			req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			req.Header.Set("tracestate", "attacker=x,vendor=v1")
+			req.Header.Set("baggage", "k="+strings.Repeat("y", 200)+",tenant-region=eu")
+			resp, err := h.http.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			want := ""
+			if continued {
+				want = "vendor=v1" // the trace's own state, named with its traceparent
+			}
+			if v := resp.Header.Get("Baggage"); v != "" {
+				t.Errorf("response echoes the client's baggage: %q", v)
+			}
+			if v := resp.Header.Get("Tracestate"); v != want {
+				t.Errorf("response tracestate %q, want %q", v, want)
+			}
+			h.mu.Lock()
+			hd := h.headers[len(h.headers)-1]
+			h.mu.Unlock()
+			if got := hd.Get("baggage"); got != "tenant-region=eu" {
+				t.Errorf("the job's baggage is %q, want only the allowed member", got)
+			}
+			if got := hd.Get("tracestate"); got != want {
+				t.Errorf("the job's tracestate is %q, want %q", got, want)
+			}
+		})
 	}
 }
 

@@ -115,6 +115,12 @@ type Config struct {
 	// platform samples (the operator's sampler decides). Turn it on only
 	// where every client is trusted (an internal caller's own tracing).
 	ContinueClientTraces bool
+	// TraceAllow lists the keys a client's trace headers may pass through
+	// to the request's trace and jobs: baggage members with these keys, and,
+	// when client traces are continued, tracestate entries with these vendor
+	// keys. Everything else in baggage and tracestate is dropped; empty
+	// (the default) drops both headers whole.
+	TraceAllow []string
 	// Metrics records the edge's Prometheus series; nil records none.
 	Metrics *Metrics
 	// LogContent logs each admitted prompt at debug level (debugging only:

@@ -152,7 +152,7 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
 		Tenants: classes, TenantQueueBound: bound, AsyncRecordsPerTenant: records, AsyncRecordTTL: recordTTL,
 		DefaultMaxTokens: e.maxTokens, Router: rt,
-		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, Metrics: em, LogContent: n.logContent,
+		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, TraceAllow: splitList(e.traceAllow), Metrics: em, LogContent: n.logContent,
 	})
 	if err != nil {
 		return err
@@ -238,6 +238,7 @@ type edgeFlags struct {
 	maxTokens      int    // --default-max-tokens
 	noRouting      bool   // --no-routing
 	continueTraces bool   // --trace-continue-client
+	traceAllow     string // --trace-allow
 	asyncRecords   int    // --async-results-per-tenant
 }
 
@@ -263,6 +264,7 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
 	fs.BoolVar(&e.noRouting, "no-routing", false, "queue every job on its tenant's shared queue, for any worker, instead of routing it to the worker of its session or prefix (docs/routing.md)")
 	fs.BoolVar(&e.continueTraces, "trace-continue-client", false, "with tracing on, make each request's spans part of the client's trace (its traceparent, sampled flag included) instead of a trace of the edge's own linked to it; only where every client is trusted")
+	fs.StringVar(&e.traceAllow, "trace-allow", "", "comma-separated keys a client's trace headers may pass through to its request's trace and jobs: baggage members with these keys and, with --trace-continue-client, tracestate entries with these vendor keys (default: both headers dropped)")
 	fs.IntVar(&e.maxTokens, "default-max-tokens", edge.DefaultMaxTokens, "max_tokens of a request that gives none, both APIs (an OpenAI request gets at most the rest of the window; the catalog property default_max_tokens overrides it per model)")
 	fs.DurationVar(&e.http.ReadHeaderTimeout, "http-header-timeout", edge.DefaultReadHeaderTimeout, "a request's line and headers must arrive within this")
 	fs.DurationVar(&e.http.BodyReadTimeout, "http-body-timeout", edge.DefaultBodyReadTimeout, "a request's body must arrive within this of its headers, else 408")
@@ -310,4 +312,16 @@ func (e *edgeFlags) quota(log *slog.Logger, rdb redis.UniversalClient) (*quota.Q
 		RequestsPerMinute: e.rpm, MaxConcurrent: e.maxConcurrent, DailyNeurons: e.dailyNeurons,
 		FailOpen: e.failOpen, LeaseTTL: e.requestTimeout + time.Minute,
 	})
+}
+
+// splitList splits a comma-separated flag value into its trimmed, non-empty
+// items.
+func splitList(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
