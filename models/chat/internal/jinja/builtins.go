@@ -606,9 +606,17 @@ func filterFromjson(b *budget, args []Value, kwargs map[string]Value) (Value, er
 	if err := b.alloc(size(len(args[0].AsString()), 8)); err != nil { // the parsed tree
 		return Undefined(), err
 	}
+	// Bulkhead patch: numbers are decoded as json.Number, so integers stay
+	// integers (Python's json.loads); as float64, 42 printed as 42.0 once
+	// str(float) became Python's repr.
 	var result any
-	if err := json.Unmarshal([]byte(args[0].AsString()), &result); err != nil {
+	dec := json.NewDecoder(strings.NewReader(args[0].AsString()))
+	dec.UseNumber()
+	if err := dec.Decode(&result); err != nil {
 		return Undefined(), fmt.Errorf("fromjson: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Undefined(), fmt.Errorf("fromjson: data after the JSON value")
 	}
 
 	return FromGoValue(result), nil
@@ -1579,6 +1587,11 @@ func containsValue(container, item Value) bool {
 
 // valueToGo converts a Value back to a plain Go type suitable for
 // json.Marshal.
+//
+// Bulkhead patch: unused since tojson writes Values itself; kept, so the
+// patch stays small.
+//
+//lint:ignore U1000 upstream's; see above
 func valueToGo(v Value) any {
 	switch v.kind {
 	case KindUndefined, KindNone:

@@ -17,6 +17,13 @@
 //     "" instead of panicking, printing and comparing a list that holds
 //     itself end, and a panic inside the evaluator becomes an error;
 //
+// UPSTREAM names the module, its version and sum, and which files are
+// upstream's; patches/bulkhead.diff holds every change to those files, and
+// .ci/check-jinja-patch checks that upstream with the diff applied gives
+// this directory's files byte for byte (-u rewrites the diff after a
+// change). Upstream's tests are here as upstream_*_test.go, with their
+// testdata; an expectation a patch changes is marked "Bulkhead patch".
+//
 // Later upstream versions (v1.9.0 on) need Go 1.27, newer than this
 // module's toolchain. When the module moves to Go 1.27, compare upstream
 // with these patches and drop the copy if upstream covers them.
