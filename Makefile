@@ -1,6 +1,8 @@
 # Bulkhead's two entry points: `make run` and `make test`.
 GO ?= go
 BIN := bin/bulkhead
+# STATICCHECK is the staticcheck release make vet runs (from the Go module proxy).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SHARED ?= ../shared
 # make run serves the platform (`bulkhead dev`): MODEL=path.gguf registers a model
 # as MODEL_NAME; with no MODEL, dev serves the built-in TinyStories model
@@ -29,8 +31,16 @@ build:
 run: build
 	$(BIN) dev $(if $(MODEL),--model '$(MODEL_NAME)=$(MODEL)') $(ARGS)
 
+# vet is the static gates: go vet, staticcheck, go.mod tidy, the Jinja fork
+# against upstream plus its patch (models/chat/internal/jinja/UPSTREAM), and the layout
+# tests (the design card's layering, no test support in the product, the
+# README naming every package).
 vet:
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	bash .ci/check-jinja-patch
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) test -count=1 -run 'TestLayering|TestProductImportsNoTestSupport|TestReadmeNamesEveryPackage' ./models/testkit
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 35m ./...

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -380,5 +379,3 @@ func openAIErr(t *testing.T, b []byte) (typ, code, msg string) {
 	code, _ = e["code"].(string)
 	return e["type"].(string), code, e["message"].(string)
 }
-
-var errTest = errors.New("test")

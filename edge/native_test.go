@@ -84,10 +84,9 @@ func TestNativeRun(t *testing.T) {
 		})
 	}
 	t.Run("sampling", func(t *testing.T) {
-		job := h.lastJob()
 		h.do("POST", "/ai/run/"+modelStories, "alice",
 			`{"prompt":"x","temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"repetition_penalty":1.1,"frequency_penalty":0.2,"presence_penalty":-0.3,"stop":"END"}`)
-		job = h.lastJob()
+		job := h.lastJob()
 		want := queue.Sampling{Temperature: 0.5, TopP: 0.9, TopK: 40, Seed: 7, RepetitionPenalty: 1.1, FrequencyPenalty: 0.2, PresencePenalty: -0.3}
 		if job.Sampling != want || !reflect.DeepEqual(job.Stop, []string{"END"}) {
 			t.Errorf("sampling %+v stop %q", job.Sampling, job.Stop)

@@ -3,8 +3,8 @@ package edge
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -130,7 +130,7 @@ func TestTraceOfARequest(t *testing.T) {
 					got[s.Name] = true
 				}
 				for _, kv := range s.Attributes {
-					if strings.Contains(kv.Value.Emit(), "secret") {
+					if strings.Contains(kv.Value.String(), "secret") {
 						t.Errorf("span %s attribute %s holds prompt text", s.Name, kv.Key)
 					}
 				}

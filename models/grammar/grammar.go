@@ -75,7 +75,6 @@ var (
 	falseNode   = &node{kind: kLiteral, lit: []byte("false")}
 	nullNode    = &node{kind: kLiteral, lit: []byte("null")}
 	anyNumber   = &node{kind: kNumber, lo: -maxIntValue, hi: maxIntValue, fracOpen: true, fracLo: math.Inf(-1), fracHi: math.Inf(1)}
-	anyIntNode  = &node{kind: kNumber, integer: true, lo: -maxIntValue, hi: maxIntValue}
 	anyObject   = &node{kind: kMap, items: anyNode}
 	anyArray    = &node{kind: kArray, items: anyNode, max: -1}
 	boolNode    = &node{kind: kAlt, alts: []*node{trueNode, falseNode}}

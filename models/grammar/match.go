@@ -34,7 +34,6 @@ var rootFrame = &frame{}
 type Matcher struct {
 	g       *Grammar
 	threads []*frame
-	buf     []*frame
 	scratch [][]*frame // per trie depth, for Mask
 }
 

@@ -386,15 +386,6 @@ func schemaTypes(o *obj) ([]string, error) {
 	return ts, nil
 }
 
-// keywordsOf lists which keywords apply to which type.
-var keywordsOf = map[string][]string{
-	"object":  {"properties", "required", "additionalProperties"},
-	"array":   {"items", "minItems", "maxItems"},
-	"string":  {"pattern", "minLength", "maxLength"},
-	"number":  {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
-	"integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
-}
-
 func (c *compiler) typed(o *obj, ty string, depth int) (*node, error) {
 	switch ty {
 	case "boolean":

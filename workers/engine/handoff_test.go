@@ -605,7 +605,9 @@ func TestReserveTakesItsTurn(t *testing.T) {
 	dec := startEngine(t, m, Config{Threads: 1, Poison: true, Context: 512, KVTokens: 2 * 256, MaxBatch: 4,
 		OnStep: func(running int) {
 			if running == 2 {
+				// A gate: the step waits here until the test unlocks it.
 				frozen.Lock()
+				//lint:ignore SA2001 the lock is held by the test, not shared state
 				frozen.Unlock()
 			}
 		}})

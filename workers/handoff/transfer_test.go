@@ -327,14 +327,14 @@ func fetchAsync(t *testing.T, nc *nats.Conn, m *Manifest, cfg ReceiverConfig, si
 	return f
 }
 
-func (f *fetching) wait(t *testing.T, within time.Duration) (error, time.Duration) {
+func (f *fetching) wait(t *testing.T, within time.Duration) (time.Duration, error) {
 	t.Helper()
 	select {
 	case <-f.done:
-		return f.err, time.Since(f.start)
+		return time.Since(f.start), f.err
 	case <-time.After(within):
 		t.Fatalf("Fetch still running after %v", within)
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -368,7 +368,7 @@ func TestFetchWindow(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	f.cancel()
-	if err, _ := f.wait(t, 5*time.Second); !errors.Is(err, context.Canceled) {
+	if _, err := f.wait(t, 5*time.Second); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Fetch = %v, want context.Canceled", err)
 	}
 	if len(got.seen()) != 0 {
@@ -399,7 +399,7 @@ func TestFetchOutOfOrderAnswers(t *testing.T) {
 					t.Fatal(err)
 				}
 				if req.op == opDone {
-					if err, _ := f.wait(t, 5*time.Second); err != nil {
+					if _, err := f.wait(t, 5*time.Second); err != nil {
 						t.Fatalf("Fetch: %v", err)
 					}
 					if len(got.pages) != len(fx.pages) {
@@ -454,7 +454,7 @@ func TestSenderGone(t *testing.T) {
 		go func() { serveErr <- s.Serve(ctx) }()
 		var got collector
 		f := fetchAsync(t, queuetest.Conn(t, url), m, ReceiverConfig{Window: 2, RequestTimeout: timeout}, got.sink)
-		err, took := f.wait(t, 10*time.Second)
+		took, err := f.wait(t, 10*time.Second)
 		if !errors.Is(err, ErrTransfer) || took > timeout+2*time.Second {
 			t.Fatalf("Fetch = %v after %v, want ErrTransfer within %v", err, took, timeout)
 		}
@@ -475,7 +475,7 @@ func TestSenderGone(t *testing.T) {
 			msg, req := raw.next(t, 5*time.Second)
 			raw.answer(t, msg, req)
 		}
-		err, took := f.wait(t, 10*time.Second)
+		took, err := f.wait(t, 10*time.Second)
 		if !errors.Is(err, ErrTransfer) || !strings.Contains(err.Error(), "no answer within") {
 			t.Fatalf("Fetch = %v, want ErrTransfer for no answer", err)
 		}
@@ -507,7 +507,7 @@ func TestSenderGone(t *testing.T) {
 		msg, req := raw.next(t, 5*time.Second)
 		raw.answer(t, msg, req)
 		raw.answer(t, msg, req)
-		err, _ := f.wait(t, 10*time.Second)
+		_, err := f.wait(t, 10*time.Second)
 		if !errors.Is(err, ErrTransfer) || !strings.Contains(err.Error(), "answer to no request") {
 			t.Fatalf("Fetch = %v, want ErrTransfer for a stray answer", err)
 		}

@@ -247,7 +247,7 @@ func TestExpKernels(t *testing.T) {
 	for i := range x {
 		x[i] = float32(rng.NormFloat64() * 8)
 	}
-	special := []float32{0, -0.0, 1e-30, -1e-30, -708, -708.1, 709, 709.5, -745, -746, -800, 800, 88.7, -103.9,
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-30, -1e-30, -708, -708.1, 709, 709.5, -745, -746, -800, 800, 88.7, -103.9,
 		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e30, -1e30}
 	for i, v := range special {
 		x[100+13*i] = v

@@ -112,7 +112,7 @@ func TestPenalties(t *testing.T) {
 		{
 			name: "repetition then frequency and presence",
 			p:    Params{RepetitionPenalty: 2, FrequencyPenalty: 1, PresencePenalty: 1, PenaltyLastN: -1},
-			want: []float32{2 - 3 - 1, -8 - 2 - 1, 1 - 1 - 1, 1, 0.5, 1.5 - 1 - 1},
+			want: []float32{2 - 3 - 1, -8 - 2 - 1, -1 /* 1 - 1 - 1 */, 1, 0.5, 1.5 - 1 - 1},
 		},
 		{
 			// last 3: 0, 5, 1

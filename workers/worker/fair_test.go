@@ -122,14 +122,12 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 	for range 7 {
 		unloaded = min(unloaded, runJob(t, ev, small("solo")))
 	}
-	var streams []*queue.Replies
 	for range 16 {
 		job := wholeWindow(t, e, "tenant-a")
 		r, err := ev.client.Submit(context.Background(), job)
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams = append(streams, r)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

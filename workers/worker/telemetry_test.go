@@ -149,7 +149,7 @@ func TestWorkerTelemetry(t *testing.T) {
 					t.Errorf("span %s has parent %s outside the tree", s.Name, s.Parent.SpanID())
 				}
 				for _, kv := range s.Attributes {
-					if strings.Contains(kv.Value.Emit(), "secret") {
+					if strings.Contains(kv.Value.String(), "secret") {
 						t.Errorf("span %s attribute %s holds prompt text", s.Name, kv.Key)
 					}
 				}

@@ -35,18 +35,18 @@ func TestUsageEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for m := range msgs.Messages() {
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-			u, err := queue.DecodeUsage(m.Data())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return u, m
+		m, ok := <-msgs.Messages()
+		if !ok {
+			t.Fatalf("no usage event: %v", msgs.Error())
 		}
-		t.Fatalf("no usage event: %v", msgs.Error())
-		return nil, nil
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		u, err := queue.DecodeUsage(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u, m
 	}
 
 	t.Run("completed", func(t *testing.T) {

@@ -201,19 +201,6 @@ type gate struct {
 	broken  func() error    // the engine's Broken
 }
 
-// wait returns once ready reports true, or false when ctx ends first.
-func (g gate) wait(ctx context.Context, poll *time.Ticker) bool {
-	for !g.ready() {
-		select {
-		case <-g.entered:
-		case <-poll.C:
-		case <-ctx.Done():
-			return false
-		}
-	}
-	return true
-}
-
 // pulled counts one model's jobs pulled that have not reached its engine's
 // queue yet.
 type pulled struct {
