@@ -24,6 +24,10 @@ deps:
 		echo "installing chromium for the dashboard's browser test (apt-get)"; \
 		(apt-get update -qq || sudo apt-get update -qq) && \
 		(apt-get install -y -qq chromium || sudo apt-get install -y -qq chromium); }
+	@command -v patch >/dev/null 2>&1 || { \
+		echo "installing patch for the Jinja fork's check (apt-get)"; \
+		(apt-get update -qq || sudo apt-get update -qq) && \
+		(apt-get install -y -qq patch || sudo apt-get install -y -qq patch); }
 
 build:
 	$(GO) build -o $(BIN) ./cmd/bulkhead
@@ -35,7 +39,7 @@ run: build
 # against upstream plus its patch (models/chat/internal/jinja/UPSTREAM), and the layout
 # tests (the design card's layering, no test support in the product, the
 # README naming every package).
-vet:
+vet: deps
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	bash .ci/check-jinja-patch
