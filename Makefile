@@ -11,7 +11,7 @@ MODEL ?=
 MODEL_NAME ?= @cf/tinyllamas/stories260k
 ARGS ?=
 
-.PHONY: build run test test-cluster test-deploy cluster cluster-down vet bench fuzz clean deps dashboard screenshots
+.PHONY: build run test test-cluster test-deploy cluster cluster-down vet bench fuzz clean deps screenshots
 
 # deps installs what the tests need beyond Go: a real redis-server and chromium
 # (the dashboard's browser test), Debian packages.
@@ -80,11 +80,6 @@ bench:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./models/gguf
-
-# dashboard rebuilds billing/dashboard/dist (embedded, committed) from its
-# sources and the uPlot version pinned in package-lock.json.
-dashboard:
-	cd billing/dashboard/web && npm ci --ignore-scripts --no-audit --no-fund && node build.mjs
 
 # screenshots reruns the dashboard's browser test, writing its 1280 and 390
 # pixel screenshots into docs/.

@@ -8,14 +8,15 @@ import (
 	"strings"
 )
 
-//go:embed dist
-var dist embed.FS
+//go:embed site
+var site embed.FS
 
-// Files is the built dashboard: index.html and its assets.
+// Files is the dashboard as served: index.html, its script and styles, and
+// vendor/uplot (uPlot as published, checked against its SHA256SUMS).
 func Files() fs.FS {
-	sub, err := fs.Sub(dist, "dist")
+	sub, err := fs.Sub(site, "site")
 	if err != nil {
-		panic(err) // the embedded tree always has dist/
+		panic(err) // the embedded tree always has site/
 	}
 	return sub
 }

@@ -1,8 +1,8 @@
 // Package dashboard is the tenant usage dashboard the edge serves at
-// /dashboard: a static page, its script and styles, and uPlot (the charting
-// library, pinned in web/package-lock.json), all embedded in the binary from
-// dist/. dist/ is built from web/ by `make dashboard` (npm ci, then
-// web/build.mjs) and committed; a test checks it matches the sources.
+// /dashboard: a static page, its script and styles (site/, embedded as they
+// are: there is no build step), and uPlot, the charting library, vendored as
+// published in site/vendor/uplot (its VERSION says which and how to update
+// it; a test checks the files against their SHA256SUMS).
 //
 // The page reads the tenant's token from a form or the URL fragment
 // (#token=..., never sent to a server), keeps it in memory only, and calls
