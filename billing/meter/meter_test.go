@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
@@ -171,5 +172,41 @@ func TestMeterTerminatesBadEvents(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRegisterMetrics: the meter's counts are exported by result.
+func TestRegisterMetrics(t *testing.T) {
+	srv := queuetest.Server(t)
+	_, js := queuetest.JetStream(t, srv.ClientURL())
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := ledger.New(rdb, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(nil, js, l, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.count(func(s *Stats) { s.Counted, s.Duplicates, s.Rejected, s.Retried = 4, 3, 2, 1 })
+	reg := prometheus.NewRegistry()
+	if err := m.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			got[f.GetName()+"/"+s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"bulkhead_billing_events_total/counted": 4, "bulkhead_billing_events_total/duplicate": 3,
+		"bulkhead_billing_events_total/rejected": 2, "bulkhead_billing_events_total/retried": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("gathered %v, want %v", got, want)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -78,7 +77,7 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 	if err != nil {
 		return err
 	}
-	if err := billingMetrics(tel.reg, m); err != nil {
+	if err := m.RegisterMetrics(tel.reg); err != nil {
 		return err
 	}
 	svc, err := queue.RegisterNode(nc, queue.NodeConfig{Service: queue.FleetBilling, Version: version,
@@ -99,29 +98,6 @@ func (f *billingFlags) meterConfig(stderr io.Writer, tel *telemetry) meter.Confi
 	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp, Grace: f.grace}
 	f.faults.hook(&cfg, stderr)
 	return cfg
-}
-
-// billingMetrics exports m's counts as bulkhead_billing_events_total by
-// result (counted, duplicate, rejected, retried).
-func billingMetrics(reg prometheus.Registerer, m *meter.Meter) error {
-	for _, r := range []struct {
-		result string
-		count  func(meter.Stats) int64
-	}{
-		{"counted", func(s meter.Stats) int64 { return s.Counted }},
-		{"duplicate", func(s meter.Stats) int64 { return s.Duplicates }},
-		{"rejected", func(s meter.Stats) int64 { return s.Rejected }},
-		{"retried", func(s meter.Stats) int64 { return s.Retried }},
-	} {
-		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bulkhead_billing_events_total",
-			Help:        "Usage events the billing consumer handled, by result.",
-			ConstLabels: prometheus.Labels{"result": r.result}},
-			func() float64 { return float64(r.count(m.Stats())) })
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // startBilling runs the billing consumer in this process (dev) until the
