@@ -18,6 +18,10 @@
 // publish, and refuses at once a model no worker serves or loads (after
 // LiveGrace); jobs for a model a worker is loading are queued.
 //
+// It owns what every node's HTTP listener is, too: the limits on a client's
+// connection (harden.go), refusing conflicting framing (framing.go), and
+// /healthz, /readyz and /metrics (health.go).
+//
 // It also owns the one table of stable error codes (errors.go): every refusal
 // a client can see is a row of it, rendered in the native envelope or in
 // OpenAI's error shape, and one function maps Go errors to rows.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
+	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -60,19 +61,19 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 		return err
 	}
 	defer tel.shutdown(log)
-	h := newHealth()
+	h := edge.NewHealth()
 	stopHealth, err := f.obs.serveHealth(ctx, log, h, tel)
 	if err != nil {
 		return err
 	}
 	defer stopHealth()
-	h.add("redis", redisCheck(rdb))
+	h.Add("redis", redisCheck(rdb))
 	nc, js, err := f.nats.connect(ctx, log, f.natsURL, "bulkhead-billing")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	h.add("nats", natsCheck(nc))
+	h.Add("nats", natsCheck(nc))
 	_, m, err := newMeter(log, js, rdb, f.meterConfig(stderr, tel))
 	if err != nil {
 		return err

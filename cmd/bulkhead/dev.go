@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/builtin"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
@@ -199,7 +200,7 @@ func (d devNode) connect(ctx context.Context, role, name string) (*nats.Conn, je
 // serve starts Redis, the workers, billing and the edge, and serves until
 // ctx ends.
 func (d devNode) serve(ctx context.Context, f *devFlags, ws devWorkers, cat *catalog.Catalog, stdout io.Writer) error {
-	n := edgeNode{log: d.log, tel: d.tel, h: newHealth(), cat: cat, logContent: f.obs.logContent,
+	n := edgeNode{log: d.log, tel: d.tel, h: edge.NewHealth(), cat: cat, logContent: f.obs.logContent,
 		ready: func(addr string) { d.banner(stdout, cat, addr, f.dataDir) }}
 	rdb, closeRedis, err := devRedis(f.edge.redisURL)
 	if err != nil {
@@ -207,7 +208,7 @@ func (d devNode) serve(ctx context.Context, f *devFlags, ws devWorkers, cat *cat
 	}
 	defer closeRedis()
 	n.rdb = rdb
-	n.h.add("redis", redisCheck(rdb))
+	n.h.Add("redis", redisCheck(rdb))
 	dev, err := auth.LoadOrCreateDevKey(f.dataDir)
 	if err != nil {
 		return err
@@ -227,9 +228,9 @@ func (d devNode) serve(ctx context.Context, f *devFlags, ws devWorkers, cat *cat
 		return err
 	}
 	defer n.nc.Close()
-	n.h.add("nats", natsCheck(n.nc))
+	n.h.Add("nats", natsCheck(n.nc))
 	for i, engines := range ws.engines {
-		n.h.add(fmt.Sprintf("engines_%d", i), func(context.Context) error { return worker.EnginesReady(engines) })
+		n.h.Add(fmt.Sprintf("engines_%d", i), func(context.Context) error { return worker.EnginesReady(engines) })
 	}
 	defer d.startWorkers(ws, conns, f.engine.concurrency)()
 	// Billing: usage events into the ledger the usage API and the budget read.

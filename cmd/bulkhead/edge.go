@@ -62,7 +62,7 @@ func (f *edgeCmdFlags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	n := edgeNode{log: log, tel: tel, h: newHealth(), cat: cat, verifier: verifier, logContent: f.obs.logContent}
+	n := edgeNode{log: log, tel: tel, h: edge.NewHealth(), cat: cat, verifier: verifier, logContent: f.obs.logContent}
 	if f.edge.redisURL != "" {
 		rdb, err := dialRedis(f.edge.redisURL)
 		if err != nil {
@@ -70,7 +70,7 @@ func (f *edgeCmdFlags) run(ctx context.Context, stderr io.Writer) error {
 		}
 		defer rdb.Close()
 		n.rdb = rdb
-		n.h.add("redis", redisCheck(rdb))
+		n.h.Add("redis", redisCheck(rdb))
 	}
 	if n.ledger, err = edgeLedger(n.rdb); err != nil {
 		return err
@@ -79,7 +79,7 @@ func (f *edgeCmdFlags) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	defer n.nc.Close()
-	n.h.add("nats", natsCheck(n.nc))
+	n.h.Add("nats", natsCheck(n.nc))
 	return f.edge.serve(ctx, n)
 }
 
@@ -87,7 +87,7 @@ func (f *edgeCmdFlags) run(ctx context.Context, stderr io.Writer) error {
 type edgeNode struct {
 	log        *slog.Logger
 	tel        *telemetry
-	h          *health // the edge adds its jwks check; drained once ctx ends
+	h          *edge.Health // the edge adds its jwks check; drained once ctx ends
 	nc         *nats.Conn
 	js         jetstream.JetStream
 	cat        *catalog.Catalog
@@ -103,7 +103,7 @@ type edgeNode struct {
 // (edge.FollowCapacity) and registers with the fleet meanwhile.
 func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 	// Not ready once the JWKS file has failed to reload past its keys' grace.
-	n.h.add("jwks", func(context.Context) error { return n.verifier.Ready() })
+	n.h.Add("jwks", func(context.Context) error { return n.verifier.Ready() })
 	q, err := e.quota(n.log, n.rdb)
 	if err != nil {
 		return err
@@ -171,7 +171,7 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 // ends.
 func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string, grace time.Duration) error {
 	mux := http.NewServeMux()
-	opsRoutes(mux, n.h, n.tel.reg)
+	edge.OpsRoutes(mux, n.h, n.tel.reg)
 	mux.Handle("/", srv.Handler())
 	hs := srv.HTTPServer(mux)
 	ln, err := edge.Listen(listen)
@@ -197,7 +197,7 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string,
 	}
 	// Drain: /readyz fails at once (a load balancer stops sending), new
 	// requests get 503 draining, and those in flight finish within grace.
-	n.h.drain()
+	n.h.Drain()
 	n.log.Info("edge draining", "in_flight", srv.InFlight(), "grace", grace)
 	drainCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()

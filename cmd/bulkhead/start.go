@@ -14,6 +14,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
+	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
@@ -65,12 +66,12 @@ func (o *obsFlags) startNode(ctx context.Context, stderr io.Writer, service, com
 // serveHealth serves h and the node's metrics on --metrics-listen, for a
 // node without an HTTP listener of its own (worker, billing), draining h once
 // ctx ends. stop shuts the listener down.
-func (o *obsFlags) serveHealth(ctx context.Context, log *slog.Logger, h *health, tel *telemetry) (stop func(), err error) {
-	stopOps, err := serveOps(log, o.metricsListen, h, tel.reg)
+func (o *obsFlags) serveHealth(ctx context.Context, log *slog.Logger, h *edge.Health, tel *telemetry) (stop func(), err error) {
+	stopOps, err := edge.ServeOps(log, o.metricsListen, h, tel.reg)
 	if err != nil {
 		return nil, err
 	}
-	undrain := context.AfterFunc(ctx, h.drain)
+	undrain := context.AfterFunc(ctx, h.Drain)
 	return func() { undrain(); stopOps() }, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
@@ -62,9 +63,9 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	f.engine.onStep = wm.OnStep
 	// Health answers from the start: not ready until the models are loaded
 	// and NATS is connected, nor once shutdown begins.
-	h := newHealth()
+	h := edge.NewHealth()
 	var loaded atomic.Bool
-	h.add("models", flagCheck(&loaded, "models not loaded yet"))
+	h.Add("models", flagCheck(&loaded, "models not loaded yet"))
 	stopHealth, err := f.obs.serveHealth(ctx, log, h, tel)
 	if err != nil {
 		return err
@@ -92,13 +93,13 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	}
 	defer stop()
 	loaded.Store(true)
-	h.add("engines", func(context.Context) error { return worker.EnginesReady(engines) })
+	h.Add("engines", func(context.Context) error { return worker.EnginesReady(engines) })
 	nc, js, err := ann.connected()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	h.add("nats", natsCheck(nc))
+	h.Add("nats", natsCheck(nc))
 	n := workerNode{log: log, nc: nc, js: js, engines: engines, role: role, concurrency: f.engine.concurrency,
 		grace: f.grace, id: id, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}}
 	return n.run(ctx)

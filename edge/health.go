@@ -1,4 +1,4 @@
-package main
+package edge
 
 import (
 	"context"
@@ -11,21 +11,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/bulkhead-ai/bulkhead/edge"
 )
 
 // checkTimeout bounds each readiness check.
 const checkTimeout = time.Second
 
-// health answers /healthz (the process is alive) and /readyz (every check
-// passes and the node is not draining), without auth. Checks are added
-// while the node starts; each runs on every /readyz.
-type health struct {
+// Health answers /healthz (the process is alive) and /readyz (every check
+// passes and the node is not draining), without auth, for every node
+// (edge, worker, billing, NATS). Checks are added while the node starts;
+// each runs on every /readyz.
+type Health struct {
 	start    time.Time
 	draining atomic.Bool
 
@@ -38,16 +35,18 @@ type namedCheck struct {
 	fn   func(ctx context.Context) error
 }
 
-func newHealth() *health { return &health{start: time.Now()} }
+// NewHealth returns a Health with no checks, alive from now.
+func NewHealth() *Health { return &Health{start: time.Now()} }
 
-func (h *health) add(name string, fn func(ctx context.Context) error) {
+// Add adds a readiness check named name.
+func (h *Health) Add(name string, fn func(ctx context.Context) error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.checks = append(h.checks, namedCheck{name, fn})
 }
 
-// drain marks the node as shutting down: /readyz fails from now on.
-func (h *health) drain() { h.draining.Store(true) }
+// Drain marks the node as shutting down: /readyz fails from now on.
+func (h *Health) Drain() { h.draining.Store(true) }
 
 // checkResult is one check in a /readyz answer.
 type checkResult struct {
@@ -62,11 +61,11 @@ type healthAnswer struct {
 	Checks        []checkResult `json:"checks,omitempty"`
 }
 
-func (h *health) live(w http.ResponseWriter, _ *http.Request) {
+func (h *Health) live(w http.ResponseWriter, _ *http.Request) {
 	writeHealth(w, http.StatusOK, healthAnswer{Status: "alive", UptimeSeconds: time.Since(h.start).Seconds()})
 }
 
-func (h *health) ready(w http.ResponseWriter, r *http.Request) {
+func (h *Health) ready(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	checks := append([]namedCheck(nil), h.checks...)
 	h.mu.Unlock()
@@ -106,57 +105,27 @@ func writeHealth(w http.ResponseWriter, status int, a healthAnswer) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// natsCheck passes while nc is connected.
-func natsCheck(nc *nats.Conn) func(context.Context) error {
-	return func(context.Context) error {
-		if st := nc.Status(); st != nats.CONNECTED {
-			return fmt.Errorf("NATS %s", st)
-		}
-		return nil
-	}
-}
-
-// redisCheck passes while rdb answers a PING.
-func redisCheck(rdb redis.UniversalClient) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		return nil
-	}
-}
-
-// flagCheck passes once ok holds; what says what is missing until then.
-func flagCheck(ok *atomic.Bool, what string) func(context.Context) error {
-	return func(context.Context) error {
-		if !ok.Load() {
-			return errors.New(what)
-		}
-		return nil
-	}
-}
-
-// opsRoutes adds /metrics (reg), /healthz and /readyz to mux; none needs
+// OpsRoutes adds /metrics (reg), /healthz and /readyz to mux; none needs
 // auth.
-func opsRoutes(mux *http.ServeMux, h *health, reg *prometheus.Registry) {
+func OpsRoutes(mux *http.ServeMux, h *Health, reg *prometheus.Registry) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", h.live)
 	mux.HandleFunc("GET /readyz", h.ready)
 }
 
-// serveOps serves the ops routes on listen until stop is called, which shuts
+// ServeOps serves the ops routes on listen until stop is called, which shuts
 // the listener down and waits. An empty listen serves nothing.
-func serveOps(log *slog.Logger, listen string, h *health, reg *prometheus.Registry) (stop func(), err error) {
+func ServeOps(log *slog.Logger, listen string, h *Health, reg *prometheus.Registry) (stop func(), err error) {
 	if listen == "" {
 		return func() {}, nil
 	}
-	ln, err := edge.Listen(listen)
+	ln, err := Listen(listen)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	opsRoutes(mux, h, reg)
-	hs, err := edge.NewHTTPServer(mux, edge.HTTPLimits{}) // every listener has the same limits
+	OpsRoutes(mux, h, reg)
+	hs, err := NewHTTPServer(mux, HTTPLimits{}) // every listener has the same limits
 	if err != nil {
 		ln.Close()
 		return nil, err
