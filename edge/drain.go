@@ -68,12 +68,7 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		f, ok := s.drain.enter(cancel)
 		if !ok {
 			w.Header().Set("Connection", "close")
-			e := s.refuse(r, ErrDraining)
-			if isOpenAIPath(r.URL.Path) {
-				writeOpenAIError(w, e)
-				return
-			}
-			writeNativeError(w, e)
+			writeErrorFor(w, r, s.refuse(r, ErrDraining))
 			return
 		}
 		defer s.drain.leave(f)

@@ -198,11 +198,7 @@ func refuseConflicting(next http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("Connection", "close")
-		e := newError(rowInvalidInput, "a request may not carry both Content-Length and Transfer-Encoding (RFC 9112, section 6.3)", ErrConflictingFraming)
-		if isOpenAIPath(r.URL.Path) {
-			writeOpenAIError(w, e)
-		} else {
-			writeNativeError(w, e)
-		}
+		writeErrorFor(w, r, newError(rowInvalidInput,
+			"a request may not carry both Content-Length and Transfer-Encoding (RFC 9112, section 6.3)", ErrConflictingFraming))
 	})
 }

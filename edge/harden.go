@@ -109,12 +109,7 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 		next.ServeHTTP(tw, r)
 		if b.timedOut() {
 			w.Header().Set("Connection", "close")
-			e := newError(rowBodyTimeout, "", ErrBodyTimeout)
-			if isOpenAIPath(r.URL.Path) {
-				writeOpenAIError(w, e)
-			} else {
-				writeNativeError(w, e)
-			}
+			writeErrorFor(w, r, newError(rowBodyTimeout, "", ErrBodyTimeout))
 			return
 		}
 		if !b.done() {

@@ -246,17 +246,25 @@ func TestEdgeMetrics(t *testing.T) {
 	}
 }
 
+// productionTracing installs the propagators cmd installs with tracing on
+// (trace context and baggage) for the test, and returns a tracer provider.
+func productionTracing(t *testing.T) *sdktrace.TracerProvider {
+	t.Helper()
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
+}
+
 // TestTraceHeadersAtTheBoundary: with the production propagators (trace
 // context and baggage) and client traces continued (ContinueClientTraces),
 // a client's traceparent is continued, sampled flag included, but its
 // tracestate and baggage are neither echoed in the response nor carried on
 // the job's message.
 func TestTraceHeadersAtTheBoundary(t *testing.T) {
-	prev := otel.GetTextMapPropagator()
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
-	tp := sdktrace.NewTracerProvider()
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp := productionTracing(t)
 	h := newHarness(t, harnessOpts{tracer: tp, continueTraces: true})
 
 	req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
@@ -302,11 +310,7 @@ func TestTraceHeadersAtTheBoundary(t *testing.T) {
 // traceparent then carries too); nothing else does, and baggage is never
 // echoed.
 func TestTraceAllowList(t *testing.T) {
-	prev := otel.GetTextMapPropagator()
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
-	tp := sdktrace.NewTracerProvider()
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp := productionTracing(t)
 	for _, continued := range []bool{false, true} {
 		t.Run(fmt.Sprintf("continued=%v", continued), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{tracer: tp, continueTraces: continued, traceAllow: []string{"tenant-region", "vendor"}})

@@ -261,16 +261,21 @@ func (s *Server) routes() {
 }
 
 func (s *Server) handleNoRoute(w http.ResponseWriter, r *http.Request) {
-	e := s.refuse(r, newError(rowNotFound, "No route for "+r.Method+" "+r.URL.Path, nil))
+	writeErrorFor(w, r, s.refuse(r, newError(rowNotFound, "No route for "+r.Method+" "+r.URL.Path, nil)))
+}
+
+func isOpenAIPath(p string) bool {
+	return strings.HasPrefix(p, "/v1/") || strings.Contains(p, "/ai/v1/")
+}
+
+// writeErrorFor writes e in the error shape of r's API: OpenAI's for its
+// paths, the native envelope for the rest.
+func writeErrorFor(w http.ResponseWriter, r *http.Request, e *Error) {
 	if isOpenAIPath(r.URL.Path) {
 		writeOpenAIError(w, e)
 		return
 	}
 	writeNativeError(w, e)
-}
-
-func isOpenAIPath(p string) bool {
-	return strings.HasPrefix(p, "/v1/") || strings.Contains(p, "/ai/v1/")
 }
 
 // authenticate verifies the caller, checks that an account id in the path

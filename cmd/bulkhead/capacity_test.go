@@ -329,6 +329,32 @@ func TestWorkerPublishesCapacity(t *testing.T) {
 	}
 }
 
+// startTestEdge starts the edge command in-process on NATS at url with
+// args, on a fresh dev key, and returns its base URL once it listens and a
+// token of tenant acme.
+func startTestEdge(t *testing.T, url string, args ...string) (base, token string) {
+	t.Helper()
+	key, err := auth.LoadOrCreateDevKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token, err = key.Mint("acme", []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	startNode(t, append([]string{"edge", "--nats", url, "--listen", addr, "--jwks", key.JWKSPath()}, args...)...)
+	base = "http://" + addr
+	testkit.Poll(t, time.Minute, testkit.Cond("the edge to listen", func() bool {
+		resp, err := http.Get(base + "/ai/models/search")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}))
+	return base, token
+}
+
 // TestEdgeFollowsWorkerCapacity runs the edge command in-process over a real
 // NATS server with a catalog window of 2048, and workers' capacity records
 // published beside it: the edge advertises and admits by the smallest live
@@ -338,29 +364,11 @@ func TestEdgeFollowsWorkerCapacity(t *testing.T) {
 	model := refdatatest.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	key, err := auth.LoadOrCreateDevKey(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := key.Mint("acme", []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A worker that published before the edge started.
 	if err := queue.PublishCapacity(ctx, js, clampModel, 256, "small"); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	startNode(t, "edge", "--nats", url, "--listen", addr, "--model", clampModel+"="+model, "--jwks", key.JWKSPath())
-	base := "http://" + addr
-	testkit.Poll(t, time.Minute, testkit.Cond("the edge to listen", func() bool {
-		resp, err := http.Get(base + "/ai/models/search")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	}))
+	base, tok := startTestEdge(t, url, "--model", clampModel+"="+model)
 	// No polling here: the edge reads the records before it serves.
 	if got := advertised(t, base, tok, clampModel); got != 256 {
 		t.Fatalf("the edge's first answer advertises %d, want the published 256", got)

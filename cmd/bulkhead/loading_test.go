@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/edge"
-	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -111,27 +109,9 @@ func TestEdgeRefusesModelsNoWorkerServes(t *testing.T) {
 	model := refdatatest.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	key, err := auth.LoadOrCreateDevKey(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := key.Mint("acme", []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const orphan = "@cf/test/orphan"
-	addr := freeAddr(t)
 	started := time.Now()
-	startNode(t, "edge", "--nats", url, "--listen", addr, "--model", clampModel+"="+model, "--model", orphan+"="+model, "--jwks", key.JWKSPath())
-	base := "http://" + addr
-	testkit.Poll(t, time.Minute, testkit.Cond("the edge to listen", func() bool {
-		resp, err := http.Get(base + "/ai/models/search")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	}))
+	base, tok := startTestEdge(t, url, "--model", clampModel+"="+model, "--model", orphan+"="+model)
 	const async = `{"requests":[{"prompt":"Once upon a time","raw":true,"max_tokens":4}]}`
 	for _, m := range []string{orphan, clampModel} {
 		if status, code := runStatus(t, base, tok, m+"?queueRequest=true", async); status != 503 || code != 3047 {
