@@ -10,26 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bulkhead-ai/bulkhead/billing/price"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
-	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // realQuota is a Quota on a fresh redis-server.
 func realQuota(t *testing.T, cfg quota.Config) *quota.Quota {
 	t.Helper()
-	rs, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	_, rdb := redistest.Own(t)
 	q, err := quota.New(nil, rdb, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
 )
 
 // withPropagator installs the W3C propagator for one test, as cmd does when
@@ -147,46 +147,6 @@ func TestTraceOfARequest(t *testing.T) {
 	}
 }
 
-// counter returns the value of the counter name with labels, 0 if absent.
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			return value(m)
-		}
-	}
-	return 0
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
-}
-
 func TestEdgeMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -226,22 +186,17 @@ func TestEdgeMetrics(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.do()
-			if got := counter(t, reg, tc.metric, tc.labels); got != tc.want {
+			if got := promtest.Sum(t, reg, tc.metric, tc.labels); got != tc.want {
 				t.Errorf("%s%v = %v, want %v", tc.metric, tc.labels, got, tc.want)
 			}
 		})
 	}
-	if counter(t, reg, "bulkhead_edge_prompt_tokens_total", map[string]string{"model": modelStories}) == 0 {
+	if promtest.Sum(t, reg, "bulkhead_edge_prompt_tokens_total", map[string]string{"model": modelStories}) == 0 {
 		t.Error("no prompt tokens counted")
 	}
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "tenant" {
-					t.Errorf("%s has a tenant label", mf.GetName())
-				}
-			}
+	for _, series := range promtest.Gather(t, reg) {
+		if _, ok := series.Labels["tenant"]; ok {
+			t.Errorf("%s has a tenant label", series.Name)
 		}
 	}
 }

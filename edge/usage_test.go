@@ -14,15 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/price"
 	"github.com/bulkhead-ai/bulkhead/billing/usage"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
-	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -31,13 +29,7 @@ import (
 // redis-server, holding the events given (as billing would have counted them).
 func usageServer(t *testing.T, now time.Time, events []*queue.UsageEvent) *httptest.Server {
 	t.Helper()
-	rs, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	_, rdb := redistest.Own(t)
 	l, err := ledger.New(rdb, ledger.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

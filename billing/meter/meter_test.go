@@ -4,34 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
-	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
 var redisAddr string
 
-func TestMain(m *testing.M) {
-	srv, err := redistest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "meter tests:", err)
-		os.Exit(1)
-	}
-	redisAddr = srv.Addr()
-	code := testkit.Run(m)
-	srv.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m, &redisAddr) }
 
 // TestMeterCountsEachEventOnce: events published (some twice, some counted
 // by an earlier meter that died before acking) are counted exactly once
@@ -43,12 +32,7 @@ func TestMeterCountsEachEventOnce(t *testing.T) {
 	if err := queue.Setup(ctx, js, queue.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() { rdb.Close() })
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.New(rdb, ledger.Config{})
+	l, err := ledger.New(redistest.Client(t, redisAddr, 0), ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +130,7 @@ func TestMeterTerminatesBadEvents(t *testing.T) {
 	if err := queue.Setup(ctx, js, queue.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, DB: 1})
-	t.Cleanup(func() { rdb.Close() })
-	l, err := ledger.New(rdb, ledger.Config{})
+	l, err := ledger.New(redistest.Client(t, redisAddr, 1), ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,9 +161,7 @@ func TestMeterTerminatesBadEvents(t *testing.T) {
 func TestRegisterMetrics(t *testing.T) {
 	srv := queuetest.Server(t)
 	_, js := queuetest.JetStream(t, srv.ClientURL())
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() { rdb.Close() })
-	l, err := ledger.New(rdb, ledger.Config{})
+	l, err := ledger.New(redistest.Client(t, redisAddr, 2), ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,15 +174,9 @@ func TestRegisterMetrics(t *testing.T) {
 	if err := m.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			got[f.GetName()+"/"+s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
-		}
+	for _, series := range promtest.Gather(t, reg) {
+		got[series.Name+"/"+series.Labels["result"]] = series.Value
 	}
 	want := map[string]float64{"bulkhead_billing_events_total/counted": 4, "bulkhead_billing_events_total/duplicate": 3,
 		"bulkhead_billing_events_total/rejected": 2, "bulkhead_billing_events_total/retried": 1}

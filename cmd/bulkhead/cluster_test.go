@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
-	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 

@@ -1,7 +1,7 @@
 package quota
 
 import (
-	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 
 	"bytes"
 	"context"

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/bulkhead-ai/bulkhead/edge/quota/redistest"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 )
 
 // TestStallLeavesNoLease: with Redis stalled (SIGSTOP), acquires time out
@@ -17,13 +15,7 @@ import (
 // nothing, so the tenant is not left holding leases for requests that never
 // ran (the red team's 429 3038 for 170 s).
 func TestStallLeavesNoLease(t *testing.T) {
-	rs, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	rs, rdb := redistest.Own(t)
 	ctx := context.Background()
 	q := newQuota(t, rdb, Config{MaxConcurrent: 2, Timeout: 300 * time.Millisecond})
 	release, err := q.Acquire(ctx, "acme") // loads the script

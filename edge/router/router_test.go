@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
@@ -237,15 +238,9 @@ func TestRouterListens(t *testing.T) {
 	testkit.Poll(t, 5*time.Second, testkit.Cond("two workers announced", func() bool { return len(r.Workers(model)) == 2 }))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(r.Collector([]string{model, "other"}))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			got[mf.GetName()+" "+m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
-		}
+	for _, series := range promtest.Gather(t, reg) {
+		got[series.Name+" "+series.Labels["model"]] = series.Value
 	}
 	if want := map[string]float64{"bulkhead_edge_routing_workers " + model: 2, "bulkhead_edge_routing_workers other": 0}; !maps.Equal(got, want) {
 		t.Errorf("gathered %v, want %v", got, want)

@@ -6,9 +6,11 @@
 //
 // It imports only the standard library so that every layer may use it,
 // models/ included (nothing in models/ imports anything above it, tests
-// too). Support tied to one component builds on it beside that component
-// (queue/queuetest: an in-process NATS server; edge/quota/redistest: a real
-// redis-server; models/refdatatest: the reference data).
+// too). Support that needs a library lives below it (redistest: a real
+// redis-server, one per test binary with its Main; promtest: metrics read
+// back from a registry); support tied to one component builds on it beside
+// that component (queue/queuetest: an in-process NATS server;
+// models/refdatatest: the reference data).
 //
 // It is test support: the product must never import it.
 package testkit

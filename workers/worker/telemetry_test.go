@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
@@ -30,42 +31,6 @@ func tracedJobContext(t testing.TB) (context.Context, trace.SpanContext) {
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
 	return trace.ContextWithSpanContext(context.Background(), sc), sc
-}
-
-// counterValue sums name's series whose labels include labels.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return sum
 }
 
 // TestWorkerTelemetry runs a job through unified, and through prefill and
@@ -115,7 +80,7 @@ func TestWorkerTelemetry(t *testing.T) {
 			}
 			testkit.Poll(t, 10*time.Second, func() error {
 				for _, want := range tc.jobs {
-					if got := counterValue(t, reg, "bulkhead_worker_jobs_total", want); got != 1 {
+					if got := promtest.Sum(t, reg, "bulkhead_worker_jobs_total", want); got != 1 {
 						return fmt.Errorf("jobs_total%v = %v", want, got)
 					}
 				}
@@ -168,13 +133,13 @@ func TestWorkerTelemetry(t *testing.T) {
 				{"bulkhead_worker_generated_tokens_total", map[string]string{"model": model}},
 				{"bulkhead_kv_pool_capacity_pages", map[string]string{"model": model}},
 			} {
-				if counterValue(t, reg, c.name, c.labels) <= 0 {
+				if promtest.Sum(t, reg, c.name, c.labels) <= 0 {
 					t.Errorf("%s%v is zero", c.name, c.labels)
 				}
 			}
 			if len(tc.roles) == 2 {
 				for _, side := range []string{"send", "receive"} {
-					if counterValue(t, reg, "bulkhead_handoff_bytes_total", map[string]string{"side": side}) <= 0 {
+					if promtest.Sum(t, reg, "bulkhead_handoff_bytes_total", map[string]string{"side": side}) <= 0 {
 						t.Errorf("no hand-over bytes on the %s side", side)
 					}
 				}

@@ -1,5 +1,6 @@
 // Package redistest runs a real redis-server on a free loopback port for
-// tests. It is test support: nothing in the product imports it.
+// tests: one per test binary (Main) or one per test (Own). It is test
+// support: nothing in the product imports it.
 package redistest
 
 import (
@@ -8,12 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // Server is a redis-server subprocess without persistence.
@@ -97,3 +102,43 @@ func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Main is a package's TestMain when its tests share one redis-server: it
+// starts the server, sets *addr to its address, runs the tests through
+// testkit.Run (which also fails a run that leaks goroutines), stops the
+// server and exits with the tests' status.
+func Main(m *testing.M, addr *string) {
+	srv, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redis-server for the tests:", err)
+		os.Exit(1)
+	}
+	*addr = srv.Addr()
+	code := testkit.Run(m)
+	srv.Stop()
+	os.Exit(code)
+}
+
+// Client returns a client of the server at addr on database db, emptied
+// first, closed when t ends.
+func Client(t testing.TB, addr string, db int) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatalf("FLUSHDB on %s: %v", addr, err)
+	}
+	return rdb
+}
+
+// Own starts a redis-server for t alone (stopped when t ends) and returns it
+// with a client of it.
+func Own(t testing.TB) (*Server, *redis.Client) {
+	t.Helper()
+	srv, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv, Client(t, srv.Addr(), 0)
+}
