@@ -182,11 +182,32 @@ func (s slots) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
+// checkLogitBias refuses a logit_bias naming a token outside the model's
+// vocabulary, or banning every token of it.
+func (v *vocab) checkLogitBias(bias []queue.TokenBias) error {
+	n, bans := v.tok.VocabSize(), 0
+	for _, b := range bias {
+		if int(b.Token) >= n {
+			return &InputError{Field: "logit_bias", Msg: fmt.Sprintf("token %d is not in the model's vocabulary of %d tokens", b.Token, n)}
+		}
+		if b.Bias <= -100 {
+			bans++
+		}
+	}
+	if n > 0 && bans == n {
+		return &InputError{Field: "logit_bias", Msg: "bans every token of the model's vocabulary"}
+	}
+	return nil
+}
+
 // admit renders and tokenizes the prompt and checks it against the context
 // window. defaultMax is used when the request gave no max_tokens; a negative
 // defaultMax, -n, means n or the rest of the window, whichever is less (the
 // OpenAI API's default, bounded: see PropDefaultMaxTokens).
 func (v *vocab) admit(ctx context.Context, in *genInput, window, defaultMax int) (admitted, error) {
+	if err := v.checkLogitBias(in.logitBias); err != nil {
+		return admitted{}, err
+	}
 	release, err := renderSlots.acquire(ctx)
 	if err != nil {
 		return admitted{}, err

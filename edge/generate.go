@@ -126,6 +126,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Grammar:      in.grammar,
 		Logprobs:     in.logprobs,
 		TopLogprobs:  in.topLogprobs,
+		LogitBias:    in.logitBias,
 		Weight:       class.Weight,
 	}
 	s.route(job, r.Header.Get(SessionHeader))

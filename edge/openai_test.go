@@ -2,12 +2,14 @@ package edge
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 func TestOpenAIChat(t *testing.T) {
@@ -147,6 +149,28 @@ func TestOpenAICompletions(t *testing.T) {
 	})
 }
 
+// banAll is a logit_bias object banning tokens 0 to n-1.
+func banAll(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"%d":-100`, i)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// TestLogitBiasReachesJob: a valid logit_bias travels on the job, by token.
+func TestLogitBiasReachesJob(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	body := `{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}],"logit_bias":{"300":2.5,"7":-100}}`
+	if status, _, b := h.do("POST", "/v1/chat/completions", "alice", body); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	want := []queue.TokenBias{{Token: 7, Bias: -100}, {Token: 300, Bias: 2.5}}
+	if got := h.lastJob().LogitBias; !reflect.DeepEqual(got, want) {
+		t.Fatalf("job logit_bias %v, want %v", got, want)
+	}
+}
+
 func TestOpenAIErrors(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	chat := func(extra string) string {
@@ -165,6 +189,16 @@ func TestOpenAIErrors(t *testing.T) {
 		{"context length", "/v1/chat/completions", "alice", chat(`,"max_tokens":4000`), nil,
 			400, "invalid_request_error", "context_length_exceeded", "context window is 2048 tokens"},
 		{"n", "/v1/chat/completions", "alice", chat(`,"n":2`), nil, 400, "invalid_request_error", "", "n: must be between 1 and 1"},
+		{"logit_bias key", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"hello":5}`), nil, 400, "invalid_request_error", "", "logit_bias"},
+		{"logit_bias negative id", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"-3":5}`), nil, 400, "invalid_request_error", "", "logit_bias"},
+		{"logit_bias range", "/v1/completions", "alice", `{"model":"` + modelStories + `","prompt":"x","logit_bias":{"12":101}}`, nil,
+			400, "invalid_request_error", "", "between -100 and 100"},
+		{"logit_bias outside the vocabulary", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"512":-100}`), nil,
+			400, "invalid_request_error", "", "vocabulary of 512 tokens"},
+		{"logit_bias bans everything", "/v1/chat/completions", "alice", chat(`,"logit_bias":` + banAll(512)), nil,
+			400, "invalid_request_error", "", "bans every token"},
+		{"logit_bias too many", "/v1/chat/completions", "alice", chat(`,"logit_bias":` + banAll(1025)), nil,
+			400, "invalid_request_error", "", "at most 1024"},
 		{"stream_options without stream", "/v1/chat/completions", "alice", chat(`,"stream_options":{"include_usage":true}`), nil,
 			400, "invalid_request_error", "", "stream_options"},
 		{"too many stops", "/v1/chat/completions", "alice", chat(`,"stop":["a","b","c","d","e"]`), nil, 400, "invalid_request_error", "", "stop"},

@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +49,9 @@ type genInput struct {
 	// (logprobs.go).
 	logprobs    bool
 	topLogprobs int
+	// logitBias is OpenAI's logit_bias, by token id (parseLogitBias);
+	// admission checks the ids against the model's vocabulary.
+	logitBias []queue.TokenBias
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -94,20 +99,21 @@ type streamOptions struct {
 // openAIRequest holds the fields OpenAI's chat and completion bodies share;
 // both embed it, so they decode at the top level of the body.
 type openAIRequest struct {
-	Model            *string         `json:"model"`
-	MaxTokens        *int            `json:"max_tokens"`
-	Temperature      *float64        `json:"temperature"`
-	TopP             *float64        `json:"top_p"`
-	Seed             *int64          `json:"seed"`
-	Stop             json.RawMessage `json:"stop"`
-	Stream           bool            `json:"stream"`
-	StreamOptions    *streamOptions  `json:"stream_options"`
-	FrequencyPenalty *float64        `json:"frequency_penalty"`
-	PresencePenalty  *float64        `json:"presence_penalty"`
-	N                *int            `json:"n"`
-	CachePrefix      *bool           `json:"cache_prefix"` // false opts out of the tenant's prefix cache (ours)
-	ResponseFormat   json.RawMessage `json:"response_format"`
-	Options          *requestOptions `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
+	Model            *string            `json:"model"`
+	MaxTokens        *int               `json:"max_tokens"`
+	Temperature      *float64           `json:"temperature"`
+	TopP             *float64           `json:"top_p"`
+	Seed             *int64             `json:"seed"`
+	Stop             json.RawMessage    `json:"stop"`
+	Stream           bool               `json:"stream"`
+	StreamOptions    *streamOptions     `json:"stream_options"`
+	FrequencyPenalty *float64           `json:"frequency_penalty"`
+	PresencePenalty  *float64           `json:"presence_penalty"`
+	N                *int               `json:"n"`
+	LogitBias        map[string]float64 `json:"logit_bias"`   // token id (decimal) → bias in [-100, 100]
+	CachePrefix      *bool              `json:"cache_prefix"` // false opts out of the tenant's prefix cache (ours)
+	ResponseFormat   json.RawMessage    `json:"response_format"`
+	Options          *requestOptions    `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
 }
 
 // requestOptions is Workers AI's "options" object of a request body.
@@ -508,6 +514,9 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 	if err != nil {
 		return err
 	}
+	if in.logitBias, err = parseLogitBias(r.LogitBias); err != nil {
+		return err
+	}
 	if r.StreamOptions != nil && !r.Stream {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
@@ -529,6 +538,31 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 		in.sampling.Seed = uint64(*r.Seed) // OpenAI accepts any integer; negative ones map one-to-one
 	}
 	return nil
+}
+
+// parseLogitBias reads OpenAI's logit_bias: token ids as decimal strings,
+// each with a bias in [-100, 100] (-100 bans the token), at most
+// queue.MaxLogitBias of them; in token order.
+func parseLogitBias(m map[string]float64) ([]queue.TokenBias, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if len(m) > queue.MaxLogitBias {
+		return nil, &InputError{Field: "logit_bias", Msg: fmt.Sprintf("names %d tokens; at most %d", len(m), queue.MaxLogitBias)}
+	}
+	out := make([]queue.TokenBias, 0, len(m))
+	for k, v := range m {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 || strconv.FormatInt(id, 10) != k {
+			return nil, &InputError{Field: "logit_bias", Msg: fmt.Sprintf("key %q is not a token id (a non-negative integer)", k)}
+		}
+		if math.IsNaN(v) || v < -100 || v > 100 {
+			return nil, &InputError{Field: "logit_bias", Msg: fmt.Sprintf("token %d: bias must be between -100 and 100, not %g", id, v)}
+		}
+		out = append(out, queue.TokenBias{Token: int32(id), Bias: float32(v)})
+	}
+	slices.SortFunc(out, func(a, b queue.TokenBias) int { return int(a.Token - b.Token) })
+	return out, nil
 }
 
 // cacheAllowed reads the body's cache_prefix: absent, null or true leaves

@@ -71,6 +71,11 @@ type Job struct {
 	// TopLogprobs (0 to 20) most likely alternatives.
 	Logprobs    bool `json:"logprobs,omitempty"`
 	TopLogprobs int  `json:"top_logprobs,omitempty"`
+	// LogitBias adds to the logits of its tokens before sampling (OpenAI's
+	// logit_bias; -100 bans a token): at most MaxLogitBias entries, each
+	// bias in [-100, 100]. The edge checked the ids against the model's
+	// vocabulary; the worker checks them again.
+	LogitBias []TokenBias `json:"logit_bias,omitempty"`
 	// Weight is the tenant's scheduling weight (its tenant class, see
 	// docs/fairness.md): a worker's fair scheduler gives a tenant of weight
 	// 2 twice the service of one of weight 1 when both wait. Only the edge
@@ -108,6 +113,15 @@ func (j *Job) SchedWeight() float64 {
 		return 1
 	}
 	return j.Weight
+}
+
+// MaxLogitBias is the most tokens a job's LogitBias may name.
+const MaxLogitBias = 1024
+
+// TokenBias is one token's logit bias.
+type TokenBias struct {
+	Token int32   `json:"token"`
+	Bias  float32 `json:"bias"`
 }
 
 // TokenLogprob is one token's log-probability on a token frame, with the
@@ -164,6 +178,13 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("%w: job %s weight %v", ErrBadMessage, j.ID, j.Weight)
 	case len(j.Route) > 256:
 		return fmt.Errorf("%w: job %s route of %d bytes", ErrBadMessage, j.ID, len(j.Route))
+	case len(j.LogitBias) > MaxLogitBias:
+		return fmt.Errorf("%w: job %s logit_bias of %d tokens", ErrBadMessage, j.ID, len(j.LogitBias))
+	}
+	for _, b := range j.LogitBias {
+		if b.Token < 0 || b.Bias != b.Bias || b.Bias < -100 || b.Bias > 100 {
+			return fmt.Errorf("%w: job %s logit_bias token %d bias %v", ErrBadMessage, j.ID, b.Token, b.Bias)
+		}
 	}
 	return j.validateSegments()
 }

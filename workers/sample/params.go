@@ -16,6 +16,19 @@ const DefaultPenaltyLastN = 64
 // MaxTemperature is the largest temperature Validate accepts.
 const MaxTemperature = 5
 
+// MaxLogitBias bounds Params.LogitBias: at most this many tokens, each
+// biased by at most ±LogitBiasLimit (OpenAI's range).
+const (
+	MaxLogitBias   = 1024
+	LogitBiasLimit = 100
+)
+
+// TokenBias is one token's logit bias.
+type TokenBias struct {
+	Token int32
+	Bias  float32
+}
+
 // GreedyEpsilon is the temperature below which sampling is greedy, as in
 // vLLM (_SAMPLING_EPS): 1/T of a tinier positive temperature overflows
 // float32 and every logit becomes ±Inf or NaN.
@@ -55,6 +68,13 @@ type Params struct {
 	PenaltyLastN int
 	// Seed seeds the PCG generator. Every value, 0 included, is a valid seed.
 	Seed uint64
+	// LogitBias is added to the logits of its tokens after the penalties,
+	// before any grammar mask and the filters (OpenAI's logit_bias): a bias
+	// of -LogitBiasLimit bans its token outright (its logit becomes -Inf),
+	// any other adds to its logit. At most MaxLogitBias entries, each in
+	// [-LogitBiasLimit, LogitBiasLimit]; a token outside the vocabulary is
+	// ignored here (callers refuse it against the model's vocabulary).
+	LogitBias []TokenBias
 }
 
 // Validate reports the first field out of range, by name.
@@ -79,6 +99,13 @@ func (p Params) Validate() error {
 		return bad("PresencePenalty", p.PresencePenalty, "in [-2, 2]")
 	case p.PenaltyLastN < -1:
 		return bad("PenaltyLastN", p.PenaltyLastN, ">= -1 (0 = default, -1 = all)")
+	case len(p.LogitBias) > MaxLogitBias:
+		return bad("LogitBias", fmt.Sprintf("%d entries", len(p.LogitBias)), fmt.Sprintf("at most %d", MaxLogitBias))
+	}
+	for _, b := range p.LogitBias {
+		if b.Token < 0 || !finite(b.Bias) || b.Bias < -LogitBiasLimit || b.Bias > LogitBiasLimit {
+			return bad("LogitBias", fmt.Sprintf("token %d bias %v", b.Token, b.Bias), fmt.Sprintf("a token id >= 0 and a bias in [-%d, %d]", LogitBiasLimit, LogitBiasLimit))
+		}
 	}
 	return nil
 }
@@ -103,7 +130,7 @@ func (p Params) withDefaults() Params {
 	return p
 }
 
-// penalized reports whether any penalty changes logits.
+// penalized reports whether any penalty or bias changes logits.
 func (p Params) penalized() bool {
-	return p.RepetitionPenalty != 1 || p.FrequencyPenalty != 0 || p.PresencePenalty != 0
+	return p.RepetitionPenalty != 1 || p.FrequencyPenalty != 0 || p.PresencePenalty != 0 || len(p.LogitBias) > 0
 }

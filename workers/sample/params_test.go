@@ -34,6 +34,11 @@ func TestValidate(t *testing.T) {
 		{"presence too high", Params{PresencePenalty: 2.01}, "PresencePenalty"},
 		{"presence NaN", Params{PresencePenalty: nan}, "PresencePenalty"},
 		{"penalty window below -1", Params{PenaltyLastN: -2}, "PenaltyLastN"},
+		{"logit bias at its bounds", Params{LogitBias: []TokenBias{{0, -100}, {7, 100}, {3, 0.5}}}, ""},
+		{"logit bias too large", Params{LogitBias: []TokenBias{{1, 100.5}}}, "LogitBias"},
+		{"logit bias NaN", Params{LogitBias: []TokenBias{{1, nan}}}, "LogitBias"},
+		{"logit bias on a negative id", Params{LogitBias: []TokenBias{{-1, 1}}}, "LogitBias"},
+		{"too many logit biases", Params{LogitBias: make([]TokenBias, MaxLogitBias+1)}, "LogitBias"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package sample
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // pcgStream is the second PCG seed word; Params.Seed is the first.
@@ -37,6 +38,7 @@ func New(p Params) (*Sampler, error) {
 		return nil, err
 	}
 	p = p.withDefaults()
+	p.LogitBias = slices.Clone(p.LogitBias) // the caller's slice may change
 	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, pcgStream))}, nil
 }
 
@@ -112,8 +114,8 @@ func (s *Sampler) sampleVals(vals []float32) int32 {
 	return s.draw(s.filter(vals, m), m)
 }
 
-// penalized returns logits with the penalties applied: logits itself when no
-// penalty is set, otherwise a copy in s.work.
+// penalized returns logits with the penalties and then the logit biases
+// applied: logits itself when none is set, otherwise a copy in s.work.
 func (s *Sampler) penalized(logits []float32, history []int32) []float32 {
 	if !s.p.penalized() {
 		return logits
@@ -140,6 +142,15 @@ func (s *Sampler) penalized(logits []float32, history []int32) []float32 {
 		if t >= 0 && int(t) < n && counts[t] > 0 {
 			w[t] = s.p.penalize(w[t], counts[t])
 			counts[t] = 0 // also marks t done, and leaves counts all zero
+		}
+	}
+	for _, b := range s.p.LogitBias {
+		switch {
+		case int(b.Token) >= n:
+		case b.Bias <= -LogitBiasLimit:
+			w[b.Token] = float32(math.Inf(-1)) // a ban, exactly
+		default:
+			w[b.Token] += b.Bias
 		}
 	}
 	return w

@@ -538,3 +538,41 @@ func TestSampleAllowedFlatRow(t *testing.T) {
 		t.Errorf("logprobs before the mask: %v %+v", lp, top)
 	}
 }
+
+// TestLogitBias: a bias of -100 bans its token (never drawn, greedy or
+// sampled, with or without a grammar mask), others add to the logit, and
+// ids outside the vocabulary are ignored.
+func TestLogitBias(t *testing.T) {
+	logits := []float32{1, 4, 3.5, 0}
+	greedy := func(p Params) int32 {
+		s, err := New(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Sample(logits, nil)
+	}
+	if got := greedy(Params{LogitBias: []TokenBias{{1, -100}}}); got != 2 {
+		t.Errorf("greedy with the best token banned: %d, want 2", got)
+	}
+	if got := greedy(Params{LogitBias: []TokenBias{{3, 5}}}); got != 3 {
+		t.Errorf("greedy with token 3 raised by 5: %d, want 3", got)
+	}
+	if got := greedy(Params{LogitBias: []TokenBias{{99, 100}}}); got != 1 {
+		t.Errorf("a bias outside the vocabulary changed the pick: %d, want 1", got)
+	}
+	s, err := New(Params{Temperature: 2, Seed: 1, LogitBias: []TokenBias{{1, -100}, {2, -100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow := []uint64{0b1110} // tokens 1, 2 and 3
+	seen := map[int32]int{}
+	for range 2000 {
+		seen[s.Sample(logits, nil)]++
+		if got := s.SampleAllowed(logits, nil, allow); got != 3 {
+			t.Fatalf("under a mask allowing 1-3 with 1 and 2 banned: drew %d", got)
+		}
+	}
+	if seen[1] != 0 || seen[2] != 0 || seen[0] == 0 || seen[3] == 0 {
+		t.Errorf("2000 draws with 1 and 2 banned: %v", seen)
+	}
+}

@@ -76,6 +76,13 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if err := params.Validate(); err != nil {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
 	}
+	vocab := eng.Model().Tokenizer.VocabSize()
+	for _, b := range job.LogitBias {
+		if int(b.Token) >= vocab {
+			return engine.Request{}, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("logit_bias names token %d; the model's vocabulary has %d", b.Token, vocab)}
+		}
+		params.LogitBias = append(params.LogitBias, sample.TokenBias{Token: b.Token, Bias: b.Bias})
+	}
 	grammar, err := jobGrammar(job.Grammar)
 	if err != nil {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, err.Error()}
