@@ -17,14 +17,17 @@ import (
 // Sentinel errors for refusals the edge decides itself. Each is reported to
 // clients through the error table (Classify).
 var (
-	ErrInvalidInput    = errors.New("edge: invalid input")
-	ErrUnknownModel    = errors.New("edge: unknown model")
-	ErrModelForbidden  = errors.New("edge: model not allowed for this token")
-	ErrPromptTooLong   = errors.New("edge: prompt and max_tokens exceed the context window")
-	ErrAccountMismatch = errors.New("edge: account id does not match the token's tenant")
-	ErrNotFound        = errors.New("edge: not found")
-	ErrBrokenStream    = errors.New("edge: reply stream ended without a final frame")
-	ErrConfig          = errors.New("edge: invalid config")
+	ErrInvalidInput   = errors.New("edge: invalid input")
+	ErrUnknownModel   = errors.New("edge: unknown model")
+	ErrModelForbidden = errors.New("edge: model not allowed for this token")
+	// ErrModelNotEntitled is a model closed to the tenant's class
+	// (PropAllowedClasses).
+	ErrModelNotEntitled = errors.New("edge: model not included in the tenant's plan")
+	ErrPromptTooLong    = errors.New("edge: prompt and max_tokens exceed the context window")
+	ErrAccountMismatch  = errors.New("edge: account id does not match the token's tenant")
+	ErrNotFound         = errors.New("edge: not found")
+	ErrBrokenStream     = errors.New("edge: reply stream ended without a final frame")
+	ErrConfig           = errors.New("edge: invalid config")
 )
 
 // InputError is a request body that does not decode or validate. Field names
@@ -86,7 +89,7 @@ type Row struct {
 	OpenAICode   string // error.code; "" renders as null
 }
 
-// The error table. Codes 3003-3042 and 5004-5018 are Workers AI's own (see
+// The error table. Codes 3003-3042 and 5004-5035 are Workers AI's own (see
 // its "Errors" reference); 3037, 3038 and 3043-3051 are Bulkhead's
 // for refusals Workers AI does not document a code for; 10000 and 9109 are the
 // Cloudflare API's authentication and authorization codes.
@@ -96,6 +99,8 @@ var (
 	rowUnknownModel = Row{"unknown_model", http.StatusBadRequest, 5007, "No such model or task",
 		http.StatusNotFound, "invalid_request_error", "model_not_found"}
 	rowModelForbidden = Row{"model_forbidden", http.StatusForbidden, 5018, "The account is not allowed to access this model",
+		http.StatusForbidden, "invalid_request_error", "model_not_allowed"}
+	rowModelPlan = Row{"model_requires_plan", http.StatusForbidden, 5035, "This model requires a paid plan",
 		http.StatusForbidden, "invalid_request_error", "model_not_allowed"}
 	rowPromptTooLong = Row{"prompt_too_long", http.StatusRequestEntityTooLarge, 3006, "Request is too large",
 		http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"}
@@ -153,7 +158,7 @@ const (
 // tests.
 func ErrorTable() []Row {
 	return []Row{
-		rowInvalidInput, rowUnknownModel, rowModelForbidden, rowPromptTooLong,
+		rowInvalidInput, rowUnknownModel, rowModelForbidden, rowModelPlan, rowPromptTooLong,
 		rowBodyTooLarge, rowQuotaExhausted, rowRateLimited, rowConcurrency,
 		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
 		rowUnavailable, rowNotFound, rowInternal,
@@ -218,6 +223,8 @@ func Classify(err error) *Error {
 		return &Error{Row: rowUnknownModel, Message: fmt.Sprintf("No such model %s or task", me.Name), Param: "model", Err: err}
 	case errors.As(err, &me) && errors.Is(me.Err, ErrModelForbidden):
 		return &Error{Row: rowModelForbidden, Message: rowModelForbidden.Message, Param: "model", Err: err}
+	case errors.As(err, &me) && errors.Is(me.Err, ErrModelNotEntitled):
+		return &Error{Row: rowModelPlan, Message: fmt.Sprintf("%s: %s", rowModelPlan.Message, me.Name), Param: "model", Err: err}
 	case errors.As(err, &mbe):
 		return newError(rowBodyTooLarge, fmt.Sprintf("Request is too large: the body exceeds %d bytes", mbe.Limit), err)
 	case errors.As(err, &fe):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -158,6 +159,7 @@ type harnessOpts struct {
 	tenants        *tenants.Table       // nil: every tenant in the default class
 	tenantBound    int                  // Config.TenantQueueBound
 	asyncRecords   int                  // Config.AsyncRecordsPerTenant, for an hour each
+	properties     map[string]string    // catalog properties of modelStories
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -166,6 +168,12 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	cat, err := catalog.FromFlags([]string{modelStories + "=" + stories, modelIdle + "=" + stories})
 	if err != nil {
 		t.Fatalf("catalog: %v", err)
+	}
+	if m, _ := cat.Lookup(modelStories); len(o.properties) > 0 {
+		if m.Properties == nil {
+			m.Properties = map[string]string{}
+		}
+		maps.Copy(m.Properties, o.properties)
 	}
 
 	nc, js := queuetest.JetStream(t, queuetest.Server(t).ClientURL())

@@ -226,6 +226,9 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 		if _, err := modelMaxTokens(m, cfg.DefaultMaxTokens); err != nil {
 			return nil, err
 		}
+		if err := s.checkEntitlements(m); err != nil {
+			return nil, err
+		}
 		v, err := loadVocab(log, m.Name, m.Path, trustContent(m))
 		if err != nil {
 			return nil, err
@@ -308,6 +311,9 @@ func (s *Server) lookupModel(p auth.Principal, name string) (*catalog.Model, *vo
 	}
 	if !p.AllowsModel(name) {
 		return nil, nil, &ModelError{Name: name, Err: ErrModelForbidden}
+	}
+	if !s.entitled(p.Tenant, m) {
+		return nil, nil, &ModelError{Name: name, Err: ErrModelNotEntitled}
 	}
 	return m, v, nil
 }
