@@ -111,6 +111,9 @@ type admitted struct {
 // not write it. A model without a template gets "role: content" lines
 // ending with "assistant:", tokenized as plain text.
 func (v *vocab) render(ctx context.Context, in *genInput) (admitted, error) {
+	if in.reasoningEffort != "" && (in.raw || v.tmpl == nil) {
+		return admitted{}, fmt.Errorf("%w (the model renders no chat template here)", chat.ErrNoReasoningSwitch)
+	}
 	if in.raw {
 		return admitted{prompt: in.prompt, addBOS: true, parseSpecial: true}, nil
 	}
@@ -125,6 +128,7 @@ func (v *vocab) render(ctx context.Context, in *genInput) (admitted, error) {
 			Tools:               in.templateTools(),
 			AddGenerationPrompt: true,
 			Now:                 now,
+			ReasoningEffort:     in.reasoningEffort,
 		})
 		if err != nil {
 			return admitted{}, err

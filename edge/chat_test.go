@@ -29,6 +29,7 @@ const (
 	modelQwenTools = "@cf/test/qwen2.5-tools" // Qwen2.5's template: Hermes tool calls
 	modelGemma     = "@cf/test/gemma-2"       // Gemma 2's template: refuses system messages
 	modelLlama     = "@cf/test/llama-3.1"     // Llama 3.1's template: tools through tojson(indent=4)
+	modelQwen3     = "@cf/test/qwen3"         // Qwen3's template: the enable_thinking switch
 )
 
 // bombTemplates are hostile model-file templates, the red team's four, each
@@ -92,7 +93,13 @@ func newChatHarness(t *testing.T) *harness {
 		modelGemma + "=" + withTemplate(t, "google-gemma-2-2b-it.jinja"),
 		modelLlama + "=" + withTemplate(t, "meta-llama-Llama-3.1-8B-Instruct.jinja"),
 	}
-	models := []string{modelQwenTools, modelGemma, modelLlama}
+	qwen3, err := os.ReadFile(refdatatest.Path(t, "chat/templates/Qwen-Qwen3-0.6B.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A smaller vocabulary: the template's switch is what matters.
+	flags = append(flags, modelQwen3+"="+withTemplateOn(t, "tokenizer/ggml-vocab-llama-spm.gguf", "qwen3", string(qwen3)))
+	models := []string{modelQwenTools, modelGemma, modelLlama, modelQwen3}
 	for i, src := range bombTemplates {
 		// A smaller vocabulary: the template is what matters here.
 		flags = append(flags, bombModel(i)+"="+withTemplateOn(t, "tokenizer/ggml-vocab-llama-spm.gguf", fmt.Sprintf("bomb-%d", i), src))
@@ -400,5 +407,37 @@ func TestFrameText(t *testing.T) {
 	}
 	if got := v.frameText(&genInput{}, fr); got != "ab" {
 		t.Fatalf("without tools: %q", got)
+	}
+}
+
+// TestReasoningEffort: reasoning_effort sets the model's thinking switch
+// (Qwen3's enable_thinking: none renders the empty think block that turns
+// thinking off) and is refused by name for a model whose template has none,
+// or with a value that is not an effort.
+func TestReasoningEffort(t *testing.T) {
+	h := newChatHarness(t)
+	body := func(model, effort string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"Why?"}],"reasoning_effort":"` + effort + `"}`
+	}
+	for effort, think := range map[string]bool{"none": false, "high": true} {
+		if status, _, b := h.do("POST", "/v1/chat/completions", "alice", body(modelQwen3, effort)); status != 200 {
+			t.Fatalf("%s: %d %s", effort, status, b)
+		}
+		if off := strings.Contains(h.lastJob().Prompt, "<think>\n\n</think>"); off == think {
+			t.Errorf("reasoning_effort %s: the prompt's think block is %v:\n%s", effort, off, h.lastJob().Prompt)
+		}
+	}
+	for _, tc := range []struct{ model, effort, msg string }{
+		{modelLlama, "low", "no thinking switch"},
+		{modelQwen3, "max", "must be none, minimal, low, medium or high"},
+	} {
+		status, _, b := h.do("POST", "/v1/chat/completions", "alice", body(tc.model, tc.effort))
+		var e struct {
+			Error struct{ Message, Param string } `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		if status != 400 || e.Error.Param != "reasoning_effort" || !strings.Contains(e.Error.Message, tc.msg) {
+			t.Errorf("%s with %s: %d %s", tc.model, tc.effort, status, b)
+		}
 	}
 }

@@ -15,6 +15,8 @@ func chatError(err error) *Error {
 	switch {
 	case errors.As(err, &te):
 		return &Error{Row: rowInvalidInput, Message: te.Message, Param: "messages", Err: err}
+	case errors.Is(err, chat.ErrNoReasoningSwitch), errors.Is(err, chat.ErrReasoningEffort):
+		return &Error{Row: rowInvalidInput, Message: "reasoning_effort: " + err.Error(), Param: "reasoning_effort", Err: err}
 	case errors.Is(err, chat.ErrInvalidTool):
 		return &Error{Row: rowInvalidInput, Message: "tools: " + err.Error(), Param: "tools", Err: err}
 	case errors.Is(err, chat.ErrInvalidRole), errors.Is(err, chat.ErrNoMessages), errors.Is(err, chat.ErrInvalidInput):

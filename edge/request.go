@@ -52,6 +52,9 @@ type genInput struct {
 	// logitBias is OpenAI's logit_bias, by token id (parseLogitBias);
 	// admission checks the ids against the model's vocabulary.
 	logitBias []queue.TokenBias
+	// reasoningEffort is OpenAI's reasoning_effort, for the template's
+	// thinking switch (chat.Input.ReasoningEffort).
+	reasoningEffort string
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -136,6 +139,7 @@ type chatRequest struct {
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
 	Logprobs            *bool           `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
+	ReasoningEffort     *string         `json:"reasoning_effort"` // the template's thinking switch (chat.Input.ReasoningEffort)
 }
 
 // completionRequest is OpenAI's /v1/completions body.
@@ -623,6 +627,14 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	in.logprobs = req.Logprobs != nil && *req.Logprobs
 	if req.TopLogprobs != nil {
 		in.topLogprobs = *req.TopLogprobs
+	}
+	if req.ReasoningEffort != nil {
+		switch e := *req.ReasoningEffort; e {
+		case chat.ReasoningNone, chat.ReasoningMinimal, chat.ReasoningLow, chat.ReasoningMedium, chat.ReasoningHigh:
+			in.reasoningEffort = e
+		default:
+			return "", nil, &InputError{Field: "reasoning_effort", Msg: fmt.Sprintf("must be none, minimal, low, medium or high, not %q", e)}
+		}
 	}
 	return model, in, nil
 }

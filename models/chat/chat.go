@@ -91,6 +91,11 @@ type Input struct {
 	AddGenerationPrompt bool
 	// Now is the time strftime_now formats (the request's arrival).
 	Now time.Time
+	// ReasoningEffort sets the template's thinking switch (reasoning.go):
+	// one of none, minimal, low, medium and high; "" leaves the template's
+	// default. A template without a switch refuses any other value
+	// (ErrNoReasoningSwitch).
+	ReasoningEffort string
 }
 
 // Segment is a piece of the rendered prompt. Special segments hold one

@@ -50,6 +50,8 @@ type Template struct {
 	source  string
 	limits  jinja.Limits
 	timeout time.Duration
+	// reasoning is the thinking switch the source reads (reasoning.go).
+	reasoning ReasoningSwitch
 }
 
 // Compile parses a chat template once, for all its renders.
@@ -74,7 +76,8 @@ func Compile(source string, cfg Config) (*Template, error) {
 			Depth:  orDefault(cfg.Depth, DefaultDepth),
 			Memory: orDefault(cfg.Memory, DefaultMemory),
 		},
-		timeout: cfg.Timeout,
+		timeout:   cfg.Timeout,
+		reasoning: detectReasoning(source),
 	}
 	if t.timeout == 0 {
 		t.timeout = DefaultTimeout
@@ -174,6 +177,9 @@ func (t *Template) Render(ctx context.Context, in Input) (Prompt, error) {
 		"add_generation_prompt": jinja.NewBool(in.AddGenerationPrompt),
 		"bos_token":             jinja.NewString(t.cfg.BOS),
 		"eos_token":             jinja.NewString(t.cfg.EOS),
+	}
+	if err := t.reasoningVars(vars, in.ReasoningEffort); err != nil {
+		return Prompt{}, err
 	}
 	text, err := t.render(ctx, vars, in.Now)
 	if err != nil {
