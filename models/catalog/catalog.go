@@ -52,9 +52,16 @@ const (
 	DefaultNeuronsPerMPromptTokens     = 2457
 	DefaultNeuronsPerMCompletionTokens = 18252
 	// DefaultNeuronsPerMCachedPromptTokens prices prompt tokens served from
-	// the tenant's prefix cache: half the prompt rate, as for cached input on
-	// the APIs that price it.
-	DefaultNeuronsPerMCachedPromptTokens = DefaultNeuronsPerMPromptTokens / 2
+	// the tenant's prefix cache: a quarter of the prompt rate (Workers AI
+	// bills cached input at about 17-19% of the input price; a cached token
+	// costs a lookup and no compute). CachedPromptShare says it for models
+	// that set their own prompt price.
+	DefaultNeuronsPerMCachedPromptTokens = DefaultNeuronsPerMPromptTokens * CachedPromptShare
+
+	// CachedPromptShare is the default cached-prompt price as a share of the
+	// model's prompt price (a model's neurons_per_m_cached_prompt_tokens
+	// overrides it).
+	CachedPromptShare = 0.25
 )
 
 // Prices is what a model's tokens cost, in neurons per million tokens.

@@ -50,7 +50,7 @@ type pricesEntry struct {
 	Prompt     *float64 `yaml:"neurons_per_m_prompt_tokens"`
 	Completion *float64 `yaml:"neurons_per_m_completion_tokens"`
 	// Cached prices prompt tokens served from the prefix cache; absent, it
-	// is half the prompt price.
+	// is CachedPromptShare of the prompt price.
 	Cached *float64 `yaml:"neurons_per_m_cached_prompt_tokens"`
 }
 
@@ -198,7 +198,7 @@ func (e *entry) model(i int, dir string) (*Model, error) {
 			m.Prices.NeuronsPerMCompletionTokens = *e.Prices.Completion
 		}
 		if p := m.Prices.NeuronsPerMPromptTokens; p >= 0 && !math.IsInf(p, 0) {
-			m.Prices.NeuronsPerMCachedPromptTokens = p / 2 // a bad prompt price is reported once, as itself
+			m.Prices.NeuronsPerMCachedPromptTokens = p * CachedPromptShare // a bad prompt price is reported once, as itself
 		}
 		if e.Prices.Cached != nil {
 			m.Prices.NeuronsPerMCachedPromptTokens = *e.Prices.Cached

@@ -177,7 +177,7 @@ func TestParseValues(t *testing.T) {
 	}, {
 		Name: "plain", Path: "/abs/plain.gguf", Task: TaskTextGeneration, KVPoolTokens: 65536, Prices: DefaultPrices(),
 	}, {
-		Name: "π/模型", Path: "/etc/up.gguf", Task: TaskTextGeneration, Prices: Prices{1.5, 2.5, 0.75},
+		Name: "π/模型", Path: "/etc/up.gguf", Task: TaskTextGeneration, Prices: Prices{1.5, 2.5, 0.375},
 	}}
 	got := c.Models()
 	if len(got) != len(want) {
@@ -253,7 +253,7 @@ func TestExampleCatalog(t *testing.T) {
 	if !ok {
 		t.Fatalf("the example model is missing: %v", c.Models())
 	}
-	if m.ContextWindow != 512 || m.KVPoolTokens != 8192 || m.Prices != (Prices{100, 500, 50}) || m.Properties["license"] != "MIT" {
+	if m.ContextWindow != 512 || m.KVPoolTokens != 8192 || m.Prices != (Prices{100, 500, 25}) || m.Properties["license"] != "MIT" {
 		t.Errorf("example model = %+v", *m)
 	}
 }
