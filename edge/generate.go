@@ -127,6 +127,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Logprobs:     in.logprobs,
 		TopLogprobs:  in.topLogprobs,
 		LogitBias:    in.logitBias,
+		Metadata:     in.metadata,
 		Weight:       class.Weight,
 	}
 	s.route(job, r.Header.Get(SessionHeader))

@@ -158,6 +158,28 @@ func banAll(n int) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
+// manyKeys is a metadata object with n keys.
+func manyKeys(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// TestMetadataReachesJob: a request's metadata travels on its job (and
+// from there into its usage event: workers/worker TestUsageEventMetadata).
+func TestMetadataReachesJob(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	body := `{"model":"` + modelStories + `","prompt":"Hi","metadata":{"app":"checkout","user_tier":"gold"}}`
+	if status, _, b := h.do("POST", "/v1/completions", "alice", body); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	if got := h.lastJob().Metadata; got["app"] != "checkout" || got["user_tier"] != "gold" || len(got) != 2 {
+		t.Fatalf("job metadata %v", got)
+	}
+}
+
 // TestLogitBiasReachesJob: a valid logit_bias travels on the job, by token.
 func TestLogitBiasReachesJob(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
@@ -189,6 +211,10 @@ func TestOpenAIErrors(t *testing.T) {
 		{"context length", "/v1/chat/completions", "alice", chat(`,"max_tokens":4000`), nil,
 			400, "invalid_request_error", "context_length_exceeded", "context window is 2048 tokens"},
 		{"n", "/v1/chat/completions", "alice", chat(`,"n":2`), nil, 400, "invalid_request_error", "", "n: must be between 1 and 1"},
+		{"metadata too many keys", "/v1/chat/completions", "alice", chat(`,"metadata":`+manyKeys(17)), nil, 400, "invalid_request_error", "", "metadata: has 17 keys"},
+		{"metadata value too long", "/v1/chat/completions", "alice", chat(`,"metadata":{"k":"`+strings.Repeat("v", 513)+`"}`), nil,
+			400, "invalid_request_error", "", "metadata"},
+		{"metadata not strings", "/v1/chat/completions", "alice", chat(`,"metadata":{"k":5}`), nil, 400, "invalid_request_error", "", "metadata"},
 		{"logit_bias key", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"hello":5}`), nil, 400, "invalid_request_error", "", "logit_bias"},
 		{"logit_bias negative id", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"-3":5}`), nil, 400, "invalid_request_error", "", "logit_bias"},
 		{"logit_bias range", "/v1/completions", "alice", `{"model":"` + modelStories + `","prompt":"x","logit_bias":{"12":101}}`, nil,

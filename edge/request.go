@@ -52,6 +52,8 @@ type genInput struct {
 	// logitBias is OpenAI's logit_bias, by token id (parseLogitBias);
 	// admission checks the ids against the model's vocabulary.
 	logitBias []queue.TokenBias
+	// metadata is the request's metadata (queue.Job.Metadata).
+	metadata map[string]string
 	// reasoningEffort is OpenAI's reasoning_effort, for the template's
 	// thinking switch (chat.Input.ReasoningEffort).
 	reasoningEffort string
@@ -114,6 +116,7 @@ type openAIRequest struct {
 	PresencePenalty  *float64           `json:"presence_penalty"`
 	N                *int               `json:"n"`
 	LogitBias        map[string]float64 `json:"logit_bias"`   // token id (decimal) → bias in [-100, 100]
+	Metadata         map[string]string  `json:"metadata"`     // up to 16 pairs, carried into usage (queue.ValidateMetadata)
 	CachePrefix      *bool              `json:"cache_prefix"` // false opts out of the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage    `json:"response_format"`
 	Options          *requestOptions    `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
@@ -521,6 +524,10 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 	if in.logitBias, err = parseLogitBias(r.LogitBias); err != nil {
 		return err
 	}
+	if err := queue.ValidateMetadata(r.Metadata); err != nil {
+		return &InputError{Field: "metadata", Msg: err.Error()}
+	}
+	in.metadata = r.Metadata
 	if r.StreamOptions != nil && !r.Stream {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}

@@ -94,6 +94,9 @@ func TestUsageAPI(t *testing.T) {
 			Time: now.Add(-time.Duration(i) * 20 * time.Minute), PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
 			CompletionTokens: u.CompletionTokens, MicroNeurons: price.Micro(rates, u), Finish: outcomes[i%len(outcomes)],
 			TTFTMs: int64(20 + i), TotalMs: int64(200 + 10*i), WorkerID: "w"}
+		if i == 3 {
+			ev.Metadata = map[string]string{"app": "checkout", "team": "payments"}
+		}
 		events = append(events, ev)
 		if ev.Time.After(now.Add(-24 * time.Hour)) {
 			wantMicro += ev.MicroNeurons
@@ -193,6 +196,9 @@ func TestUsageAPI(t *testing.T) {
 					t.Fatalf("request %s twice or not alice's", x.ID)
 				}
 				seen[x.ID] = true
+				if want := (x.ID == "alice-3"); want != (x.Metadata["app"] == "checkout" && x.Metadata["team"] == "payments") {
+					t.Errorf("request %s metadata %v", x.ID, x.Metadata)
+				}
 			}
 			if cursor = r.Result.Cursor; cursor == "" {
 				break

@@ -76,6 +76,9 @@ type Job struct {
 	// bias in [-100, 100]. The edge checked the ids against the model's
 	// vocabulary; the worker checks them again.
 	LogitBias []TokenBias `json:"logit_bias,omitempty"`
+	// Metadata is the request's metadata (OpenAI's: string pairs within
+	// ValidateMetadata's bounds), carried into its usage event.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Weight is the tenant's scheduling weight (its tenant class, see
 	// docs/fairness.md): a worker's fair scheduler gives a tenant of weight
 	// 2 twice the service of one of weight 1 when both wait. Only the edge
@@ -180,6 +183,9 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("%w: job %s route of %d bytes", ErrBadMessage, j.ID, len(j.Route))
 	case len(j.LogitBias) > MaxLogitBias:
 		return fmt.Errorf("%w: job %s logit_bias of %d tokens", ErrBadMessage, j.ID, len(j.LogitBias))
+	}
+	if err := ValidateMetadata(j.Metadata); err != nil {
+		return fmt.Errorf("%w: job %s metadata %v", ErrBadMessage, j.ID, err)
 	}
 	for _, b := range j.LogitBias {
 		if b.Token < 0 || b.Bias != b.Bias || b.Bias < -100 || b.Bias > 100 {

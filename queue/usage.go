@@ -77,6 +77,8 @@ type UsageEvent struct {
 	TotalMs      int64   `json:"total_ms"`          // submitted → end
 	WorkerID     string  `json:"worker_id"`         // the worker that ended it
 	Error        string  `json:"error,omitempty"`   // the error kind, when it failed
+
+	Metadata map[string]string `json:"metadata,omitempty"` // the request's (Job.Metadata)
 }
 
 // Validate checks what the ledger relies on.
@@ -97,6 +99,9 @@ func (e *UsageEvent) Validate() error {
 		return fmt.Errorf("%w: usage event %s negative neurons", ErrBadMessage, e.RequestID)
 	case e.QueueMs < 0 || e.TTFTMs < 0 || e.TotalMs < 0:
 		return fmt.Errorf("%w: usage event %s negative times", ErrBadMessage, e.RequestID)
+	}
+	if err := ValidateMetadata(e.Metadata); err != nil {
+		return fmt.Errorf("%w: usage event %s metadata %v", ErrBadMessage, e.RequestID, err)
 	}
 	return nil
 }

@@ -323,6 +323,8 @@ type Request struct {
 	TTFTMs           int64     `json:"ttft_ms"`
 	TotalMs          int64     `json:"total_ms"`
 	WorkerID         string    `json:"worker_id"`
+	// Metadata is what the request carried in its metadata field.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Requests is the answer of GET .../ai/usage/requests.
@@ -364,7 +366,7 @@ func (h *Handler) Requests(w http.ResponseWriter, r *http.Request) {
 			ID: ev.RequestID, Time: ev.Time, Model: ev.Model, Outcome: ev.Finish,
 			PromptTokens: ev.PromptTokens, CachedTokens: ev.CachedTokens, CompletionTokens: ev.CompletionTokens,
 			Neurons: price.Neurons(ev.MicroNeurons), QueueMs: ev.QueueMs, TTFTMs: ev.TTFTMs, TotalMs: ev.TotalMs,
-			WorkerID: ev.WorkerID,
+			WorkerID: ev.WorkerID, Metadata: ev.Metadata,
 		})
 	}
 	writeJSON(w, out)

@@ -148,3 +148,16 @@ func TestUsageEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageEventMetadata: a job's metadata is carried into its usage event.
+func TestUsageEventMetadata(t *testing.T) {
+	job := newJob(t, "Once", 4)
+	job.Metadata = map[string]string{"app": "checkout"}
+	ev := usageEvent(job, queue.Meter{Claimed: time.Now()}, queue.OutcomeStop, &queue.Usage{PromptTokens: 2, CompletionTokens: 4}, "w", time.Now())
+	if ev.Metadata["app"] != "checkout" {
+		t.Fatalf("usage event metadata %v", ev.Metadata)
+	}
+	if err := ev.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
