@@ -35,11 +35,13 @@ build:
 run: build
 	$(BIN) dev $(if $(MODEL),--model '$(MODEL_NAME)=$(MODEL)') $(ARGS)
 
-# vet is the static gates: go vet, staticcheck, go.mod tidy, the Jinja fork
+# vet is the static gates: gofmt, go vet, staticcheck, go.mod tidy, the Jinja fork
 # against upstream plus its patch (models/chat/internal/jinja/UPSTREAM), and the layout
 # tests (the design card's layering, no test support in the product, the
 # README naming every package).
 vet: deps
+	@out=$$(gofmt -l cmd edge queue workers billing models deploy); \
+		if [ -n "$$out" ]; then echo "gofmt -w these files:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	bash .ci/check-jinja-patch
