@@ -130,13 +130,21 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Metadata:     in.metadata,
 		Weight:       class.Weight,
 	}
-	s.route(job, r.Header.Get(SessionHeader))
+	session := r.Header.Get(SessionHeader)
+	if session == "" {
+		session = in.cacheKey
+	}
+	s.route(job, session)
 	return job
 }
 
 // SessionHeader names a conversation, so that its jobs go to the worker
-// that holds its KV (Workers AI's header; scoped to the tenant).
+// that holds its KV (Workers AI's header; scoped to the tenant). OpenAI's
+// prompt_cache_key in the body does the same where the header is absent.
 const SessionHeader = "x-session-affinity"
+
+// MaxSessionKey bounds a prompt_cache_key.
+const MaxSessionKey = 1024
 
 // route sets job.Route (docs/routing.md): by the session, else by the
 // longest prefix the workers announced when the job uses the prefix

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/edge/router"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
@@ -139,6 +140,7 @@ type harness struct {
 	js      jetstream.JetStream
 	limiter *fakeLimiter
 	catalog *catalog.Catalog
+	router  *router.Router // with harnessOpts.routed
 
 	mu      sync.Mutex // guards behave, jobs and headers
 	behave  behaviour
@@ -160,6 +162,7 @@ type harnessOpts struct {
 	tenantBound    int                  // Config.TenantQueueBound
 	asyncRecords   int                  // Config.AsyncRecordsPerTenant, for an hour each
 	properties     map[string]string    // catalog properties of modelStories
+	routed         bool                 // Config.Router: a router on the harness's NATS
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -196,7 +199,16 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.quota != nil {
 		lim = o.quota
 	}
-	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound,
+	var rt Router
+	if o.routed {
+		r, err := router.New(nc, router.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		h.router, rt = r, r
+	}
+	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound, Router: rt,
 		AsyncRecordsPerTenant: o.asyncRecords, AsyncRecordTTL: time.Hour,
 		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, TraceAllow: o.traceAllow, Metrics: o.metrics})
 	if err != nil {

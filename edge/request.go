@@ -52,6 +52,9 @@ type genInput struct {
 	// logitBias is OpenAI's logit_bias, by token id (parseLogitBias);
 	// admission checks the ids against the model's vocabulary.
 	logitBias []queue.TokenBias
+	// cacheKey is OpenAI's prompt_cache_key: the request's session for
+	// routing (as the x-session-affinity header, which wins).
+	cacheKey string
 	// metadata is the request's metadata (queue.Job.Metadata).
 	metadata map[string]string
 	// reasoningEffort is OpenAI's reasoning_effort, for the template's
@@ -115,9 +118,10 @@ type openAIRequest struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	PresencePenalty  *float64           `json:"presence_penalty"`
 	N                *int               `json:"n"`
-	LogitBias        map[string]float64 `json:"logit_bias"`   // token id (decimal) → bias in [-100, 100]
-	Metadata         map[string]string  `json:"metadata"`     // up to 16 pairs, carried into usage (queue.ValidateMetadata)
-	CachePrefix      *bool              `json:"cache_prefix"` // false opts out of the tenant's prefix cache (ours)
+	LogitBias        map[string]float64 `json:"logit_bias"`       // token id (decimal) → bias in [-100, 100]
+	Metadata         map[string]string  `json:"metadata"`         // up to 16 pairs, carried into usage (queue.ValidateMetadata)
+	PromptCacheKey   *string            `json:"prompt_cache_key"` // routes like x-session-affinity
+	CachePrefix      *bool              `json:"cache_prefix"`     // false opts out of the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage    `json:"response_format"`
 	Options          *requestOptions    `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
 }
@@ -528,6 +532,12 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 		return &InputError{Field: "metadata", Msg: err.Error()}
 	}
 	in.metadata = r.Metadata
+	if r.PromptCacheKey != nil {
+		if len(*r.PromptCacheKey) > MaxSessionKey {
+			return &InputError{Field: "prompt_cache_key", Msg: fmt.Sprintf("is %d bytes; at most %d", len(*r.PromptCacheKey), MaxSessionKey)}
+		}
+		in.cacheKey = *r.PromptCacheKey
+	}
 	if r.StreamOptions != nil && !r.Stream {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
