@@ -213,6 +213,26 @@ func productionTracing(t *testing.T) *sdktrace.TracerProvider {
 	return tp
 }
 
+// runTraced sends alice's run request with a client traceparent and the
+// given tracestate and baggage, and returns its answer, which must be 200.
+func runTraced(t *testing.T, h *harness, tracestate, baggage string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
+	req.Header.Set("Authorization", "Bearer alice")
+	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	req.Header.Set("tracestate", tracestate)
+	req.Header.Set("baggage", baggage)
+	resp, err := h.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return resp
+}
+
 // TestTraceHeadersAtTheBoundary: with the production propagators (trace
 // context and baggage) and client traces continued (ContinueClientTraces),
 // a client's traceparent is continued, sampled flag included, but its
@@ -222,19 +242,7 @@ func TestTraceHeadersAtTheBoundary(t *testing.T) {
 	tp := productionTracing(t)
 	h := newHarness(t, harnessOpts{tracer: tp, continueTraces: true})
 
-	req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
-	req.Header.Set("Authorization", "Bearer alice")
-	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	req.Header.Set("tracestate", "attacker="+strings.Repeat("x", 200))
-	req.Header.Set("baggage", "k="+strings.Repeat("y", 200))
-	resp, err := h.http.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
+	resp := runTraced(t, h, "attacker="+strings.Repeat("x", 200), "k="+strings.Repeat("y", 200))
 	if !strings.Contains(resp.Header.Get("Traceparent"), "4bf92f3577b34da6a3ce929d0e0e4736") {
 		t.Errorf("response traceparent %q does not continue the client's trace", resp.Header.Get("Traceparent"))
 	}
@@ -269,19 +277,7 @@ func TestTraceAllowList(t *testing.T) {
 	for _, continued := range []bool{false, true} {
 		t.Run(fmt.Sprintf("continued=%v", continued), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{tracer: tp, continueTraces: continued, traceAllow: []string{"tenant-region", "vendor"}})
-			req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))
-			req.Header.Set("Authorization", "Bearer alice")
-			req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-			req.Header.Set("tracestate", "attacker=x,vendor=v1")
-			req.Header.Set("baggage", "k="+strings.Repeat("y", 200)+",tenant-region=eu")
-			resp, err := h.http.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
+			resp := runTraced(t, h, "attacker=x,vendor=v1", "k="+strings.Repeat("y", 200)+",tenant-region=eu")
 			want := ""
 			if continued {
 				want = "vendor=v1" // the trace's own state, named with its traceparent
