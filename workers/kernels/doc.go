@@ -20,6 +20,11 @@
 // row only. One process always uses one code path, so results are bitwise
 // reproducible.
 //
+// Assembly lives in files named for what they compute and the path they need:
+// <concern>_<path>_amd64.s (dot_avx2, attn_avx2, attn_avx512, gemm_avx512,
+// kquant_avx2, kquant_avx512, exp_avx512, softmax_avx512, bandwidth_avx2),
+// declared in asm_amd64.go.
+//
 // This package must never allocate per element, start a goroutine per call, keep
 // global state beyond the path chosen at start-up, read files or import anything
 // above models/.

@@ -67,7 +67,7 @@ func f32ToF16AVX(dst *uint16, src *float32, n int)
 //go:noescape
 func f16ToF32AVX(dst *float32, src *uint16, n int)
 
-// AVX-512 VNNI kernels over packed Q8_0/Q4_0 weights (kern_avx512_amd64.s):
+// AVX-512 VNNI kernels over packed Q8_0/Q4_0 weights (gemm_avx512_amd64.s):
 // 16 weight rows by 4 (P4) or 1 (P1) activation rows.
 
 //go:noescape
@@ -85,7 +85,7 @@ func gemmQ4P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 //go:noescape
 func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 
-// AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kern_kquant_avx512_amd64.s).
+// AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kquant_avx512_amd64.s).
 
 //go:noescape
 func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
@@ -105,7 +105,7 @@ func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride u
 //go:noescape
 func gemmQ5P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
-// Vector exp kernels (kern_exp_amd64.s), bitwise equal to math.Exp.
+// Vector exp kernels (exp_avx512_amd64.s), bitwise equal to math.Exp.
 
 //go:noescape
 func expShiftAVX512(dst, src *float32, n int, m float32) int
@@ -113,7 +113,7 @@ func expShiftAVX512(dst, src *float32, n int, m float32) int
 //go:noescape
 func swigluAVX512(dst, gate, up *float32, n int) int
 
-// Attention kernels over a page of K or V rows (kern_attn_amd64.s).
+// Attention kernels over a page of K or V rows (attn_avx2_amd64.s).
 
 //go:noescape
 func dotsF16AVX(out *float32, q *float32, k *uint16, kstride uintptr, nk int, hd int, scale float32)
@@ -121,7 +121,7 @@ func dotsF16AVX(out *float32, q *float32, k *uint16, kstride uintptr, nk int, hd
 //go:noescape
 func axpysF16AVX(dst *float32, w *float32, v *uint16, vstride uintptr, nk int, hd int)
 
-// AVX-512 F32 kernels with 16-lane accumulators (kern_avx512_amd64.s).
+// AVX-512 F32 kernels with 16-lane accumulators (gemm_avx512_amd64.s).
 
 //go:noescape
 func dot4x4F32Z(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[16]float32)
@@ -135,7 +135,7 @@ func readSumAVX(p *byte, n int) uint64
 //go:noescape
 func prefetchL2(p *byte, n int)
 
-// Softmax and Scale parts (kern_softmax_avx512_amd64.s).
+// Softmax and Scale parts (softmax_avx512_amd64.s).
 
 //go:noescape
 func maxF32AVX512(x *float32, n int) float32
@@ -155,7 +155,7 @@ func dots4F16AVX(o0, o1, o2, o3 *float32, q *float32, k *uint16, kstride uintptr
 //go:noescape
 func axpys4F16AVX(d0, d1, d2, d3 *float32, w0, w1, w2, w3 *float32, v *uint16, vstride uintptr, nk int, hd int)
 
-// AVX-512 forms of the V page kernels (kern_attn_avx512_amd64.s), bitwise
+// AVX-512 forms of the V page kernels (attn_avx512_amd64.s), bitwise
 // axpysF16AVX and axpys4F16AVX; hd a multiple of 16.
 //
 //go:noescape
