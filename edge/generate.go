@@ -128,6 +128,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		TopLogprobs:  in.topLogprobs,
 		LogitBias:    in.logitBias,
 		Metadata:     in.metadata,
+		User:         in.user,
 		Weight:       class.Weight,
 	}
 	session := r.Header.Get(SessionHeader)

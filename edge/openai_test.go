@@ -171,12 +171,19 @@ func manyKeys(n int) string {
 // from there into its usage event: workers/worker TestUsageEventMetadata).
 func TestMetadataReachesJob(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	body := `{"model":"` + modelStories + `","prompt":"Hi","metadata":{"app":"checkout","user_tier":"gold"}}`
+	body := `{"model":"` + modelStories + `","prompt":"Hi","metadata":{"app":"checkout","user_tier":"gold"},"user":"u-17"}`
 	if status, _, b := h.do("POST", "/v1/completions", "alice", body); status != 200 {
 		t.Fatalf("%d %s", status, b)
 	}
 	if got := h.lastJob().Metadata; got["app"] != "checkout" || got["user_tier"] != "gold" || len(got) != 2 {
 		t.Fatalf("job metadata %v", got)
+	}
+	if got := h.lastJob().User; got != "u-17" {
+		t.Fatalf("job user %q", got)
+	}
+	body = `{"model":"` + modelStories + `","prompt":"Hi","user":"u-17","safety_identifier":"s-9"}`
+	if status, _, b := h.do("POST", "/v1/completions", "alice", body); status != 200 || h.lastJob().User != "s-9" {
+		t.Fatalf("safety_identifier does not win: %d %s, user %q", status, b, h.lastJob().User)
 	}
 }
 
@@ -214,6 +221,7 @@ func TestOpenAIErrors(t *testing.T) {
 		{"metadata too many keys", "/v1/chat/completions", "alice", chat(`,"metadata":` + manyKeys(17)), nil, 400, "invalid_request_error", "", "metadata: has 17 keys"},
 		{"metadata value too long", "/v1/chat/completions", "alice", chat(`,"metadata":{"k":"` + strings.Repeat("v", 513) + `"}`), nil,
 			400, "invalid_request_error", "", "metadata"},
+		{"user too long", "/v1/chat/completions", "alice", chat(`,"user":"` + strings.Repeat("u", 257) + `"`), nil, 400, "invalid_request_error", "", "user"},
 		{"metadata not strings", "/v1/chat/completions", "alice", chat(`,"metadata":{"k":5}`), nil, 400, "invalid_request_error", "", "metadata"},
 		{"logit_bias key", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"hello":5}`), nil, 400, "invalid_request_error", "", "logit_bias"},
 		{"logit_bias negative id", "/v1/chat/completions", "alice", chat(`,"logit_bias":{"-3":5}`), nil, 400, "invalid_request_error", "", "logit_bias"},

@@ -57,6 +57,8 @@ type genInput struct {
 	cacheKey string
 	// metadata is the request's metadata (queue.Job.Metadata).
 	metadata map[string]string
+	// user is the request's end user (queue.Job.User).
+	user string
 	// reasoningEffort is OpenAI's reasoning_effort, for the template's
 	// thinking switch (chat.Input.ReasoningEffort).
 	reasoningEffort string
@@ -118,10 +120,12 @@ type openAIRequest struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	PresencePenalty  *float64           `json:"presence_penalty"`
 	N                *int               `json:"n"`
-	LogitBias        map[string]float64 `json:"logit_bias"`       // token id (decimal) → bias in [-100, 100]
-	Metadata         map[string]string  `json:"metadata"`         // up to 16 pairs, carried into usage (queue.ValidateMetadata)
-	PromptCacheKey   *string            `json:"prompt_cache_key"` // routes like x-session-affinity
-	CachePrefix      *bool              `json:"cache_prefix"`     // false opts out of the tenant's prefix cache (ours)
+	LogitBias        map[string]float64 `json:"logit_bias"`        // token id (decimal) → bias in [-100, 100]
+	Metadata         map[string]string  `json:"metadata"`          // up to 16 pairs, carried into usage (queue.ValidateMetadata)
+	PromptCacheKey   *string            `json:"prompt_cache_key"`  // routes like x-session-affinity
+	User             *string            `json:"user"`              // the end user, carried into usage
+	SafetyIdentifier *string            `json:"safety_identifier"` // OpenAI's newer name for user; wins
+	CachePrefix      *bool              `json:"cache_prefix"`      // false opts out of the tenant's prefix cache (ours)
 	ResponseFormat   json.RawMessage    `json:"response_format"`
 	Options          *requestOptions    `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
 }
@@ -532,6 +536,18 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 		return &InputError{Field: "metadata", Msg: err.Error()}
 	}
 	in.metadata = r.Metadata
+	for _, u := range []struct {
+		field string
+		v     *string
+	}{{"user", r.User}, {"safety_identifier", r.SafetyIdentifier}} {
+		if u.v == nil {
+			continue
+		}
+		if err := queue.ValidateUser(*u.v); err != nil {
+			return &InputError{Field: u.field, Msg: err.Error()}
+		}
+		in.user = *u.v
+	}
 	if r.PromptCacheKey != nil {
 		if len(*r.PromptCacheKey) > MaxSessionKey {
 			return &InputError{Field: "prompt_cache_key", Msg: fmt.Sprintf("is %d bytes; at most %d", len(*r.PromptCacheKey), MaxSessionKey)}

@@ -96,6 +96,7 @@ func TestUsageAPI(t *testing.T) {
 			TTFTMs: int64(20 + i), TotalMs: int64(200 + 10*i), WorkerID: "w"}
 		if i == 3 {
 			ev.Metadata = map[string]string{"app": "checkout", "team": "payments"}
+			ev.User = "u-17"
 		}
 		events = append(events, ev)
 		if ev.Time.After(now.Add(-24 * time.Hour)) {
@@ -196,7 +197,7 @@ func TestUsageAPI(t *testing.T) {
 					t.Fatalf("request %s twice or not alice's", x.ID)
 				}
 				seen[x.ID] = true
-				if want := (x.ID == "alice-3"); want != (x.Metadata["app"] == "checkout" && x.Metadata["team"] == "payments") {
+				if want := (x.ID == "alice-3"); want != (x.Metadata["app"] == "checkout" && x.Metadata["team"] == "payments" && x.User == "u-17") {
 					t.Errorf("request %s metadata %v", x.ID, x.Metadata)
 				}
 			}

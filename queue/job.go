@@ -79,6 +79,9 @@ type Job struct {
 	// Metadata is the request's metadata (OpenAI's: string pairs within
 	// ValidateMetadata's bounds), carried into its usage event.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// User is the tenant's own id for its end user (OpenAI's user or
+	// safety_identifier), carried into the usage event; never a tenant.
+	User string `json:"user,omitempty"`
 	// Weight is the tenant's scheduling weight (its tenant class, see
 	// docs/fairness.md): a worker's fair scheduler gives a tenant of weight
 	// 2 twice the service of one of weight 1 when both wait. Only the edge
@@ -186,6 +189,9 @@ func (j *Job) Validate() error {
 	}
 	if err := ValidateMetadata(j.Metadata); err != nil {
 		return fmt.Errorf("%w: job %s metadata %v", ErrBadMessage, j.ID, err)
+	}
+	if err := ValidateUser(j.User); err != nil {
+		return fmt.Errorf("%w: job %s user: %v", ErrBadMessage, j.ID, err)
 	}
 	for _, b := range j.LogitBias {
 		if b.Token < 0 || b.Bias != b.Bias || b.Bias < -100 || b.Bias > 100 {

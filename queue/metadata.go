@@ -14,6 +14,19 @@ const (
 	MaxMetadataValue = 512
 )
 
+// MaxUserLen bounds a request's end-user id (OpenAI's user and
+// safety_identifier).
+const MaxUserLen = 256
+
+// ValidateUser reports why user cannot be a request's end-user id: longer
+// than MaxUserLen bytes or not UTF-8.
+func ValidateUser(user string) error {
+	if len(user) > MaxUserLen || !utf8.ValidString(user) {
+		return fmt.Errorf("want at most %d bytes of UTF-8", MaxUserLen)
+	}
+	return nil
+}
+
 // ValidateMetadata reports the first way m breaks the bounds above, without
 // a wrapped sentinel: the edge words it for the client, the decoders wrap it
 // in ErrBadMessage.

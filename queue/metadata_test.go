@@ -49,4 +49,11 @@ func TestMetadataBounds(t *testing.T) {
 			}
 		})
 	}
+	long := strings.Repeat("u", MaxUserLen+1)
+	if ValidateUser(strings.Repeat("u", MaxUserLen)) != nil || ValidateUser(long) == nil || ValidateUser("\xff") == nil {
+		t.Error("ValidateUser does not hold its bounds")
+	}
+	if err := (&UsageEvent{RequestID: "j", Tenant: "acme", Model: "m", Time: time.Now(), User: long}).Validate(); !errors.Is(err, ErrBadMessage) {
+		t.Errorf("a usage event with a long user: %v", err)
+	}
 }

@@ -79,6 +79,7 @@ type UsageEvent struct {
 	Error        string  `json:"error,omitempty"`   // the error kind, when it failed
 
 	Metadata map[string]string `json:"metadata,omitempty"` // the request's (Job.Metadata)
+	User     string            `json:"user,omitempty"`     // the request's end user (Job.User)
 }
 
 // Validate checks what the ledger relies on.
@@ -102,6 +103,9 @@ func (e *UsageEvent) Validate() error {
 	}
 	if err := ValidateMetadata(e.Metadata); err != nil {
 		return fmt.Errorf("%w: usage event %s metadata %v", ErrBadMessage, e.RequestID, err)
+	}
+	if err := ValidateUser(e.User); err != nil {
+		return fmt.Errorf("%w: usage event %s user: %v", ErrBadMessage, e.RequestID, err)
 	}
 	return nil
 }

@@ -325,6 +325,8 @@ type Request struct {
 	WorkerID         string    `json:"worker_id"`
 	// Metadata is what the request carried in its metadata field.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// User is the request's end user, as it named them (user).
+	User string `json:"user,omitempty"`
 }
 
 // Requests is the answer of GET .../ai/usage/requests.
@@ -366,7 +368,7 @@ func (h *Handler) Requests(w http.ResponseWriter, r *http.Request) {
 			ID: ev.RequestID, Time: ev.Time, Model: ev.Model, Outcome: ev.Finish,
 			PromptTokens: ev.PromptTokens, CachedTokens: ev.CachedTokens, CompletionTokens: ev.CompletionTokens,
 			Neurons: price.Neurons(ev.MicroNeurons), QueueMs: ev.QueueMs, TTFTMs: ev.TTFTMs, TotalMs: ev.TotalMs,
-			WorkerID: ev.WorkerID, Metadata: ev.Metadata,
+			WorkerID: ev.WorkerID, Metadata: ev.Metadata, User: ev.User,
 		})
 	}
 	writeJSON(w, out)

@@ -82,7 +82,7 @@ func usageEvent(job *queue.Job, m queue.Meter, outcome string, final *queue.Usag
 		Finish: outcome, Time: end.UTC(),
 		MicroNeurons: micro, Neurons: price.Neurons(micro),
 		QueueMs: ms(m.Claimed), TotalMs: ms(end), WorkerID: workerID,
-		Metadata: job.Metadata,
+		Metadata: job.Metadata, User: job.User,
 	}
 	if !m.FirstToken.IsZero() {
 		ev.TTFTMs = max(ms(m.FirstToken), 1)

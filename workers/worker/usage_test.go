@@ -153,8 +153,9 @@ func TestUsageEvents(t *testing.T) {
 func TestUsageEventMetadata(t *testing.T) {
 	job := newJob(t, "Once", 4)
 	job.Metadata = map[string]string{"app": "checkout"}
+	job.User = "u-17"
 	ev := usageEvent(job, queue.Meter{Claimed: time.Now()}, queue.OutcomeStop, &queue.Usage{PromptTokens: 2, CompletionTokens: 4}, "w", time.Now())
-	if ev.Metadata["app"] != "checkout" {
+	if ev.Metadata["app"] != "checkout" || ev.User != "u-17" {
 		t.Fatalf("usage event metadata %v", ev.Metadata)
 	}
 	if err := ev.Validate(); err != nil {
