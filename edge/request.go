@@ -59,6 +59,9 @@ type genInput struct {
 	metadata map[string]string
 	// user is the request's end user (queue.Job.User).
 	user string
+	// singleCall is parallel_tool_calls false: an answer carries the
+	// model's first tool call only (as vLLM does).
+	singleCall bool
 	// reasoningEffort is OpenAI's reasoning_effort, for the template's
 	// thinking switch (chat.Input.ReasoningEffort).
 	reasoningEffort string
@@ -147,7 +150,7 @@ type chatRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
-	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // accepted; calls are never limited to one
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"` // false: the answer keeps the model's first call only
 	Logprobs            *bool           `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
 	ReasoningEffort     *string         `json:"reasoning_effort"` // the template's thinking switch (chat.Input.ReasoningEffort)
@@ -661,6 +664,7 @@ func chatInput(req *chatRequest) (string, *genInput, error) {
 	if req.TopLogprobs != nil {
 		in.topLogprobs = *req.TopLogprobs
 	}
+	in.singleCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
 	if req.ReasoningEffort != nil {
 		switch e := *req.ReasoningEffort; e {
 		case chat.ReasoningNone, chat.ReasoningMinimal, chat.ReasoningLow, chat.ReasoningMedium, chat.ReasoningHigh:

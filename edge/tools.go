@@ -240,6 +240,7 @@ type toolFormat struct {
 	api    toolAPI
 	format toolcall.Format
 	choice toolChoice
+	single bool // parallel_tool_calls false: the first call only
 	stream *toolcall.Stream
 	calls  int
 }
@@ -255,7 +256,7 @@ func withTools(f toolAPI, v *vocab, in *genInput) format {
 	if in.forcedCall() {
 		tf = toolcall.Llama3 // the constrained call's shape (toolCallGrammar)
 	}
-	return &toolFormat{api: f, format: tf, choice: in.toolChoice, stream: toolcall.NewStream(tf)}
+	return &toolFormat{api: f, format: tf, choice: in.toolChoice, single: in.singleCall, stream: toolcall.NewStream(tf)}
 }
 
 // frameText is the text of a frame as the tool-call parser reads it: with
@@ -313,6 +314,9 @@ func (t *toolFormat) writeResult(w http.ResponseWriter, res *result) {
 		t.api.writeError(w, t.toolError(err))
 		return
 	}
+	if t.single && len(r.Calls) > 1 {
+		r.Calls = r.Calls[:1]
+	}
 	calls := t.withIDs(r.Calls)
 	if len(calls) > 0 && res.finish == "stop" {
 		res.finish = "tool_calls"
@@ -328,6 +332,9 @@ func (t *toolFormat) emit(sw *sse, res *result, evs []toolcall.Event) error {
 		case e.Call != nil:
 			if t.choice.mode == choiceNamed && e.Call.Name != t.choice.name {
 				return errToolChoice
+			}
+			if t.single && t.calls > 0 {
+				continue // parallel_tool_calls false: calls after the first are dropped
 			}
 			c := t.withIDs([]toolcall.Call{*e.Call})[0]
 			if err := t.api.streamCall(sw, res, t.calls, c); err != nil {

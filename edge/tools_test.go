@@ -308,3 +308,46 @@ func TestOpenAISDKTools(t *testing.T) {
 		t.Fatalf("answer %+v, prompt %q", res.Choices[0].Message, prompt)
 	}
 }
+
+// TestParallelToolCallsFalse: with parallel_tool_calls false an answer of
+// two calls carries the first only, plain and streamed; by default both.
+func TestParallelToolCallsFalse(t *testing.T) {
+	h := newChatHarness(t)
+	second := "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"unit\": \"c\"}}\n</tool_call>"
+	h.setBehaviour(chunks(hermesCall+second, 5))
+	tools := `,"tools":` + weatherTool
+	for _, tc := range []struct {
+		extra string
+		want  []string
+	}{
+		{"", []string{"Paris", "Rome"}},
+		{`,"parallel_tool_calls":true`, []string{"Paris", "Rome"}},
+		{`,"parallel_tool_calls":false`, []string{"Paris"}},
+	} {
+		st, _, b := h.do("POST", "/v1/chat/completions", "alice", chatBody(modelQwenTools, "Weather in Paris and Rome?", tools+tc.extra))
+		var res struct {
+			Choices []struct {
+				Message struct {
+					ToolCalls []openAIToolCall `json:"tool_calls"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if st != 200 || json.Unmarshal(b, &res) != nil {
+			t.Fatalf("%s: %d %s", tc.extra, st, b)
+		}
+		var got []string
+		for _, c := range res.Choices[0].Message.ToolCalls {
+			got = append(got, c.Function.Arguments)
+		}
+		if len(got) != len(tc.want) || !strings.Contains(got[0], tc.want[0]) {
+			t.Errorf("%q: calls %v, want the cities %v", tc.extra, got, tc.want)
+		}
+		st, _, b = h.do("POST", "/v1/chat/completions", "alice", chatBody(modelQwenTools, "Weather in Paris and Rome?", tools+tc.extra+`,"stream":true`))
+		if st != 200 {
+			t.Fatalf("stream %s: %d %s", tc.extra, st, b)
+		}
+		if n := strings.Count(string(b), `"function":{"name":"get_weather"`); n != len(tc.want) {
+			t.Errorf("%q streamed %d calls, want %d:\n%s", tc.extra, n, len(tc.want), b)
+		}
+	}
+}
