@@ -11,7 +11,7 @@ import (
 
 // testName matches a test, benchmark or fuzz function named in prose; a
 // trailing * names every function with that prefix.
-var testName = regexp.MustCompile("\\b((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)(\\*?)")
+var testName = regexp.MustCompile(`\b((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)(\*?)`)
 
 // TestDocsNameRealTests: every test, benchmark and fuzz function the README
 // and docs/ name exists in the repository's Go test files, so the docs never
