@@ -222,21 +222,28 @@ func floodFairness(t *testing.T, c floodTarget) {
 // workers (docs/routing.md).
 func queuedJobs(t *testing.T, js jetstream.JetStream, tenant string) uint64 {
 	t.Helper()
-	st, err := js.Stream(context.Background(), queue.JobsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(queue.JobSubject(clusterModel)+".>"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n uint64
-	for subj, count := range info.State.Subjects {
+	for subj, count := range modelQueue(t, js, clusterModel) {
 		if tok, _ := queue.SplitRoute(strings.TrimPrefix(subj, queue.JobSubject(clusterModel)+".")); tok == queue.TenantToken(tenant) {
 			n += count
 		}
 	}
 	return n
+}
+
+// modelQueue returns the jobs of model waiting in the jobs stream, by
+// subject.
+func modelQueue(t *testing.T, js jetstream.JetStream, model string) map[string]uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), queue.JobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(queue.JobSubject(model)+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
 }
 
 // tenantB sends body every interval for window, each streaming, and returns

@@ -196,16 +196,8 @@ func TestClusterSecurity(t *testing.T) {
 			}
 		}
 		_, js, _ := c.natsAs(t, queue.RoleOperator)
-		st, err := js.Stream(context.Background(), queue.JobsStream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(queue.JobSubject(solo)+".>"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(info.State.Subjects) != 0 {
-			t.Fatalf("jobs queued for the model nobody serves: %v", info.State.Subjects)
+		if queued := modelQueue(t, js, solo); len(queued) != 0 {
+			t.Fatalf("jobs queued for the model nobody serves: %v", queued)
 		}
 	})
 
