@@ -49,13 +49,13 @@ vet: deps
 	$(GO) test -count=1 -run 'TestLayering|TestProductImportsNoTestSupport|TestReadmeNamesEveryPackage|TestDocsNameRealTests' ./models/testkit
 
 # test runs the suite under the race detector, then what -race makes too
-# slow or cannot show: the dev flood, structured output over the whole qwen2
+# slow or cannot show: the dev and four-worker floods, structured output over the whole qwen2
 # vocabulary, the portable kernels, and the AVX2 kernels, golden and
 # invariance tests (an AVX-512 machine never takes the AVX2 paths by itself,
 # until the kernel paths are passed to every op).
 test: deps vet
 	$(GO) test -race -count=1 -timeout 35m ./...
-	$(GO) test -count=1 -run 'TestFloodFairness/dev' ./cmd/bulkhead
+	$(GO) test -count=1 -run 'TestFloodFairness/(dev|four)' ./cmd/bulkhead
 	$(GO) test -count=1 -run 'TestStructuredOutput' ./workers/engine
 	$(GO) test -count=1 -tags purego ./workers/kernels
 	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then \

@@ -67,8 +67,13 @@ func TestFloodFairness(t *testing.T) {
 		{"deploy/local", localTarget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if raceEnabled && strings.HasPrefix(tc.name, "dev") {
-				t.Skip("dev's one process is measured without the race detector (make test)")
+			if raceEnabled && tc.name != "one worker" {
+				// Several engines and the flood's clients share the CI
+				// machine's two cores: the race detector's slowdown of
+				// the clients then decides B's latency, not the queue.
+				// make test measures these without it; "one worker"
+				// runs the same code under -race.
+				t.Skip("measured without the race detector (make test)")
 			}
 			if tc.name == "deploy/local" && os.Getenv("BULKHEAD_FLOOD_CLUSTER") == "" {
 				t.Skip("set BULKHEAD_FLOOD_CLUSTER to a running deploy/local cluster's directory (make cluster)")
