@@ -24,11 +24,12 @@ import (
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
-// valueSets are the renders every structural assertion runs on.
-func valueSets(t *testing.T) map[string]map[string]any {
-	return map[string]map[string]any{
-		"defaults": nil,
-		"external": values(t, externalValues),
+// valueSets are the renders every structural assertion runs on: the
+// all-in-one defaults, and the bulkhead chart alone on external services.
+func valueSets(t *testing.T) map[string]valueSet {
+	return map[string]valueSet{
+		"defaults": {},
+		"external": {alone: true, vals: values(t, externalValues)},
 	}
 }
 
@@ -37,8 +38,8 @@ func valueSets(t *testing.T) map[string]map[string]any {
 // declares and that the node listens on (--listen for the edge,
 // --metrics-listen for workers and billing: the only listener they have).
 func TestProbes(t *testing.T) {
-	for set, vals := range valueSets(t) {
-		r := render(t, vals)
+	for set, vs := range valueSets(t) {
+		r := vs.render(t)
 		for n, d := range r.deployments {
 			t.Run(set+"/"+n, func(t *testing.T) {
 				c := d.Spec.Template.Spec.Containers[0]
@@ -124,8 +125,8 @@ func TestGracePeriod(t *testing.T) {
 // TestDisruptionBudgets: each PodDisruptionBudget selects the pods of its
 // own Deployment and of no other.
 func TestDisruptionBudgets(t *testing.T) {
-	for set, vals := range valueSets(t) {
-		r := render(t, vals)
+	for set, vs := range valueSets(t) {
+		r := vs.render(t)
 		if len(r.pdbs) != len(r.deployments) {
 			t.Errorf("%s: %d budgets for %d deployments", set, len(r.pdbs), len(r.deployments))
 		}

@@ -156,8 +156,8 @@ func TestScaledObjectSchema(t *testing.T) {
 	version, s := kedaSchema(t)
 	// metadata is checked by the API server itself, not by the CRD.
 	s.Properties["metadata"] = &schema{Type: "object", PreserveUnknown: true}
-	for set, vals := range valueSets(t) {
-		manifest, err := template(vals)
+	for set, vs := range valueSets(t) {
+		manifest, err := vs.template()
 		if err != nil {
 			t.Fatal(err)
 		}

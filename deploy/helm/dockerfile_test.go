@@ -363,9 +363,9 @@ func TestChartFlags(t *testing.T) {
 		return helps[cmd]
 	}
 	sets := valueSets(t)
-	sets["everything"] = values(t, `{workers: {clampContext: true}, edge: {jwt: {audience: a, issuer: i}}, pools: {unified: {enabled: true}}}`)
-	for set, vals := range sets {
-		for n, d := range render(t, vals).deployments {
+	sets["everything"] = valueSet{vals: values(t, `{workers: {clampContext: true}, edge: {jwt: {audience: a, issuer: i}}, pools: {unified: {enabled: true}}}`)}
+	for set, vs := range sets {
+		for n, d := range vs.render(t).deployments {
 			c := d.Spec.Template.Spec.Containers[0]
 			cmd, flags := args(t, c)
 			h := help(cmd)

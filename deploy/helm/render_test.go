@@ -2,6 +2,8 @@ package chart
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,7 +24,8 @@ import (
 )
 
 const (
-	chartDir  = "bulkhead"
+	chartDir  = "bulkhead"       // the application chart
+	stackDir  = "bulkhead-stack" // the all-in-one chart: bulkhead, NATS, Valkey
 	release   = "ai"
 	namespace = "inference"
 )
@@ -32,17 +35,42 @@ type rendered struct {
 	deployments     map[string]*appsv1.Deployment
 	services        map[string]*corev1.Service
 	configMaps      map[string]*corev1.ConfigMap
+	secrets         map[string]*corev1.Secret
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	scaledObjects   map[string]*kedav1alpha1.ScaledObject
 	serviceMonitors map[string]*monitoringv1.ServiceMonitor
 }
 
-// template renders the chart as `helm template` does (helm's install action,
-// client only: no cluster), with vals merged over values.yaml.
-func template(vals map[string]any) (string, error) {
+// valueSet is one install to render: the bulkhead chart's values, given to
+// the bulkhead chart alone or, under bulkhead:, to bulkhead-stack.
+type valueSet struct {
+	alone bool
+	vals  map[string]any
+	stack map[string]any // bulkhead-stack's own values (nats, valkey)
+}
+
+// template renders the set as `helm template` does (helm's install action,
+// client only: no cluster). bulkhead-stack gets ../bulkhead as its
+// subchart, as `helm dependency build` packs it; the NATS and Valkey charts
+// are not there (no network), so only what Bulkhead's charts make renders.
+func (s valueSet) template() (string, error) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return "", err
+	}
+	vals := s.vals
+	if !s.alone {
+		stack, err := loader.Load(stackDir)
+		if err != nil {
+			return "", err
+		}
+		stack.AddDependency(chrt)
+		top := map[string]any{}
+		maps.Copy(top, s.stack)
+		if vals != nil {
+			top["bulkhead"] = vals
+		}
+		chrt, vals = stack, top
 	}
 	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	install.DryRun = true
@@ -59,18 +87,28 @@ func template(vals map[string]any) (string, error) {
 	return rel.Manifest, nil
 }
 
-// render templates the chart and decodes every manifest strictly: an
-// unknown field, a duplicate key, a value of the wrong type or a kind the
-// chart is not expected to make fails the test.
+// template renders bulkhead-stack with vals as the bulkhead chart's values.
+func template(vals map[string]any) (string, error) { return valueSet{vals: vals}.template() }
+
+// render renders bulkhead-stack with vals as the bulkhead chart's values
+// and decodes every manifest (valueSet.render).
 func render(t *testing.T, vals map[string]any) *rendered {
 	t.Helper()
-	manifest, err := template(vals)
+	return valueSet{vals: vals}.render(t)
+}
+
+// render templates the set and decodes every manifest strictly: an
+// unknown field, a duplicate key, a value of the wrong type or a kind the
+// chart is not expected to make fails the test.
+func (s valueSet) render(t *testing.T) *rendered {
+	t.Helper()
+	manifest, err := s.template()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
 	r := &rendered{
 		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
-		configMaps: map[string]*corev1.ConfigMap{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		scaledObjects: map[string]*kedav1alpha1.ScaledObject{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
 	}
 	docs := releaseutil.SplitManifests(manifest)
@@ -112,6 +150,10 @@ func (r *rendered) decode(doc []byte) error {
 		o := &corev1.ConfigMap{}
 		obj, into = o, o
 		defer func() { r.configMaps[o.Name] = o }()
+	case "v1 Secret":
+		o := &corev1.Secret{}
+		obj, into = o, o
+		defer func() { r.secrets[o.Name] = o }()
 	case "policy/v1 PodDisruptionBudget":
 		o := &policyv1.PodDisruptionBudget{}
 		obj, into = o, o
@@ -191,11 +233,9 @@ func args(t *testing.T, c corev1.Container) (cmd string, flags map[string]string
 	return c.Args[0], flags
 }
 
-// externalValues points the chart at a NATS cluster and a Redis it does not
-// install, with role credentials and TLS from Secrets.
+// externalValues point the bulkhead chart alone at a NATS cluster and a
+// Redis of the operator's, with role credentials and TLS from Secrets.
 const externalValues = `
-nats: {enabled: false}
-redis: {enabled: false}
 bus:
   url: tls://nats.bus.svc:4222
   monitoringEndpoint: nats-headless.bus.svc.cluster.local:8222
@@ -242,12 +282,29 @@ func TestRenderDefaults(t *testing.T) {
 			t.Errorf("%s --replicas %q, want the NATS chart's cluster size 3", n, f["replicas"])
 		}
 	}
-	env := envOf(edge.Containers[0])
-	if got, want := env["BULKHEAD_REDIS"].Value, "redis://:$(REDIS_PASSWORD)@ai-redis-master."+namespace+".svc:6379/0"; got != want {
-		t.Errorf("edge BULKHEAD_REDIS %q, want %q", got, want)
+	for _, c := range []string{"edge", "billing"} {
+		env := envOf(r.deployments[name(c)].Spec.Template.Spec.Containers[0])
+		if got, want := env["BULKHEAD_REDIS"].Value, "redis://:$(REDIS_PASSWORD)@ai-valkey."+namespace+".svc:6379/0"; got != want {
+			t.Errorf("%s BULKHEAD_REDIS %q, want the Valkey chart's service %q", c, got, want)
+		}
+		if ref := env["REDIS_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "ai-valkey-users" || ref.SecretKeyRef.Key != "default" {
+			t.Errorf("%s REDIS_PASSWORD %+v, want Secret ai-valkey-users key default", c, env["REDIS_PASSWORD"])
+		}
+		// Kubernetes expands $(REDIS_PASSWORD) only from variables defined
+		// before it.
+		if i, j := slices.IndexFunc(r.deployments[name(c)].Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "REDIS_PASSWORD" }),
+			slices.IndexFunc(r.deployments[name(c)].Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "BULKHEAD_REDIS" }); i > j {
+			t.Errorf("%s: REDIS_PASSWORD comes after BULKHEAD_REDIS", c)
+		}
 	}
-	if ref := env["REDIS_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "ai-redis" {
-		t.Errorf("edge REDIS_PASSWORD %+v, want the Redis chart's Secret ai-redis", env["REDIS_PASSWORD"])
+	// The Valkey chart reads the default user's password from the Secret the
+	// stack makes (its auth.usersExistingSecret): one random password, kept.
+	users := r.secrets["ai-valkey-users"]
+	if users == nil {
+		t.Fatalf("no Secret ai-valkey-users (have %v)", keysOf(r.secrets))
+	}
+	if pw := users.Data["default"]; len(pw) != 32 || users.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("Secret ai-valkey-users: password of %d bytes, annotations %v", len(pw), users.Annotations)
 	}
 	so := r.scaledObjects[name("decode")]
 	if got := so.Spec.Triggers[0].Metadata["natsServerMonitoringEndpoint"]; got != "ai-nats-headless."+namespace+".svc.cluster.local:8222" {
@@ -256,7 +313,7 @@ func TestRenderDefaults(t *testing.T) {
 }
 
 func TestRenderExternal(t *testing.T) {
-	r := render(t, values(t, externalValues))
+	r := valueSet{alone: true, vals: values(t, externalValues)}.render(t)
 	for _, c := range []string{"edge", "unified", "decode", "billing"} {
 		d := r.deployments[name(c)]
 		if d == nil {
@@ -366,30 +423,43 @@ func keysOf[V any](m map[string]V) []string {
 // TestRenderRefuses: value sets that could not serve stop the render with
 // an error naming the value.
 func TestRenderRefuses(t *testing.T) {
+	const bus = `bus: {url: "nats://x:4222", monitoringEndpoint: "x:8222"}`
 	for _, tc := range []struct {
-		name, values, want string
+		name string
+		set  valueSet
+		want string
 	}{
-		{"pool smaller than the context", `models: [{name: m, file: m.gguf, contextWindow: 4096, kvPoolTokens: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}]`, "invariant 5"},
-		{"no sizing", `models: [{name: m, file: m.gguf, contextWindow: 4096}]`, "models[0].fileBytes"},
-		{"no models", `models: []`, "at least one model"},
-		{"pool scaled to zero", `pools: {decode: {autoscaling: {minReplicas: 0}}}`, "pools.decode.autoscaling.minReplicas"},
-		{"no bus", `nats: {enabled: false}`, "bus.url"},
-		{"two buses", `bus: {url: "nats://x:4222"}`, "bus.url"},
-		{"external bus without monitoring", `{nats: {enabled: false}, bus: {url: "nats://x:4222"}}`, "bus.monitoringEndpoint"},
-		{"no redis", `redis: {enabled: false}`, "externalRedis"},
-		{"two redises", `externalRedis: {url: "redis://x:6379/0"}`, "externalRedis"},
-		{"no jwks", `edge: {jwks: {existingSecret: ""}}`, "edge.jwks.existingSecret"},
+		{"pool smaller than the context", valueSet{vals: values(t, `models: [{name: m, file: m.gguf, contextWindow: 4096, kvPoolTokens: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}]`)}, "invariant 5"},
+		{"no sizing", valueSet{vals: values(t, `models: [{name: m, file: m.gguf, contextWindow: 4096}]`)}, "models[0].fileBytes"},
+		{"no models", valueSet{vals: values(t, `models: []`)}, "at least one model"},
+		{"pool scaled to zero", valueSet{vals: values(t, `pools: {decode: {autoscaling: {minReplicas: 0}}}`)}, "pools.decode.autoscaling.minReplicas"},
+		{"no jwks", valueSet{vals: values(t, `edge: {jwks: {existingSecret: ""}}`)}, "edge.jwks.existingSecret"},
+		{"no bus", valueSet{alone: true, vals: values(t, `externalRedis: {url: "redis://x:6379/0"}`)}, "bus.url"},
+		{"a bus without monitoring", valueSet{alone: true, vals: values(t, `{bus: {url: "nats://x:4222"}, externalRedis: {url: "redis://x:6379/0"}}`)}, "bus.monitoringEndpoint"},
+		{"no redis", valueSet{alone: true, vals: values(t, bus)}, "externalRedis.url or externalRedis.existingSecret"},
+		{"two redises", valueSet{alone: true, vals: values(t, `{`+bus+`, externalRedis: {url: "redis://x:6379/0", existingSecret: s}}`)}, "not both"},
+		{"a password Secret without its key", valueSet{alone: true, vals: values(t, `{`+bus+`, externalRedis: {url: "redis://x:6379/0", passwordSecret: {name: s}}}`)}, "externalRedis.passwordSecret.key"},
+		{"the stack without its NATS", valueSet{stack: values(t, `nats: {enabled: false}`)}, "bulkhead.bus.url"},
+		{"the stack without its Valkey", valueSet{stack: values(t, `valkey: {enabled: false}`)}, "bulkhead.externalRedis"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := template(values(t, tc.values))
+			_, err := tc.set.template()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one naming %q", err, tc.want)
 			}
 		})
 	}
+	// The stack without its own services, pointed at the operator's.
+	r := valueSet{stack: values(t, `{nats: {enabled: false}, valkey: {enabled: false}}`), vals: values(t, `{`+bus+`, externalRedis: {url: "redis://r:6379/0", passwordSecret: null}}`)}.render(t)
+	if len(r.secrets) != 0 {
+		t.Errorf("Secrets %v without Valkey", keysOf(r.secrets))
+	}
+	if got := envOf(r.deployments[name("edge")].Spec.Template.Spec.Containers[0])["BULKHEAD_REDIS"].Value; got != "redis://r:6379/0" {
+		t.Errorf("edge BULKHEAD_REDIS %q", got)
+	}
 	// The pool may be smaller with --clamp-context: the worker advertises
 	// what it holds.
-	r := render(t, values(t, `{workers: {clampContext: true}, models: [{name: m, file: m.gguf, contextWindow: 4096, kvPoolTokens: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}]}`))
+	r = render(t, values(t, `{workers: {clampContext: true}, models: [{name: m, file: m.gguf, contextWindow: 4096, kvPoolTokens: 2048, fileBytes: 1, layers: 1, kvHeads: 1, headDim: 1}]}`))
 	_, flags := args(t, r.deployments[name("decode")].Spec.Template.Spec.Containers[0])
 	if _, ok := flags["clamp-context"]; !ok {
 		t.Errorf("decode flags %v: no --clamp-context", flags)

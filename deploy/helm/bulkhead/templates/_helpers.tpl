@@ -31,38 +31,17 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* A dependency chart's full name, as the NATS and Bitnami charts compute it. */}}
-{{- define "bulkhead.subchartFullname" -}}
-{{- $values := index .root.Values .chart -}}
-{{- if $values.fullnameOverride -}}
-{{- $values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains .chart .root.Release.Name -}}
-{{- .root.Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .root.Release.Name .chart | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-{{- end -}}
-
+{{/*
+bus.url, bus.monitoringEndpoint and externalRedis are rendered with tpl, so
+that a parent chart (deploy/helm/bulkhead-stack) can name services of its
+release: "nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222".
+*/}}
 {{- define "bulkhead.natsURL" -}}
-{{- if .Values.nats.enabled -}}
-{{- if .Values.bus.url -}}
-{{- fail "bus.url: give it only with nats.enabled=false (the NATS chart's service is used otherwise)" -}}
-{{- end -}}
-{{- $scheme := ternary "tls" "nats" (not (empty .Values.bus.tls.existingSecret)) -}}
-{{- printf "%s://%s.%s.svc:4222" $scheme (include "bulkhead.subchartFullname" (dict "root" . "chart" "nats")) .Release.Namespace -}}
-{{- else -}}
-{{- required "bus.url: the NATS URL is required when nats.enabled is false" .Values.bus.url -}}
-{{- end -}}
+{{- tpl (required "bus.url: the NATS URL is required (your NATS 2.10+ with JetStream, e.g. nats://nats.nats.svc:4222; deploy/helm/bulkhead-stack installs one with Bulkhead)" .Values.bus.url) . -}}
 {{- end -}}
 
 {{- define "bulkhead.natsMonitoring" -}}
-{{- if .Values.bus.monitoringEndpoint -}}
-{{- .Values.bus.monitoringEndpoint -}}
-{{- else if .Values.nats.enabled -}}
-{{- printf "%s-headless.%s.svc.cluster.local:8222" (include "bulkhead.subchartFullname" (dict "root" . "chart" "nats")) .Release.Namespace -}}
-{{- else -}}
-{{- fail "bus.monitoringEndpoint: KEDA reads consumer lag from NATS's monitoring endpoint (host:8222); give it when nats.enabled is false" -}}
-{{- end -}}
+{{- tpl (required "bus.monitoringEndpoint: KEDA reads consumer lag from NATS's monitoring endpoint (host:8222)" .Values.bus.monitoringEndpoint) . -}}
 {{- end -}}
 
 {{/*
@@ -131,15 +110,10 @@ pool, plus the overhead. It also checks each model's sizing values.
 
 {{/*
 Replicas of the streams and buckets a node creates when they are missing
-(the first node to start sets them up): bus.streamReplicas, else the NATS
-chart's cluster size, else 1.
+(the first node to start sets them up): bus.streamReplicas, at least 1.
 */}}
 {{- define "bulkhead.streamReplicas" -}}
-{{- $n := int64 (.Values.bus.streamReplicas | default 0) -}}
-{{- if and (eq $n 0) .Values.nats.enabled .Values.nats.config.cluster.enabled -}}
-{{- $n = int64 .Values.nats.config.cluster.replicas -}}
-{{- end -}}
-{{- max $n 1 -}}
+{{- max (int64 (.Values.bus.streamReplicas | default 1)) 1 -}}
 {{- end -}}
 
 {{/* Connection flags every node shares: the bus, its credentials and TLS. */}}
@@ -218,34 +192,34 @@ chart's cluster size, else 1.
 {{- end }}
 {{- end -}}
 
-{{/* The Redis URL (env BULKHEAD_REDIS) of the edge and billing. */}}
+{{/*
+The Redis URL (env BULKHEAD_REDIS) of the edge and billing: externalRedis.url
+(which may use $(REDIS_PASSWORD), read from externalRedis.passwordSecret) or
+the whole URL from externalRedis.existingSecret.
+*/}}
 {{- define "bulkhead.redisEnv" -}}
-{{- if .Values.redis.enabled }}
-{{- if or .Values.externalRedis.url .Values.externalRedis.existingSecret }}
-{{- fail "externalRedis: give it only with redis.enabled=false" }}
+{{- $r := .Values.externalRedis -}}
+{{- if and $r.url $r.existingSecret }}
+{{- fail "externalRedis: give url or existingSecret, not both" }}
 {{- end }}
-{{- $host := printf "%s-master.%s.svc" (include "bulkhead.subchartFullname" (dict "root" . "chart" "redis")) .Release.Namespace }}
-{{- if .Values.redis.auth.enabled }}
+{{- with $r.passwordSecret }}
+{{- if .name }}
 - name: REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ include "bulkhead.subchartFullname" (dict "root" . "chart" "redis") }}
-      key: redis-password
-- name: BULKHEAD_REDIS
-  value: "redis://:$(REDIS_PASSWORD)@{{ $host }}:6379/0"
-{{- else }}
-- name: BULKHEAD_REDIS
-  value: "redis://{{ $host }}:6379/0"
+      name: {{ tpl .name $ }}
+      key: {{ required "externalRedis.passwordSecret.key: the Secret's key holding the password" .key }}
 {{- end }}
-{{- else if .Values.externalRedis.existingSecret }}
+{{- end }}
+{{- if $r.existingSecret }}
 - name: BULKHEAD_REDIS
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.externalRedis.existingSecret }}
-      key: {{ .Values.externalRedis.urlKey }}
+      name: {{ $r.existingSecret }}
+      key: {{ $r.urlKey }}
 {{- else }}
 - name: BULKHEAD_REDIS
-  value: {{ required "externalRedis.url or externalRedis.existingSecret: Redis is required when redis.enabled is false" .Values.externalRedis.url | quote }}
+  value: {{ tpl (required "externalRedis.url or externalRedis.existingSecret: Redis (or Valkey) is required, for quotas and the usage ledger" $r.url) . | quote }}
 {{- end }}
 {{- end -}}
 
