@@ -31,8 +31,13 @@ const (
 	// hand-overs and usage events, writes job records and its capacity, and
 	// serves KV page transfers to other workers.
 	RoleWorker = "worker"
-	// RoleBilling consumes usage events, nothing else.
+	// RoleBilling consumes usage events and publishes them, counted, on the
+	// export stream; nothing else.
 	RoleBilling = "billing"
+	// RoleExport reads the export stream (counted usage events as
+	// CloudEvents) with its own durable consumers: `bulkhead usage-export`.
+	// It reads nothing else and publishes nothing.
+	RoleExport = "export"
 	// RoleOperator inspects the streams, buckets and consumers (their
 	// configuration and counts, never a message) and asks the fleet for
 	// its status: what `bulkhead status` does. It changes nothing.
@@ -44,7 +49,9 @@ const (
 )
 
 // Roles lists every role, in the order the documentation shows them.
-func Roles() []string { return []string{RoleEdge, RoleWorker, RoleBilling, RoleOperator} }
+func Roles() []string {
+	return []string{RoleEdge, RoleWorker, RoleBilling, RoleExport, RoleOperator}
+}
 
 // Credentials are one role's NATS identity: an nkey user whose seed signs
 // the server's connect challenge. Its connections use a private inbox prefix
@@ -212,7 +219,7 @@ func (a *Auth) nkeyUsers() []*server.NkeyUser {
 // streamsAll are the streams every role may look up (configuration and
 // state only; STREAM.INFO carries no message).
 func streamsAll() []string {
-	return []string{JobsStream, DecodeStream, UsageStream, "KV_" + ResultsBucket, "KV_" + CapacityBucket}
+	return []string{JobsStream, DecodeStream, UsageStream, ExportStream, "KV_" + ResultsBucket, "KV_" + CapacityBucket}
 }
 
 // consumeOn is what consuming from stream takes: creating and looking up
@@ -258,7 +265,8 @@ func fleetService(role string) string {
 //     hand-overs (decode.>), so the tenant a worker reads from either was set
 //     by an edge from a verified token;
 //   - only an edge subscribes to reply frames; only workers consume jobs and
-//     hand-overs; only billing consumes usage events;
+//     hand-overs; only billing consumes usage events, and only billing
+//     publishes on the export stream, which only the export role reads;
 //   - nobody but the setup role, which only the NATS node holds, creates
 //     or changes a stream (a stream can capture, republish or mirror any
 //     subject); the operator only inspects, and reads no message;
@@ -290,6 +298,9 @@ func RolePermissions(role, pub string) *server.Permissions {
 		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", DecodeReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)
+		pubs = append(pubs, ExportPrefix+">")
+	case RoleExport:
+		pubs = append(pubs, consumeOn(ExportStream)...)
 	case RoleSetup:
 		for _, s := range streamsAll() {
 			pubs = append(pubs, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
@@ -315,7 +326,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		Subscribe: &server.SubjectPermission{Allow: subs},
 	}
 	switch role {
-	case RoleSetup: // answers nothing, asks no one
+	case RoleSetup, RoleExport: // answer nothing, ask no one
 	case RoleOperator:
 		// bulkhead status asks the fleet ($SRV.STATS) and reads the answers
 		// in its inbox.

@@ -174,6 +174,28 @@ func TestRolesCarryAJob(t *testing.T) {
 	if err := umsg.Ack(); err != nil {
 		t.Fatal(err)
 	}
+	// Billing publishes the counted event on the export stream; the export
+	// role reads it there with its own durable consumer, twice over.
+	if err := PublishExport(ctx, bjs, job.Tenant, job.ID, []byte(`{"id":"roles-1"}`)); err != nil {
+		t.Fatalf("billing exports: %v", err)
+	}
+	_, xjs := env.conn(t, RoleExport)
+	for _, reader := range []string{"openmeter", "lago"} {
+		xcons, err := ExportConsumer(ctx, xjs, reader, "", false, 30*time.Second)
+		if err != nil {
+			t.Fatalf("export role creates consumer %s: %v", reader, err)
+		}
+		xmsg, err := xcons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("export role fetches: %v", err)
+		}
+		if string(xmsg.Data()) != `{"id":"roles-1"}` || xmsg.Headers().Get("Content-Type") != ExportContentType {
+			t.Fatalf("export role read %q %v", xmsg.Data(), xmsg.Headers())
+		}
+		if err := xmsg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestRolesAreRefused: no credentials, a forged key and every role's
@@ -233,6 +255,9 @@ func TestRolesAreRefused(t *testing.T) {
 		{RoleBilling, JobsPrefix + ">"},
 		{RoleEdge, "_INBOX.>"},
 		{RoleBilling, ">"},
+		{RoleExport, ">"},
+		{RoleExport, ReplyPrefix + ">"},
+		{RoleExport, ExportPrefix + ">"},
 		{RoleEdge, InboxPrefix(env.auth.Credentials(RoleWorker).PublicKey()) + ".>"},
 	} {
 		t.Run(tc.role+" subscribes to "+tc.subject, func(t *testing.T) { refusedSub(t, tc.role, tc.subject) })
@@ -291,6 +316,27 @@ func TestRolesAreRefused(t *testing.T) {
 		}},
 		{"worker consumes usage", RoleWorker, func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := EnsureUsageConsumer(ctx, js, UsageConsumerConfig{})
+			return err
+		}},
+		{"export consumes usage", RoleExport, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := EnsureUsageConsumer(ctx, js, UsageConsumerConfig{})
+			return err
+		}},
+		{"export consumes jobs", RoleExport, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := EnsureConsumer(ctx, js, model, ConsumerConfig{})
+			return err
+		}},
+		{"export publishes an export", RoleExport, func(ctx context.Context, js jetstream.JetStream) error {
+			return PublishExport(ctx, js, "victim", "forged-x", []byte(`{}`))
+		}},
+		{"worker publishes an export", RoleWorker, func(ctx context.Context, js jetstream.JetStream) error {
+			return PublishExport(ctx, js, "victim", "forged-w", []byte(`{}`))
+		}},
+		{"edge publishes an export", RoleEdge, func(ctx context.Context, js jetstream.JetStream) error {
+			return PublishExport(ctx, js, "victim", "forged-e", []byte(`{}`))
+		}},
+		{"operator reads the export", RoleOperator, func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := ExportConsumer(ctx, js, "snoop", "", false, time.Second)
 			return err
 		}},
 		{"edge reads a stored job by sequence", RoleEdge, func(ctx context.Context, js jetstream.JetStream) error {

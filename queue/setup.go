@@ -44,6 +44,11 @@ type StreamConfig struct {
 	MaxUsageEvents int64         // usage events not yet counted by billing; default 1,000,000
 	MaxUsageBytes  int64         // bytes held by the usage stream; default 1 GiB
 	UsageMaxAge    time.Duration // an uncounted usage event older than this is dropped; default 7 days
+
+	// The export stream (ExportStream) is a log: its oldest events are
+	// dropped past either bound, read by then or not.
+	ExportMaxAge   time.Duration // default 7 days
+	ExportMaxBytes int64         // default 1 GiB
 }
 
 // maxReplicas is JetStream's own limit on a stream's replicas.
@@ -92,6 +97,12 @@ func (c *StreamConfig) Validate() error {
 	if c.UsageMaxAge == 0 {
 		c.UsageMaxAge = 7 * 24 * time.Hour
 	}
+	if c.ExportMaxAge == 0 {
+		c.ExportMaxAge = 7 * 24 * time.Hour
+	}
+	if c.ExportMaxBytes == 0 {
+		c.ExportMaxBytes = 1 << 30
+	}
 	switch {
 	case c.MaxJobs < 0:
 		return fmt.Errorf("%w: MaxJobs %d", ErrConfig, c.MaxJobs)
@@ -117,6 +128,8 @@ func (c *StreamConfig) Validate() error {
 		return fmt.Errorf("%w: MaxUsageEvents %d, MaxUsageBytes %d", ErrConfig, c.MaxUsageEvents, c.MaxUsageBytes)
 	case c.UsageMaxAge < c.Duplicates:
 		return fmt.Errorf("%w: UsageMaxAge %v is under Duplicates %v", ErrConfig, c.UsageMaxAge, c.Duplicates)
+	case c.ExportMaxAge < c.Duplicates || c.ExportMaxBytes < 0:
+		return fmt.Errorf("%w: ExportMaxAge %v (at least Duplicates %v), ExportMaxBytes %d", ErrConfig, c.ExportMaxAge, c.Duplicates, c.ExportMaxBytes)
 	}
 	return nil
 }
@@ -124,7 +137,7 @@ func (c *StreamConfig) Validate() error {
 // Setup creates or updates the jobs stream (work-queue retention on "jobs.>",
 // one subject per model and tenant, bounded in all and per subject, refusing
 // new jobs when full), the decode hand-over stream (the same on "decode.>"),
-// the usage stream and the results bucket. It is idempotent: every node may
+// the usage stream, the export stream and the results bucket. It is idempotent: every node may
 // call it at start-up.
 //
 // On an existing jobs stream it never drops a queued job: JetStream deletes
@@ -201,7 +214,21 @@ func (c *StreamConfig) streams() []jetstream.StreamConfig {
 	// event leaves the stream when the billing consumer acks it).
 	usage := workQueue(UsageStream, "Bulkhead usage events, one per request that reached a worker, for billing", UsagePrefix)
 	usage.MaxMsgs, usage.MaxBytes, usage.MaxAge = c.MaxUsageEvents, c.MaxUsageBytes, c.UsageMaxAge
-	return []jetstream.StreamConfig{jobs, decode, usage} // the jobs stream first (Setup)
+	// Counted usage events as CloudEvents, for readers outside Bulkhead
+	// (export.go): a log, never full, its oldest events dropped first.
+	export := jetstream.StreamConfig{
+		Name:        ExportStream,
+		Description: "Bulkhead usage events as CloudEvents, after billing counted them, for external meters",
+		Subjects:    []string{ExportPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.ExportMaxAge,
+		MaxBytes:    c.ExportMaxBytes,
+		Duplicates:  c.Duplicates,
+		Storage:     c.storage(),
+		Replicas:    c.Replicas,
+	}
+	return []jetstream.StreamConfig{jobs, decode, usage, export} // the jobs stream first (Setup)
 }
 
 // keepQueued is the per-subject limit Setup may give an existing jobs
@@ -289,6 +316,7 @@ func streamSubjects() map[string]string {
 		JobsStream:             JobsPrefix + ">",
 		DecodeStream:           DecodePrefix + ">",
 		UsageStream:            UsagePrefix + ">",
+		ExportStream:           ExportPrefix + ">",
 		"KV_" + ResultsBucket:  "$KV." + ResultsBucket + ".>",
 		"KV_" + CapacityBucket: "$KV." + CapacityBucket + ".>",
 	}

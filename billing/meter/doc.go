@@ -1,6 +1,7 @@
 // Package meter is the billing consumer: it reads usage events from the
 // usage stream with the durable "billing" consumer and counts each in the
-// ledger before acknowledging it.
+// ledger before acknowledging it; once counted, each is also published on
+// the export stream as a CloudEvent (billing/export) for external meters.
 //
 // An event is acknowledged only after the ledger counted it (or found it
 // counted already), and the ledger's count is idempotent on the request id,

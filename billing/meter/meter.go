@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/bulkhead-ai/bulkhead/billing/export"
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
@@ -45,6 +46,10 @@ type Config struct {
 	// there, the one moment where a crash leaves an event counted and not
 	// acknowledged.
 	AfterCount func(n int64)
+	// ExportSource is the CloudEvents source of the events the meter
+	// publishes on the export stream once counted (billing/export);
+	// default export.DefaultSource.
+	ExportSource string
 }
 
 // Validate fills zero fields with their defaults and reports the first bad
@@ -63,6 +68,9 @@ func (c *Config) Validate() error {
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
 	}
+	if c.ExportSource == "" {
+		c.ExportSource = export.DefaultSource
+	}
 	if c.Batch < 0 || c.FetchWait < 0 || c.RetryDelay < 0 || c.Grace < 0 {
 		return fmt.Errorf("%w: Batch %d, FetchWait %v, RetryDelay %v, Grace %v", ErrConfig, c.Batch, c.FetchWait, c.RetryDelay, c.Grace)
 	}
@@ -74,7 +82,8 @@ type Stats struct {
 	Counted    int64 // events the ledger counted
 	Duplicates int64 // events the ledger had counted already
 	Rejected   int64 // undecodable events, terminated
-	Retried    int64 // events given back after a ledger failure
+	Retried    int64 // events given back after a ledger or export failure
+	Exported   int64 // events published on the export stream (duplicates again)
 	HandedBack int64 // events given back uncounted at shutdown, past the grace
 }
 
@@ -225,9 +234,33 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 		m.log.Info("billing: usage event already counted; acknowledging it again", "request_id", ev.RequestID)
 		m.count(func(s *Stats) { s.Duplicates++ })
 	}
+	// Counted (now or before): on the export stream, before the ack, so an
+	// event is never acknowledged unexported. A redelivered event is
+	// exported again; the stream drops the copy within its de-duplication
+	// window, readers by its id after that.
+	if err := m.export(ctx, ev); err != nil {
+		m.log.Warn("billing: exporting usage event; will retry", "err", err, "request_id", ev.RequestID)
+		m.count(func(s *Stats) { s.Retried++ })
+		if err := msg.NakWithDelay(m.cfg.RetryDelay); err != nil {
+			m.log.Warn("billing: giving usage event back", "err", err)
+		}
+		return
+	}
 	// Wait for the server's confirmation: an ack lost on the way means a
 	// redelivery, which the ledger finds counted.
 	if err := msg.DoubleAck(ctx); err != nil {
 		m.log.Warn("billing: acknowledging usage event", "err", err, "request_id", ev.RequestID)
 	}
+}
+
+// export publishes a counted event on the export stream as a CloudEvent.
+func (m *Meter) export(ctx context.Context, ev *queue.UsageEvent) error {
+	b, err := export.Encode(ev, m.cfg.ExportSource)
+	if err == nil {
+		err = queue.PublishExport(ctx, m.js, ev.Tenant, ev.RequestID, b)
+	}
+	if err == nil {
+		m.count(func(s *Stats) { s.Exported++ })
+	}
+	return err
 }

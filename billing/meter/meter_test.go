@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bulkhead-ai/bulkhead/billing/export"
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
@@ -119,6 +121,42 @@ func TestMeterCountsEachEventOnce(t *testing.T) {
 	})
 	if day, err := l.DayMicro(ctx, "acme", at); err != nil || day != want {
 		t.Fatalf("day total %d, %v; want %d", day, err, want)
+	}
+	// Each counted event is on the export stream once, as a CloudEvent,
+	// though some were counted twice over: the copies had the same
+	// Nats-Msg-Id, within the de-duplication window.
+	xs, err := js.Stream(ctx, queue.ExportStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := xs.CachedInfo().State.Msgs; got != n {
+		t.Fatalf("the export stream holds %d events, want %d", got, n)
+	}
+	cons, err := queue.ExportConsumer(ctx, js, "check", "acme", false, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			ce, u, err := export.Decode(msg.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen[u.RequestID] || ce.Source() != export.DefaultSource || u.Tenant != "acme" {
+				t.Fatalf("export %s: seen %v, source %q, tenant %q", u.RequestID, seen[u.RequestID], ce.Source(), u.Tenant)
+			}
+			seen[u.RequestID] = true
+		}
+		if got == 0 {
+			t.Fatalf("read %d of %d exported events", len(seen), n)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkhead-ai/bulkhead/billing/export"
 	"github.com/bulkhead-ai/bulkhead/billing/ledger"
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
 	"github.com/bulkhead-ai/bulkhead/edge"
@@ -23,6 +24,7 @@ type billingFlags struct {
 	redisURL string
 	ackWait  time.Duration
 	grace    time.Duration // --drain-grace
+	source   string        // --export-source
 	obs      obsFlags
 	nats     natsFlags
 	faults   faultFlags // empty unless built with -tags faults
@@ -37,6 +39,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&f.redisURL, "redis", "", "Redis URL of the ledger, e.g. redis://127.0.0.1:6379/0 (the edge's --redis)")
 	fs.DurationVar(&f.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long the batch in hand may take before what is left of it is handed back")
 	fs.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "redeliver a usage event this long after a billing process took it without acknowledging (it died)")
+	fs.StringVar(&f.source, "export-source", export.DefaultSource, "the CloudEvents source of the usage events billing exports once counted (`bulkhead usage-export`): with the request id it names an event, so give each region its own")
 	f.obs.register(fs, true, false)
 	f.nats.register(fs)
 	f.faults.register(fs)
@@ -87,7 +90,7 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 	defer func() {
 		s := m.Stats()
 		log.Info("billing stopped", "counted", s.Counted, "duplicates", s.Duplicates, "rejected", s.Rejected, "retried", s.Retried,
-			"handed_back", s.HandedBack)
+			"handed_back", s.HandedBack, "exported", s.Exported)
 	}()
 	fmt.Fprintf(stdout, "billing: counting usage events from %s into %s\n", f.natsURL, rdb.Options().Addr)
 	return m.Run(ctx)
@@ -96,7 +99,7 @@ func (f *billingFlags) run(ctx context.Context, stdout, stderr io.Writer, rdb *r
 // meterConfig is the meter's configuration from the flags (with the fault
 // hooks of a -tags faults build).
 func (f *billingFlags) meterConfig(stderr io.Writer, tel *telemetry) meter.Config {
-	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp, Grace: f.grace}
+	cfg := meter.Config{Consumer: queue.UsageConsumerConfig{AckWait: f.ackWait}, TracerProvider: tel.tp, Grace: f.grace, ExportSource: f.source}
 	f.faults.hook(&cfg, stderr)
 	return cfg
 }

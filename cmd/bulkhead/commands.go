@@ -32,6 +32,7 @@ func commands() []command {
 		{"edge", "run the HTTP edge (Workers AI and OpenAI APIs)", runEdgeCmd},
 		{"worker", "run a worker that serves jobs from NATS on the engine", runWorkerCmd},
 		{"billing", "run the billing consumer: usage events into per-tenant rollups in Redis", runBilling},
+		{"usage-export", "read counted usage events as CloudEvents: JSON Lines, or batches POSTed to a meter (OpenMeter)", runUsageExport},
 		{"nats", "run a standalone NATS server with JetStream", runNATS},
 		{"token", "mint a tenant token with the dev signing key", runToken},
 		{"canary", "check a running edge for cross-tenant leaks with canary tenants", runCanary},

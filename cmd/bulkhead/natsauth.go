@@ -36,7 +36,7 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 // registerConn registers the connection flags alone (credentials and TLS),
 // for commands that only read the bus.
 func (n *natsFlags) registerConn(fs *flag.FlagSet) {
-	fs.StringVar(&n.creds, "nats-creds", "", "this role's NATS credentials: the nkey seed file `bulkhead nats` wrote into its --auth-dir (edge.nk, worker.nk, billing.nk)")
+	fs.StringVar(&n.creds, "nats-creds", "", "this role's NATS credentials: the nkey seed file `bulkhead nats` wrote into its --auth-dir (edge.nk, worker.nk, billing.nk, export.nk, operator.nk)")
 	fs.StringVar(&n.tlsCA, "nats-tls-ca", "", "CA certificate (PEM) that signed the NATS server's certificate")
 	fs.StringVar(&n.tlsCert, "nats-tls-cert", "", "client certificate (PEM) for a NATS server that requires one")
 	fs.StringVar(&n.tlsKey, "nats-tls-key", "", "the client certificate's key (PEM)")

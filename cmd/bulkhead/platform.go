@@ -40,7 +40,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("nats", stderr)
 	listen := fs.String("listen", "127.0.0.1:4222", "client listen address")
 	store := fs.String("store-dir", filepath.Join(defaultDataDir(), "jetstream"), "JetStream storage directory")
-	authDir := fs.String("auth-dir", filepath.Join(defaultDataDir(), "nats-creds"), "directory of the role credentials (edge.nk, worker.nk, billing.nk, operator.nk; created when missing): every connection must present one and gets only its role's permissions")
+	authDir := fs.String("auth-dir", filepath.Join(defaultDataDir(), "nats-creds"), "directory of the role credentials (edge.nk, worker.nk, billing.nk, export.nk, operator.nk; created when missing): every connection must present one and gets only its role's permissions")
 	noAuth := fs.Bool("no-auth", false, "serve NATS without authentication, on loopback only: any local process can then read every tenant's prompts and replies and queue jobs billed to any tenant (not for shared machines)")
 	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); required off loopback")
 	tlsKey := fs.String("tls-key", "", "the server certificate's key (PEM)")

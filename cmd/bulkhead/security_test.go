@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/billing/export"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
@@ -102,6 +105,39 @@ func TestClusterSecurity(t *testing.T) {
 		}
 		if roles["prefill"] < 1 || roles["decode"] < 1 {
 			t.Errorf("status lists workers by role %v, want the prefill and decode workers", roles)
+		}
+	})
+	t.Run("usage export with the export role's credentials", func(t *testing.T) {
+		// The counted usage event reaches a meter's ingest endpoint as a
+		// CloudEvent, read with the export role's credentials alone.
+		got := make(chan []byte, 8)
+		meterSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if r.Header.Get("Content-Type") != export.BatchContentType || r.Header.Get("Authorization") != "Bearer om" {
+				http.Error(w, "bad headers", http.StatusBadRequest)
+				return
+			}
+			got <- b
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		defer meterSrv.Close()
+		start(t, "usage-export", c.bin, append([]string{"usage-export", "--nats", c.natsURL, "--post", meterSrv.URL,
+			"--post-header", "Authorization: Bearer om"}, c.natsCreds(queue.RoleExport)...)...)
+		var batch []json.RawMessage
+		select {
+		case b := <-got:
+			if err := json.Unmarshal(b, &batch); err != nil || len(batch) == 0 {
+				t.Fatalf("the meter got %s (%v)", b, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no usage event reached the meter")
+		}
+		ce, ev, err := export.Decode(batch[0])
+		if err != nil || ce.Subject() != "acme" || ev.Model != clusterModel || ev.CompletionTokens == 0 {
+			t.Fatalf("exported %s: %+v %v", batch[0], ev, err)
+		}
+		if _, stderr, code := bulkhead(t, append([]string{"usage-export", "--nats", c.natsURL}, c.natsCreds(queue.RoleBilling)...)...); code == 0 {
+			t.Errorf("usage-export with billing's credentials ran: %s", stderr)
 		}
 	})
 	t.Run("no credentials", func(t *testing.T) {
