@@ -211,13 +211,17 @@ const FillThreshold = 0.8
 // WatchFill checks every stream and bucket Setup created each interval
 // until ctx ends and logs a warning while one holds FillThreshold or more
 // of its byte or message limit (once per crossing, and an info line when it
-// drops back below).
+// drops back below). The export stream is left out: a log that drops its
+// oldest events is meant to be full.
 func WatchFill(ctx context.Context, log *slog.Logger, js jetstream.JetStream, interval time.Duration) {
 	full := map[string]bool{}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		for _, name := range streamsAll() {
+			if name == ExportStream {
+				continue
+			}
 			st, err := js.Stream(ctx, name)
 			if err != nil {
 				continue
