@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,6 +30,11 @@ type result struct {
 	usage   queue.Usage
 
 	logprobs *logprobTrack // nil unless the request asked (logprobs.go)
+
+	// index is the choice's index and seed its sampling seed, reported
+	// when the request asked for several (OpenAI's n, choices.go).
+	index int
+	seed  *uint64
 }
 
 // format renders one API's responses: whole JSON answers, errors, and the
@@ -42,8 +48,10 @@ type format interface {
 	streamError(sw *sse, e *Error) error  // no [DONE] follows
 }
 
-// sse writes server-sent events, flushing each.
+// sse writes server-sent events, flushing each; the choices of one
+// request (choices.go) write through one, so it serializes its writes.
 type sse struct {
+	mu sync.Mutex
 	w  http.ResponseWriter
 	rc *http.ResponseController
 }
@@ -68,6 +76,8 @@ func (s *sse) send(event string, data []byte) error {
 	b = append(b, "data: "...)
 	b = append(b, data...)
 	b = append(b, "\n\n"...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
@@ -260,6 +270,13 @@ type replyStream struct {
 	err      error     // what ended the reply, if not its final frame
 	finished bool      // the worker sent its last frame
 	used     quota.Usage
+
+	// group, when the request asked for several choices, is what they
+	// share (choices.go); index and seed are this one's.
+	group *choiceGroup
+	index int
+	seed  uint64
+	begun bool // this choice's stream has begun (group only)
 }
 
 // relay renders the frames of replies until the last, or until they break.
@@ -270,7 +287,10 @@ func (rep *replyStream) relay(ctx context.Context, replies *queue.Replies) {
 		rspan.SetAttributes(attribute.Int("bulkhead.reply.frames", rep.frames))
 		endSpan(rspan, rep.err)
 	}()
-	rep.res = &result{id: infoOf(r).id, model: rep.c.m.Name, created: time.Now().Unix()}
+	rep.res = &result{id: infoOf(r).id, model: rep.c.m.Name, created: time.Now().Unix(), index: rep.index}
+	if rep.group != nil {
+		rep.res.seed = &rep.seed
+	}
 	if rep.c.in.logprobs {
 		rep.res.logprobs = &logprobTrack{}
 	}
@@ -302,7 +322,10 @@ func (rep *replyStream) frame(fr *queue.Frame) bool {
 	c, res := rep.c, rep.res
 	if fr.Kind == queue.KindToken || fr.Kind == queue.KindFinal {
 		now := time.Now()
-		if rep.frames == 0 {
+		if rep.frames == 0 && rep.index == 0 {
+			if rep.group != nil {
+				rep.group.started()
+			}
 			rep.s.cfg.Metrics.firstToken(c.m.Name, now.Sub(infoOf(rep.r).start))
 		} else if fr.Kind == queue.KindToken {
 			rep.s.cfg.Metrics.interToken(c.m.Name, now.Sub(rep.lastTok))
@@ -340,6 +363,9 @@ func (rep *replyStream) frame(fr *queue.Frame) bool {
 // the first; it reports false once the client cannot be written to.
 func (rep *replyStream) streamText(fr *queue.Frame) bool {
 	c := rep.c
+	if rep.group != nil {
+		return rep.group.streamText(rep, c.v.frameText(c.in, fr))
+	}
 	if rep.sw == nil {
 		rep.sw = startSSE(rep.w)
 		if err := c.f.streamBegin(rep.sw, rep.res); err != nil {
@@ -367,6 +393,12 @@ func (rep *replyStream) final(fr *queue.Frame) {
 	rep.s.cfg.Metrics.tokens(c.m.Name, res.usage.PromptTokens, res.usage.CompletionTokens)
 	infoOf(rep.r).span.SetAttributes(queue.AttrInTokens.Int(res.usage.PromptTokens), queue.AttrOutTokens.Int(res.usage.CompletionTokens),
 		queue.AttrFinish.StringSlice([]string{res.finish}))
+	if rep.group != nil {
+		rep.used = charge(c.m, choiceID(res.id, rep.index), res.usage)
+		res.text = rep.text.String()
+		rep.group.finish(rep)
+		return
+	}
 	rep.used = charge(c.m, res.id, res.usage)
 	if rep.sw != nil {
 		_ = c.f.streamEnd(rep.sw, res)
@@ -380,6 +412,10 @@ func (rep *replyStream) final(fr *queue.Frame) {
 // event once the stream started.
 func (rep *replyStream) fail(err error) {
 	rep.err = err
+	if rep.group != nil {
+		rep.group.fail(err)
+		return
+	}
 	e := rep.s.refuse(rep.r, err)
 	if rep.sw == nil {
 		rep.c.f.writeError(rep.w, e)

@@ -260,6 +260,8 @@ func (h *harness) startWorker(ctx context.Context) {
 				// Cancelled before this worker claimed it (a client that
 				// left at once): run nothing, as a worker does.
 				return
+			case err != nil && wctx.Err() != nil:
+				return // the test is over
 			case err != nil || claim != queue.ClaimRun:
 				h.t.Errorf("worker: claim %v %v", claim, err)
 				return

@@ -57,6 +57,9 @@ type chatChoice struct {
 	Message      chatMessage `json:"message"`
 	Logprobs     any         `json:"logprobs"`
 	FinishReason string      `json:"finish_reason"`
+	// Seed is the choice's sampling seed when the request asked for
+	// several (n): a request with n 1 and this seed samples the same.
+	Seed *uint64 `json:"seed,omitempty"`
 }
 
 // openAIHead begins every OpenAI answer and chunk.
@@ -79,6 +82,9 @@ type chatCompletion struct {
 	Usage   *openAIUsage `json:"usage"`
 }
 
+// seedOf is the seed a choice reports: only with several choices.
+func seedOf(res *result) *uint64 { return res.seed }
+
 type chatDelta struct {
 	Role      string           `json:"role,omitempty"`
 	Content   *string          `json:"content,omitempty"`
@@ -90,6 +96,7 @@ type chunkChoice struct {
 	Delta        chatDelta `json:"delta"`
 	Logprobs     any       `json:"logprobs"`
 	FinishReason *string   `json:"finish_reason"`
+	Seed         *uint64   `json:"seed,omitempty"` // on a choice's last chunk, with several choices
 }
 
 type chatChunk struct {
@@ -105,6 +112,7 @@ type textChoice struct {
 	Index        int     `json:"index"`
 	Logprobs     any     `json:"logprobs"`
 	FinishReason *string `json:"finish_reason"`
+	Seed         *uint64 `json:"seed,omitempty"` // with several choices (chatChoice.Seed)
 }
 
 type textCompletion struct {
@@ -122,17 +130,32 @@ type chatFormat struct{ includeUsage bool }
 
 func (chatFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
 
-func (chatFormat) writeResult(w http.ResponseWriter, res *result) {
-	writeChatCompletion(w, res, chatMessage{Role: "assistant", Content: &res.text})
+func (f chatFormat) writeResult(w http.ResponseWriter, res *result) {
+	f.writeChoices(w, res, []any{f.choice(res)})
 }
 
 // writeChatCompletion answers with res and its message msg.
 func writeChatCompletion(w http.ResponseWriter, res *result, msg chatMessage) {
 	writeJSON(w, http.StatusOK, chatCompletion{
 		openAIHead: head(res, "chatcmpl-", "chat.completion"),
-		Choices:    []chatChoice{{Index: 0, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish}},
+		Choices:    []chatChoice{{Index: res.index, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish, Seed: seedOf(res)}},
 		Usage:      usageOf(res),
 	})
+}
+
+var _ choicesFormat = chatFormat{}
+
+func (chatFormat) choice(res *result) any {
+	return chatChoice{Index: res.index, Message: chatMessage{Role: "assistant", Content: &res.text},
+		Logprobs: res.chatLogprobs(false), FinishReason: res.finish, Seed: seedOf(res)}
+}
+
+func (chatFormat) writeChoices(w http.ResponseWriter, res *result, choices []any) {
+	cs := make([]chatChoice, len(choices))
+	for i, c := range choices {
+		cs[i] = c.(chatChoice)
+	}
+	writeJSON(w, http.StatusOK, chatCompletion{openAIHead: head(res, "chatcmpl-", "chat.completion"), Choices: cs, Usage: usageOf(res)})
 }
 
 var _ toolAPI = chatFormat{}
@@ -159,7 +182,7 @@ func (f chatFormat) streamCall(sw *sse, res *result, index int, c toolcall.Call)
 func (f chatFormat) chunk(res *result, d chatDelta, finish *string) chatChunk {
 	c := chatChunk{
 		openAIHead: head(res, "chatcmpl-", "chat.completion.chunk"),
-		Choices:    []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}},
+		Choices:    []chunkChoice{{Index: res.index, Delta: d, FinishReason: finish}},
 	}
 	if f.includeUsage {
 		c.Usage = jsonNull
@@ -178,11 +201,20 @@ func (f chatFormat) streamText(sw *sse, res *result, text string) error {
 }
 
 func (f chatFormat) streamEnd(sw *sse, res *result) error {
-	end := f.chunk(res, chatDelta{}, ptr(res.finish))
-	end.Choices[0].Logprobs = res.chatLogprobs(true)
-	if err := sw.json("", end); err != nil {
+	if err := f.streamFinish(sw, res); err != nil {
 		return err
 	}
+	return f.streamClose(sw, res)
+}
+
+func (f chatFormat) streamFinish(sw *sse, res *result) error {
+	end := f.chunk(res, chatDelta{}, ptr(res.finish))
+	end.Choices[0].Logprobs = res.chatLogprobs(true)
+	end.Choices[0].Seed = seedOf(res)
+	return sw.json("", end)
+}
+
+func (f chatFormat) streamClose(sw *sse, res *result) error {
 	if f.includeUsage {
 		last := f.chunk(res, chatDelta{}, nil)
 		last.Choices = []chunkChoice{}
@@ -201,18 +233,28 @@ type completionFormat struct{ includeUsage bool }
 
 func (completionFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
 
-func (completionFormat) writeResult(w http.ResponseWriter, res *result) {
-	writeJSON(w, http.StatusOK, textCompletion{
-		openAIHead: head(res, "cmpl-", "text_completion"),
-		Choices:    []textChoice{{Text: res.text, Index: 0, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish)}},
-		Usage:      usageOf(res),
-	})
+func (f completionFormat) writeResult(w http.ResponseWriter, res *result) {
+	f.writeChoices(w, res, []any{f.choice(res)})
+}
+
+var _ choicesFormat = completionFormat{}
+
+func (completionFormat) choice(res *result) any {
+	return textChoice{Text: res.text, Index: res.index, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish), Seed: seedOf(res)}
+}
+
+func (completionFormat) writeChoices(w http.ResponseWriter, res *result, choices []any) {
+	cs := make([]textChoice, len(choices))
+	for i, c := range choices {
+		cs[i] = c.(textChoice)
+	}
+	writeJSON(w, http.StatusOK, textCompletion{openAIHead: head(res, "cmpl-", "text_completion"), Choices: cs, Usage: usageOf(res)})
 }
 
 func (f completionFormat) chunk(res *result, text string, finish *string) textCompletion {
 	c := textCompletion{
 		openAIHead: head(res, "cmpl-", "text_completion"),
-		Choices:    []textChoice{{Text: text, Index: 0, FinishReason: finish}},
+		Choices:    []textChoice{{Text: text, Index: res.index, FinishReason: finish}},
 	}
 	if f.includeUsage {
 		c.Usage = jsonNull
@@ -229,11 +271,20 @@ func (f completionFormat) streamText(sw *sse, res *result, text string) error {
 }
 
 func (f completionFormat) streamEnd(sw *sse, res *result) error {
-	end := f.chunk(res, "", ptr(res.finish))
-	end.Choices[0].Logprobs = res.textLogprobs(true)
-	if err := sw.json("", end); err != nil {
+	if err := f.streamFinish(sw, res); err != nil {
 		return err
 	}
+	return f.streamClose(sw, res)
+}
+
+func (f completionFormat) streamFinish(sw *sse, res *result) error {
+	end := f.chunk(res, "", ptr(res.finish))
+	end.Choices[0].Logprobs = res.textLogprobs(true)
+	end.Choices[0].Seed = seedOf(res)
+	return sw.json("", end)
+}
+
+func (f completionFormat) streamClose(sw *sse, res *result) error {
 	if f.includeUsage {
 		last := f.chunk(res, "", nil)
 		last.Choices = []textChoice{}
@@ -283,11 +334,23 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		return
 	}
 	m, v, err := s.lookupModel(p, name)
+	if err == nil {
+		err = checkChoices(in, formatFor(in, v))
+	}
 	if err != nil {
 		writeOpenAIError(w, s.refuse(r, err))
 		return
 	}
-	s.generate(w, r, call{p: p, m: m, v: v, in: in, defaultMax: -s.defaultMaxTokens(m), f: formatFor(in, v)})
+	c := call{p: p, m: m, v: v, in: in, defaultMax: -s.defaultMaxTokens(m), f: formatFor(in, v)}
+	if in.n <= 1 {
+		s.generate(w, r, c)
+		return
+	}
+	formats := make([]choicesFormat, in.n)
+	for i := range formats {
+		formats[i] = formatFor(in, v).(choicesFormat) // checkChoices: every one is
+	}
+	s.generateChoices(w, r, c, formats)
 }
 
 type openAIModel struct {

@@ -217,7 +217,7 @@ func TestOpenAIErrors(t *testing.T) {
 			400, "invalid_request_error", "", "model"},
 		{"context length", "/v1/chat/completions", "alice", chat(`,"max_tokens":4000`), nil,
 			400, "invalid_request_error", "context_length_exceeded", "context window is 2048 tokens"},
-		{"n", "/v1/chat/completions", "alice", chat(`,"n":2`), nil, 400, "invalid_request_error", "", "n: must be between 1 and 1"},
+		{"n", "/v1/chat/completions", "alice", chat(`,"n":9`), nil, 400, "invalid_request_error", "", "n: must be between 1 and 8"},
 		{"metadata too many keys", "/v1/chat/completions", "alice", chat(`,"metadata":` + manyKeys(17)), nil, 400, "invalid_request_error", "", "metadata: has 17 keys"},
 		{"metadata value too long", "/v1/chat/completions", "alice", chat(`,"metadata":{"k":"` + strings.Repeat("v", 513) + `"}`), nil,
 			400, "invalid_request_error", "", "metadata"},

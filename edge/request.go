@@ -65,6 +65,8 @@ type genInput struct {
 	// reasoningEffort is OpenAI's reasoning_effort, for the template's
 	// thinking switch (chat.Input.ReasoningEffort).
 	reasoningEffort string
+	// n is OpenAI's n: the choices to sample (choices.go); 0 or 1 is one.
+	n int
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -518,7 +520,7 @@ func (in *genInput) nativeSampling(req *nativeRequest) error {
 func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 	for _, err := range []error{
 		checkInt("max_tokens", maxTokens, 1, math.MaxInt32),
-		checkInt("n", r.N, 1, 1),
+		checkInt("n", r.N, 1, MaxChoices),
 		checkFloat("temperature", r.Temperature, 0, 2),
 		checkFloat("top_p", r.TopP, 0, 1),
 		checkFloat("frequency_penalty", r.FrequencyPenalty, -2, 2),
@@ -561,6 +563,10 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
 	in.cachePrefix = cacheAllowed(r.CachePrefix)
+	in.n = 1
+	if r.N != nil {
+		in.n = *r.N
+	}
 	in.rejectIfBusy = r.Options.busy()
 	in.stop = st
 	in.stream = r.Stream

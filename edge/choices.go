@@ -1,0 +1,312 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/queue"
+)
+
+// MaxChoices bounds OpenAI's n: how many choices one request samples.
+const MaxChoices = 8
+
+// A request with n above 1 runs as n jobs, one a choice, as vLLM fans a
+// request out into child requests: the same prompt, choice i sampled with
+// seed + i (seed is the request's, 0 when it gave none), each reported on
+// its choice so that a request with n 1 and that seed samples the same
+// tokens. Choice 0 is queued first; the others once its first token
+// arrived, by then its prefill has published the prompt's full pages in the
+// tenant's prefix cache, and the same session routes every choice to the
+// same worker, so they attach those pages and compute only the tail. Each
+// choice is a job of its own to the queue, the quota and billing: its
+// concurrency slot, its reservation, its usage event and charge. The answer
+// carries every choice, in index order, with their usage summed.
+
+// choicesFormat renders an answer of several choices.
+type choicesFormat interface {
+	format
+	// choice is res as one choice of a whole answer.
+	choice(res *result) any
+	// writeChoices answers with choices, res giving the head and usage.
+	writeChoices(w http.ResponseWriter, res *result, choices []any)
+	// streamFinish sends the chunk that ends one choice of a stream.
+	streamFinish(sw *sse, res *result) error
+	// streamClose ends the stream: res's usage when asked, then [DONE].
+	streamClose(sw *sse, res *result) error
+}
+
+// checkChoices refuses n above 1 where choices cannot be told apart by the
+// answer's format: with tools in play, each choice's calls would need their
+// own parser and ids (not built yet).
+func checkChoices(in *genInput, f format) error {
+	if in.n <= 1 {
+		return nil
+	}
+	if _, ok := f.(choicesFormat); !ok || in.toolsOn() {
+		return &InputError{Field: "n", Msg: "must be 1 when tools are in play"}
+	}
+	return nil
+}
+
+// choiceID is the job id of choice i of request id.
+func choiceID(id string, i int) string {
+	if i == 0 {
+		return id
+	}
+	return fmt.Sprintf("%s-c%d", id, i)
+}
+
+// choiceGroup is what the choices of one request share.
+type choiceGroup struct {
+	f    choicesFormat
+	stop context.CancelFunc // ends every choice's relay
+
+	first     chan struct{} // closed at choice 0's first token
+	firstOnce sync.Once
+
+	mu  sync.Mutex
+	sw  *sse  // the stream, once a first frame started it
+	err error // the first failure: it ends the whole request
+}
+
+// started says choice 0's first token arrived: its prompt is prefilled.
+func (g *choiceGroup) started() { g.firstOnce.Do(func() { close(g.first) }) }
+
+// begin starts the stream (at the first frame of any choice) and rep's
+// choice in it; it reports false once the request failed.
+func (g *choiceGroup) begin(rep *replyStream) bool {
+	if g.err != nil {
+		return false
+	}
+	if g.sw == nil {
+		g.sw = startSSE(rep.w)
+	}
+	if !rep.begun {
+		rep.begun = true
+		if err := g.f.streamBegin(g.sw, rep.res); err != nil {
+			g.failLocked(err)
+			return false
+		}
+	}
+	return true
+}
+
+// streamText sends one choice's text.
+func (g *choiceGroup) streamText(rep *replyStream, text string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.begin(rep) {
+		return false
+	}
+	if text == "" {
+		return true
+	}
+	if err := g.f.streamText(g.sw, rep.res, text); err != nil {
+		g.failLocked(err)
+		return false
+	}
+	return true
+}
+
+// finish ends one choice: its last chunk when streaming (the answer is
+// written when all have ended).
+func (g *choiceGroup) finish(rep *replyStream) {
+	if !rep.c.in.stream {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.begin(rep) {
+		if err := g.f.streamFinish(g.sw, rep.res); err != nil {
+			g.failLocked(err)
+		}
+	}
+}
+
+// fail ends the request with err, the first failure of any choice.
+func (g *choiceGroup) fail(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failLocked(err)
+}
+
+func (g *choiceGroup) failLocked(err error) {
+	if g.err == nil {
+		g.err = err
+		g.stop()
+	}
+}
+
+// generateChoices is generate for a request with n above 1 (c.in.n): n
+// jobs, one a choice, their replies rendered as one answer by formats.
+func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call, formats []choicesFormat) {
+	n := c.in.n
+	ri := infoOf(r)
+	ri.model = c.m.Name
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = choiceID(ri.id, i)
+	}
+	releases, err := s.acquireChoices(r, c.p.Tenant, ids)
+	if err != nil {
+		c.f.writeError(w, s.refuse(r, err))
+		return
+	}
+	reps := make([]*replyStream, n)
+	defer func() {
+		for i, release := range releases {
+			release(reps[i].used) // zero unless the choice completed
+		}
+	}()
+	_, aspan := s.startSpan(r.Context(), spanAdmission)
+	a, err := c.v.admit(r.Context(), c.in, c.m.ContextWindow, c.defaultMax)
+	if err == nil {
+		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
+		as := make([]admitted, n)
+		for i := range as {
+			as[i] = a
+		}
+		err = s.reserve(r.Context(), c.p.Tenant, c.m, ids, as)
+	}
+	endSpan(aspan, err)
+	if err != nil {
+		c.f.writeError(w, s.refuse(r, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout+replyGrace)
+	defer cancel()
+	gctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g := &choiceGroup{f: formats[0], stop: stop, first: make(chan struct{})}
+	jobs := make([]*queue.Job, n)
+	for i := range n {
+		in := *c.in
+		in.sampling.Seed = c.in.sampling.Seed + uint64(i)
+		if in.cacheKey == "" {
+			in.cacheKey = ri.id // one session: every choice to the worker holding the prompt
+		}
+		cc := c
+		cc.in, cc.f = &in, formats[i]
+		jobs[i] = s.newJob(ids[i], c.p, c.m, a, &in, r)
+		reps[i] = &replyStream{s: s, w: w, r: r, c: cc, group: g, index: i, seed: in.sampling.Seed}
+	}
+	var wg sync.WaitGroup
+	submitted := 0
+	defer func() {
+		wg.Wait()
+		for i, rep := range reps[:submitted] {
+			if !rep.finished {
+				if err := s.cancel(r.Context(), ids[i]); err != nil {
+					s.log.Warn("edge: cancel", "id", ids[i], "error", err)
+				}
+			}
+		}
+	}()
+	for i := range n {
+		if i == 1 {
+			// The others wait for choice 0's prompt to be prefilled.
+			select {
+			case <-g.first:
+			case <-gctx.Done():
+			}
+		}
+		if gctx.Err() != nil {
+			break
+		}
+		replies, err := s.submitChoice(ctx, c, jobs[i])
+		if err != nil {
+			g.fail(err)
+			break
+		}
+		submitted++
+		wg.Go(func() {
+			defer replies.Close()
+			reps[i].relay(gctx, replies)
+			if i == 0 && !reps[0].finished {
+				g.fail(ErrBrokenStream) // ended before any token: nothing to wait for
+			}
+		})
+	}
+	wg.Wait()
+	s.answerChoices(w, r, g, reps)
+}
+
+// acquireChoices takes a concurrency slot for each choice's job, all or
+// none.
+func (s *Server) acquireChoices(r *http.Request, tenant string, ids []string) ([]func(quota.Usage), error) {
+	_, qspan := s.startSpan(r.Context(), spanQuota)
+	var releases []func(quota.Usage)
+	var err error
+	for _, id := range ids {
+		var release func(quota.Usage)
+		if release, err = s.acquireSync(r.Context(), tenant, id); err != nil {
+			break
+		}
+		releases = append(releases, release)
+	}
+	endSpan(qspan, err)
+	if err != nil {
+		for _, release := range releases {
+			release(quota.Usage{})
+		}
+		return nil, err
+	}
+	return releases, nil
+}
+
+// submitChoice queues one choice's job.
+func (s *Server) submitChoice(ctx context.Context, c call, job *queue.Job) (*queue.Replies, error) {
+	ectx, espan := s.startSpan(ctx, spanEnqueue, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", queue.JobSubject(c.m.Name))))
+	replies, err := s.cfg.Queue.Submit(ectx, job)
+	endSpan(espan, err)
+	return replies, err
+}
+
+// answerChoices writes the answer once every choice ended: the first
+// failure, or every choice with the usage summed.
+func (s *Server) answerChoices(w http.ResponseWriter, r *http.Request, g *choiceGroup, reps []*replyStream) {
+	if r.Context().Err() != nil && g.sw == nil {
+		return // the client is gone
+	}
+	head := &result{id: infoOf(r).id, model: reps[0].c.m.Name}
+	var choices []any
+	for i, rep := range reps {
+		if rep.res == nil || !rep.finished || rep.err != nil {
+			if g.err == nil {
+				g.err = ErrBrokenStream
+			}
+			break
+		}
+		if i == 0 {
+			head.created = rep.res.created
+		}
+		u := rep.res.usage
+		head.usage.PromptTokens += u.PromptTokens
+		head.usage.CompletionTokens += u.CompletionTokens
+		head.usage.CachedTokens += u.CachedTokens
+		choices = append(choices, g.f.choice(rep.res))
+	}
+	if g.err != nil {
+		e := s.refuse(r, g.err)
+		if g.sw == nil {
+			g.f.writeError(w, e)
+		} else {
+			_ = g.f.streamError(g.sw, e)
+		}
+		return
+	}
+	infoOf(r).span.SetAttributes(queue.AttrInTokens.Int(head.usage.PromptTokens), queue.AttrOutTokens.Int(head.usage.CompletionTokens))
+	if g.sw != nil {
+		_ = g.f.streamClose(g.sw, head)
+		return
+	}
+	g.f.writeChoices(w, head, choices)
+}
