@@ -79,6 +79,9 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 	m *catalog.Model, v *vocab, req *nativeRequest) {
 	fail := func(err error) { writeNativeError(w, s.refuse(r, err)) }
 	ins, err := s.asyncInputs(req)
+	if err == nil && req.Webhook != nil {
+		err = s.checkWebhook(r.Context(), req.Webhook)
+	}
 	if err != nil {
 		fail(err)
 		return
@@ -116,6 +119,7 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		jobs[i] = s.newJob(ids[i], p, m, a, in, r)
 		jobs[i].Async = true
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
+		jobs[i].Webhook = req.Webhook
 	}
 	if err := s.reserve(r.Context(), p.Tenant, m, ids, admits); err != nil {
 		fail(err)
@@ -236,27 +240,35 @@ func (s *Server) pollAsync(w http.ResponseWriter, r *http.Request, p auth.Princi
 	var total queue.Usage
 	out.Responses = make([]asyncResponse, n)
 	for i, res := range results {
-		one := asyncResponse{ID: i}
-		switch {
-		case res.Status == asyncDone && res.Usage != nil:
-			u := toNativeUsage(*res.Usage)
-			one.Success, one.Finish = true, res.Finish
-			one.Result = &nativeResult{Response: res.Text, Usage: &u}
+		out.Responses[i] = responseOf(i, res)
+		if out.Responses[i].Success {
 			total.PromptTokens += res.Usage.PromptTokens
 			total.CompletionTokens += res.Usage.CompletionTokens
 			total.CachedTokens += res.Usage.CachedTokens
-		default: // failed, or done without usage (a broken record)
-			var e *Error
-			if res.Error != nil {
-				e = Classify(res.Error)
-			} else {
-				e = Classify(ErrBrokenStream)
-			}
-			one.Errors = []nativeError{{Code: e.Row.Code, Message: e.Message}}
 		}
-		out.Responses[i] = one
 	}
 	sum := toNativeUsage(total)
 	out.Usage = &sum
 	writeJSON(w, http.StatusOK, success(out))
+}
+
+// responseOf is the response of request i of a batch, from its job's ended
+// record: the native result, or the errors it ended with.
+func responseOf(i int, res *queue.AsyncResult) asyncResponse {
+	one := asyncResponse{ID: i}
+	if res.Status == asyncDone && res.Usage != nil {
+		u := toNativeUsage(*res.Usage)
+		one.Success, one.Finish = true, res.Finish
+		one.Result = &nativeResult{Response: res.Text, Usage: &u}
+		return one
+	}
+	// failed, or done without usage (a broken record)
+	var e *Error
+	if res.Error != nil {
+		e = Classify(res.Error)
+	} else {
+		e = Classify(ErrBrokenStream)
+	}
+	one.Errors = []nativeError{{Code: e.Row.Code, Message: e.Message}}
+	return one
 }

@@ -163,6 +163,7 @@ type harnessOpts struct {
 	asyncRecords   int                  // Config.AsyncRecordsPerTenant, for an hour each
 	properties     map[string]string    // catalog properties of modelStories
 	routed         bool                 // Config.Router: a router on the harness's NATS
+	webhooks       *WebhookConfig       // Config.Webhooks
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -210,7 +211,8 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound, Router: rt,
 		AsyncRecordsPerTenant: o.asyncRecords, AsyncRecordTTL: time.Hour,
-		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, TraceAllow: o.traceAllow, Metrics: o.metrics})
+		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, TraceAllow: o.traceAllow, Metrics: o.metrics,
+		Webhooks: o.webhooks})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)
 	}

@@ -94,6 +94,9 @@ type nativeRequest struct {
 	// Async batch submission (?queueRequest=true) and polling.
 	Requests  []json.RawMessage `json:"requests"`
 	RequestID *string           `json:"request_id"`
+	// Webhook, on an async batch, is where each job's end is announced
+	// (webhook.go).
+	Webhook *queue.Webhook `json:"webhook"`
 }
 
 // wireMessage is one chat turn as clients send it. Content is a string, or

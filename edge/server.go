@@ -85,7 +85,9 @@ type Config struct {
 	MaxBodyBytes     int64         // request body limit; default 1 MiB
 	DefaultMaxTokens int           // max_tokens when absent, both APIs (catalog property default_max_tokens overrides it); default 256
 	MaxBatchRequests int           // requests in one async batch; default 32
-	HTTP             HTTPLimits    // limits of the listener HTTPServer builds; zero fields take defaults
+	// Webhooks lets async batches name a webhook (webhook.go); nil: refused.
+	Webhooks *WebhookConfig
+	HTTP     HTTPLimits // limits of the listener HTTPServer builds; zero fields take defaults
 	// Tenants maps each verified tenant to its class (queue bound and
 	// scheduling weight); nil puts every tenant in tenants.DefaultClass.
 	Tenants *tenants.Table

@@ -219,7 +219,7 @@ func (a *Auth) nkeyUsers() []*server.NkeyUser {
 // streamsAll are the streams every role may look up (configuration and
 // state only; STREAM.INFO carries no message).
 func streamsAll() []string {
-	return []string{JobsStream, DecodeStream, UsageStream, ExportStream, "KV_" + ResultsBucket, "KV_" + CapacityBucket}
+	return []string{JobsStream, DecodeStream, UsageStream, ExportStream, NotifyStream, "KV_" + ResultsBucket, "KV_" + CapacityBucket}
 }
 
 // consumeOn is what consuming from stream takes: creating and looking up
@@ -286,9 +286,10 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
 		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...)                  // watching worker windows
 		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)                   // watching jobs end (WatchEnded)
+		pubs = append(pubs, consumeOn(NotifyStream)...)                          // delivering async notices to webhooks
 		subs = append(subs, ReplyPrefix+">", StatusPrefix+">", PrefixPrefix+">") // routing (docs/routing.md)
 	case RoleWorker:
-		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", DecodeReadyPrefix+">", UsagePrefix+">", HandoffPrefix+">", inbox)
+		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", DecodeReadyPrefix+">", UsagePrefix+">", HandoffPrefix+">", NotifyPrefix+">", inbox)
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
 		pubs = append(pubs, kvReadWrite(CapacityBucket)...)
 		pubs = append(pubs, consumeOn(JobsStream)...)

@@ -54,8 +54,10 @@ type Job struct {
 	RejectIfBusy bool      `json:"reject_if_busy,omitempty"`
 	CachePrefix  bool      `json:"cache_prefix,omitempty"` // use Tenant's prefix cache (see above)
 	Async        bool      `json:"async,omitempty"`        // results go to the results store, not only the reply subject
-	Reply        string    `json:"reply"`                  // subject for reply frames
-	Deadline     time.Time `json:"deadline"`               // the worker gives up (ErrKindTimeout) after this
+	// Webhook, on an async job, is where its end is announced (notify.go).
+	Webhook  *Webhook  `json:"webhook,omitempty"`
+	Reply    string    `json:"reply"`    // subject for reply frames
+	Deadline time.Time `json:"deadline"` // the worker gives up (ErrKindTimeout) after this
 	// Rates are the prices the edge admitted the job at (neurons per
 	// million tokens); the worker prices its usage event with them.
 	Rates *Rates `json:"rates,omitempty"`
@@ -189,6 +191,14 @@ func (j *Job) Validate() error {
 	}
 	if err := ValidateMetadata(j.Metadata); err != nil {
 		return fmt.Errorf("%w: job %s metadata %v", ErrBadMessage, j.ID, err)
+	}
+	if j.Webhook != nil {
+		if !j.Async {
+			return fmt.Errorf("%w: job %s: a webhook on a job that is not async", ErrBadMessage, j.ID)
+		}
+		if err := j.Webhook.Validate(); err != nil {
+			return fmt.Errorf("job %s: %w", j.ID, err)
+		}
 	}
 	if err := ValidateUser(j.User); err != nil {
 		return fmt.Errorf("%w: job %s user: %v", ErrBadMessage, j.ID, err)

@@ -169,7 +169,19 @@ func (r *Replier) Final(ctx context.Context, text, finish string, usage Usage) e
 		r.text.WriteString(text)
 		r.rec.Text = r.text.String()
 	}
-	return r.record(ctx)
+	if err := r.record(ctx); err != nil {
+		return err
+	}
+	return r.notify(ctx)
+}
+
+// notify announces the job's end, once its record says so, when the job
+// named a webhook (notify.go).
+func (r *Replier) notify(ctx context.Context) error {
+	if r.job.Webhook == nil {
+		return nil
+	}
+	return PublishNotice(ctx, r.res.js, noticeOf(r.job, r.rec))
 }
 
 // Fail sends an error frame and records the job as failed. Any text gathered
@@ -188,7 +200,10 @@ func (r *Replier) Fail(ctx context.Context, kind ErrorKind, msg string) error {
 	r.rec.Status = StatusFailed
 	r.rec.Error = fe
 	r.rec.Text = ""
-	return errors.Join(perr, r.record(ctx))
+	if err := r.record(ctx); err != nil {
+		return errors.Join(perr, err)
+	}
+	return errors.Join(perr, r.notify(ctx))
 }
 
 // Requeue gives the claim back without having sent anything, so the job may
@@ -258,8 +273,9 @@ func (r *Replier) FailIfHeld(ctx context.Context, kind ErrorKind, msg string) er
 	}
 	r.rec, r.rev, r.end = &rec, rev, true
 	r.ended.Store(true)
+	nerr := r.notify(ctx)
 	if r.job.Reply == "" {
-		return nil
+		return nerr
 	}
-	return r.publish(&Frame{Kind: KindError, Error: fe})
+	return errors.Join(nerr, r.publish(&Frame{Kind: KindError, Error: fe}))
 }

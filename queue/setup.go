@@ -45,6 +45,9 @@ type StreamConfig struct {
 	MaxUsageBytes  int64         // bytes held by the usage stream; default 1 GiB
 	UsageMaxAge    time.Duration // an uncounted usage event older than this is dropped; default 7 days
 
+	MaxNotices     int64 // async job notices not yet delivered to their webhooks; default 100,000
+	MaxNoticeBytes int64 // bytes held by the notify stream; default 256 MiB
+
 	// The export stream (ExportStream) is a log: its oldest events are
 	// dropped past either bound, read by then or not.
 	ExportMaxAge   time.Duration // default 7 days
@@ -97,6 +100,12 @@ func (c *StreamConfig) Validate() error {
 	if c.UsageMaxAge == 0 {
 		c.UsageMaxAge = 7 * 24 * time.Hour
 	}
+	if c.MaxNotices == 0 {
+		c.MaxNotices = 100_000
+	}
+	if c.MaxNoticeBytes == 0 {
+		c.MaxNoticeBytes = 256 << 20
+	}
 	if c.ExportMaxAge == 0 {
 		c.ExportMaxAge = 7 * 24 * time.Hour
 	}
@@ -128,6 +137,8 @@ func (c *StreamConfig) Validate() error {
 		return fmt.Errorf("%w: MaxUsageEvents %d, MaxUsageBytes %d", ErrConfig, c.MaxUsageEvents, c.MaxUsageBytes)
 	case c.UsageMaxAge < c.Duplicates:
 		return fmt.Errorf("%w: UsageMaxAge %v is under Duplicates %v", ErrConfig, c.UsageMaxAge, c.Duplicates)
+	case c.MaxNotices < 0 || c.MaxNoticeBytes < 0:
+		return fmt.Errorf("%w: MaxNotices %d, MaxNoticeBytes %d", ErrConfig, c.MaxNotices, c.MaxNoticeBytes)
 	case c.ExportMaxAge < c.Duplicates || c.ExportMaxBytes < 0:
 		return fmt.Errorf("%w: ExportMaxAge %v (at least Duplicates %v), ExportMaxBytes %d", ErrConfig, c.ExportMaxAge, c.Duplicates, c.ExportMaxBytes)
 	}
@@ -228,7 +239,11 @@ func (c *StreamConfig) streams() []jetstream.StreamConfig {
 		Storage:     c.storage(),
 		Replicas:    c.Replicas,
 	}
-	return []jetstream.StreamConfig{jobs, decode, usage, export} // the jobs stream first (Setup)
+	// Async job notices wait here until an edge delivered them to their
+	// webhook (notify.go): a work queue, kept an hour past the retention.
+	notify := workQueue(NotifyStream, "Bulkhead async job notices, until an edge delivered them to their webhooks", NotifyPrefix)
+	notify.MaxMsgs, notify.MaxBytes, notify.MaxAge = c.MaxNotices, c.MaxNoticeBytes, NoticeRetention+time.Hour
+	return []jetstream.StreamConfig{jobs, decode, usage, export, notify} // the jobs stream first (Setup)
 }
 
 // keepQueued is the per-subject limit Setup may give an existing jobs
@@ -317,6 +332,7 @@ func streamSubjects() map[string]string {
 		DecodeStream:           DecodePrefix + ">",
 		UsageStream:            UsagePrefix + ">",
 		ExportStream:           ExportPrefix + ">",
+		NotifyStream:           NotifyPrefix + ">",
 		"KV_" + ResultsBucket:  "$KV." + ResultsBucket + ".>",
 		"KV_" + CapacityBucket: "$KV." + CapacityBucket + ".>",
 	}

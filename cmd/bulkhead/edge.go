@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -119,6 +121,10 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		return err
 	}
 	defer func() { stopFollow(); waitFollow() }()
+	hooks, err := e.webhooks()
+	if err != nil {
+		return err
+	}
 	classes, err := e.tenants()
 	if err != nil {
 		return err
@@ -151,7 +157,7 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
 		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
 		Tenants: classes, TenantQueueBound: bound, AsyncRecordsPerTenant: records, AsyncRecordTTL: recordTTL,
-		DefaultMaxTokens: e.maxTokens, Router: rt,
+		DefaultMaxTokens: e.maxTokens, Router: rt, Webhooks: hooks,
 		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, TraceAllow: splitList(e.traceAllow), Metrics: em, LogContent: n.logContent,
 	})
 	if err != nil {
@@ -184,6 +190,12 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string,
 		return nil
 	})
 	defer func() { _ = stopRelease() }()
+	// Async notices go to their webhooks, with the other edges.
+	stopHooks := background(func(ctx context.Context) error {
+		srv.RunWebhooks(ctx) // until ctx ends; nothing without --webhook-hosts
+		return nil
+	})
+	defer func() { _ = stopHooks() }()
 	if n.ready != nil {
 		n.ready(ln.Addr().String())
 	}
@@ -240,6 +252,9 @@ type edgeFlags struct {
 	continueTraces bool   // --trace-continue-client
 	traceAllow     string // --trace-allow
 	asyncRecords   int    // --async-results-per-tenant
+	webhookHosts   string // --webhook-hosts
+	webhookPrivate bool   // --webhook-allow-private
+	webhookCA      string // --webhook-ca
 }
 
 func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
@@ -261,6 +276,9 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.DurationVar(&e.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long requests in flight may run on while new ones get 503 draining")
 	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32,prefix_cache=off;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: the jobs stream's per-tenant bound, --jobs-per-tenant, across models too), weight its share of a worker, prefix_cache=off keeps its tenants out of the prefix cache (default on); the class \"default\" (max_queued=0, weight=1, prefix_cache=on unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
 	fs.IntVar(&e.asyncRecords, "async-results-per-tenant", 0, "async results one tenant may keep in the results store (each lives its TTL, 24 h by default), counted in Redis; over it a batch gets 429 async_results_full (0: a tenth of what half the store holds at 4 KiB a result, from its size at start)")
+	fs.StringVar(&e.webhookHosts, "webhook-hosts", "", "hosts an async batch's webhook may name, comma-separated: \"hooks.example.com\", \"*.example.com\" (any subdomain) or \"*\" (any host); empty: webhooks are refused")
+	fs.BoolVar(&e.webhookPrivate, "webhook-allow-private", false, "let webhooks reach loopback, private and link-local addresses (receivers inside your network); by default only public addresses, checked at every connection")
+	fs.StringVar(&e.webhookCA, "webhook-ca", "", "PEM file of CAs webhook receivers' certificates are checked against (default: the system's)")
 	fs.StringVar(&e.members, "tenant-class", "", "tenants' classes from their token's tenant id, e.g. \"acme=pro,globex=free\"")
 	fs.BoolVar(&e.noRouting, "no-routing", false, "queue every job on its tenant's shared queue, for any worker, instead of routing it to the worker of its session or prefix (docs/routing.md)")
 	fs.BoolVar(&e.continueTraces, "trace-continue-client", false, "with tracing on, make each request's spans part of the client's trace (its traceparent, sampled flag included) instead of a trace of the edge's own linked to it; only where every client is trusted")
@@ -324,4 +342,27 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// webhooks builds the webhook configuration: nil without --webhook-hosts.
+func (e *edgeFlags) webhooks() (*edge.WebhookConfig, error) {
+	hosts := splitList(e.webhookHosts)
+	if len(hosts) == 0 {
+		if e.webhookPrivate || e.webhookCA != "" {
+			return nil, fmt.Errorf("%w: --webhook-allow-private and --webhook-ca need --webhook-hosts", errUsage)
+		}
+		return nil, nil
+	}
+	cfg := &edge.WebhookConfig{Hosts: hosts, AllowPrivate: e.webhookPrivate}
+	if e.webhookCA != "" {
+		pem, err := os.ReadFile(e.webhookCA)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --webhook-ca: %v", errUsage, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --webhook-ca %s holds no PEM certificate", errUsage, e.webhookCA)
+		}
+	}
+	return cfg, nil
 }

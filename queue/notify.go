@@ -1,0 +1,173 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Async notifications. An async job may name a webhook (Job.Webhook); when
+// its record ends (done or failed) the worker that wrote that record
+// publishes a Notice on the notify stream, and the edges deliver it from the
+// durable consumer NotifyConsumer: an edge that stops leaves its notices to
+// the others or to the next edge, and one that fails to deliver gives the
+// notice back for a later try, until NoticeRetention after the job ended.
+const (
+	NotifyStream   = "BULKHEAD_NOTIFY"
+	NotifyPrefix   = "bulkhead.notify." // + tenant token (NotifySubject)
+	NotifyConsumer = "webhooks"
+)
+
+// NoticeRetention is how long after its job ended a notice is still
+// delivered; the notify stream keeps notices an hour longer.
+const NoticeRetention = 24 * time.Hour
+
+// Bounds of a webhook.
+const (
+	MaxWebhookURL    = 2048
+	MinWebhookSecret = 16
+	MaxWebhookSecret = 256
+)
+
+// Webhook is where an async job's end is announced: an HTTPS URL, and the
+// secret its notifications are signed with (HMAC-SHA256).
+type Webhook struct {
+	URL    string `json:"url"`
+	Secret string `json:"secret"`
+}
+
+// Validate checks the shape the edge admitted (an https URL, a secret of
+// MinWebhookSecret to MaxWebhookSecret bytes); which hosts may be called is
+// the edge's decision.
+func (w *Webhook) Validate() error {
+	u, err := url.Parse(w.URL)
+	switch {
+	case len(w.URL) > MaxWebhookURL || err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil:
+		return fmt.Errorf("%w: webhook url %.100q: want an https URL of at most %d bytes, without credentials", ErrBadMessage, w.URL, MaxWebhookURL)
+	case len(w.Secret) < MinWebhookSecret || len(w.Secret) > MaxWebhookSecret:
+		return fmt.Errorf("%w: webhook secret of %d bytes: want %d to %d", ErrBadMessage, len(w.Secret), MinWebhookSecret, MaxWebhookSecret)
+	}
+	return nil
+}
+
+// NotifySubject is the subject of a tenant's notices.
+func NotifySubject(tenant string) string { return NotifyPrefix + ModelToken(tenant) }
+
+// Notice says that an async job ended: its record's end state and where to
+// announce it.
+type Notice struct {
+	JobID   string      `json:"job_id"`
+	Tenant  string      `json:"tenant"`
+	Model   string      `json:"model"`
+	Status  string      `json:"status"` // StatusDone or StatusFailed
+	Text    string      `json:"text,omitempty"`
+	Finish  string      `json:"finish,omitempty"`
+	Usage   *Usage      `json:"usage,omitempty"`
+	Error   *FrameError `json:"error,omitempty"`
+	Ended   time.Time   `json:"ended"`
+	Webhook Webhook     `json:"webhook"`
+}
+
+// Validate checks what a deliverer relies on.
+func (n *Notice) Validate() error {
+	switch {
+	case n.JobID == "":
+		return fmt.Errorf("%w: notice without job id", ErrBadMessage)
+	case !ValidTenant(n.Tenant):
+		return fmt.Errorf("%w: notice %s tenant %q", ErrBadMessage, n.JobID, n.Tenant)
+	case n.Status != StatusDone && n.Status != StatusFailed:
+		return fmt.Errorf("%w: notice %s status %q", ErrBadMessage, n.JobID, n.Status)
+	case n.Ended.IsZero():
+		return fmt.Errorf("%w: notice %s without end time", ErrBadMessage, n.JobID)
+	}
+	return n.Webhook.Validate()
+}
+
+// DecodeNotice decodes and validates a notice.
+func DecodeNotice(b []byte) (*Notice, error) {
+	var n Notice
+	if err := json.Unmarshal(b, &n); err != nil {
+		return nil, fmt.Errorf("%w: notice: %v", ErrBadMessage, err)
+	}
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// noticeOf is the notice of job's ended record rec.
+func noticeOf(job *Job, rec *AsyncResult) *Notice {
+	return &Notice{JobID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: rec.Status, Text: rec.Text,
+		Finish: rec.Finish, Usage: rec.Usage, Error: rec.Error, Ended: time.Now().UTC(), Webhook: *job.Webhook}
+}
+
+// noticeTimeout bounds publishing one notice, retries included: longer than
+// a JetStream cluster takes to elect a new stream leader.
+const noticeTimeout = 20 * time.Second
+
+// PublishNotice puts a notice on the notify stream with Nats-Msg-Id = the
+// job id, retrying within noticeTimeout (a retry of a publish that landed is
+// a no-op), so a job's end is announced once however often it is recorded
+// within the de-duplication window.
+func PublishNotice(ctx context.Context, js jetstream.JetStream, n *Notice) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noticeTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		msg := nats.NewMsg(NotifySubject(n.Tenant))
+		msg.Header.Set(nats.MsgIdHdr, n.JobID)
+		msg.Data = b
+		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = js.PublishMsg(tctx, msg)
+		tcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("queue: notice of %s: %w", n.JobID, err)
+		case <-time.After(min(time.Duration(50<<min(attempt, 5))*time.Millisecond, time.Second)):
+		}
+	}
+}
+
+// EnsureNotifyConsumer creates or finds the edges' durable consumer of the
+// notify stream: explicit acks, no limit on deliveries (a deliverer gives a
+// notice back with a delay until it is delivered or too old), ackWait long
+// enough for one delivery.
+func EnsureNotifyConsumer(ctx context.Context, js jetstream.JetStream, ackWait time.Duration) (jetstream.Consumer, error) {
+	if ackWait <= 0 {
+		return nil, fmt.Errorf("%w: notify consumer ack wait %v", ErrConfig, ackWait)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, NotifyStream, jetstream.ConsumerConfig{
+		Durable:       NotifyConsumer,
+		Description:   "edges: async job notifications to webhooks",
+		FilterSubject: NotifyPrefix + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 1024,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: notify consumer: %w", err)
+	}
+	return c, nil
+}
+
+// Notices is the edges' durable consumer of the notify stream
+// (EnsureNotifyConsumer), for delivering async notices.
+func (c *Client) Notices(ctx context.Context, ackWait time.Duration) (jetstream.Consumer, error) {
+	return EnsureNotifyConsumer(ctx, c.js, ackWait)
+}
