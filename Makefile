@@ -13,8 +13,9 @@ ARGS ?=
 
 .PHONY: build run test test-cluster test-deploy cluster cluster-down vet bench fuzz clean deps screenshots
 
-# deps installs what the tests need beyond Go: a real redis-server and chromium
-# (the dashboard's browser test), Debian packages.
+# deps installs what the tests need beyond Go: a real redis-server, chromium
+# (the dashboard's browser test) and node with npm (the official npm SDKs'
+# test installs them from the npm registry), Debian packages.
 deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "installing redis-server (apt-get)"; \
@@ -24,6 +25,10 @@ deps:
 		echo "installing chromium for the dashboard's browser test (apt-get)"; \
 		(apt-get update -qq || sudo apt-get update -qq) && \
 		(apt-get install -y -qq chromium || sudo apt-get install -y -qq chromium); }
+	@{ command -v node && command -v npm; } >/dev/null 2>&1 || { \
+		echo "installing node and npm for the npm SDKs' test (apt-get)"; \
+		(apt-get update -qq || sudo apt-get update -qq) && \
+		(apt-get install -y -qq nodejs npm || sudo apt-get install -y -qq nodejs npm); }
 	@command -v patch >/dev/null 2>&1 || { \
 		echo "installing patch for the Jinja fork's check (apt-get)"; \
 		(apt-get update -qq || sudo apt-get update -qq) && \

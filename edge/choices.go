@@ -273,8 +273,8 @@ func (s *Server) submitChoice(ctx context.Context, c call, job *queue.Job) (*que
 // answerChoices writes the answer once every choice ended: the first
 // failure, or every choice with the usage summed.
 func (s *Server) answerChoices(w http.ResponseWriter, r *http.Request, g *choiceGroup, reps []*replyStream) {
-	if r.Context().Err() != nil && g.sw == nil {
-		return // the client is gone
+	if r.Context().Err() != nil {
+		return // the client is gone (or the edge's drain ran out): nothing to answer
 	}
 	head := &result{id: infoOf(r).id, model: reps[0].c.m.Name}
 	var choices []any
