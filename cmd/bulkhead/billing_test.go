@@ -220,7 +220,8 @@ func TestBillingSurvivesKills(t *testing.T) {
 // before its next request is queued, also when the neurons came from a
 // stream it cancelled (billed by billing from the worker's usage event).
 func TestBudgetStopsTenant(t *testing.T) {
-	c := startClusterRoles(t, "unified")
+	// Held at token 200: the stream the client leaves is still running.
+	c := startHeldCluster(t, false, "unified")
 	edgeURL := c.edge(t, "edge", "--quota-daily-neurons", "0.3")
 	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
 	tok := c.token(t, "spender")
@@ -275,5 +276,9 @@ func TestNoFaultFlagsShipped(t *testing.T) {
 	_, stderr, code := bulkhead(t, "billing", "--fault-exit-after", "1", "--redis", "redis://127.0.0.1:1/0")
 	if code == 0 || !strings.Contains(stderr, "fault-exit-after") {
 		t.Errorf("billing --fault-exit-after: exit %d: %s; want it refused as an unknown flag", code, stderr)
+	}
+	_, stderr, code = bulkhead(t, "worker", "--fault-hold-at", "1", "--model", "m=/nonexistent.gguf")
+	if code != 2 || !strings.Contains(stderr, "fault-hold-at") {
+		t.Errorf("worker --fault-hold-at: exit %d: %s; want it refused as an unknown flag", code, stderr)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,11 +104,15 @@ func freeAddr(t *testing.T) string {
 // redis-server, and edges started on demand.
 type cluster struct {
 	bin, natsURL, model string
-	key                 *auth.DevKey
-	redis               *redistest.Server
-	workers             []*process
-	nats                *process
-	creds               string // NATS's --auth-dir: one seed file per role
+	// workerBin and workerArgs start the workers: bin, or a fault build
+	// holding every stream at a token (startHeldCluster).
+	workerBin  string
+	workerArgs []string
+	key        *auth.DevKey
+	redis      *redistest.Server
+	workers    []*process
+	nats       *process
+	creds      string // NATS's --auth-dir: one seed file per role
 }
 
 // natsCreds is the --nats-creds flag of a node of role (none when NATS
@@ -142,11 +147,34 @@ func startSecureCluster(t *testing.T, roles ...string) *cluster {
 
 func startClusterWith(t *testing.T, secure bool, roles ...string) *cluster {
 	t.Helper()
+	return startClusterOpts(t, secure, 0, roles...)
+}
+
+// holdTokens is where startHeldCluster's workers hold every stream: past
+// what any test that expects a completion asks for.
+const holdTokens = 200
+
+// startHeldCluster is startClusterWith with workers built with -tags
+// faults, holding every stream after token holdTokens until its job ends:
+// a test that faults a long generation (cancels, kills, times it out) waits
+// for tokens it can count, not for a generation slower than the engine.
+func startHeldCluster(t *testing.T, secure bool, roles ...string) *cluster {
+	t.Helper()
+	return startClusterOpts(t, secure, holdTokens, roles...)
+}
+
+func startClusterOpts(t *testing.T, secure bool, holdAt int, roles ...string) *cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-process cluster test skipped in -short mode")
 	}
 	dir := t.TempDir()
 	c := &cluster{bin: buildBinary(t, dir), model: refdatatest.Path(t, "models/stories260K.gguf")}
+	c.workerBin = c.bin
+	if holdAt > 0 {
+		c.workerBin = buildBinary(t, dir, "faults")
+		c.workerArgs = []string{"--fault-hold-at", strconv.Itoa(holdAt)}
+	}
 	var err error
 	if c.redis, err = redistest.Start(); err != nil {
 		t.Fatal(err)
@@ -168,8 +196,9 @@ func startClusterWith(t *testing.T, secure bool, roles ...string) *cluster {
 	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
 	c.natsURL = "nats://" + natsAddr
 	for i, role := range roles {
-		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.bin, append([]string{"worker", "--nats", c.natsURL,
-			"--model", clusterModel + "=" + c.model, "--threads", "1", "--kv-poison", "--role", role}, c.natsCreds(queue.RoleWorker)...)...))
+		args := append([]string{"worker", "--nats", c.natsURL, "--model", clusterModel + "=" + c.model, "--threads", "1", "--kv-poison", "--role", role},
+			c.natsCreds(queue.RoleWorker)...)
+		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.workerBin, append(args, c.workerArgs...)...))
 	}
 	return c
 }
@@ -341,7 +370,9 @@ func TestClusterOfProcesses(t *testing.T) {
 // TestClusterErrors reproduces the edge's error rows against the running
 // system: real edge, NATS, workers and redis-server processes.
 func TestClusterErrors(t *testing.T) {
-	c := startCluster(t)
+	// Held at token 200: the "timeout" row's long generation outlives its
+	// 150 ms deadline however fast the engine is.
+	c := startHeldCluster(t, false, "unified", "unified")
 	// A second model on its own worker that takes one sequence at a time and
 	// queues one more, so it is easy to make busy.
 	const busyModel = "@cf/tinyllamas/busy"

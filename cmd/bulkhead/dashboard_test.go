@@ -80,10 +80,11 @@ const readPage = `(() => {
 // 1280 and 390 pixels wide.
 func TestDashboardInBrowser(t *testing.T) {
 	chrome := chromium(t)
-	c := startClusterRoles(t, "unified")
+	// Held at token 200: the stream the client leaves is still running.
+	c := startHeldCluster(t, false, "unified")
 	const second = "@cf/tinyllamas/stories260k-chat"
-	start(t, "worker-both", c.bin, "worker", "--nats", c.natsURL, "--model", clusterModel+"="+c.model,
-		"--model", second+"="+c.model, "--threads", "1")
+	start(t, "worker-both", c.workerBin, append([]string{"worker", "--nats", c.natsURL, "--model", clusterModel + "=" + c.model,
+		"--model", second + "=" + c.model, "--threads", "1"}, c.workerArgs...)...)
 	edgeURL := c.edge(t, "edge", "--model", second+"="+c.model, "--quota-daily-neurons", "40")
 	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
 

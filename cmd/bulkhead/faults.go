@@ -3,12 +3,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // faultFlags are the fault-injection flags. They exist only in a binary
@@ -16,6 +18,27 @@ import (
 // has none (nofaults.go).
 type faultFlags struct {
 	exitAfter int64 // billing --fault-exit-after
+	holdAt    int   // worker --fault-hold-at
+}
+
+// registerWorker registers the worker's fault flags.
+func (f *faultFlags) registerWorker(fs *flag.FlagSet) {
+	fs.IntVar(&f.holdAt, "fault-hold-at", 0, "testing: hold every stream after its token N went out, until the job ends (cancelled, timed out, the worker stopped); longer generations thus never finish (0: never)")
+}
+
+// workerHook is the worker's AfterToken hook for --fault-hold-at: at token
+// N it says so on stderr and waits for the job's context to end.
+func (f *faultFlags) workerHook(stderr io.Writer) func(context.Context, *queue.Job, int) {
+	if f.holdAt <= 0 {
+		return nil
+	}
+	return func(ctx context.Context, job *queue.Job, n int) {
+		if n != f.holdAt {
+			return
+		}
+		fmt.Fprintf(stderr, "worker: --fault-hold-at %d: holding job %s\n", n, job.ID)
+		<-ctx.Done()
+	}
 }
 
 func (f *faultFlags) register(fs *flag.FlagSet) {

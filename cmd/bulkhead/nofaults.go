@@ -3,10 +3,12 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 
 	"github.com/bulkhead-ai/bulkhead/billing/meter"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // faultFlags is empty in the shipped binary: fault injection is built only
@@ -15,3 +17,6 @@ type faultFlags struct{}
 
 func (*faultFlags) register(*flag.FlagSet)        {}
 func (*faultFlags) hook(*meter.Config, io.Writer) {}
+func (*faultFlags) registerWorker(*flag.FlagSet)  {}
+
+func (*faultFlags) workerHook(io.Writer) func(context.Context, *queue.Job, int) { return nil }

@@ -59,7 +59,9 @@ func (c *cluster) natsAs(t *testing.T, role string) (*nats.Conn, jetstream.JetSt
 // at once; a decode worker killed mid-stream gives its client an error event
 // within 5 s; with NATS stopped a request is refused within 2 s.
 func TestClusterSecurity(t *testing.T) {
-	c := startSecureCluster(t, "prefill", "decode")
+	// Held at token 200: the stream whose decode worker is killed is still
+	// running when the kill lands, however fast the engine is.
+	c := startHeldCluster(t, true, "prefill", "decode")
 	const solo = "@cf/tinyllamas/solo"
 	soloWorker := start(t, "worker-solo", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
 		"--threads", "1"}, c.natsCreds(queue.RoleWorker)...)...)

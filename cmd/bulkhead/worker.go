@@ -28,6 +28,7 @@ func runWorkerCmd(ctx context.Context, args []string, _, stderr io.Writer) error
 	fs.DurationVar(&f.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long jobs in flight may run on; those not done are handed back (requeued) or, once streamed, end with an error")
 	f.nodeFlags.register(fs, true, false)
 	f.engine.register(fs)
+	f.faults.registerWorker(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -47,6 +48,7 @@ type workerCmdFlags struct {
 	role   string
 	grace  time.Duration // --drain-grace
 	engine engineFlags
+	faults faultFlags // empty unless built with -tags faults
 }
 
 // run starts the worker node and serves until ctx ends.
@@ -101,7 +103,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	defer nc.Close()
 	h.Add("nats", natsCheck(nc))
 	n := workerNode{log: log, nc: nc, js: js, engines: engines, role: role, concurrency: f.engine.concurrency,
-		grace: f.grace, id: id, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}}
+		grace: f.grace, id: id, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}, afterToken: f.faults.workerHook(stderr)}
 	return n.run(ctx)
 }
 
@@ -125,6 +127,7 @@ type workerNode struct {
 	grace       time.Duration // the drain's bound; 0: the worker's default
 	id          string        // its name in the capacity bucket; "": a new workerID
 	obs         workerObs
+	afterToken  func(context.Context, *queue.Job, int) // worker.Config.AfterToken (fault builds only)
 }
 
 // run serves jobs for the node's engines until ctx ends, then drains. It
@@ -138,7 +141,7 @@ func (n workerNode) run(ctx context.Context) error {
 	stopCap := background(n.keepCapacity(n.id))
 	defer stopCap()
 	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Concurrency: n.concurrency,
-		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics})
+		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics, AfterToken: n.afterToken})
 	if err != nil {
 		return err
 	}

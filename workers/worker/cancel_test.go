@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -183,5 +184,54 @@ func TestCancelBetweenClaimAndSubscribe(t *testing.T) {
 			noUsage(t, usage)
 			checkBaseline(t, whole...)
 		})
+	}
+}
+
+// TestAfterTokenHolds: a worker whose AfterToken hook holds a stream at
+// token 3 sends exactly three token frames, then, when the job is
+// cancelled, an aborted error frame; nothing of the generation the engine
+// finished meanwhile goes out, and the job is billed for three tokens.
+func TestAfterTokenHolds(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	held := make(chan string, 1)
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, AfterToken: func(ctx context.Context, job *queue.Job, n int) {
+		if n == 3 {
+			held <- job.ID
+			<-ctx.Done()
+		}
+	}})
+	usage, err := ev.nc.SubscribeSync(queue.UsagePrefix + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := newJob(t, "Once upon a time", 200)
+	r, err := ev.client.Submit(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	select {
+	case id := <-held:
+		if id != job.ID {
+			t.Fatalf("held %s, want %s", id, job.ID)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream was not held")
+	}
+	if err := ev.client.Cancel(context.Background(), job.ID); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := collect(t, r)
+	if !errors.Is(err, io.EOF) || len(frames) != 4 || frames[3].Kind != queue.KindError || frames[3].Error.Kind != queue.ErrKindAborted {
+		t.Fatalf("%d frames (%v), last %+v: want 3 tokens and an aborted error", len(frames), err, frames[len(frames)-1])
+	}
+	m, err := usage.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ue, err := queue.DecodeUsage(m.Data)
+	if err != nil || ue.CompletionTokens != 3 || ue.Finish != queue.OutcomeCancelled {
+		t.Fatalf("usage %+v (%v): want 3 tokens, cancelled", ue, err)
 	}
 }

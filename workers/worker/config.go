@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -97,6 +98,12 @@ type Config struct {
 	Metrics *Metrics
 	// ID names this worker in usage events; default host-pid-random.
 	ID string
+	// AfterToken, if set, runs after the n-th token frame (from 1) of a job
+	// went out, with the job's context. Fault tests hold a stream there
+	// until the job ends (bulkhead worker --fault-hold-at, built with -tags
+	// faults): a stream that is cancelled, timed out or killed while held
+	// sends nothing more, as one still generating would.
+	AfterToken func(ctx context.Context, job *queue.Job, n int)
 
 	// beforeWatch, if set, runs after a job was claimed and admitted and
 	// before the worker subscribes to its cancel signal (a test hook).

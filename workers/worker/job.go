@@ -176,7 +176,11 @@ func (d *delivery) send(rctx context.Context, abort context.CancelCauseFunc, eve
 	if prefill == nil {
 		_, decode = d.w.startSpan(rctx, spanDecode, queue.AttrModel.String(d.job.Model))
 	}
+	tokens, held := 0, false
 	for ev := range events {
+		if held {
+			continue // the job ended while held (Config.AfterToken): drain
+		}
 		if decode == nil {
 			endSpan(prefill, ev.Err)
 			_, decode = d.w.startSpan(rctx, spanDecode, queue.AttrModel.String(d.job.Model))
@@ -190,6 +194,14 @@ func (d *delivery) send(rctx context.Context, abort context.CancelCauseFunc, eve
 			if err := d.rp.TokenLogprobs(kctx, ev.Text, []int32{ev.Token}, frameLogprobs(ev)); err != nil {
 				streamErr = err
 				abort(err) // the engine ends the request at its next step
+				break
+			}
+			if hook := d.w.cfg.AfterToken; hook != nil {
+				tokens++
+				hook(rctx, d.job, tokens)
+				if rctx.Err() != nil {
+					held, endErr = true, context.Cause(rctx)
+				}
 			}
 		}
 	}
