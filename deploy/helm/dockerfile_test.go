@@ -363,7 +363,7 @@ func TestChartFlags(t *testing.T) {
 		return helps[cmd]
 	}
 	sets := valueSets(t)
-	sets["everything"] = valueSet{vals: values(t, `{workers: {clampContext: true}, edge: {jwt: {audience: a, issuer: i}}, pools: {unified: {enabled: true}}}`)}
+	sets["everything"] = valueSet{vals: values(t, `{workers: {clampContext: true}, edge: {jwt: {audience: a, issuer: i}, webhooks: {hosts: [hooks.example.com], allowPrivate: true, caSecret: hooks-ca}}, billing: {exportSource: eu-1}, pools: {unified: {enabled: true}}}`)}
 	for set, vs := range sets {
 		for n, d := range vs.render(t).deployments {
 			c := d.Spec.Template.Spec.Containers[0]

@@ -434,6 +434,7 @@ func TestRenderRefuses(t *testing.T) {
 		{"no models", valueSet{vals: values(t, `models: []`)}, "at least one model"},
 		{"pool scaled to zero", valueSet{vals: values(t, `pools: {decode: {autoscaling: {minReplicas: 0}}}`)}, "pools.decode.autoscaling.minReplicas"},
 		{"no jwks", valueSet{vals: values(t, `edge: {jwks: {existingSecret: ""}}`)}, "edge.jwks.existingSecret"},
+		{"webhook settings without hosts", valueSet{vals: values(t, `edge: {webhooks: {allowPrivate: true}}`)}, "edge.webhooks"},
 		{"no bus", valueSet{alone: true, vals: values(t, `externalRedis: {url: "redis://x:6379/0"}`)}, "bus.url"},
 		{"a bus without monitoring", valueSet{alone: true, vals: values(t, `{bus: {url: "nats://x:4222"}, externalRedis: {url: "redis://x:6379/0"}}`)}, "bus.monitoringEndpoint"},
 		{"no redis", valueSet{alone: true, vals: values(t, bus)}, "externalRedis.url or externalRedis.existingSecret"},
@@ -463,5 +464,38 @@ func TestRenderRefuses(t *testing.T) {
 	_, flags := args(t, r.deployments[name("decode")].Spec.Template.Spec.Containers[0])
 	if _, ok := flags["clamp-context"]; !ok {
 		t.Errorf("decode flags %v: no --clamp-context", flags)
+	}
+}
+
+// TestRenderWebhooks: edge.webhooks become the edge's --webhook-* flags,
+// its CA Secret mounted read-only; without hosts, no flag at all.
+func TestRenderWebhooks(t *testing.T) {
+	_, flags := args(t, render(t, nil).deployments[name("edge")].Spec.Template.Spec.Containers[0])
+	for f := range flags {
+		if strings.HasPrefix(f, "webhook") {
+			t.Errorf("--%s by default", f)
+		}
+	}
+	r := render(t, values(t, `edge: {webhooks: {hosts: [hooks.example.com, "*.example.org"], allowPrivate: true, caSecret: hooks-ca}}`))
+	spec := r.deployments[name("edge")].Spec.Template.Spec
+	_, flags = args(t, spec.Containers[0])
+	if flags["webhook-hosts"] != "hooks.example.com,*.example.org" || flags["webhook-ca"] != "/etc/bulkhead/webhook-ca/ca.crt" {
+		t.Errorf("edge flags %v", flags)
+	}
+	if _, ok := flags["webhook-allow-private"]; !ok {
+		t.Errorf("no --webhook-allow-private in %v", flags)
+	}
+	mounted := false
+	for _, m := range spec.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == "webhook-ca" && m.MountPath == "/etc/bulkhead/webhook-ca" && m.ReadOnly)
+	}
+	var secret string
+	for _, v := range spec.Volumes {
+		if v.Name == "webhook-ca" && v.Secret != nil {
+			secret = v.Secret.SecretName
+		}
+	}
+	if !mounted || secret != "hooks-ca" {
+		t.Errorf("webhook CA mounted %v from Secret %q", mounted, secret)
 	}
 }
