@@ -288,7 +288,12 @@ func (s *Server) deliverNotice(ctx context.Context, client *http.Client, msg jet
 	err = s.postNotice(ctx, client, n)
 	if err == nil {
 		s.log.Debug("edge: webhook delivered", "job", n.JobID, "tenant", n.Tenant)
-		_ = msg.DoubleAck(ctx)
+		// Acknowledged even when the edge is stopping: the receiver has it.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := msg.DoubleAck(actx); err != nil {
+			s.log.Warn("edge: webhooks: acknowledging a delivered notice (it may be delivered again)", "job", n.JobID, "error", err)
+		}
 		return
 	}
 	if time.Since(n.Ended) > queue.NoticeRetention {
