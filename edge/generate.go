@@ -119,6 +119,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 	job := &queue.Job{
 		ID:           id,
 		Tenant:       p.Tenant,
+		Key:          p.Key,
 		Model:        m.Name,
 		Prompt:       a.prompt,
 		Segments:     a.segments,

@@ -54,6 +54,9 @@ type Job struct {
 	RejectIfBusy bool      `json:"reject_if_busy,omitempty"`
 	CachePrefix  bool      `json:"cache_prefix,omitempty"` // use Tenant's prefix cache (see above)
 	Async        bool      `json:"async,omitempty"`        // results go to the results store, not only the reply subject
+	// Key is the tenant's API key the request came with (the token's "key"
+	// claim; "" for none), carried into its usage event.
+	Key string `json:"key,omitempty"`
 	// Webhook, on an async job, is where its end is announced (notify.go).
 	Webhook  *Webhook  `json:"webhook,omitempty"`
 	Reply    string    `json:"reply"`    // subject for reply frames
@@ -191,6 +194,9 @@ func (j *Job) Validate() error {
 	}
 	if err := ValidateMetadata(j.Metadata); err != nil {
 		return fmt.Errorf("%w: job %s metadata %v", ErrBadMessage, j.ID, err)
+	}
+	if j.Key != "" && !ValidKey(j.Key) {
+		return fmt.Errorf("%w: job %s key %q", ErrBadMessage, j.ID, j.Key)
 	}
 	if j.Webhook != nil {
 		if !j.Async {

@@ -21,3 +21,12 @@ func ValidTenant(s string) bool {
 	}
 	return true
 }
+
+// MaxKeyLen is the longest API key id (a token's "key" claim).
+const MaxKeyLen = 64
+
+// ValidKey reports whether s is a well-formed API key id: ValidTenant's
+// rule. A key names one of a tenant's keys (its apps, its environments),
+// carried from the verified token into its jobs and usage events, so spend
+// can be told apart within a tenant; it never widens what the tenant may do.
+func ValidKey(s string) bool { return ValidTenant(s) }

@@ -80,6 +80,7 @@ type UsageEvent struct {
 
 	Metadata map[string]string `json:"metadata,omitempty"` // the request's (Job.Metadata)
 	User     string            `json:"user,omitempty"`     // the request's end user (Job.User)
+	Key      string            `json:"key,omitempty"`      // the tenant's API key (Job.Key)
 }
 
 // Validate checks what the ledger relies on.
@@ -103,6 +104,9 @@ func (e *UsageEvent) Validate() error {
 	}
 	if err := ValidateMetadata(e.Metadata); err != nil {
 		return fmt.Errorf("%w: usage event %s metadata %v", ErrBadMessage, e.RequestID, err)
+	}
+	if e.Key != "" && !ValidKey(e.Key) {
+		return fmt.Errorf("%w: usage event %s key %q", ErrBadMessage, e.RequestID, e.Key)
 	}
 	if err := ValidateUser(e.User); err != nil {
 		return fmt.Errorf("%w: usage event %s user: %v", ErrBadMessage, e.RequestID, err)

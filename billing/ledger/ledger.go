@@ -214,5 +214,29 @@ func increments(ev *queue.UsageEvent) []increment {
 	if ev.TTFTMs > 0 {
 		inc = append(inc, increment{mTTFT + strconv.Itoa(bucketOf(ev.TTFTMs)) + m, 1})
 	}
+	// Spend by API key ("" for requests without one) and by metadata tag
+	// ("name=value"): "<group>|<metric>|<name>" fields (groupMetrics).
+	inc = append(inc, groupIncrements(groupKey, ev.Key, ev)...)
+	for k, v := range ev.Metadata {
+		inc = append(inc, groupIncrements(groupTag, k+"="+v, ev)...)
+	}
 	return inc
+}
+
+// Groups a rollup also tallies by: the request's API key, its metadata tags.
+const (
+	groupKey = "k"
+	groupTag = "t"
+)
+
+// groupIncrements are one request's tallies under group name.
+func groupIncrements(group, name string, ev *queue.UsageEvent) []increment {
+	f := func(metric string) string { return group + "|" + metric + "|" + name }
+	return []increment{
+		{f(mRequests), 1},
+		{f(mPrompt), int64(ev.PromptTokens)},
+		{f(mCached), int64(ev.CachedTokens)},
+		{f(mCompletion), int64(ev.CompletionTokens)},
+		{f(mMicro), ev.MicroNeurons},
+	}
 }

@@ -215,3 +215,43 @@ func TestRecordRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestSpendByKeyAndTag: each request's tallies also go to its API key
+// ("" without one) and to each of its metadata tags, over all models, and
+// none of them shows up as a model in the series.
+func TestSpendByKeyAndTag(t *testing.T) {
+	l := newLedger(t, 9)
+	ctx := context.Background()
+	for i, c := range []struct {
+		key, model string
+		micro      int64
+		meta       map[string]string
+	}{
+		{"ci", "m1", 100, map[string]string{"app": "search"}},
+		{"ci", "m2", 200, map[string]string{"app": "search", "env": "dev"}},
+		{"prod", "m1", 1000, map[string]string{"app": "chat|bot"}},
+		{"", "m1", 7, nil},
+	} {
+		ev := event(fmt.Sprintf("k%d", i), "acme", c.model, t0, 10, 2, 5, c.micro, queue.OutcomeStop)
+		ev.Key, ev.Metadata = c.key, c.meta
+		if _, err := l.Record(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range []Granularity{Hour, Day} {
+		rep, err := l.Query(ctx, Query{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(time.Hour), Granularity: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Keys["ci"].MicroNeurons != 300 || rep.Keys["ci"].Requests != 2 || rep.Keys["prod"].MicroNeurons != 1000 ||
+			rep.Keys[""].MicroNeurons != 7 || len(rep.Keys) != 3 || rep.Keys["ci"].PromptTokens != 20 || rep.Keys["ci"].CompletionTokens != 10 {
+			t.Errorf("%s: keys %+v", g, rep.Keys)
+		}
+		if rep.Tags["app=search"].MicroNeurons != 300 || rep.Tags["env=dev"].Requests != 1 || rep.Tags["app=chat|bot"].MicroNeurons != 1000 || len(rep.Tags) != 3 {
+			t.Errorf("%s: tags %+v", g, rep.Tags)
+		}
+		if len(rep.Models) != 2 || rep.Totals.MicroNeurons != 1307 {
+			t.Errorf("%s: models %v, totals %+v: key and tag tallies leaked into the models", g, rep.Models, rep.Totals)
+		}
+	}
+}

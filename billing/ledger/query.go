@@ -111,6 +111,11 @@ type Report struct {
 	Models []string // models in Series, sorted
 	TTFT   Histogram
 	Total  Histogram
+	// Keys and Tags are the range's usage by API key ("" for requests
+	// without one) and by metadata tag ("name=value"), all models
+	// together (without Outcomes).
+	Keys map[string]Totals
+	Tags map[string]Totals
 }
 
 // Query answers q from the rollups. From is rounded down and To up to the
@@ -137,7 +142,8 @@ func (l *Ledger) Query(ctx context.Context, q Query) (*Report, error) {
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	rep := &Report{TTFT: make(Histogram, len(LatencyBounds)+1), Total: make(Histogram, len(LatencyBounds)+1)}
+	rep := &Report{TTFT: make(Histogram, len(LatencyBounds)+1), Total: make(Histogram, len(LatencyBounds)+1),
+		Keys: map[string]Totals{}, Tags: map[string]Totals{}}
 	models := map[string]bool{}
 	for i, cmd := range cmds {
 		points := rep.bucket(starts[i], cmd.Val(), q.Model)
@@ -201,11 +207,18 @@ func (rep *Report) bucket(start time.Time, fields map[string]string, model strin
 	points := map[string]*Point{}
 	for field, v := range fields {
 		metric, m, ok := strings.Cut(field, "|")
-		if !ok || (model != "" && m != model) {
+		if !ok {
 			continue
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
+			continue
+		}
+		if metric == groupKey || metric == groupTag {
+			rep.group(metric, m, n)
+			continue
+		}
+		if model != "" && m != model {
 			continue
 		}
 		p := points[m]
@@ -233,6 +246,34 @@ func (rep *Report) bucket(start time.Time, fields map[string]string, model strin
 		}
 	}
 	return points
+}
+
+// group adds a "<metric>|<name>" tally of group (groupKey or groupTag).
+func (rep *Report) group(group, field string, n int64) {
+	metric, name, ok := strings.Cut(field, "|")
+	if !ok {
+		return
+	}
+	into := rep.Keys
+	if group == groupTag {
+		into = rep.Tags
+	}
+	t := into[name]
+	switch metric {
+	case mRequests:
+		t.Requests += n
+	case mPrompt:
+		t.PromptTokens += n
+	case mCached:
+		t.CachedTokens += n
+	case mCompletion:
+		t.CompletionTokens += n
+	case mMicro:
+		t.MicroNeurons += n
+	default:
+		return
+	}
+	into[name] = t
 }
 
 func addBucket(h Histogram, idx string, n int64) {

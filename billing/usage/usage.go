@@ -1,12 +1,14 @@
 package usage
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,7 +149,46 @@ type Report struct {
 	Models      []string       `json:"models"`
 	Latency     map[string]any `json:"latency_ms"` // ttft and total: Percentiles or null
 	Today       Today          `json:"today"`
+	// GroupBy and Groups, with ?group_by=key or tag: the range's usage by
+	// API key ("" for requests without one) or by metadata tag
+	// ("name=value"), all models together, most neurons first.
+	GroupBy string  `json:"group_by"`
+	Groups  []Group `json:"groups,omitempty"`
 }
+
+// Group is the usage of one API key or metadata tag over a report's range.
+type Group struct {
+	Name             string  `json:"name"`
+	Requests         int64   `json:"requests"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CachedTokens     int64   `json:"cached_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	Neurons          float64 `json:"neurons"`
+	micro            int64
+}
+
+// groups lists by's tallies, most spend first (then by name).
+func groups(by map[string]ledger.Totals) []Group {
+	out := make([]Group, 0, len(by))
+	for name, t := range by {
+		out = append(out, Group{Name: name, Requests: t.Requests, PromptTokens: t.PromptTokens, CachedTokens: t.CachedTokens,
+			CompletionTokens: t.CompletionTokens, Neurons: price.Neurons(t.MicroNeurons), micro: t.MicroNeurons})
+	}
+	slices.SortFunc(out, func(a, b Group) int {
+		if c := cmp.Compare(b.micro, a.micro); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// Group-by values of the usage API.
+const (
+	GroupByModel = "model" // the default: Series per model
+	GroupByKey   = "key"
+	GroupByTag   = "tag"
+)
 
 // envelope is the Workers AI response envelope.
 type envelope struct {
@@ -211,7 +252,24 @@ func (h *Handler) query(r *http.Request, tenant string) (ledger.Query, error) {
 	if !q.To.After(q.From) {
 		return q, &QueryError{Param: "from", Msg: "must be before to"}
 	}
+	switch g := v.Get("group_by"); g {
+	case "", GroupByModel:
+	case GroupByKey, GroupByTag:
+		if q.Model != "" {
+			return q, &QueryError{Param: "model", Msg: "cannot be combined with group_by " + g + " (keys and tags are counted over all models)"}
+		}
+	default:
+		return q, &QueryError{Param: "group_by", Msg: fmt.Sprintf("%q (want model, key or tag)", g)}
+	}
 	return q, nil
+}
+
+// groupBy is the request's group_by, defaulted.
+func groupBy(r *http.Request) string {
+	if g := r.URL.Query().Get("group_by"); g != "" {
+		return g
+	}
+	return GroupByModel
 }
 
 // Usage serves GET .../ai/usage?from=&to=&granularity=hour|day&model=, as
@@ -232,7 +290,12 @@ func (h *Handler) Usage(w http.ResponseWriter, r *http.Request) {
 		h.cfg.WriteError(w, r, err)
 		return
 	}
+	by := groupBy(r)
 	if strings.Contains(r.Header.Get("Accept"), "text/csv") {
+		if by != GroupByModel {
+			h.writeGroupCSV(w, tenant, q, by, rep)
+			return
+		}
 		h.writeCSV(w, tenant, q, rep)
 		return
 	}
@@ -245,7 +308,13 @@ func (h *Handler) Usage(w http.ResponseWriter, r *http.Request) {
 		AccountID: tenant, From: q.From.UTC(), To: q.To.UTC(), Granularity: string(q.Granularity), Model: q.Model,
 		Totals: totals(rep.Totals), Series: make([]Point, 0, len(rep.Series)), Models: rep.Models,
 		Latency: map[string]any{"ttft": percentiles(rep.TTFT), "total": percentiles(rep.Total)},
-		Today:   today,
+		Today:   today, GroupBy: by,
+	}
+	switch by {
+	case GroupByKey:
+		out.Groups = groups(rep.Keys)
+	case GroupByTag:
+		out.Groups = groups(rep.Tags)
 	}
 	if out.Models == nil {
 		out.Models = []string{}
@@ -309,6 +378,25 @@ func (h *Handler) writeCSV(w http.ResponseWriter, tenant string, q ledger.Query,
 	cw.Flush()
 }
 
+// writeGroupCSV writes the usage by key or tag: a row per key or tag.
+func (h *Handler) writeGroupCSV(w http.ResponseWriter, tenant string, q ledger.Query, by string, rep *ledger.Report) {
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="usage-%s-%s-by-%s.csv"`,
+		tenant, q.From.UTC().Format("20060102T1504"), by))
+	src := rep.Keys
+	if by == GroupByTag {
+		src = rep.Tags
+	}
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "neurons"})
+	for _, g := range groups(src) {
+		_ = cw.Write([]string{CSVText(g.Name), strconv.FormatInt(g.Requests, 10), strconv.FormatInt(g.PromptTokens, 10),
+			strconv.FormatInt(g.CachedTokens, 10), strconv.FormatInt(g.CompletionTokens, 10), strconv.FormatFloat(g.Neurons, 'f', 6, 64)})
+	}
+	cw.Flush()
+}
+
 // Request is one finished request in the recent list.
 type Request struct {
 	ID               string    `json:"id"`
@@ -327,6 +415,9 @@ type Request struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// User is the request's end user, as it named them (user).
 	User string `json:"user,omitempty"`
+	// Key is the tenant's API key the request came with (the token's key
+	// claim).
+	Key string `json:"key,omitempty"`
 }
 
 // Requests is the answer of GET .../ai/usage/requests.
@@ -368,7 +459,7 @@ func (h *Handler) Requests(w http.ResponseWriter, r *http.Request) {
 			ID: ev.RequestID, Time: ev.Time, Model: ev.Model, Outcome: ev.Finish,
 			PromptTokens: ev.PromptTokens, CachedTokens: ev.CachedTokens, CompletionTokens: ev.CompletionTokens,
 			Neurons: price.Neurons(ev.MicroNeurons), QueueMs: ev.QueueMs, TTFTMs: ev.TTFTMs, TotalMs: ev.TotalMs,
-			WorkerID: ev.WorkerID, Metadata: ev.Metadata, User: ev.User,
+			WorkerID: ev.WorkerID, Metadata: ev.Metadata, User: ev.User, Key: ev.Key,
 		})
 	}
 	writeJSON(w, out)

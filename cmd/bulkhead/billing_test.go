@@ -282,3 +282,104 @@ func TestNoFaultFlagsShipped(t *testing.T) {
 		t.Errorf("worker --fault-hold-at: exit %d: %s; want it refused as an unknown flag", code, stderr)
 	}
 }
+
+// TestSpendByKey: two API keys of one tenant (tokens with a "key" claim)
+// and a token without one, through real processes: the usage API's
+// group_by=key gives each key's spend, equal to the sum of its requests'
+// usage in the recent-requests list; group_by=tag the same by metadata tag;
+// the CSV a row per key.
+func TestSpendByKey(t *testing.T) {
+	c := startClusterRoles(t, "unified")
+	edgeURL := c.edge(t, "edge")
+	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
+	mint := func(key string, scopes ...string) string {
+		tok, err := c.key.MintKey("acme", key, scopes, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	ci, prod, plain, reader := mint("ci", "ai:run"), mint("prod", "ai:run"), mint("", "ai:run"), mint("", "billing:read")
+	sent := 0
+	for i, tok := range []string{ci, ci, ci, prod, prod, plain} {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"Once upon a time","max_tokens":%d,"temperature":1,"seed":%d,"metadata":{"app":"search","n":"%d"}}`, clusterModel, 4+3*i, i, i%2)
+		if status, b := post(t, tok, edgeURL+"/v1/completions", body); status != 200 {
+			t.Fatalf("request %d: %d %s", i, status, b)
+		}
+		sent++
+	}
+	type group struct {
+		Name     string  `json:"name"`
+		Requests int64   `json:"requests"`
+		Neurons  float64 `json:"neurons"`
+	}
+	var byKey struct {
+		GroupBy string  `json:"group_by"`
+		Groups  []group `json:"groups"`
+	}
+	testkit.Poll(t, 60*time.Second, func() error {
+		getUsage(t, edgeURL, "/ai/usage?group_by=key", reader, &byKey)
+		var n int64
+		for _, g := range byKey.Groups {
+			n += g.Requests
+		}
+		if n != int64(sent) {
+			return fmt.Errorf("%d of %d requests counted by key", n, sent)
+		}
+		return nil
+	})
+	var recent struct {
+		Requests []struct {
+			Key     string  `json:"key"`
+			Neurons float64 `json:"neurons"`
+		} `json:"requests"`
+	}
+	getUsage(t, edgeURL, "/ai/usage/requests?limit=50", reader, &recent)
+	want := map[string]float64{}
+	for _, r := range recent.Requests {
+		want[r.Key] += r.Neurons
+	}
+	got := map[string]group{}
+	for _, g := range byKey.Groups {
+		got[g.Name] = g
+	}
+	if byKey.GroupBy != "key" || len(got) != 3 || got["ci"].Requests != 3 || got["prod"].Requests != 2 || got[""].Requests != 1 {
+		t.Fatalf("by key %+v", byKey)
+	}
+	for k, w := range want {
+		if d := got[k].Neurons - w; d > 1e-6 || d < -1e-6 || w <= 0 {
+			t.Errorf("key %q: %v neurons by key, %v summed over its requests", k, got[k].Neurons, w)
+		}
+	}
+	t.Logf("spend by key: ci %.6f, prod %.6f, none %.6f neurons", got["ci"].Neurons, got["prod"].Neurons, got[""].Neurons)
+	var byTag struct {
+		Groups []group `json:"groups"`
+	}
+	getUsage(t, edgeURL, "/ai/usage?group_by=tag", reader, &byTag)
+	tags := map[string]int64{}
+	for _, g := range byTag.Groups {
+		tags[g.Name] = g.Requests
+	}
+	if tags["app=search"] != 6 || tags["n=0"] != 3 || tags["n=1"] != 3 {
+		t.Errorf("by tag %+v", byTag.Groups)
+	}
+	for _, bad := range []string{"/ai/usage?group_by=key&model=" + clusterModel, "/ai/usage?group_by=user"} {
+		if status := getUsage(t, edgeURL, bad, reader, nil); status != 400 {
+			t.Errorf("%s: %d, want 400", bad, status)
+		}
+	}
+	req, _ := http.NewRequest("GET", edgeURL+"/ai/usage?group_by=key", nil)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	req.Header.Set("Accept", "text/csv")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 4 || lines[0] != "key,requests,prompt_tokens,cached_tokens,completion_tokens,neurons" ||
+		!strings.Contains(string(b), "\nci,3,") || !strings.Contains(string(b), "\nprod,2,") {
+		t.Errorf("CSV by key:\n%s", b)
+	}
+}

@@ -113,6 +113,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	scope := fs.String("scope", auth.ScopeRun, `space-separated scopes: ai:run, ai:read, billing:read`)
 	models := fs.String("models", "", "comma-separated model allowlist (empty: all models)")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
+	apiKey := fs.String("key", "", "which of the tenant's API keys the token is (its \"key\" claim: spend is told apart per key; empty: none)")
 	dir := fs.String("key-dir", defaultDataDir(), "directory holding the dev signing key that `bulkhead dev` created")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -131,7 +132,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if *models != "" {
 		allow = strings.Split(*models, ",")
 	}
-	tok, err := key.Mint(*tenant, strings.Fields(*scope), allow, *ttl)
+	tok, err := key.MintKey(*tenant, *apiKey, strings.Fields(*scope), allow, *ttl)
 	if err != nil {
 		return err
 	}

@@ -173,6 +173,15 @@ func (k *DevKey) VerifierConfig() Config {
 // Mint signs a token for tenant with the given scopes and model allowlist
 // (empty: all models), valid for ttl from now. It backs `bulkhead token`.
 func (k *DevKey) Mint(tenant string, scopes []string, models []string, ttl time.Duration) (string, error) {
+	return k.MintKey(tenant, "", scopes, models, ttl)
+}
+
+// MintKey is Mint for one of the tenant's API keys (the "key" claim; none
+// when key is empty).
+func (k *DevKey) MintKey(tenant, key string, scopes []string, models []string, ttl time.Duration) (string, error) {
+	if key != "" && !queue.ValidKey(key) {
+		return "", fmt.Errorf("%w: key %q: want 1-%d letters, digits, '-' or '_'", ErrDevKey, key, queue.MaxKeyLen)
+	}
 	if !queue.ValidTenant(tenant) {
 		return "", fmt.Errorf("%w: tenant %q: want 1-%d letters, digits, '-' or '_'", ErrDevKey, tenant, MaxTenantLen)
 	}
@@ -207,6 +216,9 @@ func (k *DevKey) Mint(tenant string, scopes []string, models []string, ttl time.
 	}
 	if len(models) > 0 {
 		c.Models = models
+	}
+	if key != "" {
+		c.Key = &key
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
 	t.Header["kid"] = k.kid

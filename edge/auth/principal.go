@@ -32,6 +32,7 @@ const MaxTenantLen = queue.MaxTenantLen
 // Principal is who a verified token speaks for.
 type Principal struct {
 	Tenant string   // the "sub" claim
+	Key    string   // the "key" claim: which of the tenant's API keys ("" for none)
 	Scopes []string // the "scope" claim, split on spaces
 	Models []string // allowlist of catalog model names; empty means all
 }

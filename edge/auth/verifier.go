@@ -253,6 +253,9 @@ type claims struct {
 	jwt.RegisteredClaims
 	Scope  string   `json:"scope,omitempty"`
 	Models []string `json:"models,omitempty"`
+	// Key names one of the tenant's API keys: its spend is told apart
+	// (queue.ValidKey's rule).
+	Key *string `json:"key,omitempty"`
 }
 
 // Verify checks a compact JWS token and returns its principal. Errors wrap
@@ -282,6 +285,12 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: sub is missing or not a valid tenant id", ErrUnauthenticated)
 	}
 	p := Principal{Tenant: c.Subject, Scopes: strings.Fields(c.Scope)}
+	if c.Key != nil {
+		if !queue.ValidKey(*c.Key) {
+			return Principal{}, fmt.Errorf("%w: key claim is not a valid key id (1-%d letters, digits, '-' or '_')", ErrUnauthenticated, queue.MaxKeyLen)
+		}
+		p.Key = *c.Key
+	}
 	for _, s := range p.Scopes {
 		if !validName(s) {
 			return Principal{}, fmt.Errorf("%w: scope claim is malformed", ErrUnauthenticated)

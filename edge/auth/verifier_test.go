@@ -176,6 +176,21 @@ func TestVerifyPrincipal(t *testing.T) {
 	if want := []string{"llama-3-8b", "@cf/qwen/qwen2-0.5b"}; !slices.Equal(p.Models, want) {
 		t.Fatalf("models %q, want %q", p.Models, want)
 	}
+	if p.Key != "" {
+		t.Fatalf("key %q without a key claim", p.Key)
+	}
+	// The key claim names one of the tenant's API keys; a malformed one
+	// refuses the token.
+	c["key"] = "ci-runner_2"
+	if p, err := v.Verify(sign(t, ed, c)); err != nil || p.Key != "ci-runner_2" || p.Tenant != "tenant-a" {
+		t.Fatalf("with a key claim: %+v, %v", p, err)
+	}
+	for _, bad := range []any{"", "a.b", "a b", strings.Repeat("k", 65), 7, []string{"x"}} {
+		c["key"] = bad
+		if p, err := v.Verify(sign(t, ed, c)); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("key claim %v: %+v, %v; want ErrUnauthenticated", bad, p, err)
+		}
+	}
 }
 
 func TestHS256(t *testing.T) {

@@ -77,7 +77,7 @@ func usageEvent(job *queue.Job, m queue.Meter, outcome string, final *queue.Usag
 	}
 	ms := func(t time.Time) int64 { return max(t.Sub(from).Milliseconds(), 0) }
 	ev := &queue.UsageEvent{
-		Tenant: job.Tenant, Model: job.Model, RequestID: job.ID,
+		Tenant: job.Tenant, Key: job.Key, Model: job.Model, RequestID: job.ID,
 		PromptTokens: u.PromptTokens, CachedTokens: min(u.CachedTokens, u.PromptTokens), CompletionTokens: u.CompletionTokens,
 		Finish: outcome, Time: end.UTC(),
 		MicroNeurons: micro, Neurons: price.Neurons(micro),
