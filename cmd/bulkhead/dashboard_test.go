@@ -47,6 +47,7 @@ type shown struct {
 	Neurons, Today, Remaining             string
 	Outcomes                              map[string]string
 	Rows                                  []string
+	Keys                                  map[string]string // key -> neurons, from the keys table
 	Hash, HTML                            string
 	ChartEmpty, RecentEmpty, Canvas       bool
 	Error                                 string
@@ -64,6 +65,7 @@ const readPage = `(() => {
     Neurons: v("neurons-total"), Today: v("neurons-today"), Remaining: v("neurons-remaining"),
     Outcomes: out,
     Rows: Array.from(document.querySelectorAll("#recent tr")).map((tr) => tr.dataset.requestId),
+    Keys: Object.fromEntries(Array.from(document.querySelectorAll("#keys tr")).map((tr) => [tr.dataset.key, tr.dataset.value])),
     Hash: location.hash, HTML: document.documentElement.outerHTML,
     ChartEmpty: !document.getElementById("chart-empty").hidden,
     RecentEmpty: !document.getElementById("recent-empty").hidden,
@@ -98,11 +100,27 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	acme, mallory := mint("acme", "billing:read"), mint("mallory", "billing:read", "ai:run")
 
+	// Some requests come with two of acme's API keys (the key claim).
+	keyed := func(key string) string {
+		tok, err := c.key.MintKey("acme", key, []string{"ai:run"}, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	ci, prod := keyed("ci"), keyed("prod")
 	sent := 0
 	for i := range 14 {
 		model := []string{clusterModel, second}[i%3/2]
 		body := fmt.Sprintf(`{"prompt":"Once upon a time","raw":true,"max_tokens":%d,"temperature":1,"seed":%d}`, 8+5*i, i)
-		if status, b := post(t, run, edgeURL+"/ai/run/"+model, body); status != 200 {
+		tok := run
+		switch {
+		case i < 4:
+			tok = ci
+		case i < 7:
+			tok = prod
+		}
+		if status, b := post(t, tok, edgeURL+"/ai/run/"+model, body); status != 200 {
 			t.Fatalf("request %d: %d %s", i, status, b)
 		}
 		sent++
@@ -210,6 +228,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		if tot.Requests != int64(sent) || tot.Outcomes["cancelled"] != 1 {
 			t.Errorf("API totals %+v, want %d requests, one cancelled", tot, sent)
+		}
+		// The keys table is the API's spend by key over the same range.
+		var byKey struct {
+			Groups []struct {
+				Name    string  `json:"name"`
+				Neurons float64 `json:"neurons"`
+			} `json:"groups"`
+		}
+		getUsage(t, edgeURL, q+"&group_by=key", acme, &byKey)
+		if len(byKey.Groups) != 3 || len(s.Keys) != 3 {
+			t.Errorf("keys: API %+v, dashboard %v; want ci, prod and no key", byKey.Groups, s.Keys)
+		}
+		for _, g := range byKey.Groups {
+			if s.Keys[g.Name] != jsNumber(g.Neurons) {
+				t.Errorf("key %q: dashboard shows %q neurons, the API says %v", g.Name, s.Keys[g.Name], g.Neurons)
+			}
 		}
 		var recent struct {
 			Requests []struct {

@@ -90,13 +90,16 @@
     $("dash").dataset.state = "loading";
     try {
       const p = query();
-      const [usage, recent] = await Promise.all([
+      const byKey = new URLSearchParams({ from: state.from, to: state.to, granularity: ranges[state.range].granularity, group_by: "key" });
+      const [usage, recent, keys] = await Promise.all([
         api("/ai/usage?" + p.toString()),
         api("/ai/usage/requests?limit=20"),
+        api("/ai/usage?" + byKey.toString()),
       ]);
       if (seq !== loadSeq) return;
       show("dash");
       render(usage);
+      renderKeys(keys.groups || []);
       state.cursor = recent.cursor || "";
       renderRecent(recent.requests, false);
       const dash = $("dash");
@@ -242,6 +245,42 @@
         })),
       ],
     }, [xs, ...order.map((k) => cum[k])], el);
+  }
+
+  // renderKeys lists the range's spend by API key (the token's key claim;
+  // requests without one as "no key"), most neurons first, as the API
+  // orders them.
+  function renderKeys(groups) {
+    const tb = $("keys");
+    tb.replaceChildren();
+    const total = groups.reduce((a, g) => a + g.neurons, 0);
+    for (const g of groups) {
+      const tr = document.createElement("tr");
+      tr.dataset.key = g.name;
+      tr.dataset.value = String(g.neurons);
+      tr.dataset.requests = String(g.requests);
+      const name = document.createElement("td");
+      name.className = g.name ? "key" : "key none";
+      name.textContent = g.name || "no key";
+      const req = document.createElement("td");
+      req.className = "num";
+      req.textContent = intFmt.format(g.requests);
+      const neu = document.createElement("td");
+      neu.className = "num";
+      neu.textContent = fmtNeurons(g.neurons);
+      const share = document.createElement("td");
+      share.className = "share";
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      const fill = document.createElement("span");
+      fill.style.width = (total > 0 ? (100 * g.neurons) / total : 0).toFixed(1) + "%";
+      bar.append(fill);
+      share.append(bar);
+      tr.append(name, req, neu, share);
+      tb.append(tr);
+    }
+    $("keys-empty").hidden = groups.length > 0;
+    document.querySelector(".keys").hidden = groups.length === 0;
   }
 
   function renderRecent(reqs, append) {
