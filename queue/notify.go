@@ -106,14 +106,10 @@ func noticeOf(job *Job, rec *AsyncResult) *Notice {
 		Finish: rec.Finish, Usage: rec.Usage, Error: rec.Error, Ended: time.Now().UTC(), Webhook: *job.Webhook}
 }
 
-// noticeTimeout bounds publishing one notice, retries included: longer than
-// a JetStream cluster takes to elect a new stream leader.
-const noticeTimeout = 20 * time.Second
-
 // PublishNotice puts a notice on the notify stream with Nats-Msg-Id = the
-// job id, retrying within noticeTimeout (a retry of a publish that landed is
-// a no-op), so a job's end is announced once however often it is recorded
-// within the de-duplication window.
+// job id, retrying for up to PublishRetryTimeout (a retry of a publish that
+// landed is a no-op), so a job's end is announced once however often it is
+// recorded within the de-duplication window.
 func PublishNotice(ctx context.Context, js jetstream.JetStream, n *Notice) error {
 	if err := n.Validate(); err != nil {
 		return err
@@ -122,21 +118,45 @@ func PublishNotice(ctx context.Context, js jetstream.JetStream, n *Notice) error
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noticeTimeout)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
+	err = PublishRetrying(ctx, func(ctx context.Context) error {
 		msg := nats.NewMsg(NotifySubject(n.Tenant))
 		msg.Header.Set(nats.MsgIdHdr, n.JobID)
 		msg.Data = b
-		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = js.PublishMsg(tctx, msg)
+		_, err := js.PublishMsg(ctx, msg)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("queue: notice of %s: %w", n.JobID, err)
+	}
+	return nil
+}
+
+// Bounds of PublishRetrying: the whole, longer than a JetStream cluster
+// takes to elect a new stream leader after losing a server; and one try, as
+// a publish sent to a server that then died is never answered.
+const (
+	PublishRetryTimeout = 20 * time.Second
+	PublishTryTimeout   = 2 * time.Second
+)
+
+// PublishRetrying runs publish (a JetStream publish with a message id, so
+// that a retry of one that landed is a no-op) until it succeeds or
+// PublishRetryTimeout passes, each try bounded by PublishTryTimeout, with a
+// short backoff between tries. It outlives ctx's cancellation: what it
+// publishes records an end that must not be lost to a client going away.
+func PublishRetrying(ctx context.Context, publish func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PublishRetryTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		tctx, tcancel := context.WithTimeout(ctx, PublishTryTimeout)
+		err := publish(tctx)
 		tcancel()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("queue: notice of %s: %w", n.JobID, err)
+			return err
 		case <-time.After(min(time.Duration(50<<min(attempt, 5))*time.Millisecond, time.Second)):
 		}
 	}

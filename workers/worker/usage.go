@@ -12,15 +12,6 @@ import (
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
-// usagePublishTimeout bounds how long a job's end waits to store its usage
-// event (retries included): longer than a JetStream cluster takes to elect a
-// new stream leader after losing a server.
-const usagePublishTimeout = 20 * time.Second
-
-// usageTryTimeout bounds one try: a publish sent to a server that then died
-// is never answered, and must not use up the whole timeout.
-const usageTryTimeout = 2 * time.Second
-
 // publishUsage publishes the one usage event of the delivery's job, which is
 // ending with outcome. final is the usage its final frame reports; nil for a
 // job that failed, which is billed for what ran: the prompt the engine took
@@ -32,26 +23,12 @@ func (d *delivery) publishUsage(ctx context.Context, outcome string, final *queu
 		return
 	}
 	ev := usageEvent(rp.Job(), rp.Meter(), outcome, final, d.w.cfg.ID, time.Now())
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usagePublishTimeout)
-	defer cancel()
-	var err error
-	for attempt := 0; ; attempt++ {
-		tctx, tcancel := context.WithTimeout(ctx, usageTryTimeout)
-		err = queue.PublishUsage(tctx, d.w.js, ev)
-		tcancel()
-		if err == nil {
-			return
-		}
-		// Retry until the timeout: a stream whose leader was lost answers
-		// nothing until a new one is elected (seconds), and the message id
-		// makes a retry of a publish that did land a no-op.
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(min(time.Duration(50<<min(attempt, 5))*time.Millisecond, time.Second)):
-		}
+	// Retried for a while: a stream whose leader was lost answers nothing
+	// until a new one is elected (seconds), and the message id makes a
+	// retry of a publish that did land a no-op.
+	err := queue.PublishRetrying(ctx, func(ctx context.Context) error { return queue.PublishUsage(ctx, d.w.js, ev) })
+	if err == nil {
+		return
 	}
 	d.log.Error("publishing usage event: this request goes unbilled", "err", err, "outcome", outcome,
 		"prompt_tokens", ev.PromptTokens, "completion_tokens", ev.CompletionTokens)
