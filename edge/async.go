@@ -91,7 +91,7 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 	for i := range ids {
 		ids[i] = jobID(requestID, i)
 	}
-	release, err := s.acquireAsync(r.Context(), p.Tenant, ids)
+	release, err := s.acquireAsync(r.Context(), p, ids)
 	if err != nil {
 		fail(err)
 		return
@@ -121,7 +121,7 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
 		jobs[i].Webhook = req.Webhook
 	}
-	if err := s.reserve(r.Context(), p.Tenant, m, ids, admits); err != nil {
+	if err := s.reserve(r.Context(), p, m, ids, admits); err != nil {
 		fail(err)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
@@ -153,7 +154,7 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 	for i := range ids {
 		ids[i] = choiceID(ri.id, i)
 	}
-	releases, err := s.acquireChoices(r, c.p.Tenant, ids)
+	releases, err := s.acquireChoices(r, c.p, ids)
 	if err != nil {
 		c.f.writeError(w, s.refuse(r, err))
 		return
@@ -172,7 +173,7 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 		for i := range as {
 			as[i] = a
 		}
-		err = s.reserve(r.Context(), c.p.Tenant, c.m, ids, as)
+		err = s.reserve(r.Context(), c.p, c.m, ids, as)
 	}
 	endSpan(aspan, err)
 	if err != nil {
@@ -239,13 +240,13 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 
 // acquireChoices takes a concurrency slot for each choice's job, all or
 // none.
-func (s *Server) acquireChoices(r *http.Request, tenant string, ids []string) ([]func(quota.Usage), error) {
+func (s *Server) acquireChoices(r *http.Request, p auth.Principal, ids []string) ([]func(quota.Usage), error) {
 	_, qspan := s.startSpan(r.Context(), spanQuota)
 	var releases []func(quota.Usage)
 	var err error
 	for _, id := range ids {
 		var release func(quota.Usage)
-		if release, err = s.acquireSync(r.Context(), tenant, id); err != nil {
+		if release, err = s.acquireSync(r.Context(), p, id); err != nil {
 			break
 		}
 		releases = append(releases, release)

@@ -205,6 +205,7 @@ func Classify(err error) *Error {
 		me  *ModelError
 		fe  *queue.FrameError
 		mbe *http.MaxBytesError
+		qe  *quota.LimitError
 	)
 	switch {
 	case err == nil:
@@ -235,6 +236,8 @@ func Classify(err error) *Error {
 		return newError(rowForbidden, "", err)
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return newError(rowUnauthenticated, "", err)
+	case errors.As(err, &qe) && qe.Key != "":
+		return withRetry(keyLimitError(qe, err), err)
 	case errors.Is(err, quota.ErrBudgetExhausted):
 		return withRetry(newError(rowQuotaExhausted, "", err), err)
 	case errors.Is(err, quota.ErrRateLimited):
@@ -287,6 +290,23 @@ func limitMessage(r Row, err error) string {
 	}
 	return fmt.Sprintf("%s: %d of your jobs are queued or running, this request adds %d, the limit is %d",
 		r.Message, le.InUse, le.Requested, int(le.Limit))
+}
+
+// keyLimitError is the refusal of a request by its API key's own limits
+// (billing/ledger.KeyPolicy): the tenant's rows, naming the key.
+func keyLimitError(qe *quota.LimitError, err error) *Error {
+	switch {
+	case errors.Is(qe.Err, quota.ErrBudgetExhausted):
+		period := "daily"
+		if qe.Period == queue.PeriodMonth {
+			period = "monthly"
+		}
+		return newError(rowQuotaExhausted, fmt.Sprintf("Your API key %s has used up its %s budget of neurons", qe.Key, period), err)
+	case errors.Is(qe.Err, quota.ErrConcurrency):
+		return newError(rowConcurrency, fmt.Sprintf("Rate limited: your API key %s has %d requests in flight, its limit", qe.Key, qe.InUse), err)
+	default:
+		return newError(rowRateLimited, fmt.Sprintf("Rate limited: your API key %s made its requests for the last minute", qe.Key), err)
+	}
 }
 
 // recordsMessage says how many async results a refusal counted.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/billing/price"
+	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/edge/tenants"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
@@ -57,8 +58,11 @@ func (s *Server) class(tenant string) tenants.Class { return s.cfg.Tenants.Of(te
 
 // acquireSync takes the quota and the class's queue slot of a synchronous
 // request: one job, named by the request id, held until the handler ends.
-func (s *Server) acquireSync(ctx context.Context, tenant, id string) (func(quota.Usage), error) {
-	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{IDs: []string{id}, MaxQueued: s.maxQueued(tenant), Soft: s.softBounds(tenant)})
+// p is the verified caller: its tenant, and its API key, if any, whose own
+// limits apply too.
+func (s *Server) acquireSync(ctx context.Context, p auth.Principal, id string) (func(quota.Usage), error) {
+	return s.cfg.Quota.AcquireJobs(ctx, p.Tenant, quota.Jobs{IDs: []string{id}, Key: p.Key,
+		MaxQueued: s.maxQueued(p.Tenant), Soft: s.softBounds(p.Tenant)})
 }
 
 // softBounds says tenant's bounds are the platform's defaults, not its
@@ -78,24 +82,24 @@ func (s *Server) maxQueued(tenant string) int {
 // slots outlive the submitting request: ReleaseEnded gives each back when
 // its job's record ends, and a slot nobody saw end lives until the job's
 // deadline and asyncLeaseGrace.
-func (s *Server) acquireAsync(ctx context.Context, tenant string, jobIDs []string) (func(quota.Usage), error) {
-	return s.cfg.Quota.AcquireJobs(ctx, tenant, quota.Jobs{
-		IDs: jobIDs, MaxQueued: s.maxQueued(tenant), LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
-		MaxRecords: s.cfg.AsyncRecordsPerTenant, RecordTTL: s.cfg.AsyncRecordTTL, Soft: s.softBounds(tenant),
+func (s *Server) acquireAsync(ctx context.Context, p auth.Principal, jobIDs []string) (func(quota.Usage), error) {
+	return s.cfg.Quota.AcquireJobs(ctx, p.Tenant, quota.Jobs{
+		IDs: jobIDs, Key: p.Key, MaxQueued: s.maxQueued(p.Tenant), LeaseTTL: s.cfg.RequestTimeout + asyncLeaseGrace,
+		MaxRecords: s.cfg.AsyncRecordsPerTenant, RecordTTL: s.cfg.AsyncRecordTTL, Soft: s.softBounds(p.Tenant),
 	})
 }
 
 // reserve reserves each admitted job's worst case, its prompt and
-// max_tokens at the model's rates, against the tenant's daily budget
-// (Limiter.Reserve): a budget is overspent by at most one job's worst case,
-// whatever the number of requests at once.
-func (s *Server) reserve(ctx context.Context, tenant string, m *catalog.Model, ids []string, jobs []admitted) error {
+// max_tokens at the model's rates, against the tenant's daily budget and
+// its API key's budgets (Limiter.Reserve): a budget is overspent by at most
+// one job's worst case, whatever the number of requests at once.
+func (s *Server) reserve(ctx context.Context, p auth.Principal, m *catalog.Model, ids []string, jobs []admitted) error {
 	rates := price.Of(m.Prices)
 	worst := make([]int64, len(jobs))
 	for i, a := range jobs {
 		worst[i] = price.Micro(rates, price.Usage{PromptTokens: a.tokens, CompletionTokens: a.maxTokens})
 	}
-	return s.cfg.Quota.Reserve(ctx, tenant, ids, worst)
+	return s.cfg.Quota.Reserve(ctx, p.Tenant, p.Key, ids, worst)
 }
 
 // endWatcher follows job records to their end. queue.Client implements it.

@@ -200,7 +200,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 	ri := infoOf(r)
 	ri.model = c.m.Name
 	_, qspan := s.startSpan(r.Context(), spanQuota)
-	release, err := s.acquireSync(r.Context(), c.p.Tenant, infoOf(r).id)
+	release, err := s.acquireSync(r.Context(), c.p, infoOf(r).id)
 	endSpan(qspan, err)
 	if err != nil {
 		c.f.writeError(w, s.refuse(r, err))
@@ -215,7 +215,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c call) {
 		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
 	}
 	if err == nil {
-		err = s.reserve(r.Context(), c.p.Tenant, c.m, []string{ri.id}, []admitted{a})
+		err = s.reserve(r.Context(), c.p, c.m, []string{ri.id}, []admitted{a})
 	}
 	endSpan(aspan, err)
 	if err != nil {

@@ -74,7 +74,7 @@ type fakeLimiter struct {
 
 func (l *fakeLimiter) ReleaseJobs(context.Context, string, ...string) error { return nil }
 
-func (l *fakeLimiter) Reserve(context.Context, string, []string, []int64) error { return nil }
+func (l *fakeLimiter) Reserve(context.Context, string, string, []string, []int64) error { return nil }
 
 func (l *fakeLimiter) AcquireJobs(_ context.Context, tenant string, _ quota.Jobs) (func(quota.Usage), error) {
 	l.mu.Lock()

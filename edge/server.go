@@ -34,8 +34,9 @@ type Authenticator interface {
 type Limiter interface {
 	AcquireJobs(ctx context.Context, tenant string, jobs quota.Jobs) (release func(usage quota.Usage), err error)
 	// Reserve reserves an admitted request's jobs' worst cases (ids as
-	// acquired, micro-neurons) against the tenant's daily budget.
-	Reserve(ctx context.Context, tenant string, ids []string, worst []int64) error
+	// acquired, micro-neurons) against the tenant's daily budget and its
+	// API key's (key; "" for none).
+	Reserve(ctx context.Context, tenant, key string, ids []string, worst []int64) error
 	ReleaseJobs(ctx context.Context, tenant string, ids ...string) error
 }
 

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,8 +17,9 @@ import (
 )
 
 // billingRoutes registers the dashboard and, with a ledger, the usage API
-// (billing/usage) under both prefixes: scope billing:read, and under
-// /client/v4/accounts/{account_id} the token's own account only.
+// (billing/usage) under both prefixes: scope billing:read (billing:write to
+// change an API key's policy), and under /client/v4/accounts/{account_id}
+// the token's own account only.
 func (s *Server) billingRoutes(mux *http.ServeMux) {
 	dash := dashboard.Handler()
 	mux.Handle("GET /dashboard", dash)
@@ -30,6 +32,11 @@ func (s *Server) billingRoutes(mux *http.ServeMux) {
 			p, err := s.authenticate(r, auth.ScopeBillingRead)
 			return p.Tenant, err
 		},
+		AuthorizeWrite: func(r *http.Request) (string, error) {
+			p, err := s.authenticate(r, auth.ScopeBillingWrite)
+			return p.Tenant, err
+		},
+		CheckWebhook: func(ctx context.Context, w *queue.Webhook) error { return s.checkWebhook(ctx, w) },
 		WriteError:   s.writeUsageError,
 		DailyNeurons: s.cfg.DailyNeurons,
 		Now:          s.cfg.Ledger.Now,
@@ -40,6 +47,9 @@ func (s *Server) billingRoutes(mux *http.ServeMux) {
 	for _, prefix := range []string{"", accountPrefix} {
 		mux.HandleFunc("GET "+prefix+"/ai/usage", h.Usage)
 		mux.HandleFunc("GET "+prefix+"/ai/usage/requests", h.Requests)
+		mux.HandleFunc("GET "+prefix+"/ai/usage/keys", h.ListKeys)
+		mux.HandleFunc("PUT "+prefix+"/ai/usage/keys/{key}", h.PutKey)
+		mux.HandleFunc("DELETE "+prefix+"/ai/usage/keys/{key}", h.DeleteKey)
 	}
 }
 

@@ -188,8 +188,18 @@ type webhookBody struct {
 	Response  asyncResponse `json:"response"`
 }
 
+// alertBody is the body of an API key's budget alert: type
+// "ai.budget.alert" and the alert's fields.
+type alertBody struct {
+	Type string `json:"type"`
+	*queue.BudgetAlert
+}
+
 // webhookPayload is notice n's body.
 func webhookPayload(n *queue.Notice) ([]byte, error) {
+	if n.Alert != nil {
+		return json.Marshal(alertBody{Type: "ai.budget.alert", BudgetAlert: n.Alert})
+	}
 	requestID, index := n.JobID, 0
 	if i := strings.LastIndexByte(n.JobID, '-'); i > 0 {
 		if k, err := strconv.Atoi(n.JobID[i+1:]); err == nil {

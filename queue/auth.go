@@ -299,7 +299,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", DecodeReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)
-		pubs = append(pubs, ExportPrefix+">")
+		pubs = append(pubs, ExportPrefix+">", NotifyPrefix+">") // usage export; API key budget alerts
 	case RoleExport:
 		pubs = append(pubs, consumeOn(ExportStream)...)
 	case RoleSetup:

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,19 +60,21 @@ func (w *Webhook) Validate() error {
 // NotifySubject is the subject of a tenant's notices.
 func NotifySubject(tenant string) string { return NotifyPrefix + ModelToken(tenant) }
 
-// Notice says that an async job ended: its record's end state and where to
-// announce it.
+// Notice says that an async job ended (its record's end state), or, with
+// an Alert, that an API key's spend crossed a threshold of its budget; and
+// where to announce it.
 type Notice struct {
-	JobID   string      `json:"job_id"`
-	Tenant  string      `json:"tenant"`
-	Model   string      `json:"model"`
-	Status  string      `json:"status"` // StatusDone or StatusFailed
-	Text    string      `json:"text,omitempty"`
-	Finish  string      `json:"finish,omitempty"`
-	Usage   *Usage      `json:"usage,omitempty"`
-	Error   *FrameError `json:"error,omitempty"`
-	Ended   time.Time   `json:"ended"`
-	Webhook Webhook     `json:"webhook"`
+	JobID   string       `json:"job_id"` // the job, or the alert's id (BudgetAlert.ID): the notice's id
+	Tenant  string       `json:"tenant"`
+	Model   string       `json:"model,omitempty"`
+	Status  string       `json:"status,omitempty"` // StatusDone or StatusFailed; "" for an alert
+	Text    string       `json:"text,omitempty"`
+	Finish  string       `json:"finish,omitempty"`
+	Usage   *Usage       `json:"usage,omitempty"`
+	Error   *FrameError  `json:"error,omitempty"`
+	Alert   *BudgetAlert `json:"alert,omitempty"`
+	Ended   time.Time    `json:"ended"` // when the job ended or the alert fired
+	Webhook Webhook      `json:"webhook"`
 }
 
 // Validate checks what a deliverer relies on.
@@ -80,12 +84,66 @@ func (n *Notice) Validate() error {
 		return fmt.Errorf("%w: notice without job id", ErrBadMessage)
 	case !ValidTenant(n.Tenant):
 		return fmt.Errorf("%w: notice %s tenant %q", ErrBadMessage, n.JobID, n.Tenant)
-	case n.Status != StatusDone && n.Status != StatusFailed:
+	case n.Alert == nil && n.Status != StatusDone && n.Status != StatusFailed:
 		return fmt.Errorf("%w: notice %s status %q", ErrBadMessage, n.JobID, n.Status)
+	case n.Alert != nil && (n.Status != "" || n.JobID != n.Alert.ID()):
+		return fmt.Errorf("%w: alert notice %s with status %q or another id", ErrBadMessage, n.JobID, n.Status)
 	case n.Ended.IsZero():
 		return fmt.Errorf("%w: notice %s without end time", ErrBadMessage, n.JobID)
 	}
+	if n.Alert != nil {
+		if err := n.Alert.Validate(); err != nil {
+			return err
+		}
+	}
 	return n.Webhook.Validate()
+}
+
+// Budget periods of an API key (BudgetAlert.Period).
+const (
+	PeriodDay   = "day"   // the UTC day
+	PeriodMonth = "month" // the UTC month
+)
+
+// AlertThresholds are the shares of a budget, in percent, at which an API
+// key's spend raises an alert, once each per key and period.
+var AlertThresholds = []int{50, 80, 100}
+
+// BudgetAlert says an API key's spend crossed a threshold of one of its
+// budgets (billing/ledger.KeyPolicy).
+type BudgetAlert struct {
+	Key       string  `json:"key"`
+	Period    string  `json:"period"`    // PeriodDay or PeriodMonth
+	Start     string  `json:"start"`     // the period, UTC: "2006-01-02" or "2006-01"
+	Threshold int     `json:"threshold"` // percent, one of AlertThresholds
+	Used      float64 `json:"used_neurons"`
+	Budget    float64 `json:"budget_neurons"`
+	// Soft: the budget only alerts; otherwise the key is refused (3036)
+	// once its spend reaches the budget.
+	Soft      bool   `json:"soft,omitempty"`
+	RequestID string `json:"request_id"` // the request whose usage crossed it
+}
+
+// ID names the alert: one per key, period and threshold.
+func (a *BudgetAlert) ID() string {
+	return "alert-" + a.Key + "-" + a.Start + "-" + strconv.Itoa(a.Threshold)
+}
+
+// Validate checks an alert's fields.
+func (a *BudgetAlert) Validate() error {
+	switch {
+	case !ValidKey(a.Key):
+		return fmt.Errorf("%w: alert for key %q", ErrBadMessage, a.Key)
+	case a.Period != PeriodDay && a.Period != PeriodMonth:
+		return fmt.Errorf("%w: alert period %q", ErrBadMessage, a.Period)
+	case !slices.Contains(AlertThresholds, a.Threshold):
+		return fmt.Errorf("%w: alert threshold %d", ErrBadMessage, a.Threshold)
+	case a.Start == "" || len(a.Start) > 10:
+		return fmt.Errorf("%w: alert period start %q", ErrBadMessage, a.Start)
+	case !(a.Budget > 0) || a.Used < 0:
+		return fmt.Errorf("%w: alert budget %v used %v", ErrBadMessage, a.Budget, a.Used)
+	}
+	return nil
 }
 
 // DecodeNotice decodes and validates a notice.

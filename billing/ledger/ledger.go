@@ -85,6 +85,7 @@ type Ledger struct {
 	rdb    redis.UniversalClient
 	cfg    Config
 	record *redis.Script // recordLua
+	alerts *redis.Script // keyAlertsLua
 }
 
 // New validates cfg and returns a Ledger over rdb (not contacted here).
@@ -95,22 +96,24 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{rdb: rdb, cfg: cfg, record: redis.NewScript(recordLua)}, nil
+	return &Ledger{rdb: rdb, cfg: cfg, record: redis.NewScript(recordLua), alerts: redis.NewScript(keyAlertsLua)}, nil
 }
 
 // recordLua counts one usage event once.
 //
 // KEYS: 1 seen claim, 2 charged claim, 3 day neurons, 4 hour rollup,
-// 5 day rollup, 6 recent requests
+// 5 day rollup, 6 recent requests, 7 the API key's day neurons, 8 its
+// month neurons
 // ARGV: 1 seen ttl ms, 2 charge ttl ms, 3 hour ttl ms, 4 day ttl ms,
-// 5 micro-neurons, 6 recent score, 7 event JSON, 8 recent max,
-// 9.. field, increment pairs for both rollups
+// 5 micro-neurons, 6 recent score, 7 event JSON, 8 recent max, 9 month
+// ttl ms, 10 "1" when the event has an API key, 11.. field, increment
+// pairs for both rollups
 // Reply: 1 counted, 0 already counted
 const recordLua = `
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
   return 0
 end
-for i = 9, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[4], ARGV[i], ARGV[i+1])
   redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i+1])
 end
@@ -119,6 +122,12 @@ redis.call('PEXPIRE', KEYS[5], ARGV[4])
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then
   redis.call('INCRBY', KEYS[3], ARGV[5])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  if ARGV[10] == '1' then
+    redis.call('INCRBY', KEYS[7], ARGV[5])
+    redis.call('PEXPIRE', KEYS[7], ARGV[2])
+    redis.call('INCRBY', KEYS[8], ARGV[5])
+    redis.call('PEXPIRE', KEYS[8], ARGV[9])
+  end
 end
 redis.call('ZADD', KEYS[6], ARGV[6], ARGV[7])
 redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[8]) + 1))
@@ -127,7 +136,8 @@ return 1
 
 // Record counts ev once: the first call for a request id adds it to the
 // hour and day rollups of its end time (UTC), to the tenant's day total
-// unless the quota charged it already, and to the recent requests; later
+// and its API key's day and month totals unless the quota charged it
+// already, and to the recent requests; later
 // calls for the same id change nothing and report false. ev must be valid
 // (queue.UsageEvent.Validate).
 func (l *Ledger) Record(ctx context.Context, ev *queue.UsageEvent) (counted bool, err error) {
@@ -145,10 +155,15 @@ func (l *Ledger) Record(ctx context.Context, ev *queue.UsageEvent) (counted bool
 	keys := []string{
 		seenKey(ev.Tenant, ev.RequestID), ChargedKey(ev.Tenant, ev.RequestID), DayNeuronsKey(ev.Tenant, t),
 		hourKey(ev.Tenant, t), dayKey(ev.Tenant, t), recentKey(ev.Tenant),
+		KeyDayNeuronsKey(ev.Tenant, ev.Key, t), KeyMonthNeuronsKey(ev.Tenant, ev.Key, t),
+	}
+	hasKey := "0"
+	if ev.Key != "" {
+		hasKey = "1"
 	}
 	args := []any{
 		l.cfg.SeenTTL.Milliseconds(), ChargeTTL.Milliseconds(), l.cfg.HourTTL.Milliseconds(), l.cfg.DayTTL.Milliseconds(),
-		ev.MicroNeurons, strconv.FormatInt(t.UnixMicro(), 10), b, l.cfg.RecentMax,
+		ev.MicroNeurons, strconv.FormatInt(t.UnixMicro(), 10), b, l.cfg.RecentMax, KeyMonthTTL.Milliseconds(), hasKey,
 	}
 	for _, f := range increments(ev) {
 		args = append(args, f.field, f.by)

@@ -84,6 +84,7 @@ type Stats struct {
 	Rejected   int64 // undecodable events, terminated
 	Retried    int64 // events given back after a ledger or export failure
 	Exported   int64 // events published on the export stream (duplicates again)
+	Alerts     int64 // budget alert notices published (again for a redelivered event)
 	HandedBack int64 // events given back uncounted at shutdown, past the grace
 }
 
@@ -234,6 +235,18 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 		m.log.Info("billing: usage event already counted; acknowledging it again", "request_id", ev.RequestID)
 		m.count(func(s *Stats) { s.Duplicates++ })
 	}
+	// Counted (now or before): the key's budget alerts this event raised,
+	// announced before the ack, so an alert is never acknowledged
+	// unannounced (a redelivery reports the same alerts; their notices
+	// share ids, so each is delivered once).
+	if err := m.alert(ctx, ev); err != nil {
+		m.log.Warn("billing: raising budget alerts; will retry", "err", err, "request_id", ev.RequestID)
+		m.count(func(s *Stats) { s.Retried++ })
+		if err := msg.NakWithDelay(m.cfg.RetryDelay); err != nil {
+			m.log.Warn("billing: giving usage event back", "err", err)
+		}
+		return
+	}
 	// Counted (now or before): on the export stream, before the ack, so an
 	// event is never acknowledged unexported. A redelivered event is
 	// exported again; the stream drops the copy within its de-duplication
@@ -251,6 +264,38 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 	if err := msg.DoubleAck(ctx); err != nil {
 		m.log.Warn("billing: acknowledging usage event", "err", err, "request_id", ev.RequestID)
 	}
+}
+
+// Alerter raises the budget alerts of an event's API key;
+// billing/ledger.Ledger implements it.
+type Alerter interface {
+	KeyAlerts(ctx context.Context, ev *queue.UsageEvent) ([]queue.BudgetAlert, *queue.Webhook, error)
+}
+
+var _ Alerter = (*ledger.Ledger)(nil)
+
+// alert raises ev's key's budget alerts, when the Recorder keeps them, and
+// puts a notice of each on the notify stream when the key has an alert
+// webhook (delivered by the edges, as async notices are).
+func (m *Meter) alert(ctx context.Context, ev *queue.UsageEvent) error {
+	a, ok := m.rec.(Alerter)
+	if !ok || ev.Key == "" {
+		return nil
+	}
+	alerts, hook, err := a.KeyAlerts(ctx, ev)
+	if err != nil || hook == nil {
+		return err
+	}
+	for i := range alerts {
+		al := &alerts[i]
+		m.log.Info("billing: API key budget alert", "tenant", ev.Tenant, "key", al.Key, "period", al.Period, "threshold", al.Threshold)
+		n := &queue.Notice{JobID: al.ID(), Tenant: ev.Tenant, Alert: al, Ended: time.Now().UTC(), Webhook: *hook}
+		if err := queue.PublishNotice(ctx, m.js, n); err != nil {
+			return err
+		}
+		m.count(func(s *Stats) { s.Alerts++ })
+	}
+	return nil
 }
 
 // export publishes a counted event on the export stream as a CloudEvent.

@@ -55,6 +55,13 @@ type Config struct {
 	Authorize func(r *http.Request) (tenant string, err error)
 	// WriteError renders a refusal. Required.
 	WriteError func(w http.ResponseWriter, r *http.Request, err error)
+	// AuthorizeWrite returns the tenant whose API key policies a request
+	// may change, or the error to refuse it with; nil: none may be
+	// changed.
+	AuthorizeWrite func(r *http.Request) (tenant string, err error)
+	// CheckWebhook admits a key policy's alert webhook (allowed host,
+	// public address); nil admits any the policy's own checks pass.
+	CheckWebhook func(ctx context.Context, w *queue.Webhook) error
 	// DailyNeurons is the daily budget reported beside today's use; 0 means
 	// unlimited.
 	DailyNeurons float64

@@ -11,9 +11,10 @@ import (
 // Scopes a token may grant (the space-separated "scope" claim). Unknown scope
 // names are carried in Principal.Scopes but grant nothing here.
 const (
-	ScopeRun         = "ai:run"       // run models
-	ScopeRead        = "ai:read"      // list models, read async results
-	ScopeBillingRead = "billing:read" // read usage and billing
+	ScopeRun          = "ai:run"        // run models
+	ScopeRead         = "ai:read"       // list models, read async results
+	ScopeBillingRead  = "billing:read"  // read usage and billing
+	ScopeBillingWrite = "billing:write" // set API key limits and budgets
 )
 
 var (

@@ -235,7 +235,7 @@ func TestReserveBoundsOverspend(t *testing.T) {
 				t.Errorf("acquire %d: %v", i, err)
 				return
 			}
-			if err := q.Reserve(ctx, "acme", []string{id}, worst(1, 10)); err != nil {
+			if err := q.Reserve(ctx, "acme", "", []string{id}, worst(1, 10)); err != nil {
 				limitOf(t, err, ErrBudgetExhausted)
 				release(Usage{})
 				return
@@ -251,14 +251,14 @@ func TestReserveBoundsOverspend(t *testing.T) {
 	}
 	// Reserved 40: a batch of 3 x 10 is not admitted (40 + 20 >= 50), one
 	// of 2 x 4 is (40 + 4 < 50).
-	if err := q.Reserve(ctx, "beta", []string{"big"}, worst(1, 40)); err != nil {
+	if err := q.Reserve(ctx, "beta", "", []string{"big"}, worst(1, 40)); err != nil {
 		t.Fatal(err)
 	}
-	limitOf(t, q.Reserve(ctx, "beta", ids("b3", 3), worst(3, 10)), ErrBudgetExhausted)
+	limitOf(t, q.Reserve(ctx, "beta", "", ids("b3", 3), worst(3, 10)), ErrBudgetExhausted)
 	if _, err := q.AcquireJobs(ctx, "beta", Jobs{IDs: ids("b2", 2)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Reserve(ctx, "beta", ids("b2", 2), worst(2, 4)); err != nil {
+	if err := q.Reserve(ctx, "beta", "", ids("b2", 2), worst(2, 4)); err != nil {
 		t.Fatalf("a batch of 2: %v", err)
 	}
 	if u := used("beta"); u != 48 {
@@ -274,7 +274,7 @@ func TestReserveBoundsOverspend(t *testing.T) {
 	if _, err := q.AcquireJobs(ctx, "beta", Jobs{IDs: []string{"lost"}, LeaseTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Reserve(ctx, "beta", []string{"lost"}, worst(1, 5)); err != nil {
+	if err := q.Reserve(ctx, "beta", "", []string{"lost"}, worst(1, 5)); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(2 * time.Minute)

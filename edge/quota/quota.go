@@ -48,6 +48,10 @@ type LimitError struct {
 	RetryAfter time.Duration // when a retry may succeed; 0 when unknown
 	InUse      int           // what the limit counted already (requests or jobs); 0 for the budget
 	Requested  int           // what the refused request asked for (its jobs)
+	// Key is the API key whose own limit (its KeyPolicy) was hit; "" for
+	// the tenant's. Period is the budget's: queue.PeriodDay or PeriodMonth.
+	Key    string
+	Period string
 }
 
 func (e *LimitError) Error() string {
@@ -182,6 +186,22 @@ func recordsKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:rec
 // reservedKey holds tenant's jobs' budget reservations (Reserve).
 func reservedKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:reserved" }
 
+// An API key's rate window and lease set, and the hash naming each job's
+// key lease set (so a job ended by id gives its key's lease back).
+func keyRateKey(tenant, key string) string { return KeyPrefix + "{" + tenant + "}:key:" + key + ":rpm" }
+func keyLeaseKey(tenant, key string) string {
+	return KeyPrefix + "{" + tenant + "}:key:" + key + ":inflight"
+}
+func leaseKeysKey(tenant string) string { return KeyPrefix + "{" + tenant + "}:leasekeys" }
+
+// flag is a script's "1"/"0" argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // neuronKey is the ledger's day total, in micro-neurons: what the
 // dashboard shows is what the budget enforces.
 func neuronKey(tenant string, day time.Time) string { return ledger.DayNeuronsKey(tenant, day) }
@@ -199,20 +219,40 @@ const (
 	resRate
 	resQueued
 	resRecords
-	resLate // past its deadline: the edge answered already
+	resLate           // past its deadline: the edge answered already
+	resKeyDayBudget   // the API key's hard daily budget
+	resKeyMonthBudget // the API key's hard monthly budget
+	resKeyConcurrency
+	resKeyRate
 )
 
-// refundLua is the Lua function the scripts share to give back a job's
-// budget reservation (Reserve): the hash field holds "<day key>|<micro>".
+// refundLua holds the Lua functions the scripts share. refund gives back a
+// job's budget reservation (Reserve): the hash field holds
+// "<micro>|<total key>|..." (the totals it was added to: the tenant's day,
+// its API key's day and month), or "<day key>|<micro>" as edges before API
+// key budgets wrote it. unkey gives back a job's API key lease: the
+// leasekeys hash names the key's lease set.
 const refundLua = `
 local function refund(resv, id)
   local v = redis.call('HGET', resv, id)
   if not v then return end
   redis.call('HDEL', resv, id)
-  local sep = string.find(v, '|', 1, true)
-  local day = string.sub(v, 1, sep - 1)
-  if redis.call('EXISTS', day) == 1 then
-    redis.call('DECRBY', day, tonumber(string.sub(v, sep + 1)))
+  local parts = {}
+  for f in string.gmatch(v, '[^|]+') do table.insert(parts, f) end
+  local micro, first = tonumber(parts[1]), 2
+  if not micro then
+    micro, first = tonumber(parts[#parts]), 1
+    table.remove(parts)
+  end
+  for i = first, #parts do
+    if redis.call('EXISTS', parts[i]) == 1 then redis.call('DECRBY', parts[i], micro) end
+  end
+end
+local function unkey(lk, id)
+  local z = redis.call('HGET', lk, id)
+  if z then
+    redis.call('ZREM', z, id)
+    redis.call('HDEL', lk, id)
   end
 end
 `
@@ -229,13 +269,19 @@ end
 // Under a daily budget every job takes a lease too: when one expires
 // unreleased (its edge died), its budget reservation is given back.
 //
+// A request made with an API key is also checked against the key's policy
+// (billing/ledger.KeyPolicy, read here): its hard daily and monthly
+// budgets, its rate and its concurrency, each job taking an entry in the
+// key's own rate window and lease set too.
+//
 // KEYS: 1 rate zset, 2 lease zset, 3 neurons of the day, 4 records zset,
-// 5 reservations hash
+// 5 reservations hash, 6 key rate zset, 7 key lease zset, 8 key policy
+// hash, 9 key's neurons of the day, 10 of the month, 11 leasekeys hash
 // ARGV: 1 now ms, 2 rpm (0 = off), 3 window ms, 4 max concurrent (0 = off),
 // 5 lease ttl ms, 6 daily budget (0 = off), 7 max queued (0 = off),
 // 8 max records (0 = off), 9 record ttl ms, 10 deadline (ms of Redis's
-// clock), 11.. the jobs' ids (n = #ARGV - 10)
-// Reply: {code, retry-after ms (rate limit and records only; -1: never), in use}
+// clock), 11 "1" with an API key, 12.. the jobs' ids (n = #ARGV - 11)
+// Reply: {code, retry-after ms (rate limits and records only; -1: never), in use}
 //
 // A script that runs past its deadline (Redis stalled, and the edge gave up
 // and refused the request) changes nothing: the request it would admit was
@@ -250,12 +296,16 @@ local budget = tonumber(ARGV[6])
 local maxq = tonumber(ARGV[7])
 local maxr = tonumber(ARGV[8])
 local rttl = tonumber(ARGV[9])
-local n = #ARGV - 10
+local n = #ARGV - 11
+local haskey = ARGV[11] == '1'
 local t = redis.call('TIME')
 if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[10]) then return {6, 0, 0} end
 local track = maxc > 0 or maxq > 0 or budget > 0
 if track then
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do refund(KEYS[5], id) end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+    refund(KEYS[5], id)
+    unkey(KEYS[11], id)
+  end
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 end
 if budget > 0 then
@@ -276,25 +326,60 @@ if maxr > 0 then
     return {5, tonumber(e[2]) - now, kept}
   end
 end
-if rpm > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-  local used = redis.call('ZCARD', KEYS[1])
-  if used + n > rpm then
-    if n > rpm then return {3, -1, used} end
-    local k = used + n - rpm
-    local e = redis.call('ZRANGE', KEYS[1], k - 1, k - 1, 'WITHSCORES')
-    return {3, tonumber(e[2]) + window - now, used}
+local function windowFull(zset, limit, code)
+  redis.call('ZREMRANGEBYSCORE', zset, '-inf', now - window)
+  local used = redis.call('ZCARD', zset)
+  if used + n <= limit then return nil end
+  if n > limit then return {code, -1, used} end
+  local k = used + n - limit
+  local e = redis.call('ZRANGE', zset, k - 1, k - 1, 'WITHSCORES')
+  return {code, tonumber(e[2]) + window - now, used}
+end
+local krpm = 0
+if haskey then
+  local p = redis.call('HMGET', KEYS[8], 'rpm', 'concurrency', 'daily', 'monthly', 'soft')
+  krpm = tonumber(p[1] or '0') or 0
+  local kmaxc = tonumber(p[2] or '0') or 0
+  if p[5] ~= '1' then
+    local d, m = tonumber(p[3] or '0') or 0, tonumber(p[4] or '0') or 0
+    if d > 0 and tonumber(redis.call('GET', KEYS[9]) or '0') >= d then return {7, 0, 0} end
+    if m > 0 and tonumber(redis.call('GET', KEYS[10]) or '0') >= m then return {8, 0, 0} end
   end
-  for i = 11, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+  if kmaxc > 0 then
+    local held = redis.call('ZCARD', KEYS[7])
+    if held + n > kmaxc then return {9, 0, held} end
+  end
+  if krpm > 0 then
+    local full = windowFull(KEYS[6], krpm, 10)
+    if full then return full end
+  end
+end
+if rpm > 0 then
+  local full = windowFull(KEYS[1], rpm, 3)
+  if full then return full end
+  for i = 12, #ARGV do redis.call('ZADD', KEYS[1], now, ARGV[i]) end
   redis.call('PEXPIRE', KEYS[1], window)
 end
 if track then
-  for i = 11, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
+  for i = 12, #ARGV do redis.call('ZADD', KEYS[2], now + lease, ARGV[i]) end
   if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
 end
 if maxr > 0 then
-  for i = 11, #ARGV do redis.call('ZADD', KEYS[4], now + rttl, ARGV[i]) end
+  for i = 12, #ARGV do redis.call('ZADD', KEYS[4], now + rttl, ARGV[i]) end
   if redis.call('PTTL', KEYS[4]) < rttl then redis.call('PEXPIRE', KEYS[4], rttl) end
+end
+if haskey then
+  if krpm > 0 then
+    for i = 12, #ARGV do redis.call('ZADD', KEYS[6], now, ARGV[i]) end
+    redis.call('PEXPIRE', KEYS[6], window)
+  end
+  for i = 12, #ARGV do
+    redis.call('ZADD', KEYS[7], now + lease, ARGV[i])
+    redis.call('HSET', KEYS[11], ARGV[i], KEYS[7])
+  end
+  if redis.call('PTTL', KEYS[7]) < lease then redis.call('PEXPIRE', KEYS[7], lease) end
+  if redis.call('PTTL', KEYS[11]) < lease then redis.call('PEXPIRE', KEYS[11], lease) end
 end
 return {0, 0, 0}
 `
@@ -303,20 +388,25 @@ return {0, 0, 0}
 // not queued) and charges the micro-neurons used, once per request id when
 // one is given (the claim billing/ledger shares).
 //
-// Each id's budget reservation is given back first.
+// Each id's budget reservation and API key lease are given back first.
+// The charge goes to the API key's day and month totals too, when the
+// request had a key.
 //
 // KEYS: 1 lease zset, 2 neurons of the admission day, 3 charge claim,
-// 4 records zset, 5 reservations hash
+// 4 records zset, 5 reservations hash, 6 leasekeys hash, 7 the key's
+// neurons of the day, 8 of the month
 // ARGV: 1 micro-neurons (>= 0), 2 ttl ms of the neuron key, 3 "1" when
 // KEYS[3] is a claim to take, 4 ttl ms of the claim, 5 "1" when the ids'
-// record entries go too, 6.. lease ids
+// record entries go too, 6 "1" with an API key, 7 ttl ms of the key's
+// month, 8.. lease ids
 const releaseLua = refundLua + `
-for i = 6, #ARGV do
+for i = 8, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
   refund(KEYS[5], ARGV[i])
+  unkey(KEYS[6], ARGV[i])
 end
 if ARGV[5] == '1' then
-  for i = 6, #ARGV do redis.call('ZREM', KEYS[4], ARGV[i]) end
+  for i = 8, #ARGV do redis.call('ZREM', KEYS[4], ARGV[i]) end
 end
 local n = tonumber(ARGV[1])
 if n > 0 then
@@ -325,45 +415,81 @@ if n > 0 then
   end
   redis.call('INCRBY', KEYS[2], ARGV[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  if ARGV[6] == '1' then
+    redis.call('INCRBY', KEYS[7], ARGV[1])
+    redis.call('PEXPIRE', KEYS[7], ARGV[2])
+    redis.call('INCRBY', KEYS[8], ARGV[1])
+    redis.call('PEXPIRE', KEYS[8], ARGV[7])
+  end
 end
 return 0
 `
 
-// releaseJobsLua gives back the leases and budget reservations of jobs that
-// ended (billing charges what they ran from their usage events).
+// releaseJobsLua gives back the leases, API key leases and budget
+// reservations of jobs that ended (billing charges what they ran from their
+// usage events).
 //
-// KEYS: 1 lease zset, 2 reservations hash; ARGV: the jobs' ids
+// KEYS: 1 lease zset, 2 reservations hash, 3 leasekeys hash; ARGV: the
+// jobs' ids
 const releaseJobsLua = refundLua + `
 for i = 1, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
   refund(KEYS[2], ARGV[i])
+  unkey(KEYS[3], ARGV[i])
 end
 return 0
 `
 
-// reserveLua reserves the worst case of a request's jobs against the daily
-// budget, atomically with the check: refused (1) when what is charged and
-// reserved already, plus the worst cases of all the jobs but the costliest,
-// reaches the budget, so the day ends at most one job's worst case over it.
+// reserveLua reserves the worst case of a request's jobs against each
+// budget it is under (the tenant's daily budget; its API key's hard daily
+// and monthly ones, read from the key's policy), atomically with the check:
+// refused when what is charged and reserved already, plus the worst cases
+// of all the jobs but the costliest, reaches a budget, so each ends at most
+// one job's worst case over.
 //
-// KEYS: 1 neurons of the day, 2 reservations hash
-// ARGV: 1 daily budget (micro), 2 ttl ms of the neuron key, 3 ttl ms of the
-// hash, then pairs: job id, worst case (micro)
-// Reply: {code, charged and reserved before}
+// KEYS: 1 neurons of the day, 2 reservations hash, 3 key policy hash,
+// 4 key's neurons of the day, 5 of the month
+// ARGV: 1 daily budget (micro; 0 = none), 2 ttl ms of the day keys, 3 ttl
+// ms of the hash, 4 "1" with an API key, 5 ttl ms of the month key, then
+// pairs: job id, worst case (micro)
+// Reply: {code (0 ok, 1 the tenant's day, 2 the key's day, 3 its month),
+// charged and reserved before}
 const reserveLua = `
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local total, most = 0, 0
-for i = 4, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local w = tonumber(ARGV[i + 1])
   total = total + w
   if w > most then most = w end
 end
-if used + total - most >= tonumber(ARGV[1]) then return {1, used} end
-redis.call('INCRBY', KEYS[1], total)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], KEYS[1] .. '|' .. ARGV[i + 1]) end
+local under = {}
+local function check(key, budget, code, ttl)
+  if budget <= 0 then return nil end
+  local used = tonumber(redis.call('GET', key) or '0')
+  if used + total - most >= budget then return {code, used} end
+  table.insert(under, {key, ttl})
+  return nil
+end
+local refused = check(KEYS[1], tonumber(ARGV[1]), 1, ARGV[2])
+if refused then return refused end
+if ARGV[4] == '1' then
+  local p = redis.call('HMGET', KEYS[3], 'daily', 'monthly', 'soft')
+  if p[3] ~= '1' then
+    refused = check(KEYS[4], tonumber(p[1] or '0') or 0, 2, ARGV[2])
+      or check(KEYS[5], tonumber(p[2] or '0') or 0, 3, ARGV[5])
+    if refused then return refused end
+  end
+end
+if #under == 0 then return {0, 0} end
+local names = {}
+for _, u in ipairs(under) do
+  redis.call('INCRBY', u[1], total)
+  redis.call('PEXPIRE', u[1], u[2])
+  table.insert(names, u[1])
+end
+local held = table.concat(names, '|')
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1] .. '|' .. held) end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return {0, used}
+return {0, 0}
 `
 
 // Acquire admits one request of tenant or refuses it: AcquireJobs for one
@@ -398,6 +524,10 @@ type Jobs struct {
 	// entries again. Counted only when a Redis client is configured.
 	MaxRecords int
 	RecordTTL  time.Duration
+	// Key is the API key the request was made with (the token's "key"
+	// claim, queue.ValidKey), or "": with one, the key's own policy
+	// (billing/ledger.KeyPolicy) is checked too.
+	Key string
 	// Soft says MaxQueued and MaxRecords are the platform's default bounds
 	// rather than limits someone configured for the tenant: when Redis
 	// cannot be asked and no Config limit is set either, the request is
@@ -414,6 +544,8 @@ func (j *Jobs) validate() error {
 		return fmt.Errorf("quota: negative LeaseTTL %v, MaxQueued %d or MaxRecords %d", j.LeaseTTL, j.MaxQueued, j.MaxRecords)
 	case j.MaxRecords > 0 && j.RecordTTL < time.Millisecond:
 		return fmt.Errorf("quota: MaxRecords %d needs a RecordTTL, not %v", j.MaxRecords, j.RecordTTL)
+	case j.Key != "" && !queue.ValidKey(j.Key):
+		return fmt.Errorf("quota: API key %q", j.Key)
 	}
 	seen := make(map[string]bool, len(j.IDs))
 	for _, id := range j.IDs {
@@ -444,7 +576,7 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 	if q.rdb == nil {
 		maxq, maxr = 0, 0 // no store to count in: the stream's per-tenant bound applies alone
 	}
-	if !q.cfg.limited() && maxq == 0 && maxr == 0 {
+	if !q.cfg.limited() && maxq == 0 && maxr == 0 && (jobs.Key == "" || q.rdb == nil) {
 		return func(Usage) {}, nil
 	}
 	ttl := jobs.LeaseTTL
@@ -453,7 +585,10 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 	}
 	now := q.now()
 	day := now.UTC()
-	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day), recordsKey(tenant), reservedKey(tenant)}
+	key := jobs.Key
+	keys := []string{rateKey(tenant), leaseKey(tenant), neuronKey(tenant, day), recordsKey(tenant), reservedKey(tenant),
+		keyRateKey(tenant, key), keyLeaseKey(tenant, key), ledger.KeyPolicyKey(tenant, key),
+		ledger.KeyDayNeuronsKey(tenant, key, day), ledger.KeyMonthNeuronsKey(tenant, key, day), leaseKeysKey(tenant)}
 	args := []any{
 		now.UnixMilli(),
 		q.cfg.RequestsPerMinute, rateWindow.Milliseconds(),
@@ -461,6 +596,7 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 		price.ToMicro(q.cfg.DailyNeurons),
 		maxq, maxr, jobs.RecordTTL.Milliseconds(),
 		time.Now().Add(q.timeout + clockSkew).UnixMilli(), // the real clock, as Redis's TIME
+		flag(key != ""),
 	}
 	for _, id := range jobs.IDs {
 		args = append(args, id)
@@ -477,7 +613,7 @@ func (q *Quota) AcquireJobs(ctx context.Context, tenant string, jobs Jobs) (rele
 		}
 		if q.cfg.FailOpen || jobs.Soft && !q.cfg.limited() {
 			q.log.Warn("quota: Redis unavailable, admitting request (fail open)", "tenant", tenant, "err", err)
-			return q.releaser(tenant, nil, false, day), nil
+			return q.releaser(tenant, "", nil, false, day), nil
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -490,11 +626,25 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, d
 	n, inUse := len(jobs.IDs), int(res[2])
 	switch res[0] {
 	case resOK:
-		var leases []string // taken only under a concurrency limit, a queue bound, a records bound or a budget
-		if q.cfg.MaxConcurrent > 0 || maxq > 0 || maxr > 0 || q.cfg.DailyNeurons > 0 {
+		var leases []string // taken only under a concurrency limit, a queue bound, a records bound, a budget or a key
+		if q.cfg.MaxConcurrent > 0 || maxq > 0 || maxr > 0 || q.cfg.DailyNeurons > 0 || jobs.Key != "" {
 			leases = jobs.IDs
 		}
-		return q.releaser(tenant, leases, maxr > 0, day), nil
+		return q.releaser(tenant, jobs.Key, leases, maxr > 0, day), nil
+	case resKeyDayBudget, resKeyMonthBudget:
+		period, retry := queue.PeriodDay, untilMidnight(day)
+		if res[0] == resKeyMonthBudget {
+			period, retry = queue.PeriodMonth, untilMonthEnd(day)
+		}
+		return nil, &LimitError{Err: ErrBudgetExhausted, RetryAfter: retry, Requested: n, Key: jobs.Key, Period: period}
+	case resKeyConcurrency:
+		return nil, &LimitError{Err: ErrConcurrency, InUse: inUse, Requested: n, Key: jobs.Key}
+	case resKeyRate:
+		retry := max(time.Duration(res[1])*time.Millisecond, time.Millisecond)
+		if res[1] < 0 {
+			retry = 0
+		}
+		return nil, &LimitError{Err: ErrRateLimited, RetryAfter: retry, InUse: inUse, Requested: n, Key: jobs.Key}
 	case resLate:
 		return nil, fmt.Errorf("%w: the quota script ran after its deadline", ErrUnavailable)
 	case resRecords:
@@ -504,7 +654,7 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, d
 		}
 		return nil, &LimitError{Err: ErrAsyncRecords, Limit: float64(maxr), RetryAfter: retry, InUse: inUse, Requested: n}
 	case resBudget:
-		return nil, &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: n}
+		return nil, &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: n, Period: queue.PeriodDay}
 	case resConcurrency:
 		return nil, &LimitError{Err: ErrConcurrency, Limit: float64(q.cfg.MaxConcurrent), InUse: inUse, Requested: n}
 	case resQueued:
@@ -521,28 +671,30 @@ func (q *Quota) verdict(res []int64, tenant string, jobs Jobs, maxq, maxr int, d
 	}
 }
 
-// Reserve reserves against tenant's daily budget the worst case of each job
-// of an admitted request (ids as given to AcquireJobs; worst in
-// micro-neurons: its prompt and max_tokens at the model's rates),
-// atomically with the check: ErrBudgetExhausted (a *LimitError) when the
-// neurons charged and reserved already, plus the worst cases of all the jobs
-// but the costliest, reach the budget. So concurrent requests and batches
-// overspend it by at most one job's worst case. A reservation is given back
-// with its job's lease (the release func, ReleaseJobs, or the lease's
-// expiry), and the job's real cost is charged as before. Without a budget or
-// a Redis client it does nothing.
-func (q *Quota) Reserve(ctx context.Context, tenant string, ids []string, worst []int64) error {
+// Reserve reserves against tenant's daily budget, and the hard budgets of
+// its API key (key; "" for none), the worst case of each job of an
+// admitted request (ids as given to AcquireJobs; worst in micro-neurons:
+// its prompt and max_tokens at the model's rates), atomically with the
+// check: ErrBudgetExhausted (a *LimitError) when the neurons charged and
+// reserved already, plus the worst cases of all the jobs but the costliest,
+// reach a budget. So concurrent requests and batches overspend each by at
+// most one job's worst case. A reservation is given back with its job's
+// lease (the release func, ReleaseJobs, or the lease's expiry), and the
+// job's real cost is charged as before. Without a budget or a Redis client
+// it does nothing.
+func (q *Quota) Reserve(ctx context.Context, tenant, key string, ids []string, worst []int64) error {
 	if !queue.ValidTenant(tenant) {
 		return fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
-	if len(ids) != len(worst) || len(ids) > MaxJobsPerCall {
-		return fmt.Errorf("quota: %d job ids and %d worst cases", len(ids), len(worst))
+	if len(ids) != len(worst) || len(ids) > MaxJobsPerCall || key != "" && !queue.ValidKey(key) {
+		return fmt.Errorf("quota: %d job ids and %d worst cases, key %q", len(ids), len(worst), key)
 	}
-	if q.rdb == nil || q.cfg.DailyNeurons == 0 || len(ids) == 0 {
+	if q.rdb == nil || q.cfg.DailyNeurons == 0 && key == "" || len(ids) == 0 {
 		return nil
 	}
 	day := q.now().UTC()
-	args := []any{price.ToMicro(q.cfg.DailyNeurons), (untilMidnight(day) + dayGrace).Milliseconds(), reservedTTL.Milliseconds()}
+	args := []any{price.ToMicro(q.cfg.DailyNeurons), (untilMidnight(day) + dayGrace).Milliseconds(), reservedTTL.Milliseconds(),
+		flag(key != ""), ledger.KeyMonthTTL.Milliseconds()}
 	for i, id := range ids {
 		if worst[i] < 0 {
 			return fmt.Errorf("quota: negative worst case %d for %s", worst[i], id)
@@ -550,7 +702,9 @@ func (q *Quota) Reserve(ctx context.Context, tenant string, ids []string, worst 
 		args = append(args, id, worst[i])
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.timeout)
-	res, err := q.reserveScr.Run(cctx, q.rdb, []string{neuronKey(tenant, day), reservedKey(tenant)}, args...).Int64Slice()
+	keys := []string{neuronKey(tenant, day), reservedKey(tenant), ledger.KeyPolicyKey(tenant, key),
+		ledger.KeyDayNeuronsKey(tenant, key, day), ledger.KeyMonthNeuronsKey(tenant, key, day)}
+	res, err := q.reserveScr.Run(cctx, q.rdb, keys, args...).Int64Slice()
 	cancel()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
@@ -563,8 +717,12 @@ func (q *Quota) Reserve(ctx context.Context, tenant string, ids []string, worst 
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	case res[0] == 1:
+		return &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: len(ids), Period: queue.PeriodDay}
+	case res[0] == 2:
+		return &LimitError{Err: ErrBudgetExhausted, RetryAfter: untilMidnight(day), Requested: len(ids), Key: key, Period: queue.PeriodDay}
 	case res[0] != resOK:
-		return &LimitError{Err: ErrBudgetExhausted, Limit: q.cfg.DailyNeurons, RetryAfter: untilMidnight(day), Requested: len(ids)}
+		return &LimitError{Err: ErrBudgetExhausted, RetryAfter: untilMonthEnd(day), Requested: len(ids), Key: key, Period: queue.PeriodMonth}
 	}
 	return nil
 }
@@ -589,7 +747,7 @@ func (q *Quota) ReleaseJobs(ctx context.Context, tenant string, ids ...string) e
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.timeout)
 	defer cancel()
-	if err := q.jobsScr.Run(cctx, q.rdb, []string{leaseKey(tenant), reservedKey(tenant)}, members...).Err(); err != nil {
+	if err := q.jobsScr.Run(cctx, q.rdb, []string{leaseKey(tenant), reservedKey(tenant), leaseKeysKey(tenant)}, members...).Err(); err != nil {
 		return fmt.Errorf("%w: releasing %d job(s) of %s: %v", ErrUnavailable, len(ids), tenant, err)
 	}
 	return nil
@@ -597,26 +755,27 @@ func (q *Quota) ReleaseJobs(ctx context.Context, tenant string, ids ...string) e
 
 // releaser returns the release func of one admitted request, which gives
 // back the leases ids (nil: it took none), and their record entries when
-// records is set, and charges the neurons to the UTC day the request was
-// admitted on.
-func (q *Quota) releaser(tenant string, ids []string, records bool, day time.Time) func(Usage) {
+// records is set, and charges the neurons to the UTC day (and, with an API
+// key, month) the request was admitted on.
+func (q *Quota) releaser(tenant, key string, ids []string, records bool, day time.Time) func(Usage) {
 	var once sync.Once
 	return func(u Usage) {
-		once.Do(func() { q.release(tenant, ids, records, day, u) })
+		once.Do(func() { q.release(tenant, key, ids, records, day, u) })
 	}
 }
 
-func (q *Quota) release(tenant string, ids []string, records bool, day time.Time, u Usage) {
+func (q *Quota) release(tenant, key string, ids []string, records bool, day time.Time, u Usage) {
 	n := u.Neurons
 	if n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
 		q.log.Error("quota: release with invalid neurons, charging none", "tenant", tenant, "neurons", n)
 		n = 0
 	}
-	if len(ids) == 0 && (q.cfg.DailyNeurons == 0 || n == 0) {
+	counted := q.cfg.DailyNeurons > 0 || key != "" // a budget may read the charge
+	if len(ids) == 0 && (!counted || n == 0) {
 		return // nothing to give back or charge
 	}
 	ttl := untilMidnight(day) + dayGrace
-	if q.cfg.DailyNeurons == 0 {
+	if !counted {
 		n = 0 // unlimited: no need to count
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
@@ -629,8 +788,10 @@ func (q *Quota) release(tenant string, ids []string, records bool, day time.Time
 	if records {
 		dropRecords = "1"
 	}
-	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim, recordsKey(tenant), reservedKey(tenant)}
-	args := []any{price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds(), dropRecords}
+	keys := []string{leaseKey(tenant), neuronKey(tenant, day), claim, recordsKey(tenant), reservedKey(tenant),
+		leaseKeysKey(tenant), ledger.KeyDayNeuronsKey(tenant, key, day), ledger.KeyMonthNeuronsKey(tenant, key, day)}
+	args := []any{price.ToMicro(n), ttl.Milliseconds(), take, ledger.ChargeTTL.Milliseconds(), dropRecords,
+		flag(key != ""), ledger.KeyMonthTTL.Milliseconds()}
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -662,6 +823,13 @@ func (q *Quota) Used(ctx context.Context, tenant string, t time.Time) (float64, 
 		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return price.Neurons(micro), nil
+}
+
+// untilMonthEnd is the time from t to the first of the next month, 00:00
+// UTC.
+func untilMonthEnd(t time.Time) time.Duration {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, time.UTC).Sub(t)
 }
 
 // untilMidnight is the time from t to the next 00:00 UTC (never zero).
