@@ -195,10 +195,20 @@ type alertBody struct {
 	*queue.BudgetAlert
 }
 
+// anomalyBody is the body of an API key's cost anomaly: type
+// "ai.cost.anomaly" and the anomaly's fields.
+type anomalyBody struct {
+	Type string `json:"type"`
+	*queue.CostAnomaly
+}
+
 // webhookPayload is notice n's body.
 func webhookPayload(n *queue.Notice) ([]byte, error) {
 	if n.Alert != nil {
 		return json.Marshal(alertBody{Type: "ai.budget.alert", BudgetAlert: n.Alert})
+	}
+	if n.Anomaly != nil {
+		return json.Marshal(anomalyBody{Type: "ai.cost.anomaly", CostAnomaly: n.Anomaly})
 	}
 	requestID, index := n.JobID, 0
 	if i := strings.LastIndexByte(n.JobID, '-'); i > 0 {

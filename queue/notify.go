@@ -73,6 +73,7 @@ type Notice struct {
 	Usage   *Usage       `json:"usage,omitempty"`
 	Error   *FrameError  `json:"error,omitempty"`
 	Alert   *BudgetAlert `json:"alert,omitempty"`
+	Anomaly *CostAnomaly `json:"anomaly,omitempty"`
 	Ended   time.Time    `json:"ended"` // when the job ended or the alert fired
 	Webhook Webhook      `json:"webhook"`
 }
@@ -84,15 +85,24 @@ func (n *Notice) Validate() error {
 		return fmt.Errorf("%w: notice without job id", ErrBadMessage)
 	case !ValidTenant(n.Tenant):
 		return fmt.Errorf("%w: notice %s tenant %q", ErrBadMessage, n.JobID, n.Tenant)
-	case n.Alert == nil && n.Status != StatusDone && n.Status != StatusFailed:
+	case n.Alert != nil && n.Anomaly != nil:
+		return fmt.Errorf("%w: notice %s is both an alert and an anomaly", ErrBadMessage, n.JobID)
+	case n.Alert == nil && n.Anomaly == nil && n.Status != StatusDone && n.Status != StatusFailed:
 		return fmt.Errorf("%w: notice %s status %q", ErrBadMessage, n.JobID, n.Status)
 	case n.Alert != nil && (n.Status != "" || n.JobID != n.Alert.ID()):
 		return fmt.Errorf("%w: alert notice %s with status %q or another id", ErrBadMessage, n.JobID, n.Status)
+	case n.Anomaly != nil && (n.Status != "" || n.JobID != n.Anomaly.ID()):
+		return fmt.Errorf("%w: anomaly notice %s with status %q or another id", ErrBadMessage, n.JobID, n.Status)
 	case n.Ended.IsZero():
 		return fmt.Errorf("%w: notice %s without end time", ErrBadMessage, n.JobID)
 	}
 	if n.Alert != nil {
 		if err := n.Alert.Validate(); err != nil {
+			return err
+		}
+	}
+	if n.Anomaly != nil {
+		if err := n.Anomaly.Validate(); err != nil {
 			return err
 		}
 	}
@@ -122,6 +132,33 @@ type BudgetAlert struct {
 	// once its spend reaches the budget.
 	Soft      bool   `json:"soft,omitempty"`
 	RequestID string `json:"request_id"` // the request whose usage crossed it
+}
+
+// CostAnomaly flags a request of an API key that cost more than
+// AnomalyFactor times the key's own 95th percentile and more than the
+// tenant's 99th percentile (AI Gateway's rule, per request).
+type CostAnomaly struct {
+	Key       string  `json:"key"`
+	RequestID string  `json:"request_id"`
+	Model     string  `json:"model"`
+	Neurons   float64 `json:"neurons"`
+	KeyP95    float64 `json:"key_p95_neurons"`
+	TenantP99 float64 `json:"tenant_p99_neurons"`
+}
+
+// AnomalyFactor is how many times its key's p95 a request must cost to be
+// flagged.
+const AnomalyFactor = 2
+
+// ID names the anomaly: one per request.
+func (a *CostAnomaly) ID() string { return "anomaly-" + a.RequestID }
+
+// Validate checks an anomaly's fields.
+func (a *CostAnomaly) Validate() error {
+	if !ValidKey(a.Key) || a.RequestID == "" || !(a.Neurons > 0) {
+		return fmt.Errorf("%w: anomaly of key %q request %q, %v neurons", ErrBadMessage, a.Key, a.RequestID, a.Neurons)
+	}
+	return nil
 }
 
 // ID names the alert: one per key, period and threshold.

@@ -82,10 +82,11 @@ func (c *Config) Validate() error {
 // Ledger records usage events and answers usage queries. It is safe for
 // concurrent use.
 type Ledger struct {
-	rdb    redis.UniversalClient
-	cfg    Config
-	record *redis.Script // recordLua
-	alerts *redis.Script // keyAlertsLua
+	rdb     redis.UniversalClient
+	cfg     Config
+	record  *redis.Script // recordLua
+	alerts  *redis.Script // keyAlertsLua
+	anomaly *redis.Script // keyAnomalyLua
 }
 
 // New validates cfg and returns a Ledger over rdb (not contacted here).
@@ -96,7 +97,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{rdb: rdb, cfg: cfg, record: redis.NewScript(recordLua), alerts: redis.NewScript(keyAlertsLua)}, nil
+	return &Ledger{rdb: rdb, cfg: cfg, record: redis.NewScript(recordLua), alerts: redis.NewScript(keyAlertsLua),
+		anomaly: redis.NewScript(keyAnomalyLua)}, nil
 }
 
 // recordLua counts one usage event once.

@@ -380,3 +380,150 @@ func (l *Ledger) Alerts(ctx context.Context, tenant string, limit int) ([]Alert,
 	}
 	return out, nil
 }
+
+// Cost anomalies (queue.CostAnomaly): each request of an API key is
+// compared with the key's and the tenant's costs this UTC month, kept as
+// histograms of quarter-octave buckets of micro-neurons.
+const (
+	// AnomalyMinRequests is how many requests the key and the tenant must
+	// have this month before a request is compared with them.
+	AnomalyMinRequests      = 20
+	anomalyBucketsPerOctave = 4
+)
+
+// costBucket is the histogram bucket of a cost of micro > 0 micro-neurons.
+func costBucket(micro int64) int {
+	return int(math.Floor(math.Log2(float64(micro)) * anomalyBucketsPerOctave))
+}
+
+// bucketTop is the upper bound, in micro-neurons, of bucket b.
+func bucketTop(b int64) float64 {
+	return math.Exp2(float64(b+1) / anomalyBucketsPerOctave)
+}
+
+func keyCostsKey(tenant, key string, t time.Time) string {
+	return tenantPrefix(tenant) + "costs:" + t.UTC().Format(monthLayout) + ":k:" + key
+}
+func tenantCostsKey(tenant string, t time.Time) string {
+	return tenantPrefix(tenant) + "costs:" + t.UTC().Format(monthLayout)
+}
+func costSeenKey(tenant, id string) string { return tenantPrefix(tenant) + "costseen:" + id }
+func anomaliesKey(tenant string) string    { return tenantPrefix(tenant) + "anomalies" }
+
+// keyAnomalyLua compares one request's cost with the histograms of its key
+// and tenant (before adding it), then adds it to both, once per request: a
+// redelivery gets the first answer again.
+//
+// KEYS: 1 key histogram, 2 tenant histogram, 3 the request's seen mark,
+// 4 anomalies list
+// ARGV: 1 the cost's bucket, 2 histogram ttl ms, 3 mark ttl ms, 4 min
+// requests, 5 factor, 6 anomalies kept, 7 the cost (micro), 8 the
+// anomaly's JSON without its percentiles, 9 buckets per octave
+// Reply: {flagged 0/1, key p95 bucket, tenant p99 bucket} (-1: too few)
+const keyAnomalyLua = `
+local seen = redis.call('GET', KEYS[3])
+if seen then
+  local a, b, c = string.match(seen, '^(-?%d+)|(-?%d+)|(-?%d+)$')
+  return {tonumber(a), tonumber(b), tonumber(c)}
+end
+local function pct(key, p)
+  local h = redis.call('HGETALL', key)
+  local n, bs, counts = 0, {}, {}
+  for i = 1, #h, 2 do
+    local b, c = tonumber(h[i]), tonumber(h[i + 1])
+    table.insert(bs, b)
+    counts[b] = c
+    n = n + c
+  end
+  if n < tonumber(ARGV[4]) then return -1 end
+  table.sort(bs)
+  local cum = 0
+  for _, b in ipairs(bs) do
+    cum = cum + counts[b]
+    if cum * 100 >= n * p then return b end
+  end
+  return bs[#bs]
+end
+local kp, tp = pct(KEYS[1], 95), pct(KEYS[2], 99)
+local flagged = 0
+local per = tonumber(ARGV[9])
+local cost = tonumber(ARGV[7])
+if kp >= 0 and tp >= 0 and cost > tonumber(ARGV[5]) * 2 ^ ((kp + 1) / per) and cost > 2 ^ ((tp + 1) / per) then
+  flagged = 1
+  redis.call('LPUSH', KEYS[4], ARGV[8])
+  redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+end
+for i = 1, 2 do
+  redis.call('HINCRBY', KEYS[i], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+redis.call('SET', KEYS[3], flagged .. '|' .. kp .. '|' .. tp, 'PX', ARGV[3])
+return {flagged, kp, tp}
+`
+
+// KeyAnomaly compares ev's cost with its API key's and its tenant's this
+// month (call it after Record): an anomaly when it is over
+// queue.AnomalyFactor times the key's 95th percentile and over the
+// tenant's 99th, each known from at least AnomalyMinRequests requests.
+// The request then joins both. Each request is compared once; a redelivery
+// gets the same answer. webhook is the key's alert webhook (nil: none).
+// Events without a key or cost are not compared.
+func (l *Ledger) KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (a *queue.CostAnomaly, webhook *queue.Webhook, err error) {
+	if ev.Key == "" || ev.MicroNeurons <= 0 {
+		return nil, nil, nil
+	}
+	if err := checkKey(ev.Tenant, ev.Key); err != nil {
+		return nil, nil, err
+	}
+	anomaly := queue.CostAnomaly{Key: ev.Key, RequestID: ev.RequestID, Model: ev.Model, Neurons: price.Neurons(ev.MicroNeurons)}
+	listed, err := json.Marshal(anomaly)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := ev.Time.UTC()
+	keys := []string{keyCostsKey(ev.Tenant, ev.Key, t), tenantCostsKey(ev.Tenant, t), costSeenKey(ev.Tenant, ev.RequestID), anomaliesKey(ev.Tenant)}
+	args := []any{costBucket(ev.MicroNeurons), KeyMonthTTL.Milliseconds(), l.cfg.SeenTTL.Milliseconds(), AnomalyMinRequests,
+		queue.AnomalyFactor, MaxAlerts, ev.MicroNeurons, listed, anomalyBucketsPerOctave}
+	var res []int64
+	if err := l.call(ctx, "comparing a request's cost", func(ctx context.Context) (err error) {
+		res, err = l.anomaly.Run(ctx, l.rdb, keys, args...).Int64Slice()
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	if len(res) != 3 || res[0] != 1 {
+		return nil, nil, nil
+	}
+	anomaly.KeyP95, anomaly.TenantP99 = price.Neurons(int64(bucketTop(res[1]))), price.Neurons(int64(bucketTop(res[2])))
+	p, _, err := l.KeyPolicy(ctx, ev.Tenant, ev.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &anomaly, p.Webhook, nil
+}
+
+// Anomalies returns tenant's most recent cost anomalies, newest first, at
+// most limit (MaxAlerts are kept).
+func (l *Ledger) Anomalies(ctx context.Context, tenant string, limit int) ([]queue.CostAnomaly, error) {
+	if !queue.ValidTenant(tenant) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
+	}
+	if limit <= 0 || limit > MaxAlerts {
+		limit = MaxAlerts
+	}
+	var raw []string
+	if err := l.call(ctx, "reading anomalies", func(ctx context.Context) (err error) {
+		raw, err = l.rdb.LRange(ctx, anomaliesKey(tenant), 0, int64(limit-1)).Result()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]queue.CostAnomaly, 0, len(raw))
+	for _, s := range raw {
+		var a queue.CostAnomaly
+		if json.Unmarshal([]byte(s), &a) == nil {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}

@@ -137,3 +137,51 @@ func TestKeyAlertsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyAnomaly: a request is flagged only when it costs over twice its
+// key's p95 and over the tenant's p99, both known from enough requests;
+// each request is compared once.
+func TestKeyAnomaly(t *testing.T) {
+	l := newLedger(t, 6)
+	ctx := context.Background()
+	n := 0
+	send := func(key string, micro int64) (*queue.CostAnomaly, error) {
+		n++
+		ev := event(fmt.Sprintf("q%d", n), "acme", "m1", t0, 1, 0, 1, micro, queue.OutcomeStop)
+		ev.Key = key
+		if _, err := l.Record(ctx, ev); err != nil {
+			return nil, err
+		}
+		a, _, err := l.KeyAnomaly(ctx, ev)
+		return a, err
+	}
+	// Too few requests known: even a huge one is not flagged.
+	for i := range AnomalyMinRequests {
+		if a, err := send("app", 1_000_000+int64(i)); err != nil || a != nil {
+			t.Fatalf("request %d: %+v %v", i, a, err)
+		}
+	}
+	// 1.5x the usual cost is within twice the p95; 10x is not.
+	if a, err := send("app", 1_500_000); err != nil || a != nil {
+		t.Fatalf("1.5x: %+v %v", a, err)
+	}
+	a, err := send("app", 10_000_000)
+	if err != nil || a == nil || a.Key != "app" || a.Neurons != 10 || a.KeyP95 < 1 || a.KeyP95 > 1.25 || a.TenantP99 < 1 {
+		t.Fatalf("10x: %+v %v", a, err)
+	}
+	// A new key: too few of its own requests known.
+	if a, err := send("new", 500_000_000); err != nil || a != nil {
+		t.Fatalf("a new key's first request: %+v %v", a, err)
+	}
+	// A redelivery of the flagged request gets the same answer; nothing
+	// is listed twice.
+	ev := event(a.RequestID, "acme", "m1", t0, 1, 0, 1, 10_000_000, queue.OutcomeStop)
+	ev.Key = "app"
+	if again, _, err := l.KeyAnomaly(ctx, ev); err != nil || again == nil || again.RequestID != a.RequestID {
+		t.Fatalf("redelivered: %+v %v", again, err)
+	}
+	list, err := l.Anomalies(ctx, "acme", 10)
+	if err != nil || len(list) != 1 || list[0].RequestID != a.RequestID {
+		t.Fatalf("Anomalies = %+v, %v", list, err)
+	}
+}

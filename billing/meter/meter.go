@@ -84,7 +84,7 @@ type Stats struct {
 	Rejected   int64 // undecodable events, terminated
 	Retried    int64 // events given back after a ledger or export failure
 	Exported   int64 // events published on the export stream (duplicates again)
-	Alerts     int64 // budget alert notices published (again for a redelivered event)
+	Alerts     int64 // budget alert and cost anomaly notices published (again for a redelivered event)
 	HandedBack int64 // events given back uncounted at shutdown, past the grace
 }
 
@@ -266,30 +266,48 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// Alerter raises the budget alerts of an event's API key;
-// billing/ledger.Ledger implements it.
+// Alerter raises the budget alerts and cost anomalies of an event's API
+// key; billing/ledger.Ledger implements it.
 type Alerter interface {
 	KeyAlerts(ctx context.Context, ev *queue.UsageEvent) ([]queue.BudgetAlert, *queue.Webhook, error)
+	KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (*queue.CostAnomaly, *queue.Webhook, error)
 }
 
 var _ Alerter = (*ledger.Ledger)(nil)
 
-// alert raises ev's key's budget alerts, when the Recorder keeps them, and
-// puts a notice of each on the notify stream when the key has an alert
-// webhook (delivered by the edges, as async notices are).
+// alert raises ev's key's budget alerts and flags its cost anomaly, when
+// the Recorder keeps them, and puts a notice of each on the notify stream
+// when the key has an alert webhook (delivered by the edges, as async
+// notices are).
 func (m *Meter) alert(ctx context.Context, ev *queue.UsageEvent) error {
 	a, ok := m.rec.(Alerter)
 	if !ok || ev.Key == "" {
 		return nil
 	}
 	alerts, hook, err := a.KeyAlerts(ctx, ev)
-	if err != nil || hook == nil {
+	if err != nil {
 		return err
 	}
+	var notices []*queue.Notice
 	for i := range alerts {
 		al := &alerts[i]
 		m.log.Info("billing: API key budget alert", "tenant", ev.Tenant, "key", al.Key, "period", al.Period, "threshold", al.Threshold)
-		n := &queue.Notice{JobID: al.ID(), Tenant: ev.Tenant, Alert: al, Ended: time.Now().UTC(), Webhook: *hook}
+		if hook != nil {
+			notices = append(notices, &queue.Notice{JobID: al.ID(), Tenant: ev.Tenant, Alert: al, Ended: time.Now().UTC(), Webhook: *hook})
+		}
+	}
+	anomaly, hook, err := a.KeyAnomaly(ctx, ev)
+	if err != nil {
+		return err
+	}
+	if anomaly != nil {
+		m.log.Info("billing: API key cost anomaly", "tenant", ev.Tenant, "key", anomaly.Key, "request_id", ev.RequestID,
+			"neurons", anomaly.Neurons, "key_p95", anomaly.KeyP95, "tenant_p99", anomaly.TenantP99)
+		if hook != nil {
+			notices = append(notices, &queue.Notice{JobID: anomaly.ID(), Tenant: ev.Tenant, Anomaly: anomaly, Ended: time.Now().UTC(), Webhook: *hook})
+		}
+	}
+	for _, n := range notices {
 		if err := queue.PublishNotice(ctx, m.js, n); err != nil {
 			return err
 		}

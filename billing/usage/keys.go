@@ -20,6 +20,7 @@ import (
 type KeyStore interface {
 	Keys(ctx context.Context, tenant string, now time.Time) ([]ledger.KeyState, error)
 	Alerts(ctx context.Context, tenant string, limit int) ([]ledger.Alert, error)
+	Anomalies(ctx context.Context, tenant string, limit int) ([]queue.CostAnomaly, error)
 	SetKeyPolicy(ctx context.Context, tenant, key string, p ledger.KeyPolicy) error
 	DeleteKeyPolicy(ctx context.Context, tenant, key string) error
 }
@@ -78,8 +79,9 @@ type Alert struct {
 
 // Keys is the answer of GET .../ai/usage/keys.
 type Keys struct {
-	Keys   []Key   `json:"keys"`
-	Alerts []Alert `json:"alerts"` // most recent first
+	Keys      []Key               `json:"keys"`
+	Alerts    []Alert             `json:"alerts"`    // most recent first
+	Anomalies []queue.CostAnomaly `json:"anomalies"` // most recent first
 }
 
 func budgetOf(period, start string, micro int64, budget float64, alerted int) Budget {
@@ -113,24 +115,31 @@ func (h *Handler) ListKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	ks, ok := h.src.(KeyStore)
 	if !ok {
-		writeJSON(w, Keys{Keys: []Key{}, Alerts: []Alert{}})
+		writeJSON(w, Keys{Keys: []Key{}, Alerts: []Alert{}, Anomalies: []queue.CostAnomaly{}})
 		return
 	}
 	now := h.cfg.Now().UTC()
 	states, err := ks.Keys(r.Context(), tenant, now)
+	var alerts []ledger.Alert
+	var anomalies []queue.CostAnomaly
 	if err == nil {
-		var alerts []ledger.Alert
-		if alerts, err = ks.Alerts(r.Context(), tenant, ledger.MaxAlerts); err == nil {
-			writeJSON(w, keysOf(states, alerts, now))
-			return
-		}
+		alerts, err = ks.Alerts(r.Context(), tenant, ledger.MaxAlerts)
 	}
-	h.cfg.WriteError(w, r, err)
+	if err == nil {
+		anomalies, err = ks.Anomalies(r.Context(), tenant, ledger.MaxAlerts)
+	}
+	if err != nil {
+		h.cfg.WriteError(w, r, err)
+		return
+	}
+	out := keysOf(states, alerts, now)
+	out.Anomalies = anomalies
+	writeJSON(w, out)
 }
 
 func keysOf(states []ledger.KeyState, alerts []ledger.Alert, now time.Time) Keys {
 	day, month := now.Format(time.DateOnly), now.Format("2006-01")
-	out := Keys{Keys: make([]Key, 0, len(states)), Alerts: make([]Alert, 0, len(alerts))}
+	out := Keys{Keys: make([]Key, 0, len(states)), Alerts: make([]Alert, 0, len(alerts)), Anomalies: []queue.CostAnomaly{}}
 	for _, st := range states {
 		p := st.Policy
 		view := KeyPolicyView{RequestsPerMinute: p.RequestsPerMinute, MaxConcurrent: p.MaxConcurrent,
