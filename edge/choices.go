@@ -27,13 +27,17 @@ const MaxChoices = 8
 // same worker, so they attach those pages and compute only the tail. Each
 // choice is a job of its own to the queue, the quota and billing: its
 // concurrency slot, its reservation, its usage event and charge. The answer
-// carries every choice, in index order, with their usage summed.
+// carries every choice, in index order, with their usage summed. Each
+// choice renders through a format of its own, so that with tools in play
+// each choice's output is parsed for calls apart from the others' (OpenAI
+// samples each choice's calls independently too).
 
 // choicesFormat renders an answer of several choices.
 type choicesFormat interface {
 	format
-	// choice is res as one choice of a whole answer.
-	choice(res *result) any
+	// choice is res as one choice of a whole answer, or the error that
+	// fails the request (a tool_choice it did not follow).
+	choice(res *result) (any, error)
 	// writeChoices answers with choices, res giving the head and usage.
 	writeChoices(w http.ResponseWriter, res *result, choices []any)
 	// streamFinish sends the chunk that ends one choice of a stream.
@@ -42,15 +46,14 @@ type choicesFormat interface {
 	streamClose(sw *sse, res *result) error
 }
 
-// checkChoices refuses n above 1 where choices cannot be told apart by the
-// answer's format: with tools in play, each choice's calls would need their
-// own parser and ids (not built yet).
+// checkChoices refuses n above 1 where the answer's format cannot carry
+// several choices.
 func checkChoices(in *genInput, f format) error {
 	if in.n <= 1 {
 		return nil
 	}
-	if _, ok := f.(choicesFormat); !ok || in.toolsOn() {
-		return &InputError{Field: "n", Msg: "must be 1 when tools are in play"}
+	if _, ok := f.(choicesFormat); !ok {
+		return &InputError{Field: "n", Msg: "must be 1 on this API"}
 	}
 	return nil
 }
@@ -65,7 +68,8 @@ func choiceID(id string, i int) string {
 
 // choiceGroup is what the choices of one request share.
 type choiceGroup struct {
-	f    choicesFormat
+	f    choicesFormat      // the answer's head, end and errors: choice 0's
+	fs   []choicesFormat    // each choice's own, by index: its text and calls
 	stop context.CancelFunc // ends every choice's relay
 
 	first     chan struct{} // closed at choice 0's first token
@@ -90,7 +94,7 @@ func (g *choiceGroup) begin(rep *replyStream) bool {
 	}
 	if !rep.begun {
 		rep.begun = true
-		if err := g.f.streamBegin(g.sw, rep.res); err != nil {
+		if err := g.fs[rep.index].streamBegin(g.sw, rep.res); err != nil {
 			g.failLocked(err)
 			return false
 		}
@@ -108,7 +112,7 @@ func (g *choiceGroup) streamText(rep *replyStream, text string) bool {
 	if text == "" {
 		return true
 	}
-	if err := g.f.streamText(g.sw, rep.res, text); err != nil {
+	if err := g.fs[rep.index].streamText(g.sw, rep.res, text); err != nil {
 		g.failLocked(err)
 		return false
 	}
@@ -124,7 +128,7 @@ func (g *choiceGroup) finish(rep *replyStream) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.begin(rep) {
-		if err := g.f.streamFinish(g.sw, rep.res); err != nil {
+		if err := g.fs[rep.index].streamFinish(g.sw, rep.res); err != nil {
 			g.failLocked(err)
 		}
 	}
@@ -145,7 +149,8 @@ func (g *choiceGroup) failLocked(err error) {
 }
 
 // generateChoices is generate for a request with n above 1 (c.in.n): n
-// jobs, one a choice, their replies rendered as one answer by formats.
+// jobs, one a choice, their replies rendered as one answer by formats, one
+// a choice.
 func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call, formats []choicesFormat) {
 	n := c.in.n
 	ri := infoOf(r)
@@ -184,7 +189,7 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 	defer cancel()
 	gctx, stop := context.WithCancel(ctx)
 	defer stop()
-	g := &choiceGroup{f: formats[0], stop: stop, first: make(chan struct{})}
+	g := &choiceGroup{f: formats[0], fs: formats, stop: stop, first: make(chan struct{})}
 	jobs := make([]*queue.Job, n)
 	for i := range n {
 		in := *c.in
@@ -293,7 +298,15 @@ func (s *Server) answerChoices(w http.ResponseWriter, r *http.Request, g *choice
 		head.usage.PromptTokens += u.PromptTokens
 		head.usage.CompletionTokens += u.CompletionTokens
 		head.usage.CachedTokens += u.CachedTokens
-		choices = append(choices, g.f.choice(rep.res))
+		if rep.c.in.stream {
+			continue // streamed: each choice was sent and checked as it came
+		}
+		c, err := g.fs[i].choice(rep.res)
+		if err != nil {
+			g.err = err
+			break
+		}
+		choices = append(choices, c)
 	}
 	if g.err != nil {
 		e := s.refuse(r, g.err)

@@ -131,23 +131,15 @@ type chatFormat struct{ includeUsage bool }
 func (chatFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
 
 func (f chatFormat) writeResult(w http.ResponseWriter, res *result) {
-	f.writeChoices(w, res, []any{f.choice(res)})
-}
-
-// writeChatCompletion answers with res and its message msg.
-func writeChatCompletion(w http.ResponseWriter, res *result, msg chatMessage) {
-	writeJSON(w, http.StatusOK, chatCompletion{
-		openAIHead: head(res, "chatcmpl-", "chat.completion"),
-		Choices:    []chatChoice{{Index: res.index, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish, Seed: seedOf(res)}},
-		Usage:      usageOf(res),
-	})
+	c, _ := f.choice(res)
+	f.writeChoices(w, res, []any{c})
 }
 
 var _ choicesFormat = chatFormat{}
 
-func (chatFormat) choice(res *result) any {
+func (chatFormat) choice(res *result) (any, error) {
 	return chatChoice{Index: res.index, Message: chatMessage{Role: "assistant", Content: &res.text},
-		Logprobs: res.chatLogprobs(false), FinishReason: res.finish, Seed: seedOf(res)}
+		Logprobs: res.chatLogprobs(false), FinishReason: res.finish, Seed: seedOf(res)}, nil
 }
 
 func (chatFormat) writeChoices(w http.ResponseWriter, res *result, choices []any) {
@@ -158,10 +150,15 @@ func (chatFormat) writeChoices(w http.ResponseWriter, res *result, choices []any
 	writeJSON(w, http.StatusOK, chatCompletion{openAIHead: head(res, "chatcmpl-", "chat.completion"), Choices: cs, Usage: usageOf(res)})
 }
 
-var _ toolAPI = chatFormat{}
+var _ toolChoicesAPI = chatFormat{}
 
 // writeToolResult answers with the text and the calls parsed from it.
-func (chatFormat) writeToolResult(w http.ResponseWriter, res *result, content string, calls []toolcall.Call) {
+func (f chatFormat) writeToolResult(w http.ResponseWriter, res *result, content string, calls []toolcall.Call) {
+	f.writeChoices(w, res, []any{f.toolChoice(res, content, calls)})
+}
+
+// toolChoice is res as a choice whose message is content and calls.
+func (chatFormat) toolChoice(res *result, content string, calls []toolcall.Call) any {
 	msg := chatMessage{Role: "assistant", Content: &content}
 	if len(calls) > 0 && strings.TrimSpace(content) == "" {
 		msg.Content = nil
@@ -169,7 +166,7 @@ func (chatFormat) writeToolResult(w http.ResponseWriter, res *result, content st
 	for _, c := range calls {
 		msg.ToolCalls = append(msg.ToolCalls, toOpenAICall(c))
 	}
-	writeChatCompletion(w, res, msg)
+	return chatChoice{Index: res.index, Message: msg, Logprobs: res.chatLogprobs(false), FinishReason: res.finish, Seed: seedOf(res)}
 }
 
 // streamCall sends one whole call as one tool_calls delta.
@@ -234,13 +231,14 @@ type completionFormat struct{ includeUsage bool }
 func (completionFormat) writeError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
 
 func (f completionFormat) writeResult(w http.ResponseWriter, res *result) {
-	f.writeChoices(w, res, []any{f.choice(res)})
+	c, _ := f.choice(res)
+	f.writeChoices(w, res, []any{c})
 }
 
 var _ choicesFormat = completionFormat{}
 
-func (completionFormat) choice(res *result) any {
-	return textChoice{Text: res.text, Index: res.index, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish), Seed: seedOf(res)}
+func (completionFormat) choice(res *result) (any, error) {
+	return textChoice{Text: res.text, Index: res.index, Logprobs: res.textLogprobs(false), FinishReason: ptr(res.finish), Seed: seedOf(res)}, nil
 }
 
 func (completionFormat) writeChoices(w http.ResponseWriter, res *result, choices []any) {
@@ -348,7 +346,7 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 	}
 	formats := make([]choicesFormat, in.n)
 	for i := range formats {
-		formats[i] = formatFor(in, v).(choicesFormat) // checkChoices: every one is
+		formats[i] = formatFor(in, v).(choicesFormat) // checkChoices: every one is; each a new one
 	}
 	s.generateChoices(w, r, c, formats)
 }

@@ -247,7 +247,10 @@ type toolFormat struct {
 
 var _ format = (*toolFormat)(nil)
 
-// withTools returns f itself when the request has no tools in play.
+// withTools returns f itself when the request has no tools in play. Each
+// call returns a new parser: a request with several choices (choices.go)
+// takes one a choice, a toolChoices, so that one choice's calls never reach
+// another's.
 func withTools(f toolAPI, v *vocab, in *genInput) format {
 	if !in.toolsOn() {
 		return f
@@ -256,7 +259,11 @@ func withTools(f toolAPI, v *vocab, in *genInput) format {
 	if in.forcedCall() {
 		tf = toolcall.Llama3 // the constrained call's shape (toolCallGrammar)
 	}
-	return &toolFormat{api: f, format: tf, choice: in.toolChoice, single: in.singleCall, stream: toolcall.NewStream(tf)}
+	t := &toolFormat{api: f, format: tf, choice: in.toolChoice, single: in.singleCall, stream: toolcall.NewStream(tf)}
+	if ca, ok := f.(toolChoicesAPI); ok && in.n > 1 {
+		return toolChoices{toolFormat: t, api: ca}
+	}
+	return t
 }
 
 // frameText is the text of a frame as the tool-call parser reads it: with
@@ -304,15 +311,25 @@ func (t *toolFormat) toolError(err error) *Error {
 func (t *toolFormat) writeError(w http.ResponseWriter, e *Error) { t.api.writeError(w, e) }
 
 func (t *toolFormat) writeResult(w http.ResponseWriter, res *result) {
+	content, calls, err := t.answer(res)
+	if err != nil {
+		t.api.writeError(w, err)
+		return
+	}
+	t.api.writeToolResult(w, res, content, calls)
+}
+
+// answer parses res's whole text: its content and calls (with ids), res's
+// finish "tool_calls" when it called one, or the error of a tool_choice
+// it did not follow.
+func (t *toolFormat) answer(res *result) (string, []toolcall.Call, *Error) {
 	r := toolcall.Parse(t.format, res.text)
 	if len(r.Calls) == 0 && res.finish == "length" {
 		// max_tokens ran out before the call closed: say so, with the text.
-		t.api.writeToolResult(w, res, res.text, nil)
-		return
+		return res.text, nil, nil
 	}
 	if err := t.check(r.Calls); err != nil {
-		t.api.writeError(w, t.toolError(err))
-		return
+		return "", nil, t.toolError(err)
 	}
 	if t.single && len(r.Calls) > 1 {
 		r.Calls = r.Calls[:1]
@@ -321,7 +338,7 @@ func (t *toolFormat) writeResult(w http.ResponseWriter, res *result) {
 	if len(calls) > 0 && res.finish == "stop" {
 		res.finish = "tool_calls"
 	}
-	t.api.writeToolResult(w, res, r.Content, calls)
+	return r.Content, calls, nil
 }
 
 func (t *toolFormat) streamBegin(sw *sse, res *result) error { return t.api.streamBegin(sw, res) }
@@ -359,12 +376,23 @@ func (t *toolFormat) streamText(sw *sse, res *result, text string) error {
 }
 
 func (t *toolFormat) streamEnd(sw *sse, res *result) error {
+	err := t.flush(sw, res)
+	if errors.Is(err, errToolChoice) {
+		return t.api.streamError(sw, t.toolError(err))
+	}
+	if err != nil {
+		return err
+	}
+	return t.api.streamEnd(sw, res)
+}
+
+// flush sends what the parser still holds at the end of the output, checks
+// that the calls followed tool_choice, and makes res's finish "tool_calls"
+// when there were some.
+func (t *toolFormat) flush(sw *sse, res *result) error {
 	err := t.emit(sw, res, t.stream.Finish())
 	if err == nil && (t.choice.mode == choiceRequired || t.choice.mode == choiceNamed) && t.calls == 0 && res.finish != "length" {
 		err = errToolChoice
-	}
-	if errors.Is(err, errToolChoice) {
-		return t.api.streamError(sw, t.toolError(err))
 	}
 	if err != nil {
 		return err
@@ -372,10 +400,66 @@ func (t *toolFormat) streamEnd(sw *sse, res *result) error {
 	if t.calls > 0 && res.finish == "stop" {
 		res.finish = "tool_calls"
 	}
-	return t.api.streamEnd(sw, res)
+	return nil
 }
 
 func (t *toolFormat) streamError(sw *sse, e *Error) error { return t.api.streamError(sw, e) }
+
+// toolChoicesAPI is a toolAPI that answers with several choices.
+type toolChoicesAPI interface {
+	toolAPI
+	choicesFormat
+	// toolChoice is one choice of a whole answer: res with its content
+	// and calls.
+	toolChoice(res *result, content string, calls []toolcall.Call) any
+}
+
+// toolChoices is toolFormat for one choice of several (OpenAI's n). Each
+// choice of a request has its own (withTools), so its output is parsed,
+// checked against tool_choice and parallel_tool_calls, and its calls
+// numbered apart from the other choices'. It leaves the error event to the
+// group (choices.go), which sends one for the whole request.
+type toolChoices struct {
+	*toolFormat
+	api toolChoicesAPI
+}
+
+var _ choicesFormat = toolChoices{}
+
+func (t toolChoices) choice(res *result) (any, error) {
+	content, calls, err := t.answer(res)
+	if err != nil {
+		return nil, err
+	}
+	return t.api.toolChoice(res, content, calls), nil
+}
+
+func (t toolChoices) writeChoices(w http.ResponseWriter, res *result, choices []any) {
+	t.api.writeChoices(w, res, choices)
+}
+
+// streamText is toolFormat's, less the error event.
+func (t toolChoices) streamText(sw *sse, res *result, text string) error {
+	return t.asError(t.emit(sw, res, t.stream.Push(text)))
+}
+
+func (t toolChoices) streamFinish(sw *sse, res *result) error {
+	if err := t.flush(sw, res); err != nil {
+		return t.asError(err)
+	}
+	return t.api.streamFinish(sw, res)
+}
+
+func (t toolChoices) streamClose(sw *sse, res *result) error { return t.api.streamClose(sw, res) }
+
+// asError is err with a tool_choice the model did not follow as its table
+// row.
+func (t toolChoices) asError(err error) error {
+	if errors.Is(err, errToolChoice) {
+		return t.toolError(err)
+	}
+	return err
+}
 
 // withIDs gives every call an id: the model's own when it wrote one, else a
 // new one (Mistral's templates take exactly nine letters and digits).
