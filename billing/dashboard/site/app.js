@@ -95,7 +95,7 @@
       const p = query();
       const byKey = new URLSearchParams({ from: state.from, to: state.to, granularity: ranges[state.range].granularity, group_by: "key" });
       // Key policies are extra: when they cannot be read (a token without
-      // the scope, an older server), the spend by key still shows.
+      // the scope, an older edge without the call), the spend by key still shows.
       const [usage, recent, keys, policies] = await Promise.all([
         api("/ai/usage?" + p.toString()),
         api("/ai/usage/requests?limit=20"),
