@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,10 @@ type shown struct {
 	Outcomes                              map[string]string
 	Rows                                  []string
 	Keys                                  map[string]string // key -> neurons, from the keys table
+	KeyRows                               map[string]keyRow
+	Alerts                                []string // "key threshold", newest first
+	RowKeys                               []string // each recent request's key
+	Filter, RecentCount, KeysNote         string
 	Hash, HTML                            string
 	ChartEmpty, RecentEmpty, Canvas       bool
 	Error                                 string
@@ -66,6 +71,18 @@ const readPage = `(() => {
     Outcomes: out,
     Rows: Array.from(document.querySelectorAll("#recent tr")).map((tr) => tr.dataset.requestId),
     Keys: Object.fromEntries(Array.from(document.querySelectorAll("#keys tr")).map((tr) => [tr.dataset.key, tr.dataset.value])),
+    KeyRows: Object.fromEntries(Array.from(document.querySelectorAll("#keys tr")).map((tr) => {
+      const today = tr.querySelector("td.budget");
+      return [tr.dataset.key, {
+        Today: today.textContent, TodayValue: today.dataset.value || "", TodayBudget: today.dataset.budget || "",
+        Kind: (tr.querySelector("td.kind") || {}).textContent || "", Alert: tr.dataset.alert,
+        Badge: tr.querySelector("td.alert").textContent, On: tr.classList.contains("on"),
+      }];
+    })),
+    Alerts: Array.from(document.querySelectorAll("#alerts li")).map((li) => li.dataset.key + " " + li.dataset.threshold),
+    RowKeys: Array.from(document.querySelectorAll("#recent tr")).map((tr) => tr.dataset.key),
+    Filter: document.getElementById("key-filter").value, RecentCount: document.getElementById("recent-count").textContent,
+    KeysNote: document.getElementById("keys-note").hidden ? "" : document.getElementById("keys-note").textContent,
     Hash: location.hash, HTML: document.documentElement.outerHTML,
     ChartEmpty: !document.getElementById("chart-empty").hidden,
     RecentEmpty: !document.getElementById("recent-empty").hidden,
@@ -74,12 +91,72 @@ const readPage = `(() => {
   };
 })()`
 
+// keyRow is one row of the dashboard's keys table.
+type keyRow struct {
+	Today, TodayValue, TodayBudget string // today's cell: its text, spend and budget
+	Kind, Alert, Badge             string // hard or soft; the alert level ("100", "ok", "" for no policy) and its badge
+	On                             bool   // highlighted by the key filter
+}
+
+// keyGroup is one key's spend over a range (the usage API's group_by=key).
+type keyGroup struct {
+	Name     string  `json:"name"`
+	Requests int64   `json:"requests"`
+	Neurons  float64 `json:"neurons"`
+}
+
+type keyGroups struct {
+	Groups []keyGroup `json:"groups"`
+}
+
+func (g keyGroups) of(key string) keyGroup {
+	for _, x := range g.Groups {
+		if x.Name == key {
+			return x
+		}
+	}
+	return keyGroup{}
+}
+
+// keyState is one key of GET /ai/usage/keys: today's spend against its
+// daily budget.
+type keyState struct {
+	Key string `json:"key"`
+	Day struct {
+		Neurons float64  `json:"neurons"`
+		Budget  *float64 `json:"budget"`
+		Share   *float64 `json:"share"`
+		Alert   int      `json:"alert"`
+	} `json:"day"`
+}
+
+type keyPolicies struct {
+	Keys   []keyState `json:"keys"`
+	Alerts []struct {
+		Key       string `json:"key"`
+		Threshold int    `json:"threshold"`
+	} `json:"alerts"`
+}
+
+func (k keyPolicies) of(key string) keyState {
+	for _, x := range k.Keys {
+		if x.Key == key {
+			return x
+		}
+	}
+	return keyState{}
+}
+
 // TestDashboardInBrowser sends real requests through edge, NATS, workers,
 // billing and redis-server processes, opens the dashboard in headless
 // Chromium with the tenant's token in the URL fragment, and checks that the
-// numbers it shows are the usage API's; another tenant's token shows none of
-// them; a token without billing:read is told so. It writes screenshots at
-// 1280 and 390 pixels wide.
+// numbers it shows are the usage API's; the keys table shows two API keys'
+// spend, ci's over its soft daily budget with the 100% alert and prod's hard
+// budget "ok", the recent alerts, and the key filter narrows the recent
+// requests to a key's (with the keys call failing, the spend by key still
+// shows); another tenant's token shows none of them; a token without
+// billing:read is told so. It writes screenshots at 1280 and 390 pixels
+// wide, and of the keys card.
 func TestDashboardInBrowser(t *testing.T) {
 	chrome := chromium(t)
 	// Held at token 200: the stream the client leaves is still running.
@@ -109,8 +186,27 @@ func TestDashboardInBrowser(t *testing.T) {
 		return tok
 	}
 	ci, prod := keyed("ci"), keyed("prod")
+	// prod has a hard budget it stays well within; ci gets a soft daily
+	// budget of what its first three requests cost, so its fourth passes
+	// it and raises the 100% alert (soft: it is not refused).
+	admin := mint("acme", "billing:write")
+	keysURL := edgeURL + "/ai/usage/keys/"
+	if status, b := put(t, admin, keysURL+"prod", `{"daily_neurons":20,"monthly_neurons":200}`); status != 200 {
+		t.Fatalf("setting prod's policy: %d %s", status, b)
+	}
 	sent := 0
 	for i := range 14 {
+		if i == 3 {
+			var byKey keyGroups
+			testkit.Poll(t, 60*time.Second, testkit.Cond("billing to count ci's first three requests", func() bool {
+				getUsage(t, edgeURL, "/ai/usage?group_by=key", acme, &byKey)
+				return byKey.of("ci").Requests == 3
+			}))
+			policy := fmt.Sprintf(`{"daily_neurons":%.6f,"soft":true}`, byKey.of("ci").Neurons)
+			if status, b := put(t, admin, keysURL+"ci", policy); status != 200 {
+				t.Fatalf("setting ci's policy: %d %s", status, b)
+			}
+		}
 		model := []string{clusterModel, second}[i%3/2]
 		body := fmt.Sprintf(`{"prompt":"Once upon a time","raw":true,"max_tokens":%d,"temperature":1,"seed":%d}`, 8+5*i, i)
 		tok := run
@@ -144,6 +240,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	testkit.Poll(t, 60*time.Second, testkit.Cond("billing to count every request", func() bool {
 		getUsage(t, edgeURL, "/ai/usage", acme, &rep)
 		return rep.Totals.Requests == int64(sent)
+	}))
+	var keys keyPolicies
+	testkit.Poll(t, 60*time.Second, testkit.Cond("billing to raise ci's 100% alert", func() bool {
+		getUsage(t, edgeURL, "/ai/usage/keys", acme, &keys)
+		return keys.of("ci").Day.Alert == 100
 	}))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -182,15 +283,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := screenshotDir(t)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s (%d bytes)", path, len(png))
+		writeScreenshot(t, name, png)
 	}
 
 	t.Run("shows the API's numbers", func(t *testing.T) {
@@ -269,6 +362,121 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		screenshot(t, "dashboard-390.png")
 	})
+	t.Run("keys against their budgets, alerts, the key filter", func(t *testing.T) {
+		s := open(t, acme, 1280, 900)
+		if s.State != "ready" || s.Error != "" {
+			t.Fatalf("dashboard state %q, error %q", s.State, s.Error)
+		}
+		var api keyPolicies
+		if status := getUsage(t, edgeURL, "/ai/usage/keys", acme, &api); status != 200 {
+			t.Fatalf("GET /ai/usage/keys: %d", status)
+		}
+		over := api.of("ci").Day
+		if over.Budget == nil || over.Share == nil || *over.Share < 1 || over.Alert != 100 {
+			t.Fatalf("the API: ci's day %+v, want over its budget with the 100%% alert", over)
+		}
+		// ci: today's spend against its budget, as "spend / budget (share)".
+		ciRow, prodRow, noKeyRow := s.KeyRows["ci"], s.KeyRows["prod"], s.KeyRows[""]
+		m := regexp.MustCompile(`^([\d.,]+) / ([\d.,]+) \((\d[\d,]*)%\)`).FindStringSubmatch(ciRow.Today)
+		if m == nil || ciRow.TodayValue != jsNumber(over.Neurons) || ciRow.TodayBudget != jsNumber(*over.Budget) ||
+			strings.ReplaceAll(m[3], ",", "") != fmt.Sprintf("%.0f", 100**over.Share) {
+			t.Errorf("ci today: dashboard %+v; the API: %v of %v (share %v)", ciRow, over.Neurons, *over.Budget, *over.Share)
+		}
+		for _, x := range []struct {
+			key        string
+			row        keyRow
+			alert, txt string
+		}{
+			{"ci", ciRow, "100", "100% alert"},
+			{"prod", prodRow, "ok", "ok"},
+			{"no key", noKeyRow, "", "–"},
+		} {
+			if x.row.Alert != x.alert || x.row.Badge != x.txt {
+				t.Errorf("%s: alert %q, badge %q; want %q, %q", x.key, x.row.Alert, x.row.Badge, x.alert, x.txt)
+			}
+		}
+		if ciRow.Kind != "Soft" || prodRow.Kind != "Hard" || noKeyRow.Today != "no budget" ||
+			!strings.Contains(prodRow.Today, " / 20 (") {
+			t.Errorf("ci %+v, prod %+v, no key %+v: want soft, hard with a budget of 20, no budget", ciRow, prodRow, noKeyRow)
+		}
+		var want []string
+		for _, a := range api.Alerts {
+			want = append(want, fmt.Sprintf("%s %d", a.Key, a.Threshold))
+		}
+		if strings.Join(s.Alerts, ",") != strings.Join(want, ",") || len(want) != 3 || want[0] != "ci 100" {
+			t.Errorf("alerts: dashboard %v, the API %v; want ci's 100, 80 and 50", s.Alerts, want)
+		}
+
+		// The key filter narrows the recent requests to the key's and marks
+		// its row.
+		var recent struct {
+			Requests []struct {
+				ID  string `json:"id"`
+				Key string `json:"key"`
+			} `json:"requests"`
+		}
+		getUsage(t, edgeURL, "/ai/usage/requests?limit=20", acme, &recent)
+		filter := func(t *testing.T, key string) shown {
+			t.Helper()
+			js := fmt.Sprintf(`(() => { const s = document.getElementById("key-filter"); s.value = %q; s.dispatchEvent(new Event("change")); return s.value; })()`, key)
+			if v, err := chromedp.Run(bctx, chromedp.Evaluate[string](js)); err != nil || v != key {
+				t.Fatalf("choosing key %q: %q, %v", key, v, err)
+			}
+			s, err := chromedp.Run(bctx, chromedp.Evaluate[shown](readPage))
+			if err != nil {
+				t.Fatalf("reading the page: %v", err)
+			}
+			return s
+		}
+		s = filter(t, "ci")
+		var ids []string
+		for _, r := range recent.Requests {
+			if r.Key == "ci" {
+				ids = append(ids, r.ID)
+			}
+		}
+		if strings.Join(s.Rows, ",") != strings.Join(ids, ",") || len(ids) != 4 || !strings.HasPrefix(s.RecentCount, "4 of ") {
+			t.Errorf("filtered to ci: rows %v (keys %v, %q), the API's ci requests %v", s.Rows, s.RowKeys, s.RecentCount, ids)
+		}
+		if !s.KeyRows["ci"].On || s.KeyRows["prod"].On || s.KeyRows[""].On {
+			t.Errorf("filtered to ci, highlighted: ci %v, prod %v, no key %v", s.KeyRows["ci"].On, s.KeyRows["prod"].On, s.KeyRows[""].On)
+		}
+		png, err := chromedp.Run(bctx, chromedp.Screenshot(chromedp.ID("keys-card")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeScreenshot(t, "dashboard-keys-1280.png", png)
+		if s = filter(t, ""); len(s.Rows) != len(recent.Requests) || s.KeyRows["ci"].On {
+			t.Errorf("filter cleared: %d rows, want %d; ci still highlighted %v", len(s.Rows), len(recent.Requests), s.KeyRows["ci"].On)
+		}
+
+		// When the keys call fails (refused here as for a token without the
+		// scope), the spend by key still shows, and says what is missing.
+		before := s.Keys
+		refuse := `(() => {
+  const f = window.fetch;
+  window.fetch = (u, o) => String(u).startsWith("/ai/usage/keys") ? Promise.resolve(new Response(
+    JSON.stringify({ success: false, errors: [{ code: 10000, message: "missing scope" }] }),
+    { status: 403, headers: { "Content-Type": "application/json" } })) : f(u, o);
+  document.getElementById("refresh").click();
+  return true;
+})()`
+		_, err = chromedp.Run(bctx, chromedp.Evaluate[bool](refuse))
+		if err == nil {
+			err = chromedp.Do(bctx, chromedp.WaitReady(`#dash[data-state="ready"], #dash[data-state="error"]`))
+		}
+		if err != nil {
+			t.Fatalf("refusing the keys call: %v", err)
+		}
+		if s, err = chromedp.Run(bctx, chromedp.Evaluate[shown](readPage)); err != nil {
+			t.Fatalf("reading the page: %v", err)
+		}
+		if s.State != "ready" || s.Error != "" || fmt.Sprint(s.Keys) != fmt.Sprint(before) || s.KeyRows["ci"].Today != "–" ||
+			s.KeyRows["ci"].Alert != "" || len(s.Alerts) != 0 || !strings.Contains(s.KeysNote, "missing scope") {
+			t.Errorf("without the keys call: state %q, error %q, keys %v (before %v), ci %+v, alerts %v, note %q",
+				s.State, s.Error, s.Keys, before, s.KeyRows["ci"], s.Alerts, s.KeysNote)
+		}
+	})
 	t.Run("another tenant sees none of it", func(t *testing.T) {
 		s := open(t, mallory, 1280, 900)
 		if s.State != "ready" || s.Account != "mallory" || s.Requests != "0" || s.Neurons != "0" || s.Today != "0" ||
@@ -294,6 +502,20 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("state %q, error %q", s.State, s.Error)
 		}
 	})
+}
+
+// writeScreenshot writes png as name in screenshotDir.
+func writeScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	dir := screenshotDir(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d bytes)", path, len(png))
 }
 
 // jsNumber renders v as JavaScript's String(number) does for the values

@@ -21,7 +21,10 @@
   const intFmt = new Intl.NumberFormat();
 
   let token = "";
-  let state = { range: "24h", model: "", cursor: "", from: "", to: "" };
+  // noKey is the key filter's value for requests made without an API key
+  // (not a valid key name, so it names no key).
+  const noKey = "(none)";
+  let state = { range: "24h", model: "", cursor: "", from: "", to: "", key: "", requests: [] };
   let chart = null;
   let loadSeq = 0;
 
@@ -91,17 +94,22 @@
     try {
       const p = query();
       const byKey = new URLSearchParams({ from: state.from, to: state.to, granularity: ranges[state.range].granularity, group_by: "key" });
-      const [usage, recent, keys] = await Promise.all([
+      // Key policies are extra: when they cannot be read (a token without
+      // the scope, an older edge without the call), the spend by key still shows.
+      const [usage, recent, keys, policies] = await Promise.all([
         api("/ai/usage?" + p.toString()),
         api("/ai/usage/requests?limit=20"),
         api("/ai/usage?" + byKey.toString()),
+        api("/ai/usage/keys").catch((err) => ({ failed: err })),
       ]);
       if (seq !== loadSeq) return;
       show("dash");
       render(usage);
-      renderKeys(keys.groups || []);
       state.cursor = recent.cursor || "";
-      renderRecent(recent.requests, false);
+      state.requests = recent.requests;
+      renderKeys(keys.groups || [], policies);
+      renderKeyFilter();
+      applyKeyFilter();
       const dash = $("dash");
       dash.dataset.from = state.from;
       dash.dataset.to = state.to;
@@ -191,7 +199,7 @@
       }
     }
     renderChart(u);
-    $("zone").textContent = "Times are shown in " + zone + ". Daily budgets reset at 00:00 UTC.";
+    $("zone").textContent = "Times are shown in " + zone + ". Daily budgets reset at 00:00 UTC, monthly ones on the 1st.";
   }
 
   function renderChart(u) {
@@ -247,52 +255,177 @@
     }, [xs, ...order.map((k) => cum[k])], el);
   }
 
-  // renderKeys lists the range's spend by API key (the token's key claim;
-  // requests without one as "no key"), most neurons first, as the API
-  // orders them.
-  function renderKeys(groups) {
-    const tb = $("keys");
-    tb.replaceChildren();
-    const total = groups.reduce((a, g) => a + g.neurons, 0);
-    for (const g of groups) {
-      const tr = document.createElement("tr");
-      tr.dataset.key = g.name;
-      tr.dataset.value = String(g.neurons);
-      tr.dataset.requests = String(g.requests);
-      const name = document.createElement("td");
-      name.className = g.name ? "key" : "key none";
-      name.textContent = g.name || "no key";
-      const req = document.createElement("td");
-      req.className = "num";
-      req.textContent = intFmt.format(g.requests);
-      const neu = document.createElement("td");
-      neu.className = "num";
-      neu.textContent = fmtNeurons(g.neurons);
-      const share = document.createElement("td");
-      share.className = "share";
-      const bar = document.createElement("div");
-      bar.className = "bar";
-      const fill = document.createElement("span");
-      fill.style.width = (total > 0 ? (100 * g.neurons) / total : 0).toFixed(1) + "%";
-      bar.append(fill);
-      share.append(bar);
-      tr.append(name, req, neu, share);
-      tb.append(tr);
+  function pct(share) {
+    const p = share * 100;
+    return p.toLocaleString(undefined, { maximumFractionDigits: p >= 10 ? 0 : p >= 1 ? 1 : 2 }) + "%";
+  }
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text != null) e.textContent = text;
+    return e;
+  }
+  function bar(frac, cls) {
+    const b = el("div", "bar" + (cls ? " " + cls : ""));
+    const fill = el("span");
+    fill.style.width = (Math.min(1, Math.max(0, frac)) * 100).toFixed(1) + "%";
+    b.append(fill);
+    return b;
+  }
+  const periodNames = { day: "daily", month: "monthly" };
+
+  // budgetCell shows one budget of a key's policy: the period's spend
+  // against it ("2.26 / 2.17 (104%)") over a bar, or the spend alone when
+  // the policy sets no budget for the period.
+  function budgetCell(b, cls) {
+    const td = el("td", "budget" + (cls ? " " + cls : ""));
+    td.dataset.value = String(b.neurons);
+    if (b.budget == null) {
+      td.append(el("span", "", fmtNeurons(b.neurons)), el("span", "muted", " · no budget"));
+      return td;
     }
-    $("keys-empty").hidden = groups.length > 0;
-    document.querySelector(".keys").hidden = groups.length === 0;
+    td.dataset.budget = String(b.budget);
+    td.dataset.share = String(b.share);
+    td.append(el("span", "", fmtNeurons(b.neurons) + " / " + fmtNeurons(b.budget) + " (" + pct(b.share) + ")"),
+      bar(b.share, b.share >= 1 ? "bad" : b.share >= 0.8 ? "warn" : ""));
+    td.title = periodNames[b.period] + " budget, " + b.start + " UTC";
+    return td;
   }
 
-  function renderRecent(reqs, append) {
+  // renderKeys lists the range's spend by API key (the token's key claim;
+  // requests without one as "no key"), most neurons first, as the API
+  // orders them, joined with the keys' policies (GET /ai/usage/keys):
+  // today's and this month's spend against their budgets, hard or soft,
+  // and the highest alert raised. Keys with a policy but no spend in the
+  // range come last. pol is that call's answer, or {failed: error}.
+  function renderKeys(groups, pol) {
+    const policies = new Map();
+    if (!pol.failed) for (const k of pol.keys || []) policies.set(k.key, k);
+    const rows = groups.map((g) => ({ name: g.name, requests: g.requests, neurons: g.neurons }));
+    const named = new Set(rows.map((r) => r.name));
+    for (const k of policies.keys()) if (!named.has(k)) rows.push({ name: k, requests: 0, neurons: 0 });
+    const total = rows.reduce((a, r) => a + r.neurons, 0);
+    const tb = $("keys");
+    tb.replaceChildren();
+    for (const r of rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.key = r.name;
+      tr.dataset.value = String(r.neurons);
+      tr.dataset.requests = String(r.requests);
+      tr.append(
+        el("td", r.name ? "key" : "key none", r.name || "no key"),
+        el("td", "num hide-s", intFmt.format(r.requests)),
+        el("td", "num", fmtNeurons(r.neurons)));
+      const share = el("td", "share hide-s");
+      share.append(bar(total > 0 ? r.neurons / total : 0));
+      tr.append(share);
+      const k = policies.get(r.name);
+      if (!k) {
+        tr.dataset.alert = "";
+        tr.append(el("td", "budget none", pol.failed ? "–" : "no budget"), el("td", "budget hide-s", "–"),
+          el("td", "hide-s", "–"), el("td", "alert", "–"));
+        tb.append(tr);
+        continue;
+      }
+      const p = k.policy;
+      tr.append(budgetCell(k.day), budgetCell(k.month, "hide-s"));
+      const kind = el("td", "kind hide-s");
+      const budgeted = p.daily_neurons > 0 || p.monthly_neurons > 0;
+      kind.append(el("span", "", budgeted ? (p.soft ? "Soft" : "Hard") : "–"));
+      kind.title = budgeted ? (p.soft ? "Soft: alerts only" : "Hard: the key's requests are refused (3036) once a budget is spent") : "";
+      const limits = [];
+      if (p.requests_per_minute) limits.push(intFmt.format(p.requests_per_minute) + "/min");
+      if (p.max_concurrent) limits.push(intFmt.format(p.max_concurrent) + " at once");
+      if (limits.length) kind.append(el("span", "limits muted", limits.join(" · ")));
+      tr.append(kind);
+      const alert = el("td", "alert");
+      const level = Math.max(k.day.alert, k.month.alert);
+      tr.dataset.alert = level ? String(level) : budgeted ? "ok" : "";
+      if (level) {
+        const b = el("span", "badge " + (level >= 100 ? "al-bad" : "al-warn"), level + "% alert");
+        b.title = [k.day, k.month].filter((x) => x.alert).map((x) => periodNames[x.period] + " budget: " + x.alert + "% reached").join("; ");
+        alert.append(b);
+      } else if (budgeted) {
+        alert.append(el("span", "badge al-ok", "ok"));
+      } else {
+        alert.textContent = "–";
+      }
+      tr.append(alert);
+      tb.append(tr);
+    }
+    $("keys-empty").hidden = rows.length > 0;
+    document.querySelector(".keys").hidden = rows.length === 0;
+    const note = $("keys-note");
+    note.hidden = !pol.failed;
+    if (pol.failed) {
+      const e = pol.failed;
+      note.textContent = "Budgets and alerts per key are not shown: " +
+        (e.status === 403 ? "this token cannot read them (" + e.message + ")" : e.message || "the request failed") + ".";
+    }
+    renderAlerts(pol.failed ? [] : pol.alerts || []);
+  }
+
+  // renderAlerts lists the most recent budget alerts, newest first.
+  function renderAlerts(alerts) {
+    const ul = $("alerts");
+    ul.replaceChildren();
+    for (const a of alerts.slice(0, 8)) {
+      const li = el("li");
+      li.dataset.key = a.key;
+      li.dataset.threshold = String(a.threshold);
+      li.append(el("span", "badge " + (a.threshold >= 100 ? "al-bad" : "al-warn"), a.threshold + "%"),
+        el("span", "key", a.key),
+        el("span", "", periodNames[a.period] + " budget " + a.start + ": " + fmtNeurons(a.neurons) + " of " +
+          fmtNeurons(a.budget) + " neurons" + (a.soft ? " (soft)" : a.threshold >= 100 ? " (hard: refused until it resets)" : " (hard)")));
+      li.title = "Raised by request " + a.request_id;
+      ul.append(li);
+    }
+    $("alerts-box").hidden = alerts.length === 0;
+  }
+
+  // renderKeyFilter offers each key of the keys table and of the loaded
+  // requests, keeping the current choice.
+  function renderKeyFilter() {
+    const sel = $("key-filter");
+    const all = new Set(Array.from(document.querySelectorAll("#keys tr")).map((tr) => tr.dataset.key || noKey));
+    for (const r of state.requests) all.add(r.key || noKey);
+    if (state.key) all.add(state.key);
+    const opts = [new Option("All keys", "")];
+    for (const v of [...all].sort((a, b) => (a === noKey) - (b === noKey) || a.localeCompare(b))) {
+      opts.push(new Option(v === noKey ? "no key" : v, v));
+    }
+    sel.replaceChildren(...opts);
+    sel.value = state.key;
+  }
+
+  // applyKeyFilter shows only the chosen key's requests and marks its row
+  // in the keys table.
+  function applyKeyFilter() {
+    const want = state.key === noKey ? "" : state.key;
+    document.querySelectorAll("#keys tr").forEach((tr) => {
+      const on = state.key !== "" && tr.dataset.key === want;
+      tr.classList.toggle("on", on);
+      if (on) tr.setAttribute("aria-current", "true");
+      else tr.removeAttribute("aria-current");
+    });
+    $("dash").dataset.key = state.key;
+    renderRecent();
+  }
+
+  // renderRecent draws the loaded recent requests, only the chosen key's
+  // when the key filter is set (the filter works on what is loaded: Load
+  // more looks further back).
+  function renderRecent() {
     const tb = $("recent");
-    if (!append) tb.replaceChildren();
+    tb.replaceChildren();
+    const want = state.key === noKey ? "" : state.key;
+    const reqs = state.key ? state.requests.filter((r) => (r.key || "") === want) : state.requests;
     for (const r of reqs) {
       const tr = document.createElement("tr");
       tr.dataset.requestId = r.id;
+      tr.dataset.key = r.key || "";
       const cell = (text, cls) => {
-        const td = document.createElement("td");
-        if (cls) td.className = cls;
-        td.textContent = text;
+        const td = el("td", cls, text);
         tr.append(td);
         return td;
       };
@@ -300,12 +433,9 @@
       const time = cell(when.toDateString() === new Date().toDateString() ? clockFmt.format(when) : timeFmt.format(when));
       time.title = when.toString();
       cell(r.model, "model");
-      const o = document.createElement("td");
-      o.className = "outcome";
-      const b = document.createElement("span");
-      b.className = "badge o-" + r.outcome;
-      b.textContent = outcomeNames[r.outcome] || r.outcome;
-      o.append(b);
+      cell(r.key || "–", "key hide-s");
+      const o = el("td", "outcome");
+      o.append(el("span", "badge o-" + r.outcome, outcomeNames[r.outcome] || r.outcome));
       tr.append(o);
       const inTd = cell(intFmt.format(r.prompt_tokens), "num hide-s");
       if (r.cached_tokens) inTd.title = r.cached_tokens + " cached";
@@ -316,10 +446,13 @@
       cell(r.id.length > 14 ? r.id.slice(0, 12) + "…" : r.id, "id hide-s").title = r.id;
       tb.append(tr);
     }
-    const n = tb.children.length;
+    const n = reqs.length;
     $("recent-empty").hidden = n > 0;
+    $("recent-empty-text").textContent = state.key && state.requests.length
+      ? "None of the " + state.requests.length + " loaded requests used this key." + (state.cursor ? " Load more to look further back." : "")
+      : "No requests yet.";
     document.querySelector(".recent").hidden = n === 0;
-    $("recent-count").textContent = n ? n + " shown, newest first" : "";
+    $("recent-count").textContent = state.key ? n + " of " + state.requests.length + " loaded" : n ? n + " shown, newest first" : "";
     $("more").hidden = !state.cursor;
   }
 
@@ -327,7 +460,9 @@
     try {
       const r = await api("/ai/usage/requests?limit=20&cursor=" + encodeURIComponent(state.cursor));
       state.cursor = r.cursor || "";
-      renderRecent(r.requests, true);
+      state.requests = state.requests.concat(r.requests);
+      renderKeyFilter();
+      renderRecent();
     } catch (err) {
       showError(err);
     }
@@ -366,6 +501,7 @@
     $("more").addEventListener("click", more);
     $("csv").addEventListener("click", csv);
     $("model").addEventListener("change", (e) => { state.model = e.target.value; load(); });
+    $("key-filter").addEventListener("change", (e) => { state.key = e.target.value; applyKeyFilter(); });
     document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => {
       state.range = b.dataset.range;
       document.querySelectorAll("[data-range]").forEach((x) => x.classList.toggle("on", x === b));
