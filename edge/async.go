@@ -82,6 +82,9 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if err == nil && req.Webhook != nil {
 		err = s.checkWebhook(r.Context(), req.Webhook)
 	}
+	if err == nil && req.EventSubject != nil {
+		err = checkEventSubject(*req.EventSubject)
+	}
 	if err != nil {
 		fail(err)
 		return
@@ -120,6 +123,9 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		jobs[i].Async = true
 		jobs[i].Reply = "" // results go to the bucket only; nobody listens for frames
 		jobs[i].Webhook = req.Webhook
+		if req.EventSubject != nil {
+			jobs[i].EventSubject = *req.EventSubject
+		}
 	}
 	if err := s.reserve(r.Context(), p, m, ids, admits); err != nil {
 		fail(err)

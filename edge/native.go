@@ -139,7 +139,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case req.RequestID != nil:
-		if req.Prompt != nil || req.Messages != nil || req.Requests != nil || req.Webhook != nil {
+		if req.Prompt != nil || req.Messages != nil || req.Requests != nil || req.Webhook != nil || req.EventSubject != nil {
 			writeNativeError(w, s.refuse(r, &InputError{Field: "request_id", Msg: "a poll carries only request_id"}))
 			return
 		}
@@ -152,6 +152,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeNativeError(w, s.refuse(r, &InputError{Field: "requests", Msg: "batches need ?queueRequest=true"}))
 	case req.Webhook != nil:
 		writeNativeError(w, s.refuse(r, &InputError{Field: "webhook", Msg: "announces queued batches only (?queueRequest=true)"}))
+	case req.EventSubject != nil:
+		writeNativeError(w, s.refuse(r, &InputError{Field: "event_subject", Msg: "announces queued batches only (?queueRequest=true)"}))
 	default:
 		in, err := nativeInput(&req, "")
 		if err != nil {

@@ -97,6 +97,9 @@ type nativeRequest struct {
 	// Webhook, on an async batch, is where each job's end is announced
 	// (webhook.go).
 	Webhook *queue.Webhook `json:"webhook"`
+	// EventSubject, on an async batch, is the tenant's event subject each
+	// job's end is sent to on the bus (queue/events.go).
+	EventSubject *string `json:"event_subject"`
 }
 
 // wireMessage is one chat turn as clients send it. Content is a string, or

@@ -57,7 +57,7 @@ type WebhookConfig struct {
 }
 
 func (c *WebhookConfig) timeout() time.Duration {
-	if c.Timeout > 0 {
+	if c != nil && c.Timeout > 0 {
 		return c.Timeout
 	}
 	return 10 * time.Second
@@ -107,6 +107,17 @@ var nonPublic = []netip.Prefix{
 
 // errPrivateTarget: a webhook connection to a non-public address.
 var errPrivateTarget = errors.New("edge: webhook target is not a public address")
+
+// checkEventSubject admits the event subject a batch or key policy names:
+// the tenant's part of it, below the tenant's own prefix.
+func checkEventSubject(subject string) error {
+	if !queue.ValidEventSubject(subject) {
+		return &InputError{Field: "event_subject", Msg: fmt.Sprintf(
+			"%.140q: want 1 to %d bytes, at most 8 dot-separated tokens of letters, digits, '-' or '_'",
+			subject, queue.MaxEventSubject)}
+	}
+	return nil
+}
 
 // checkWebhook admits a batch's webhook: its shape, its host in the
 // allowlist, and every address the host resolves to public (unless the
@@ -243,15 +254,27 @@ type noticeSource interface {
 
 var _ noticeSource = (*queue.Client)(nil)
 
-// RunWebhooks delivers async notices to their webhooks until ctx ends; run
-// it once per edge beside the HTTP server (the edges share the consumer, so
-// each notice goes to one of them at a time). It returns at once without
-// Config.Webhooks or a queue that holds notices.
+// eventSender sends tenant events on the bus (queue.Client).
+type eventSender interface {
+	SendEvent(ctx context.Context, tenant, subject, id string, body []byte) error
+}
+
+var _ eventSender = (*queue.Client)(nil)
+
+// RunWebhooks delivers async notices, to their webhooks and to tenants'
+// event subjects, until ctx ends; run it once per edge beside the HTTP
+// server (the edges share the consumer, so each notice goes to one of them
+// at a time). It returns at once with a queue that holds no notices.
+// Without Config.Webhooks, notices for webhooks are given back for an edge
+// that has it.
 func (s *Server) RunWebhooks(ctx context.Context) {
 	c := s.cfg.Webhooks
 	src, ok := s.cfg.Queue.(noticeSource)
-	if c == nil || !ok {
+	if !ok {
 		return
+	}
+	if c == nil {
+		c = &WebhookConfig{}
 	}
 	client := webhookClient(c)
 	var cons jetstream.Consumer
@@ -293,19 +316,28 @@ func (s *Server) RunWebhooks(ctx context.Context) {
 // notice is NoticeRetention old.
 func (s *Server) deliverNotice(ctx context.Context, client *http.Client, msg jetstream.Msg) {
 	c := s.cfg.Webhooks
+	if c == nil {
+		c = &WebhookConfig{} // tenant events only
+	}
 	n, err := queue.DecodeNotice(msg.Data())
 	if err != nil {
 		s.log.Error("edge: webhooks: dropping an undecodable notice", "error", err)
 		_ = msg.TermWithReason("undecodable notice")
 		return
 	}
-	u, _ := url.Parse(n.Webhook.URL)
-	if !c.hostAllowed(u.Hostname()) {
-		s.log.Warn("edge: webhooks: dropping a notice whose host is no longer allowed", "job", n.JobID, "host", u.Hostname())
-		_ = msg.TermWithReason("host not allowed")
+	if n.Webhook.URL != "" && s.cfg.Webhooks == nil {
+		_ = msg.NakWithDelay(5 * time.Second) // for an edge that calls webhooks
 		return
 	}
-	err = s.postNotice(ctx, client, n)
+	if n.Webhook.URL != "" {
+		u, _ := url.Parse(n.Webhook.URL)
+		if !c.hostAllowed(u.Hostname()) {
+			s.log.Warn("edge: webhooks: dropping a notice whose host is no longer allowed", "job", n.JobID, "host", u.Hostname())
+			_ = msg.TermWithReason("host not allowed")
+			return
+		}
+	}
+	err = s.sendNotice(ctx, client, n)
 	if err == nil {
 		s.log.Debug("edge: webhook delivered", "job", n.JobID, "tenant", n.Tenant)
 		// Acknowledged even when the edge is stopping: the receiver has it.
@@ -332,6 +364,35 @@ func (s *Server) deliverNotice(ctx context.Context, client *http.Client, msg jet
 	delay := min(retry<<min(tries-1, 20), time.Hour)
 	s.log.Info("edge: webhook not delivered; trying again", "job", n.JobID, "tenant", n.Tenant, "try", tries, "in", delay, "error", err)
 	_ = msg.NakWithDelay(delay)
+}
+
+// sendNotice makes one delivery to each of the notice's destinations: its
+// webhook and its tenant's event subject.
+func (s *Server) sendNotice(ctx context.Context, client *http.Client, n *queue.Notice) error {
+	var errs []error
+	if n.Webhook.URL != "" {
+		errs = append(errs, s.postNotice(ctx, client, n))
+	}
+	if n.Subject != "" {
+		errs = append(errs, s.sendEvent(ctx, n))
+	}
+	return errors.Join(errs...)
+}
+
+// sendEvent sends the notice's body as a request to the tenant's event
+// subject and waits for a subscriber's reply.
+func (s *Server) sendEvent(ctx context.Context, n *queue.Notice) error {
+	q, ok := s.cfg.Queue.(eventSender)
+	if !ok {
+		return errors.New("this queue sends no tenant events")
+	}
+	body, err := webhookPayload(n)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Webhooks.timeout())
+	defer cancel()
+	return q.SendEvent(ctx, n.Tenant, n.Subject, n.JobID, body)
 }
 
 // postNotice makes one delivery.

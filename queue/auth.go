@@ -147,10 +147,12 @@ func (c *Credentials) WriteFile(path string) error {
 	return nil
 }
 
-// Auth is the set of role credentials a NATS server accepts: one nkey user
-// per role, each with RolePermissions.
+// Auth is the set of credentials a NATS server accepts: one nkey user per
+// role, each with RolePermissions, and one per tenant that takes its
+// events on the bus (events.go), with TenantPermissions.
 type Auth struct {
-	creds map[string]*Credentials // by role; read-only after construction
+	creds   map[string]*Credentials // by role; read-only after construction
+	tenants map[string]*Credentials // by tenant; read-only after construction
 }
 
 // NewAuth generates credentials for every role.
@@ -181,7 +183,8 @@ func CredsFile(role string) string { return role + ".nk" }
 
 // LoadOrCreateAuth reads every role's seed from dir (CredsFile), generating
 // and writing (0600, in a 0700 directory) those that are missing, so the
-// other nodes can be given their role's file.
+// other nodes can be given their role's file; and every tenant's seed in
+// dir/TenantCredsDir (LoadOrCreateTenantCreds writes them).
 func LoadOrCreateAuth(dir string) (*Auth, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCredentials, err)
@@ -201,6 +204,11 @@ func LoadOrCreateAuth(dir string) (*Auth, error) {
 		c.Role = role
 		a.creds[role] = c
 	}
+	tenants, err := loadTenants(dir)
+	if err != nil {
+		return nil, err
+	}
+	a.tenants = tenants
 	return a, a.addSetup()
 }
 
@@ -212,6 +220,9 @@ func (a *Auth) nkeyUsers() []*server.NkeyUser {
 	for _, role := range append(Roles(), RoleSetup) {
 		c := a.creds[role]
 		users = append(users, &server.NkeyUser{Nkey: c.pub, Permissions: RolePermissions(role, c.pub)})
+	}
+	for tenant, c := range a.tenants {
+		users = append(users, &server.NkeyUser{Nkey: c.pub, Permissions: TenantPermissions(tenant, c.pub)})
 	}
 	return users
 }
@@ -267,6 +278,10 @@ func fleetService(role string) string {
 //   - only an edge subscribes to reply frames; only workers consume jobs and
 //     hand-overs; only billing consumes usage events, and only billing
 //     publishes on the export stream, which only the export role reads;
+//   - workers publish async job notices and billing API key alerts on the
+//     notify stream, which only edges read and deliver (to webhooks, and
+//     as requests to tenants' event subjects, which only each tenant's
+//     own credential may read: TenantPermissions);
 //   - nobody but the setup role, which only the NATS node holds, creates
 //     or changes a stream (a stream can capture, republish or mirror any
 //     subject); the operator only inspects, and reads no message;
@@ -287,6 +302,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...)                  // watching worker windows
 		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)                   // watching jobs end (WatchEnded)
 		pubs = append(pubs, consumeOn(NotifyStream)...)                          // delivering async notices to webhooks
+		pubs = append(pubs, EventsPrefix+">")                                    // and to tenants' subscribers (events.go)
 		subs = append(subs, ReplyPrefix+">", StatusPrefix+">", PrefixPrefix+">") // routing (docs/routing.md)
 	case RoleWorker:
 		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", DecodeReadyPrefix+">", UsagePrefix+">", HandoffPrefix+">", NotifyPrefix+">", inbox)

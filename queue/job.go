@@ -58,9 +58,12 @@ type Job struct {
 	// claim; "" for none), carried into its usage event.
 	Key string `json:"key,omitempty"`
 	// Webhook, on an async job, is where its end is announced (notify.go).
-	Webhook  *Webhook  `json:"webhook,omitempty"`
-	Reply    string    `json:"reply"`    // subject for reply frames
-	Deadline time.Time `json:"deadline"` // the worker gives up (ErrKindTimeout) after this
+	Webhook *Webhook `json:"webhook,omitempty"`
+	// EventSubject, on an async job, is the tenant's event subject its end
+	// is also sent to (events.go).
+	EventSubject string    `json:"event_subject,omitempty"`
+	Reply        string    `json:"reply"`    // subject for reply frames
+	Deadline     time.Time `json:"deadline"` // the worker gives up (ErrKindTimeout) after this
 	// Rates are the prices the edge admitted the job at (neurons per
 	// million tokens); the worker prices its usage event with them.
 	Rates *Rates `json:"rates,omitempty"`
@@ -197,6 +200,9 @@ func (j *Job) Validate() error {
 	}
 	if j.Key != "" && !ValidKey(j.Key) {
 		return fmt.Errorf("%w: job %s key %q", ErrBadMessage, j.ID, j.Key)
+	}
+	if j.EventSubject != "" && (!j.Async || !ValidEventSubject(j.EventSubject)) {
+		return fmt.Errorf("%w: job %s: event subject %.140q on a job async %v", ErrBadMessage, j.ID, j.EventSubject, j.Async)
 	}
 	if j.Webhook != nil {
 		if !j.Async {

@@ -75,7 +75,10 @@ type Notice struct {
 	Alert   *BudgetAlert `json:"alert,omitempty"`
 	Anomaly *CostAnomaly `json:"anomaly,omitempty"`
 	Ended   time.Time    `json:"ended"` // when the job ended or the alert fired
-	Webhook Webhook      `json:"webhook"`
+	// Where to announce it: a webhook, the tenant's event subject
+	// (events.go), or both.
+	Webhook Webhook `json:"webhook"`
+	Subject string  `json:"subject,omitempty"`
 }
 
 // Validate checks what a deliverer relies on.
@@ -106,7 +109,15 @@ func (n *Notice) Validate() error {
 			return err
 		}
 	}
-	return n.Webhook.Validate()
+	switch {
+	case n.Webhook.URL == "" && n.Subject == "":
+		return fmt.Errorf("%w: notice %s has no webhook and no event subject", ErrBadMessage, n.JobID)
+	case n.Subject != "" && !ValidEventSubject(n.Subject):
+		return fmt.Errorf("%w: notice %s event subject %.140q", ErrBadMessage, n.JobID, n.Subject)
+	case n.Webhook.URL != "":
+		return n.Webhook.Validate()
+	}
+	return nil
 }
 
 // Budget periods of an API key (BudgetAlert.Period).
@@ -197,8 +208,12 @@ func DecodeNotice(b []byte) (*Notice, error) {
 
 // noticeOf is the notice of job's ended record rec.
 func noticeOf(job *Job, rec *AsyncResult) *Notice {
-	return &Notice{JobID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: rec.Status, Text: rec.Text,
-		Finish: rec.Finish, Usage: rec.Usage, Error: rec.Error, Ended: time.Now().UTC(), Webhook: *job.Webhook}
+	n := &Notice{JobID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: rec.Status, Text: rec.Text,
+		Finish: rec.Finish, Usage: rec.Usage, Error: rec.Error, Ended: time.Now().UTC(), Subject: job.EventSubject}
+	if job.Webhook != nil {
+		n.Webhook = *job.Webhook
+	}
+	return n
 }
 
 // PublishNotice puts a notice on the notify stream with Nats-Msg-Id = the

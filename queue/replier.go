@@ -176,9 +176,9 @@ func (r *Replier) Final(ctx context.Context, text, finish string, usage Usage) e
 }
 
 // notify announces the job's end, once its record says so, when the job
-// named a webhook (notify.go).
+// named a webhook or an event subject (notify.go).
 func (r *Replier) notify(ctx context.Context) error {
-	if r.job.Webhook == nil {
+	if r.job.Webhook == nil && r.job.EventSubject == "" {
 		return nil
 	}
 	return PublishNotice(ctx, r.res.js, noticeOf(r.job, r.rec))

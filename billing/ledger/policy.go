@@ -37,9 +37,24 @@ type KeyPolicy struct {
 	// requests (3036) once its spend reaches them.
 	Soft bool `json:"soft,omitempty"`
 	// Webhook, when set, receives the key's budget alerts (at
-	// queue.AlertThresholds of each budget), signed like async notices.
-	Webhook *queue.Webhook `json:"webhook,omitempty"`
+	// queue.AlertThresholds of each budget) and cost anomalies, signed
+	// like async notices; EventSubject, when set, is the tenant's event
+	// subject on the bus they are also sent to (queue/events.go).
+	Webhook      *queue.Webhook `json:"webhook,omitempty"`
+	EventSubject string         `json:"event_subject,omitempty"`
 }
+
+// Delivery is where a key's alerts and anomalies go.
+type Delivery struct {
+	Webhook *queue.Webhook
+	Subject string
+}
+
+// Any says the delivery names a destination.
+func (d Delivery) Any() bool { return d.Webhook != nil || d.Subject != "" }
+
+// delivery is p's Delivery.
+func (p *KeyPolicy) delivery() Delivery { return Delivery{Webhook: p.Webhook, Subject: p.EventSubject} }
 
 // Bounds of a KeyPolicy's fields.
 const (
@@ -65,6 +80,9 @@ func (p *KeyPolicy) Validate() error {
 		if err := p.Webhook.Validate(); err != nil {
 			return fmt.Errorf("%w: webhook: %w", ErrPolicy, err)
 		}
+	}
+	if p.EventSubject != "" && !queue.ValidEventSubject(p.EventSubject) {
+		return fmt.Errorf("%w: event_subject %.140q", ErrPolicy, p.EventSubject)
 	}
 	return nil
 }
@@ -141,7 +159,7 @@ func (l *Ledger) SetKeyPolicy(ctx context.Context, tenant, key string, p KeyPoli
 			tx.Del(ctx, k)
 			tx.HSet(ctx, k, "rpm", p.RequestsPerMinute, "concurrency", p.MaxConcurrent,
 				"daily", price.ToMicro(p.DailyNeurons), "monthly", price.ToMicro(p.MonthlyNeurons),
-				"soft", soft, "webhook", hook)
+				"soft", soft, "webhook", hook, "subject", p.EventSubject)
 			tx.SAdd(ctx, keyPoliciesKey(tenant), key)
 			return nil
 		})
@@ -176,6 +194,7 @@ func policyOf(h map[string]string) (p KeyPolicy, ok bool) {
 	p.DailyNeurons = price.Neurons(num("daily"))
 	p.MonthlyNeurons = price.Neurons(num("monthly"))
 	p.Soft = h["soft"] == "1"
+	p.EventSubject = h["subject"]
 	if w := h["webhook"]; w != "" {
 		var hook queue.Webhook
 		if json.Unmarshal([]byte(w), &hook) == nil {
@@ -294,14 +313,14 @@ return out
 // KeyAlerts raises the budget alerts that ev's API key has reached now
 // that ev is counted (call it after Record), and returns those raised by
 // ev's request: each alert is raised once per key, period and threshold,
-// by the first request to see its total there. webhook is the key's
-// alert webhook (nil: none). An event without a key raises none.
-func (l *Ledger) KeyAlerts(ctx context.Context, ev *queue.UsageEvent) (alerts []queue.BudgetAlert, webhook *queue.Webhook, err error) {
+// by the first request to see its total there; and where the key's alerts
+// go. An event without a key raises none.
+func (l *Ledger) KeyAlerts(ctx context.Context, ev *queue.UsageEvent) (alerts []queue.BudgetAlert, to Delivery, err error) {
 	if ev.Key == "" {
-		return nil, nil, nil
+		return nil, to, nil
 	}
 	if err := checkKey(ev.Tenant, ev.Key); err != nil {
-		return nil, nil, err
+		return nil, to, err
 	}
 	t := ev.Time.UTC()
 	day, month := t.Format(dayLayout), t.Format(monthLayout)
@@ -321,7 +340,7 @@ func (l *Ledger) KeyAlerts(ctx context.Context, ev *queue.UsageEvent) (alerts []
 		res, err = l.alerts.Run(ctx, l.rdb, keys, args...).Slice()
 		return err
 	}); err != nil {
-		return nil, nil, err
+		return nil, to, err
 	}
 	for i := 0; i+5 < len(res); i += 6 {
 		period, _ := res[i].(string)
@@ -336,11 +355,11 @@ func (l *Ledger) KeyAlerts(ctx context.Context, ev *queue.UsageEvent) (alerts []
 	if len(alerts) > 0 {
 		p, _, err := l.KeyPolicy(ctx, ev.Tenant, ev.Key)
 		if err != nil {
-			return nil, nil, err
+			return nil, to, err
 		}
-		webhook = p.Webhook
+		to = p.delivery()
 	}
-	return alerts, webhook, nil
+	return alerts, to, nil
 }
 
 // Alert is one raised budget alert, as Alerts lists it.
@@ -466,19 +485,19 @@ return {flagged, kp, tp}
 // queue.AnomalyFactor times the key's 95th percentile and over the
 // tenant's 99th, each known from at least AnomalyMinRequests requests.
 // The request then joins both. Each request is compared once; a redelivery
-// gets the same answer. webhook is the key's alert webhook (nil: none).
-// Events without a key or cost are not compared.
-func (l *Ledger) KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (a *queue.CostAnomaly, webhook *queue.Webhook, err error) {
+// gets the same answer. to is where the key's alerts go. Events without a
+// key or cost are not compared.
+func (l *Ledger) KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (a *queue.CostAnomaly, to Delivery, err error) {
 	if ev.Key == "" || ev.MicroNeurons <= 0 {
-		return nil, nil, nil
+		return nil, to, nil
 	}
 	if err := checkKey(ev.Tenant, ev.Key); err != nil {
-		return nil, nil, err
+		return nil, to, err
 	}
 	anomaly := queue.CostAnomaly{Key: ev.Key, RequestID: ev.RequestID, Model: ev.Model, Neurons: price.Neurons(ev.MicroNeurons)}
 	listed, err := json.Marshal(anomaly)
 	if err != nil {
-		return nil, nil, err
+		return nil, to, err
 	}
 	t := ev.Time.UTC()
 	keys := []string{keyCostsKey(ev.Tenant, ev.Key, t), tenantCostsKey(ev.Tenant, t), costSeenKey(ev.Tenant, ev.RequestID), anomaliesKey(ev.Tenant)}
@@ -489,17 +508,17 @@ func (l *Ledger) KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (a *queue
 		res, err = l.anomaly.Run(ctx, l.rdb, keys, args...).Int64Slice()
 		return err
 	}); err != nil {
-		return nil, nil, err
+		return nil, to, err
 	}
 	if len(res) != 3 || res[0] != 1 {
-		return nil, nil, nil
+		return nil, to, nil
 	}
 	anomaly.KeyP95, anomaly.TenantP99 = price.Neurons(int64(bucketTop(res[1]))), price.Neurons(int64(bucketTop(res[2])))
 	p, _, err := l.KeyPolicy(ctx, ev.Tenant, ev.Key)
 	if err != nil {
-		return nil, nil, err
+		return nil, to, err
 	}
-	return &anomaly, p.Webhook, nil
+	return &anomaly, p.delivery(), nil
 }
 
 // Anomalies returns tenant's most recent cost anomalies, newest first, at

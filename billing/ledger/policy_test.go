@@ -51,6 +51,7 @@ func TestKeyPolicyStore(t *testing.T) {
 		"huge budget":      {MonthlyNeurons: 2e12},
 		"http webhook":     {Webhook: &queue.Webhook{URL: "http://hooks.example.com", Secret: "0123456789abcdef"}},
 		"short secret":     {Webhook: &queue.Webhook{URL: "https://hooks.example.com", Secret: "short"}},
+		"wildcard subject": {EventSubject: "alerts.>"},
 	} {
 		if err := l.SetKeyPolicy(ctx, "acme", "k", p); !errors.Is(err, ErrPolicy) {
 			t.Errorf("%s: err %v, want ErrPolicy", name, err)
@@ -71,7 +72,7 @@ func TestKeyAlertsOnce(t *testing.T) {
 	l := newLedger(t, 6)
 	ctx := context.Background()
 	hook := &queue.Webhook{URL: "https://hooks.example.com/a", Secret: "0123456789abcdef"}
-	if err := l.SetKeyPolicy(ctx, "acme", "app", KeyPolicy{DailyNeurons: 10, MonthlyNeurons: 40, Webhook: hook}); err != nil {
+	if err := l.SetKeyPolicy(ctx, "acme", "app", KeyPolicy{DailyNeurons: 10, MonthlyNeurons: 40, Webhook: hook, EventSubject: "alerts.app"}); err != nil {
 		t.Fatal(err)
 	}
 	raised := map[string]string{} // alert id -> request id
@@ -86,8 +87,8 @@ func TestKeyAlertsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, a := range alerts {
-			if wh == nil || *wh != *hook {
-				t.Fatalf("alert %s without the key's webhook: %v", a.ID(), wh)
+			if wh.Webhook == nil || *wh.Webhook != *hook || wh.Subject != "alerts.app" {
+				t.Fatalf("alert %s without the key's webhook and subject: %+v", a.ID(), wh)
 			}
 			if by, ok := raised[a.ID()]; ok {
 				t.Fatalf("alert %s raised again by %s (first by %s)", a.ID(), ev.RequestID, by)

@@ -269,8 +269,8 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 // Alerter raises the budget alerts and cost anomalies of an event's API
 // key; billing/ledger.Ledger implements it.
 type Alerter interface {
-	KeyAlerts(ctx context.Context, ev *queue.UsageEvent) ([]queue.BudgetAlert, *queue.Webhook, error)
-	KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (*queue.CostAnomaly, *queue.Webhook, error)
+	KeyAlerts(ctx context.Context, ev *queue.UsageEvent) ([]queue.BudgetAlert, ledger.Delivery, error)
+	KeyAnomaly(ctx context.Context, ev *queue.UsageEvent) (*queue.CostAnomaly, ledger.Delivery, error)
 }
 
 var _ Alerter = (*ledger.Ledger)(nil)
@@ -284,7 +284,7 @@ func (m *Meter) alert(ctx context.Context, ev *queue.UsageEvent) error {
 	if !ok || ev.Key == "" {
 		return nil
 	}
-	alerts, hook, err := a.KeyAlerts(ctx, ev)
+	alerts, to, err := a.KeyAlerts(ctx, ev)
 	if err != nil {
 		return err
 	}
@@ -292,19 +292,19 @@ func (m *Meter) alert(ctx context.Context, ev *queue.UsageEvent) error {
 	for i := range alerts {
 		al := &alerts[i]
 		m.log.Info("billing: API key budget alert", "tenant", ev.Tenant, "key", al.Key, "period", al.Period, "threshold", al.Threshold)
-		if hook != nil {
-			notices = append(notices, &queue.Notice{JobID: al.ID(), Tenant: ev.Tenant, Alert: al, Ended: time.Now().UTC(), Webhook: *hook})
+		if to.Any() {
+			notices = append(notices, noticeTo(to, &queue.Notice{JobID: al.ID(), Tenant: ev.Tenant, Alert: al}))
 		}
 	}
-	anomaly, hook, err := a.KeyAnomaly(ctx, ev)
+	anomaly, to, err := a.KeyAnomaly(ctx, ev)
 	if err != nil {
 		return err
 	}
 	if anomaly != nil {
 		m.log.Info("billing: API key cost anomaly", "tenant", ev.Tenant, "key", anomaly.Key, "request_id", ev.RequestID,
 			"neurons", anomaly.Neurons, "key_p95", anomaly.KeyP95, "tenant_p99", anomaly.TenantP99)
-		if hook != nil {
-			notices = append(notices, &queue.Notice{JobID: anomaly.ID(), Tenant: ev.Tenant, Anomaly: anomaly, Ended: time.Now().UTC(), Webhook: *hook})
+		if to.Any() {
+			notices = append(notices, noticeTo(to, &queue.Notice{JobID: anomaly.ID(), Tenant: ev.Tenant, Anomaly: anomaly}))
 		}
 	}
 	for _, n := range notices {
@@ -314,6 +314,15 @@ func (m *Meter) alert(ctx context.Context, ev *queue.UsageEvent) error {
 		m.count(func(s *Stats) { s.Alerts++ })
 	}
 	return nil
+}
+
+// noticeTo addresses n to the delivery and stamps it now.
+func noticeTo(to ledger.Delivery, n *queue.Notice) *queue.Notice {
+	n.Ended, n.Subject = time.Now().UTC(), to.Subject
+	if to.Webhook != nil {
+		n.Webhook = *to.Webhook
+	}
+	return n
 }
 
 // export publishes a counted event on the export stream as a CloudEvent.

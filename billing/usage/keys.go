@@ -55,6 +55,7 @@ type KeyPolicyView struct {
 	MonthlyNeurons    float64      `json:"monthly_neurons"`
 	Soft              bool         `json:"soft"`
 	Webhook           *WebhookView `json:"webhook,omitempty"`
+	EventSubject      string       `json:"event_subject,omitempty"`
 }
 
 // Key is one key in GET .../ai/usage/keys.
@@ -143,7 +144,7 @@ func keysOf(states []ledger.KeyState, alerts []ledger.Alert, now time.Time) Keys
 	for _, st := range states {
 		p := st.Policy
 		view := KeyPolicyView{RequestsPerMinute: p.RequestsPerMinute, MaxConcurrent: p.MaxConcurrent,
-			DailyNeurons: p.DailyNeurons, MonthlyNeurons: p.MonthlyNeurons, Soft: p.Soft}
+			DailyNeurons: p.DailyNeurons, MonthlyNeurons: p.MonthlyNeurons, Soft: p.Soft, EventSubject: p.EventSubject}
 		if p.Webhook != nil {
 			view.Webhook = &WebhookView{URL: p.Webhook.URL}
 		}

@@ -165,6 +165,12 @@ func startHeldCluster(t *testing.T, secure bool, roles ...string) *cluster {
 
 func startClusterOpts(t *testing.T, secure bool, holdAt int, roles ...string) *cluster {
 	t.Helper()
+	return startClusterNATS(t, secure, holdAt, nil, roles...)
+}
+
+// startClusterNATS is startClusterOpts with extra flags for `bulkhead nats`.
+func startClusterNATS(t *testing.T, secure bool, holdAt int, natsExtra []string, roles ...string) *cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-process cluster test skipped in -short mode")
 	}
@@ -191,6 +197,7 @@ func startClusterOpts(t *testing.T, secure bool, holdAt int, roles ...string) *c
 	} else {
 		natsArgs = append(natsArgs, "--no-auth")
 	}
+	natsArgs = append(natsArgs, natsExtra...)
 	ns := start(t, "nats", c.bin, natsArgs...)
 	c.nats = ns
 	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))

@@ -190,9 +190,10 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string,
 		return nil
 	})
 	defer func() { _ = stopRelease() }()
-	// Async notices go to their webhooks, with the other edges.
+	// Async notices and key alerts go to their webhooks (with
+	// --webhook-hosts) and tenants' event subjects, with the other edges.
 	stopHooks := background(func(ctx context.Context) error {
-		srv.RunWebhooks(ctx) // until ctx ends; nothing without --webhook-hosts
+		srv.RunWebhooks(ctx) // until ctx ends
 		return nil
 	})
 	defer func() { _ = stopHooks() }()

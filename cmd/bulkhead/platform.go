@@ -46,6 +46,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tlsKey := fs.String("tls-key", "", "the server certificate's key (PEM)")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose client certificates are required of every connection")
 	requestTimeout := fs.Duration("request-timeout", 2*time.Minute, "the edges' --request-timeout, for sizing the results bucket")
+	tenantCreds := fs.String("tenant-creds", "", "comma-separated tenants to give a NATS credential for their event subjects (<auth-dir>/tenants/<tenant>.nk, created when missing; every file there is accepted): hand each tenant its file")
 	var lf loadFlags
 	lf.register(fs)
 	var cf clusterFlags
@@ -72,9 +73,16 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *authDir == "" {
 			return fmt.Errorf("%w: --auth-dir is empty; give a directory, or --no-auth for an anonymous bus on loopback", errUsage)
 		}
+		for _, tenant := range splitList(*tenantCreds) {
+			if _, err := queue.LoadOrCreateTenantCreds(*authDir, tenant); err != nil {
+				return fmt.Errorf("%w: --tenant-creds: %w", errUsage, err)
+			}
+		}
 		if natsAuth, err = queue.LoadOrCreateAuth(*authDir); err != nil {
 			return err
 		}
+	} else if *tenantCreds != "" {
+		return fmt.Errorf("%w: --tenant-creds needs credentials (drop --no-auth)", errUsage)
 	}
 	host, portText, err := net.SplitHostPort(*listen)
 	if err != nil {
