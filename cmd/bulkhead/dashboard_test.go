@@ -221,6 +221,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		sent++
 	}
+	// Two OpenAI requests tagged with metadata, for the tag filter.
+	for i := range 2 {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"Once upon a time","max_tokens":6,"seed":%d,"metadata":{"app":"search"}}`, clusterModel, i)
+		if status, b := post(t, run, edgeURL+"/v1/completions", body); status != 200 {
+			t.Fatalf("tagged request %d: %d %s", i, status, b)
+		}
+		sent++
+	}
 	// One stream the client leaves after a few tokens.
 	req, _ := http.NewRequest("POST", edgeURL+"/ai/run/"+clusterModel, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":1500,"temperature":1,"seed":5,"stream":true}`))
 	req.Header.Set("Authorization", "Bearer "+run)
@@ -448,6 +456,35 @@ func TestDashboardInBrowser(t *testing.T) {
 		writeScreenshot(t, "dashboard-keys-1280.png", png)
 		if s = filter(t, ""); len(s.Rows) != len(recent.Requests) || s.KeyRows["ci"].On {
 			t.Errorf("filter cleared: %d rows, want %d; ci still highlighted %v", len(s.Rows), len(recent.Requests), s.KeyRows["ci"].On)
+		}
+
+		// The tag filter narrows them to the requests with that metadata.
+		var tagged struct {
+			Requests []struct {
+				ID       string            `json:"id"`
+				Metadata map[string]string `json:"metadata"`
+			} `json:"requests"`
+		}
+		getUsage(t, edgeURL, "/ai/usage/requests?limit=20", acme, &tagged)
+		var tagIDs []string
+		for _, r := range tagged.Requests {
+			if r.Metadata["app"] == "search" {
+				tagIDs = append(tagIDs, r.ID)
+			}
+		}
+		pick := `(() => { const s = document.getElementById("tag-filter"); s.value = "app=search"; s.dispatchEvent(new Event("change")); return s.value; })()`
+		if v, err := chromedp.Run(bctx, chromedp.Evaluate[string](pick)); err != nil || v != "app=search" {
+			t.Fatalf("choosing tag app=search: %q, %v", v, err)
+		}
+		if s, err = chromedp.Run(bctx, chromedp.Evaluate[shown](readPage)); err != nil {
+			t.Fatalf("reading the page: %v", err)
+		}
+		if strings.Join(s.Rows, ",") != strings.Join(tagIDs, ",") || len(tagIDs) != 2 || !strings.HasPrefix(s.RecentCount, "2 of ") {
+			t.Errorf("filtered to app=search: rows %v (%q), the API's tagged requests %v", s.Rows, s.RecentCount, tagIDs)
+		}
+		clear := `(() => { const s = document.getElementById("tag-filter"); s.value = ""; s.dispatchEvent(new Event("change")); return s.value; })()`
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](clear)); err != nil {
+			t.Fatal(err)
 		}
 
 		// When the keys call fails (refused here as for a token without the

@@ -24,7 +24,7 @@
   // noKey is the key filter's value for requests made without an API key
   // (not a valid key name, so it names no key).
   const noKey = "(none)";
-  let state = { range: "24h", model: "", cursor: "", from: "", to: "", key: "", requests: [] };
+  let state = { range: "24h", model: "", cursor: "", from: "", to: "", key: "", tag: "", requests: [] };
   let chart = null;
   let loadSeq = 0;
 
@@ -109,6 +109,7 @@
       state.requests = recent.requests;
       renderKeys(keys.groups || [], policies);
       renderKeyFilter();
+      renderTagFilter();
       applyKeyFilter();
       const dash = $("dash");
       dash.dataset.from = state.from;
@@ -398,6 +399,23 @@
     sel.value = state.key;
   }
 
+  // tagsOf are a request's metadata pairs as "name=value" tags.
+  function tagsOf(r) {
+    return Object.entries(r.metadata || {}).map(([k, v]) => k + "=" + v);
+  }
+
+  // renderTagFilter offers each metadata tag of the loaded requests,
+  // keeping the current choice.
+  function renderTagFilter() {
+    const sel = $("tag-filter");
+    const all = new Set(state.requests.flatMap(tagsOf));
+    if (state.tag) all.add(state.tag);
+    const opts = [new Option("All tags", "")];
+    for (const v of [...all].sort()) opts.push(new Option(v, v));
+    sel.replaceChildren(...opts);
+    sel.value = state.tag;
+  }
+
   // applyKeyFilter shows only the chosen key's requests and marks its row
   // in the keys table.
   function applyKeyFilter() {
@@ -419,11 +437,13 @@
     const tb = $("recent");
     tb.replaceChildren();
     const want = state.key === noKey ? "" : state.key;
-    const reqs = state.key ? state.requests.filter((r) => (r.key || "") === want) : state.requests;
+    const filtered = state.key !== "" || state.tag !== "";
+    const reqs = state.requests.filter((r) => (!state.key || (r.key || "") === want) && (!state.tag || tagsOf(r).includes(state.tag)));
     for (const r of reqs) {
       const tr = document.createElement("tr");
       tr.dataset.requestId = r.id;
       tr.dataset.key = r.key || "";
+      tr.dataset.tags = tagsOf(r).join(" ");
       const cell = (text, cls) => {
         const td = el("td", cls, text);
         tr.append(td);
@@ -448,11 +468,11 @@
     }
     const n = reqs.length;
     $("recent-empty").hidden = n > 0;
-    $("recent-empty-text").textContent = state.key && state.requests.length
-      ? "None of the " + state.requests.length + " loaded requests used this key." + (state.cursor ? " Load more to look further back." : "")
+    $("recent-empty-text").textContent = filtered && state.requests.length
+      ? "None of the " + state.requests.length + " loaded requests match the filter." + (state.cursor ? " Load more to look further back." : "")
       : "No requests yet.";
     document.querySelector(".recent").hidden = n === 0;
-    $("recent-count").textContent = state.key ? n + " of " + state.requests.length + " loaded" : n ? n + " shown, newest first" : "";
+    $("recent-count").textContent = filtered ? n + " of " + state.requests.length + " loaded" : n ? n + " shown, newest first" : "";
     $("more").hidden = !state.cursor;
   }
 
@@ -462,6 +482,7 @@
       state.cursor = r.cursor || "";
       state.requests = state.requests.concat(r.requests);
       renderKeyFilter();
+      renderTagFilter();
       renderRecent();
     } catch (err) {
       showError(err);
@@ -502,6 +523,7 @@
     $("csv").addEventListener("click", csv);
     $("model").addEventListener("change", (e) => { state.model = e.target.value; load(); });
     $("key-filter").addEventListener("change", (e) => { state.key = e.target.value; applyKeyFilter(); });
+    $("tag-filter").addEventListener("change", (e) => { state.tag = e.target.value; renderRecent(); });
     document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => {
       state.range = b.dataset.range;
       document.querySelectorAll("[data-range]").forEach((x) => x.classList.toggle("on", x === b));
