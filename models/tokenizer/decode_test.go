@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,7 +122,14 @@ func TestRoundTrip(t *testing.T) {
 					if tk.cleanSpaces {
 						want = referenceClean(want)
 					}
-					if got := tk.Decode(tk.Encode(c.text, false, false)); got != want {
+					ids := tk.Encode(c.text, false, false)
+					if tk.kind == kindWPM {
+						if slices.Contains(ids, tk.unk) {
+							return // WordPiece drops what it does not know
+						}
+						want = wpmJoined(c.text)
+					}
+					if got := tk.Decode(ids); got != want {
 						t.Errorf("Decode(Encode(%q)) = %q, want %q", c.text, got, want)
 					}
 				})

@@ -1,7 +1,7 @@
 // Package tokenizer owns text <-> token id conversion for models whose
-// vocabulary is stored in GGUF metadata: SentencePiece-style ("llama") and
-// byte-level BPE ("gpt2") vocabularies, special-token splitting, end-of-generation
-// detection and streaming detokenization.
+// vocabulary is stored in GGUF metadata: SentencePiece-style ("llama"),
+// byte-level BPE ("gpt2") and WordPiece ("bert") vocabularies, special-token
+// splitting, end-of-generation detection and streaming detokenization.
 //
 // Its behaviour is defined by llama.cpp's llama_tokenize / llama_detokenize: the
 // same ids for the same text, the same pre-tokenizer splits, the same special

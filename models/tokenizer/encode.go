@@ -135,6 +135,14 @@ func (t *Tokenizer) encodeFrags(frags []fragment, size int, addSpecial bool) []i
 			}
 			out = s.encode(t, fr.text, out)
 		}
+	case kindWPM:
+		for _, fr := range frags {
+			if fr.tok != noToken {
+				out = append(out, fr.tok)
+				continue
+			}
+			out = t.wpmEncode(fr.text, out)
+		}
 	}
 	if addSpecial && t.addEOS {
 		out = append(out, t.eos)

@@ -17,7 +17,8 @@ import (
 
 // FuzzEncode encodes arbitrary text with every reference vocabulary and checks
 // that ids stay in range, that the stream decoder agrees with Decode and yields
-// valid UTF-8, and that valid text round-trips where llama.cpp's rules allow.
+// valid UTF-8, and that valid text round-trips where llama.cpp's rules allow
+// (WordPiece: to its normalized words).
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", " ", "Hello world", "it's 'RE  ok ?\r\n\t x", "🦙.cpp 我想 ½ ៉", "\xff\xe2\x82"} {
 		f.Add(s)
@@ -44,10 +45,13 @@ func FuzzEncode(f *testing.F) {
 				if streamed := streamAll(t, tk, ids); streamed != got {
 					t.Fatalf("%s: stream %q != Decode %q", tk.model, streamed, got)
 				}
-				if special || !plain || !utf8.ValidString(s) || (tk.kind == kindSPM && strings.Contains(s, "▁")) {
+				if special || !plain || !utf8.ValidString(s) || (tk.kind != kindBPE && strings.Contains(s, "▁")) {
 					continue
 				}
 				want := s
+				if tk.kind == kindWPM {
+					want = wpmJoined(s)
+				}
 				if tk.cleanSpaces {
 					want = referenceClean(s)
 				}
@@ -57,6 +61,16 @@ func FuzzEncode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// wpmJoined is what WordPiece's ids of s decode to when none is unknown:
+// its normalized words, each after a space.
+func wpmJoined(s string) string {
+	var b strings.Builder
+	for _, w := range wpmWords(s) {
+		b.WriteString(" " + w)
+	}
+	return b.String()
 }
 
 // ggufImage encodes metadata as a tensor-less GGUF v3 file.

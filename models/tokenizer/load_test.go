@@ -63,7 +63,7 @@ func TestFromGGUFRejects(t *testing.T) {
 		mention string
 	}{
 		{"no model", without(tinySPM(), keyModel), ErrMissing, keyModel},
-		{"unknown model", with(tinySPM(), keyModel, str("bert")), ErrUnsupportedModel, "bert"},
+		{"unknown model", with(tinySPM(), keyModel, str("rwkv")), ErrUnsupportedModel, "rwkv"},
 		{"unknown pre", with(tinyBPE(), keyPre, str("tekken")), ErrUnsupportedPre, "tekken"},
 		{"no tokens", without(tinySPM(), keyTokens), ErrMissing, keyTokens},
 		{"tokens not strings", with(tinySPM(), keyTokens, i32s(1, 2)), ErrMissing, keyTokens},

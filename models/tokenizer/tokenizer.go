@@ -67,6 +67,7 @@ type vocabKind uint8
 const (
 	kindSPM vocabKind = iota
 	kindBPE
+	kindWPM // WordPiece (wpm.go)
 )
 
 // preKind selects a BPE pre-tokenizer.
@@ -162,6 +163,7 @@ type Tokenizer struct {
 
 	addBOS, addEOS, addSpacePrefix bool
 	cleanSpaces, ignoreMerges      bool
+	maxTokenLen                    int // the longest token's bytes (WordPiece matching)
 }
 
 // FromGGUF builds a tokenizer from a file's tokenizer.* metadata. The tokenizer
@@ -194,6 +196,11 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 			return nil, fmt.Errorf("%w: %q", ErrUnsupportedPre, t.pre)
 		}
 		t.pretok, t.cleanSpaces, t.ignoreMerges, t.addBOS = pre.kind, pre.cleanSpaces, pre.ignoreMerges, pre.addBOS
+	case "bert":
+		t.kind = kindWPM
+		// llama.cpp's defaults: [CLS] first, [SEP] last, [UNK].
+		t.bos, t.eos, t.unk = 101, 102, 100
+		t.addBOS, t.addEOS = true, true
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrUnsupportedModel, model)
 	}
@@ -531,6 +538,9 @@ func (t *Tokenizer) buildCaches(modelName string) {
 			t.byteTok[b] = t.unk // llama.cpp would throw here
 		}
 	}
+	for _, s := range t.tokens {
+		t.maxTokenLen = max(t.maxTokenLen, len(s))
+	}
 	t.pieces = make([]string, len(t.tokens))
 	for id := range t.tokens {
 		t.pieces[id] = t.renderPiece(int32(id))
@@ -555,7 +565,8 @@ func (t *Tokenizer) buildCaches(modelName string) {
 // ChatTemplate returns tokenizer.chat_template, or "" when the file has none.
 func (t *Tokenizer) ChatTemplate() string { return t.chatTemplate }
 
-// Model returns tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (BPE).
+// Model returns tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (BPE) or
+// "bert" (WordPiece).
 func (t *Tokenizer) Model() string { return t.model }
 
 // Pre returns tokenizer.ggml.pre as read ("" for SentencePiece or when absent).

@@ -13,7 +13,7 @@ import (
 )
 
 // vocabFiles are the conformance vocabularies in shared/tokenizer.
-var vocabFiles = []string{"ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-qwen2", "ggml-vocab-gpt-2"}
+var vocabFiles = []string{"ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-qwen2", "ggml-vocab-gpt-2", "ggml-vocab-bert-bge"}
 
 var loaded sync.Map // path -> *Tokenizer; loading a 280k-merge vocabulary takes a while
 
