@@ -21,7 +21,7 @@ func TestWordPiece(t *testing.T) {
 	}{
 		{"Hello world", true, false, []int32{101, 7592, 2088, 102}},
 		{"Hello world", false, false, []int32{7592, 2088}},
-		{"HÉLLO wörld", false, false, []int32{7592, 2088}}, // lowercased, accents dropped
+		{"HÉLLO wörld", false, false, []int32{7592, 2088}},           // lowercased, accents dropped
 		{"hello\u200bworld\x00", false, false, []int32{7592, 11108}}, // a zero-width space is dropped, not a split: "##world"
 		{"🦙 hello", false, false, []int32{100, 7592}},
 		{"[CLS] hello", false, true, []int32{101, 7592}},
