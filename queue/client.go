@@ -130,12 +130,26 @@ func (c *Client) WithLiveness(l Liveness) *Client {
 	return &Client{nc: c.nc, js: c.js, idle: c.idle, live: l, res: c.results()}
 }
 
+// ReconnectGrace is how long a job waits for a connection that is
+// reconnecting (its server was lost; the client moves to another of the
+// cluster's at once) before it is refused: a failover is not an outage.
+const ReconnectGrace = time.Second
+
 // ready refuses a job the bus cannot take now: a connection that is not up
-// (ErrUnavailable) or a model without a live worker (ErrNoWorker; with
-// wait, one that may still get its first worker is waited for).
+// and does not come back within ReconnectGrace (ErrUnavailable) or a model
+// without a live worker (ErrNoWorker; with wait, one that may still get its
+// first worker is waited for).
 func (c *Client) ready(ctx context.Context, job *Job, wait bool) error {
-	if st := c.nc.Status(); st != nats.CONNECTED {
-		return fmt.Errorf("%w: connection %v", ErrUnavailable, st)
+	deadline := time.Now().Add(ReconnectGrace)
+	for st := c.nc.Status(); st != nats.CONNECTED; st = c.nc.Status() {
+		if st != nats.RECONNECTING && st != nats.CONNECTING || time.Now().After(deadline) {
+			return fmt.Errorf("%w: connection %v", ErrUnavailable, st)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	if c.live != nil {
 		return c.live.Await(ctx, job.Model, wait)
