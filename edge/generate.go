@@ -142,6 +142,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		User:         in.user,
 		Weight:       class.Weight,
 	}
+	infoOf(r).span.SetAttributes(queue.MetadataAttributes(in.metadata)...)
 	session := r.Header.Get(SessionHeader)
 	if session == "" {
 		session = in.cacheKey

@@ -56,12 +56,13 @@ func (f fakeAuth) Authenticate(r *http.Request) (auth.Principal, error) {
 }
 
 var testAuth = fakeAuth{
-	"alice":   {Tenant: "alice", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
-	"bob":     {Tenant: "bob", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
-	"carol":   {Tenant: "carol", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
-	"dave":    {Tenant: "dave", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
-	"reader":  {Tenant: "reader", Scopes: []string{auth.ScopeRead}},
-	"limited": {Tenant: "limited", Scopes: []string{auth.ScopeRun, auth.ScopeRead}, Models: []string{modelIdle}},
+	"alice":    {Tenant: "alice", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
+	"alice-ci": {Tenant: "alice", Key: "ci", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
+	"bob":      {Tenant: "bob", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
+	"carol":    {Tenant: "carol", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
+	"dave":     {Tenant: "dave", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
+	"reader":   {Tenant: "reader", Scopes: []string{auth.ScopeRead}},
+	"limited":  {Tenant: "limited", Scopes: []string{auth.ScopeRun, auth.ScopeRead}, Models: []string{modelIdle}},
 }
 
 // fakeLimiter admits or refuses with err and records what releases charged.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -24,6 +26,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 // withPropagator installs the W3C propagator for one test, as cmd does when
@@ -215,6 +218,49 @@ func productionTracing(t *testing.T) *sdktrace.TracerProvider {
 
 // runTraced sends alice's run request with a client traceparent and the
 // given tracestate and baggage, and returns its answer, which must be 200.
+// TestTraceCarriesKeyAndMetadata: the server span names the token's API
+// key and each metadata pair of the request (OpenAI's metadata, meant for
+// the caller's own tracing and usage); a request without them has none.
+func TestTraceCarriesKeyAndMetadata(t *testing.T) {
+	withPropagator(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h := newHarness(t, harnessOpts{tracer: tp})
+	for _, tc := range []struct {
+		token, body string
+		want        map[attribute.Key]string
+	}{
+		{"alice-ci", `{"model":"` + modelStories + `","prompt":"Hi","metadata":{"app":"checkout","user_tier":"gold"}}`,
+			map[attribute.Key]string{queue.AttrKey: "ci", queue.AttrMetadataPrefix + "app": "checkout", queue.AttrMetadataPrefix + "user_tier": "gold"}},
+		{"alice", `{"model":"` + modelStories + `","prompt":"Hi"}`, map[attribute.Key]string{}},
+	} {
+		exp.Reset()
+		if status, _, b := h.do("POST", "/v1/completions", tc.token, tc.body); status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+		var server tracetest.SpanStub
+		testkit.Poll(t, 5*time.Second, testkit.Cond("the server span", func() bool {
+			for _, s := range exp.GetSpans() {
+				if s.SpanKind == trace.SpanKindServer {
+					server = s
+					return true
+				}
+			}
+			return false
+		}))
+		got := map[attribute.Key]string{}
+		for _, kv := range server.Attributes {
+			if kv.Key == queue.AttrKey || strings.HasPrefix(string(kv.Key), queue.AttrMetadataPrefix) {
+				got[kv.Key] = kv.Value.AsString()
+			}
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: server span's key and metadata %v, want %v", tc.token, got, tc.want)
+		}
+	}
+}
+
 func runTraced(t *testing.T, h *harness, tracestate, baggage string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest("POST", h.http.URL+"/ai/run/"+modelStories, strings.NewReader(`{"prompt":"hi"}`))

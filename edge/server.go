@@ -294,6 +294,9 @@ func (s *Server) authenticate(r *http.Request, scopes ...string) (auth.Principal
 		return auth.Principal{}, err
 	}
 	infoOf(r).span.SetAttributes(queue.AttrTenant.String(p.Tenant))
+	if p.Key != "" {
+		infoOf(r).span.SetAttributes(queue.AttrKey.String(p.Key))
+	}
 	if acct := r.PathValue("account_id"); acct != "" && acct != p.Tenant {
 		return auth.Principal{}, ErrAccountMismatch
 	}

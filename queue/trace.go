@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -23,7 +24,36 @@ const (
 	AttrInTokens  = attribute.Key("gen_ai.usage.input_tokens")
 	AttrOutTokens = attribute.Key("gen_ai.usage.output_tokens")
 	AttrFinish    = attribute.Key("gen_ai.response.finish_reasons")
+	AttrKey       = attribute.Key("bulkhead.api_key")
+	// AttrMetadataPrefix starts the key of each metadata pair the request
+	// carried (bulkhead.metadata.<name>); MetadataAttributes makes them.
+	AttrMetadataPrefix = "bulkhead.metadata."
 )
+
+// JobAttributes names a job on a span: tenant, request id, API key and
+// each metadata pair, in key order (OpenAI's metadata is the caller's
+// own labels, meant to be seen in traces and usage). Never its text.
+func JobAttributes(j *Job) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{AttrTenant.String(j.Tenant), AttrRequestID.String(j.ID)}
+	if j.Key != "" {
+		attrs = append(attrs, AttrKey.String(j.Key))
+	}
+	return append(attrs, MetadataAttributes(j.Metadata)...)
+}
+
+// MetadataAttributes is one attribute a metadata pair, in key order.
+func MetadataAttributes(md map[string]string) []attribute.KeyValue {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	attrs := make([]attribute.KeyValue, len(keys))
+	for i, k := range keys {
+		attrs[i] = attribute.String(AttrMetadataPrefix+k, md[k])
+	}
+	return attrs
+}
 
 // HeaderCarrier lets an OpenTelemetry text-map propagator read and write
 // NATS message headers, so trace context (W3C traceparent and tracestate,

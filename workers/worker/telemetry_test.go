@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -70,6 +71,7 @@ func TestWorkerTelemetry(t *testing.T) {
 				startWorker(t, ev.conn(t), Config{Role: role, Models: engines, TracerProvider: tp, Metrics: m})
 			}
 			job := newJob(t, secret, 4)
+			job.Key, job.Metadata = "ci", map[string]string{"app": "checkout"}
 			r, err := ev.client.Submit(ctx, job)
 			if err != nil {
 				t.Fatal(err)
@@ -123,6 +125,23 @@ func TestWorkerTelemetry(t *testing.T) {
 				if names[n] == 0 {
 					t.Errorf("no %s span; got %v", n, names)
 				}
+			}
+			labelled := 0
+			for _, s := range spans {
+				attrs := map[attribute.Key]string{}
+				for _, kv := range s.Attributes {
+					attrs[kv.Key] = kv.Value.AsString()
+				}
+				if attrs[queue.AttrRequestID] == "" {
+					continue
+				}
+				labelled++
+				if attrs[queue.AttrKey] != "ci" || attrs[queue.AttrMetadataPrefix+"app"] != "checkout" {
+					t.Errorf("span %s names job %s without its key and metadata: %v", s.Name, attrs[queue.AttrRequestID], attrs)
+				}
+			}
+			if labelled != len(tc.roles) {
+				t.Errorf("%d spans name the job, want one per role (%d)", labelled, len(tc.roles))
 			}
 			for _, c := range []struct {
 				name   string

@@ -92,12 +92,13 @@ func (d *delivery) record() {
 }
 
 // jobAttributes names the job on the delivery's span once it is decoded:
-// tenant, request id and requested tokens, never its text.
+// tenant, request id, API key, metadata and requested tokens, never its
+// text.
 func jobAttributes(ctx context.Context, job *queue.Job) {
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
-		span.SetAttributes(queue.AttrTenant.String(job.Tenant), queue.AttrRequestID.String(job.ID),
-			queue.AttrMaxTokens.Int(job.MaxTokens))
+		span.SetAttributes(queue.JobAttributes(job)...)
+		span.SetAttributes(queue.AttrMaxTokens.Int(job.MaxTokens))
 	}
 }
 
