@@ -191,6 +191,9 @@ func TestKeyRateAndConcurrency(t *testing.T) {
 	if _, err := q.AcquireJobs(ctx, "acme", Jobs{IDs: ids("d", 2), Key: "narrow"}); err != nil {
 		t.Fatalf("after the lease expired: %v", err)
 	}
+	if held, err := q.rdb.HExists(ctx, leaseKeysKey("acme"), "c-1").Result(); err != nil || held {
+		t.Fatalf("the expired lease c-1 is still named in the leasekeys hash (%v, %v)", held, err)
+	}
 	// Deleting the policy lifts the key's limits.
 	if err := l.DeleteKeyPolicy(ctx, "acme", "narrow"); err != nil {
 		t.Fatal(err)

@@ -345,6 +345,7 @@ if haskey then
     if d > 0 and tonumber(redis.call('GET', KEYS[9]) or '0') >= d then return {7, 0, 0} end
     if m > 0 and tonumber(redis.call('GET', KEYS[10]) or '0') >= m then return {8, 0, 0} end
   end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)) do redis.call('HDEL', KEYS[11], id) end
   redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
   if kmaxc > 0 then
     local held = redis.call('ZCARD', KEYS[7])
