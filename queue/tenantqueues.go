@@ -114,6 +114,7 @@ type TenantQueues struct {
 
 	mu      sync.Mutex                    // guards the fields below
 	pending map[string]uint64             // queue keys (tenant or RouteToken) that may have jobs waiting -> rings (and refreshes) so far
+	rungAt  map[string]time.Time          // queue key -> when its doorbell last rang, while a look after it is due (see Fetch)
 	cons    map[string]jetstream.Consumer // consumers created or joined, by queue key
 	last    time.Time                     // the last refresh from the stream
 	peers   map[string]peer               // other workers of the model, by token, from their announcements
@@ -153,7 +154,7 @@ func openTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		return nil, err
 	}
 	q := &TenantQueues{js: js, model: model, kind: kind, self: self, cfg: cfg, bell: make(chan struct{}, 1), start: time.Now(),
-		pending: map[string]uint64{LegacyQueue: 1}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}, peers: map[string]peer{}}
+		pending: map[string]uint64{LegacyQueue: 1}, rungAt: map[string]time.Time{}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}, peers: map[string]peer{}}
 	subs := map[string]nats.MsgHandler{kind.bell + "*": func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, kind.bell)) }}
 	if self != "" { // routed queues: this worker's doorbells, and its peers' announcements
 		subs[kind.bell+"*."+self] = subs[kind.bell+"*"]
@@ -247,8 +248,37 @@ func (q *TenantQueues) mark(key string) {
 	}
 	q.mu.Lock()
 	q.pending[key]++
+	if len(q.rungAt) >= maxTenantConsumers {
+		clear(q.rungAt)
+	}
+	q.rungAt[key] = time.Now()
 	q.mu.Unlock()
 	q.ring()
+}
+
+// RingSettle is how long after a doorbell a fetch that finds nothing on its
+// queue looks again (at 1, 2, 4, ... ms) before leaving the queue to the next
+// doorbell or refresh. The publisher's ack means a majority of the stream's
+// replicas stored the job, not that the replica the consumer's leader reads
+// from has applied it: on an R3 stream a fetch right after the doorbell can
+// come back empty, and the job then waited for the next refresh (up to
+// busyRefresh on a busy worker; a flood measured 300-690 ms on the decode
+// queues of deploy/local's cluster).
+const RingSettle = 100 * time.Millisecond
+
+// relook marks key pending again after d, unless it was marked since.
+func (q *TenantQueues) relook(key string, d time.Duration) {
+	time.AfterFunc(d, func() {
+		q.mu.Lock()
+		_, marked := q.pending[key]
+		if !marked {
+			q.pending[key]++
+		}
+		q.mu.Unlock()
+		if !marked {
+			q.ring()
+		}
+	})
 }
 
 func (q *TenantQueues) ring() {
@@ -397,6 +427,7 @@ func (q *TenantQueues) Fetch(ctx context.Context, token string) (jetstream.Msg, 
 	q.mu.Lock()
 	rung := q.pending[token]
 	q.mu.Unlock()
+	asked := time.Now()
 	batch, err := c.FetchNoWait(1)
 	if err != nil {
 		return nil, err
@@ -412,6 +443,20 @@ func (q *TenantQueues) Fetch(ctx context.Context, token string) (jetstream.Msg, 
 		q.mu.Lock()
 		if q.pending[token] == rung {
 			delete(q.pending, token)
+			if at, ok := q.rungAt[token]; ok {
+				if since := time.Since(at); since < RingSettle {
+					q.relook(token, max(since, time.Millisecond))
+				} else {
+					delete(q.rungAt, token)
+				}
+			}
+		}
+		q.mu.Unlock()
+	} else {
+		// The doorbells rung before this fetch are taken as answered by it.
+		q.mu.Lock()
+		if at, ok := q.rungAt[token]; ok && at.Before(asked) {
+			delete(q.rungAt, token)
 		}
 		q.mu.Unlock()
 	}

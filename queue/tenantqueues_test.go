@@ -245,3 +245,56 @@ func submitJob(t *testing.T, c *Client, model, id, tenant, route string) *Job {
 	r.Close()
 	return job
 }
+
+// TestRelookAfterAnEarlyDoorbell: a doorbell may ring before its job is
+// visible to the tenant's consumer (the replica of an R3 stream that the
+// consumer's leader reads applies it a moment after the publisher's ack).
+// The fetch that finds nothing looks again, within RingSettle, instead of
+// leaving the job to the next refresh (up to a second on a busy worker).
+func TestRelookAfterAnEarlyDoorbell(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	const model = "m1"
+	q, err := OpenTenantQueues(ctx, env.nc, env.js, model, "w1", ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	tb := TenantToken("tenant-b")
+	q.mark(tb) // the doorbell, ahead of its job
+	<-q.Bell()
+	if msg, err := q.Fetch(ctx, tb); err != nil || msg != nil {
+		t.Fatalf("fetch before the job is stored: %v, %v", msg, err)
+	}
+	job := testJob("b-0")
+	job.Model, job.Tenant = model, "tenant-b"
+	b, err := EncodeJob(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored without a doorbell of its own: only the look again finds it.
+	if _, err := env.js.Publish(ctx, TenantJobSubject(model, "tenant-b"), b); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(RingSettle)
+	for {
+		select {
+		case <-q.Bell():
+		case <-deadline:
+			t.Fatalf("no look again within %v of the doorbell; pending %q", RingSettle, q.Pending())
+		}
+		if !slices.Contains(q.Pending(), tb) {
+			continue
+		}
+		msg, err := q.Fetch(ctx, tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg != nil {
+			if got, err := DecodeJob(msg.Data()); err != nil || got.ID != "b-0" {
+				t.Fatalf("fetched %v, %v", got, err)
+			}
+			return
+		}
+	}
+}
