@@ -37,6 +37,10 @@ type Config struct {
 	// on free loopback ports.
 	EdgeAddrs []string
 	Decoders  int // decode workers; default 2
+	// Prefills is the prefill workers; default 1. With two or more the
+	// edges route each job to the one that holds its prefix, or by load
+	// (docs/routing.md), as they route unified workers.
+	Prefills int
 	// Grace is each node's drain grace (--drain-grace); default 10s.
 	Grace time.Duration
 	// FailOpen starts the edges with --quota-fail-open: admit requests
@@ -57,6 +61,9 @@ func (c *Config) Validate() error {
 	if c.Decoders == 0 {
 		c.Decoders = 2
 	}
+	if c.Prefills == 0 {
+		c.Prefills = 1
+	}
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
 	}
@@ -71,8 +78,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Dir is required", ErrConfig)
 	case c.Bin == "":
 		return fmt.Errorf("%w: Bin is required", ErrConfig)
-	case c.Decoders < 0 || c.Grace < 0 || c.Timeout < 0:
-		return fmt.Errorf("%w: Decoders %d, Grace %v, Timeout %v", ErrConfig, c.Decoders, c.Grace, c.Timeout)
+	case c.Decoders < 0 || c.Prefills < 0 || c.Grace < 0 || c.Timeout < 0:
+		return fmt.Errorf("%w: Decoders %d, Prefills %d, Grace %v, Timeout %v", ErrConfig, c.Decoders, c.Prefills, c.Grace, c.Timeout)
 	case c.Model != "" && !strings.Contains(c.Model, "="):
 		return fmt.Errorf("%w: Model %q is not NAME=PATH.gguf", ErrConfig, c.Model)
 	case slices.ContainsFunc(c.More, func(m string) bool { return !strings.Contains(m, "=") }):
@@ -182,9 +189,9 @@ func (c *Cluster) plan() error {
 // workers and the edges, in start order.
 func (c *Cluster) planProcs(model string) error {
 	st := c.State
-	// NATS clients and routes, Redis, billing, the prefill worker, the
+	// NATS clients and routes, Redis, billing, the prefill workers, the
 	// decode workers and the edges.
-	ports, err := freePorts(6 + 3 + c.cfg.Decoders + len(c.cfg.EdgeAddrs))
+	ports, err := freePorts(6 + 2 + c.cfg.Prefills + c.cfg.Decoders + len(c.cfg.EdgeAddrs))
 	if err != nil {
 		return err
 	}
@@ -216,9 +223,13 @@ func (c *Cluster) planProcs(model string) error {
 	creds := func(role string) string { return filepath.Join(st.Creds, queue.CredsFile(role)) }
 	c.add(roleBilling, 0, next(), "billing", "--nats", st.NATS, "--nats-creds", creds(queue.RoleBilling),
 		"--redis", st.Redis, grace)
-	workers := append([]string{rolePrefill}, repeat(roleDecode, c.cfg.Decoders)...)
+	workers := append(repeat(rolePrefill, c.cfg.Prefills), repeat(roleDecode, c.cfg.Decoders)...)
 	for i, role := range workers {
-		c.add(role, i-min(i, 1), next(), append([]string{"worker", "--nats", st.NATS, "--nats-creds", creds(queue.RoleWorker),
+		index := i // prefill-0, prefill-1, ..., then decode-0, ...
+		if role == roleDecode {
+			index -= c.cfg.Prefills
+		}
+		c.add(role, index, next(), append([]string{"worker", "--nats", st.NATS, "--nats-creds", creds(queue.RoleWorker),
 			"--role", role, "--threads", "1", grace,
 			// Room for a few full-context requests at once.
 			"--kv-pool-tokens", "8192"}, models...)...)

@@ -17,6 +17,7 @@ func TestConfigRefuses(t *testing.T) {
 		{"no binary", Config{Dir: t.TempDir()}},
 		{"model without a path", Config{Dir: t.TempDir(), Bin: "/bin/true", Model: "@cf/x"}},
 		{"negative decoders", Config{Dir: t.TempDir(), Bin: "/bin/true", Decoders: -1}},
+		{"negative prefills", Config{Dir: t.TempDir(), Bin: "/bin/true", Prefills: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); !errors.Is(err, ErrConfig) {
@@ -26,55 +27,62 @@ func TestConfigRefuses(t *testing.T) {
 	}
 }
 
-// TestPlan: the planned cluster has every role, distinct addresses, one
-// route list naming the three servers, credentials per role, and a state
-// file that reads back as written.
+// TestPlan: the planned cluster has every role (by default one prefill and
+// two decode workers; --prefills 2 plans two, which the edges route
+// between), distinct names and addresses, one route list naming the three
+// servers, credentials per role, and a state file that reads back as
+// written.
 func TestPlan(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server not installed (make deps)")
 	}
-	c := &Cluster{cfg: Config{Dir: t.TempDir(), Bin: "/opt/bulkhead"}, exits: map[string]*exit{}}
-	if err := c.cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.plan(); err != nil {
-		t.Fatal(err)
-	}
-	roles := map[string]int{}
-	addrs := map[string]bool{}
-	for _, p := range c.State.Procs {
-		roles[p.Role]++
-		if addrs[p.Addr] {
-			t.Errorf("%s: address %s used twice", p.Name, p.Addr)
+	for _, prefills := range []int{0, 2} {
+		c := &Cluster{cfg: Config{Dir: t.TempDir(), Bin: "/opt/bulkhead", Prefills: prefills}, exits: map[string]*exit{}}
+		if err := c.cfg.Validate(); err != nil {
+			t.Fatal(err)
 		}
-		addrs[p.Addr] = true
-		args := strings.Join(p.Args, " ")
-		switch p.Role {
-		case roleNATS:
-			if strings.Count(args, "nats-route://") != 3 || !strings.Contains(args, "--replicas 3") {
-				t.Errorf("%s: %s", p.Name, args)
+		if err := c.plan(); err != nil {
+			t.Fatal(err)
+		}
+		roles := map[string]int{}
+		addrs, names := map[string]bool{}, map[string]bool{}
+		for _, p := range c.State.Procs {
+			roles[p.Role]++
+			if addrs[p.Addr] || names[p.Name] {
+				t.Errorf("%s: name or address %s used twice", p.Name, p.Addr)
 			}
-		case roleEdge, rolePrefill, roleDecode, roleBilling:
-			if !strings.Contains(args, "--nats-creds") || !strings.Contains(args, "--drain-grace") {
-				t.Errorf("%s runs without credentials or a drain grace: %s", p.Name, args)
+			addrs[p.Addr], names[p.Name] = true, true
+			args := strings.Join(p.Args, " ")
+			switch p.Role {
+			case roleNATS:
+				if strings.Count(args, "nats-route://") != 3 || !strings.Contains(args, "--replicas 3") {
+					t.Errorf("%s: %s", p.Name, args)
+				}
+			case roleEdge, rolePrefill, roleDecode, roleBilling:
+				if !strings.Contains(args, "--nats-creds") || !strings.Contains(args, "--drain-grace") {
+					t.Errorf("%s runs without credentials or a drain grace: %s", p.Name, args)
+				}
 			}
 		}
-	}
-	want := map[string]int{roleNATS: 3, roleRedis: 1, roleEdge: 2, rolePrefill: 1, roleDecode: 2, roleBilling: 1}
-	for role, n := range want {
-		if roles[role] != n {
-			t.Errorf("%d %s processes, want %d", roles[role], role, n)
+		want := map[string]int{roleNATS: 3, roleRedis: 1, roleEdge: 2, rolePrefill: max(prefills, 1), roleDecode: 2, roleBilling: 1}
+		for role, n := range want {
+			if roles[role] != n {
+				t.Errorf("--prefills %d: %d %s processes, want %d", prefills, roles[role], role, n)
+			}
 		}
-	}
-	if err := c.State.write(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := readState(c.cfg.Dir)
-	if err != nil || len(st.Procs) != len(c.State.Procs) || st.Model != c.State.Model {
-		t.Fatalf("state read back: %+v, %v", st, err)
-	}
-	if anyAlive(st) {
-		t.Fatal("a planned, never started process counts as alive")
+		if prefills == 2 && !(names["prefill-1"] && names["decode-0"] && names["decode-1"]) {
+			t.Errorf("names %v, want prefill-0, prefill-1, decode-0, decode-1", names)
+		}
+		if err := c.State.write(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := readState(c.cfg.Dir)
+		if err != nil || len(st.Procs) != len(c.State.Procs) || st.Model != c.State.Model {
+			t.Fatalf("state read back: %+v, %v", st, err)
+		}
+		if anyAlive(st) {
+			t.Fatal("a planned, never started process counts as alive")
+		}
 	}
 }
 

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	edges := fs.String("edges", "127.0.0.1:8787,127.0.0.1:8788", "the two edges' listen addresses (host:0 picks a free port)")
 	fs.IntVar(&cfg.Decoders, "decoders", 2, "decode workers")
+	fs.IntVar(&cfg.Prefills, "prefills", 1, "prefill workers (the edges route between two or more by prefix and load)")
 	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "each node's drain grace on SIGTERM")
 	fs.BoolVar(&cfg.FailOpen, "quota-fail-open", false, "edges admit requests while Redis is down (default: refuse with 503)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "how long up waits for the cluster to serve")
