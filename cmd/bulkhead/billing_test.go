@@ -277,9 +277,11 @@ func TestNoFaultFlagsShipped(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "fault-exit-after") {
 		t.Errorf("billing --fault-exit-after: exit %d: %s; want it refused as an unknown flag", code, stderr)
 	}
-	_, stderr, code = bulkhead(t, "worker", "--fault-hold-at", "1", "--model", "m=/nonexistent.gguf")
-	if code != 2 || !strings.Contains(stderr, "fault-hold-at") {
-		t.Errorf("worker --fault-hold-at: exit %d: %s; want it refused as an unknown flag", code, stderr)
+	for _, flag := range []string{"fault-hold-at", "fault-engine-hold-at"} {
+		_, stderr, code = bulkhead(t, "worker", "--"+flag, "1", "--model", "m=/nonexistent.gguf")
+		if code != 2 || !strings.Contains(stderr, flag) {
+			t.Errorf("worker --%s: exit %d: %s; want it refused as an unknown flag", flag, code, stderr)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -381,10 +382,12 @@ func TestClusterErrors(t *testing.T) {
 	// 150 ms deadline however fast the engine is.
 	c := startHeldCluster(t, false, "unified", "unified")
 	// A second model on its own worker that takes one sequence at a time and
-	// queues one more, so it is easy to make busy.
+	// queues one more, each held after its first token (a faults build's
+	// --fault-engine-hold-at) until its request ends: busy however fast the
+	// engine is.
 	const busyModel = "@cf/tinyllamas/busy"
-	start(t, "worker-busy", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", busyModel + "=" + c.model,
-		"--threads", "1", "--max-batch", "1", "--engine-queue", "1"}, c.natsCreds(queue.RoleWorker)...)...)
+	start(t, "worker-busy", c.workerBin, append([]string{"worker", "--nats", c.natsURL, "--model", busyModel + "=" + c.model,
+		"--threads", "1", "--max-batch", "1", "--engine-queue", "1", "--fault-engine-hold-at", "1"}, c.natsCreds(queue.RoleWorker)...)...)
 	open := c.edge(t, "edge-open", "--model", busyModel+"="+c.model)
 	limited := c.edge(t, "edge-limited", "--quota-rpm", "3", "--quota-daily-neurons", "0.5", "--request-timeout", "150ms")
 	run := "/ai/run/" + clusterModel
@@ -456,46 +459,57 @@ func TestClusterErrors(t *testing.T) {
 		check(t, row{token: tok, url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 429, code: 3036})
 	})
 	t.Run("capacity exceeded with rejectIfBusy", func(t *testing.T) {
-		// Four long generations that may not wait arrive together at a worker
-		// that runs one sequence and queues one more: the others are refused.
-		// A generation takes well under a second here, so on a loaded machine
-		// the four may not overlap: up to five rounds, until one is refused.
+		// Four requests that may not wait arrive at a worker whose one
+		// batch slot and one queue place hold their sequences: the two
+		// beyond them are refused 429 (3040) at once, one streams its first
+		// token and is held, one waits in the engine's queue; then the
+		// client leaves, which lets both go.
 		type answer struct {
 			status int
 			body   []byte
 		}
-		refused := 0
-		for round := 0; round < 5 && refused == 0; round++ {
-			answers := make(chan answer, 4)
-			for range 4 {
-				go func() {
-					req, _ := http.NewRequest("POST", open+"/ai/run/"+busyModel+"?rejectIfBusy=true",
-						strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000}`))
-					req.Header.Set("Authorization", "Bearer "+acme)
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						answers <- answer{status: -1, body: []byte(err.Error())}
-						return
-					}
-					defer resp.Body.Close()
-					b, _ := io.ReadAll(resp.Body)
-					answers <- answer{resp.StatusCode, b}
-				}()
-			}
-			for range 4 {
-				a := <-answers
-				switch a.status {
-				case 200:
-				case 429:
-					verify(t, a.status, a.body, row{status: 429, code: 3040})
-					refused++
-				default:
-					t.Fatalf("status %d: %s", a.status, a.body)
+		ctx, leave := context.WithCancel(context.Background())
+		defer leave()
+		answers := make(chan answer, 4)
+		for range 4 {
+			go func() {
+				req, _ := http.NewRequestWithContext(ctx, "POST", open+"/ai/run/"+busyModel+"?rejectIfBusy=true",
+					strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":200,"stream":true}`))
+				req.Header.Set("Authorization", "Bearer "+acme)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					answers <- answer{status: -1, body: []byte(err.Error())}
+					return
 				}
+				defer resp.Body.Close()
+				if resp.StatusCode == 200 { // the held stream: its first token is out
+					answers <- answer{status: 200}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				answers <- answer{resp.StatusCode, b}
+			}()
+		}
+		refused, held := 0, 0
+		for refused < 2 || held < 1 {
+			a := <-answers
+			switch a.status {
+			case 200:
+				held++
+			case 429:
+				verify(t, a.status, a.body, row{status: 429, code: 3040})
+				refused++
+			default:
+				t.Fatalf("status %d: %s (after %d refused, %d held)", a.status, a.body, refused, held)
+			}
+			if refused > 2 || held > 1 {
+				t.Fatalf("%d refused and %d streaming of four rejectIfBusy requests to a worker with room for two; want 2 and 1 (and one queued)", refused, held)
 			}
 		}
-		if refused == 0 {
-			t.Fatal("five rounds of four concurrent rejectIfBusy requests to a worker with room for two: none refused")
+		leave()
+		if a := <-answers; a.status != -1 {
+			t.Errorf("the queued request answered %d (%s) before the client left; want it still waiting", a.status, a.body)
 		}
 	})
 	t.Run("redis down fails closed", func(t *testing.T) {

@@ -19,12 +19,17 @@ import (
 type faultFlags struct {
 	exitAfter int64 // billing --fault-exit-after
 	holdAt    int   // worker --fault-hold-at
+	engineAt  int   // worker --fault-engine-hold-at
 }
 
 // registerWorker registers the worker's fault flags.
 func (f *faultFlags) registerWorker(fs *flag.FlagSet) {
 	fs.IntVar(&f.holdAt, "fault-hold-at", 0, "testing: hold every stream after its token N went out, until the job ends (cancelled, timed out, the worker stopped); longer generations thus never finish (0: never)")
+	fs.IntVar(&f.engineAt, "fault-engine-hold-at", 0, "testing: every sequence stops after its token N and keeps its engine slot until its job ends, so the engine stays busy however fast it is (0: never)")
 }
+
+// engineHoldAt is the engines' HoldAt (engine.Config) for --fault-engine-hold-at.
+func (f *faultFlags) engineHoldAt() int { return f.engineAt }
 
 // workerHook is the worker's AfterToken hook for --fault-hold-at: at token
 // N it says so on stderr and waits for the job's context to end.

@@ -130,6 +130,9 @@ type engineFlags struct {
 
 	// onStep, when set, gives each model's engine its OnStep hook (metrics).
 	onStep func(model string) func(int)
+	// holdAt is the engines' HoldAt: set only by a -tags faults build's
+	// --fault-engine-hold-at.
+	holdAt int
 }
 
 // share makes n engines of one process (dev's workers and models) share
@@ -253,6 +256,7 @@ func (e *engineFlags) engine(log *slog.Logger, cm *catalog.Model, m *engine.Mode
 	cfg := engine.Config{
 		Threads: e.threads, Context: cm.ContextWindow, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
 		Poison: e.poison, Scrub: scrub, KVTokens: pool.tokens, KVBytes: pool.bytes, ClampContext: e.clamp,
+		HoldAt: e.holdAt,
 	}
 	if e.onStep != nil {
 		cfg.OnStep = e.onStep(cm.Name)

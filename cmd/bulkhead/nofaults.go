@@ -18,5 +18,6 @@ type faultFlags struct{}
 func (*faultFlags) register(*flag.FlagSet)        {}
 func (*faultFlags) hook(*meter.Config, io.Writer) {}
 func (*faultFlags) registerWorker(*flag.FlagSet)  {}
+func (*faultFlags) engineHoldAt() int             { return 0 }
 
 func (*faultFlags) workerHook(io.Writer) func(context.Context, *queue.Job, int) { return nil }

@@ -63,6 +63,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 		return err
 	}
 	f.engine.onStep = wm.OnStep
+	f.engine.holdAt = f.faults.engineHoldAt()
 	// Health answers from the start: not ready until the models are loaded
 	// and NATS is connected, nor once shutdown begins.
 	h := edge.NewHealth()

@@ -83,6 +83,14 @@ type Config struct {
 	// AllowSmallPool skips the start-up check that the pool can hold one request
 	// at the full context window. Tests use it to show later checks hold alone.
 	AllowSmallPool bool
+
+	// HoldAt, when positive, stops every sequence after its HoldAt-th
+	// generated token: it keeps its batch slot and its KV, computes nothing
+	// more and ends only with its request (cancelled or past its deadline).
+	// Fault tests use it to keep an engine busy however fast it is (bulkhead
+	// worker --fault-engine-hold-at, built with -tags faults); zero in the
+	// shipped binary.
+	HoldAt int
 }
 
 func (c *Config) fill(h Hyper) error {
@@ -118,8 +126,8 @@ func (c *Config) fill(h Hyper) error {
 		return fmt.Errorf("%w: Threads %d", ErrConfig, c.Threads)
 	case c.Context < 0:
 		return fmt.Errorf("%w: Context %d", ErrConfig, c.Context)
-	case c.PageSize < 0, c.MaxBatch < 0, c.ChunkSize < 0, c.QueueSize < 0:
-		return fmt.Errorf("%w: PageSize, MaxBatch, ChunkSize and QueueSize must be positive", ErrConfig)
+	case c.PageSize < 0, c.MaxBatch < 0, c.ChunkSize < 0, c.QueueSize < 0, c.HoldAt < 0:
+		return fmt.Errorf("%w: PageSize, MaxBatch, ChunkSize, QueueSize and HoldAt must not be negative", ErrConfig)
 	case !(c.PrefillCost > 0 && c.DecodeCost > 0) || math.IsInf(c.PrefillCost, 0) || math.IsInf(c.DecodeCost, 0):
 		return fmt.Errorf("%w: PrefillCost %v and DecodeCost %v must be finite and positive", ErrConfig, c.PrefillCost, c.DecodeCost)
 	case c.KVPages < 0 || c.KVTokens < 0 || c.KVBytes < 0:
@@ -547,8 +555,13 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		clear(chunks)
 		clear(owners)
 	}()
+	held := 0
 	for _, s := range active {
 		if s.cancelErr() != nil {
+			continue
+		}
+		if e.cfg.HoldAt > 0 && s.generated >= e.cfg.HoldAt && s.finished == "" {
+			held++
 			continue
 		}
 		c := &e.chunkBuf[len(chunks)]
@@ -566,7 +579,15 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		chunks = append(chunks, c)
 		owners = append(owners, s)
 	}
-	logits := e.fw.run(chunks)
+	var logits [][]float32
+	switch {
+	case len(chunks) > 0:
+		logits = e.fw.run(chunks)
+	case held > 0:
+		// Every sequence is held (HoldAt): wait a little for a cancel or
+		// a new request instead of spinning.
+		time.Sleep(time.Millisecond)
+	}
 	li := 0
 	for i, c := range chunks {
 		s := owners[i]

@@ -253,6 +253,54 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestHoldAt: with HoldAt 2 a sequence sends exactly two tokens and then
+// keeps its batch slot, however long it asked for, so a one-slot engine with
+// a one-request queue refuses a third request (ErrQueueFull) every time;
+// cancelling the held sequence ends it and lets the waiting one run (and be
+// held in turn).
+func TestHoldAt(t *testing.T) {
+	m := loadStories(t)
+	e := startEngine(t, m, Config{Threads: 1, MaxBatch: 1, QueueSize: 1, HoldAt: 2})
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	first, err := e.Submit(ctx1, greedy([]int32{1, 403}, 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if ev := <-first; ev.Err != nil || ev.Done {
+			t.Fatalf("event %d: %+v, want a token", i, ev)
+		}
+	}
+	select {
+	case ev := <-first:
+		t.Fatalf("an event past the hold: %+v", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	second, err := e.Submit(ctx2, greedy([]int32{1, 403}, 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Submit(context.Background(), greedy([]int32{1, 403}, 500)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("a third request to a held one-slot engine: %v, want ErrQueueFull", err)
+	}
+	cancel1()
+	if ev := <-first; !errors.Is(ev.Err, context.Canceled) {
+		t.Fatalf("the held request's final event %+v, want context.Canceled", ev)
+	}
+	for i := range 2 {
+		if ev := <-second; ev.Err != nil || ev.Done {
+			t.Fatalf("second request, event %d: %+v, want a token", i, ev)
+		}
+	}
+	cancel2()
+	if ev := <-second; !errors.Is(ev.Err, context.Canceled) {
+		t.Fatalf("the second request's final event %+v, want context.Canceled", ev)
+	}
+}
+
 func equal(a, b []int32) bool { return firstDiff(a, b) < 0 && len(a) == len(b) }
 
 // firstDiff returns the first index where a and b differ, or -1.
