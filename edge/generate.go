@@ -142,7 +142,9 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		User:         in.user,
 		Weight:       class.Weight,
 	}
-	infoOf(r).span.SetAttributes(queue.MetadataAttributes(in.metadata)...)
+	if span := infoOf(r).span; len(in.metadata) > 0 && span.IsRecording() {
+		span.SetAttributes(queue.MetadataAttributes(in.metadata)...) // sorted and allocated only when traced
+	}
 	session := r.Header.Get(SessionHeader)
 	if session == "" {
 		session = in.cacheKey
