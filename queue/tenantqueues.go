@@ -115,6 +115,7 @@ type TenantQueues struct {
 	mu      sync.Mutex                    // guards the fields below
 	pending map[string]uint64             // queue keys (tenant or RouteToken) that may have jobs waiting -> rings (and refreshes) so far
 	rungAt  map[string]time.Time          // queue key -> when its doorbell last rang, while a look after it is due (see Fetch)
+	replica bool                          // the stream has more than one replica: a doorbell can beat its job (RingSettle)
 	cons    map[string]jetstream.Consumer // consumers created or joined, by queue key
 	last    time.Time                     // the last refresh from the stream
 	peers   map[string]peer               // other workers of the model, by token, from their announcements
@@ -258,12 +259,14 @@ func (q *TenantQueues) mark(key string) {
 
 // RingSettle is how long after a doorbell a fetch that finds nothing on its
 // queue looks again (at 1, 2, 4, ... ms) before leaving the queue to the next
-// doorbell or refresh. The publisher's ack means a majority of the stream's
-// replicas stored the job, not that the replica the consumer's leader reads
-// from has applied it: on an R3 stream a fetch right after the doorbell can
-// come back empty, and the job then waited for the next refresh (up to
-// busyRefresh on a busy worker; a flood measured 300-690 ms on the decode
-// queues of deploy/local's cluster).
+// doorbell or refresh, on a stream with replicas. The publisher's ack means a
+// majority of the stream's replicas stored the job, not that the replica the
+// consumer's leader reads from has applied it: on an R3 stream a fetch right
+// after the doorbell can come back empty, and the job then waited for the
+// next refresh (up to busyRefresh on a busy worker; a flood measured 300-690
+// ms on the decode queues of deploy/local's cluster). A single-replica
+// stream has no such race, and there every worker but the one that took the
+// job would only look again for nothing.
 const RingSettle = 100 * time.Millisecond
 
 // relook marks key pending again after d, unless it was marked since.
@@ -376,6 +379,9 @@ func (q *TenantQueues) counts(ctx context.Context) (map[string]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: stream %s: %w", q.kind.stream, err)
 	}
+	q.mu.Lock()
+	q.replica = info.Config.Replicas > 1
+	q.mu.Unlock()
 	return info.State.Subjects, nil
 }
 
@@ -444,7 +450,7 @@ func (q *TenantQueues) Fetch(ctx context.Context, token string) (jetstream.Msg, 
 		if q.pending[token] == rung {
 			delete(q.pending, token)
 			if at, ok := q.rungAt[token]; ok {
-				if since := time.Since(at); since < RingSettle {
+				if since := time.Since(at); since < RingSettle && q.replica {
 					q.relook(token, max(since, time.Millisecond))
 				} else {
 					delete(q.rungAt, token)

@@ -260,6 +260,11 @@ func TestRelookAfterAnEarlyDoorbell(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
+	// This stream has one replica, where a job is visible once acked; the
+	// race needs replicas, so the queues are told they have them.
+	q.mu.Lock()
+	q.replica = true
+	q.mu.Unlock()
 	tb := TenantToken("tenant-b")
 	q.mark(tb) // the doorbell, ahead of its job
 	<-q.Bell()
