@@ -54,18 +54,16 @@ vet: deps
 	$(GO) test -count=1 -run 'TestLayering|TestProductImportsNoTestSupport|TestReadmeNamesEveryPackage|TestDocsNameRealTests' ./models/testkit
 
 # test runs the suite under the race detector, then what -race makes too
-# slow or cannot show: the dev and four-worker floods, structured output over the whole qwen2
-# vocabulary, the portable kernels, and the AVX2 kernels, golden and
-# invariance tests (an AVX-512 machine never takes the AVX2 paths by itself,
-# until the kernel paths are passed to every op).
+# slow or cannot show: the dev and four-worker floods, structured output over
+# the whole qwen2 vocabulary, the engine's numerics tests on the portable
+# kernel set (under -race they run every other set the CPU has, and the
+# kernels package runs every set of every op), and a build without assembly.
 test: deps vet
 	$(GO) test -race -count=1 -timeout 35m ./...
 	$(GO) test -count=1 -run 'TestFloodFairness/(dev|four)' ./cmd/bulkhead
 	$(GO) test -count=1 -run 'TestStructuredOutput' ./workers/engine
+	$(GO) test -count=1 -run '(Golden|Invariance|Arch|Attention)/^go$$' ./workers/engine
 	$(GO) test -count=1 -tags purego ./workers/kernels
-	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then \
-		BULKHEAD_KERNELS=avx2 $(GO) test -count=1 ./workers/kernels && \
-		BULKHEAD_KERNELS=avx2 $(GO) test -count=1 -run 'Golden|Invariance|Arch' ./workers/engine; fi
 
 # cluster starts the local cluster of real processes (deploy/local: three
 # NATS servers in one JetStream cluster, Redis, two edges, a prefill and two

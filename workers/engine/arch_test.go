@@ -19,7 +19,13 @@ var archFiles = []string{"qwen3-tiny-f32.gguf", "gemma2-tiny-f32.gguf", "gemma3-
 
 func loadArch(t testing.TB, name string) *Model {
 	t.Helper()
-	m, err := Load(refdatatest.Path(t, "models/archs/"+name))
+	return loadArchOn(t, name, kernels.Active())
+}
+
+// loadArchOn loads a tiny architecture model laid out for ks.
+func loadArchOn(t testing.TB, name string, ks kernels.Set) *Model {
+	t.Helper()
+	m, err := LoadOn(refdatatest.Path(t, "models/archs/"+name), ks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,48 +45,53 @@ func TestArchBatchInvariance(t *testing.T) {
 		{1, 300, 301, 302},
 	}
 	const n = 40
-	for _, name := range archFiles {
-		t.Run(name, func(t *testing.T) {
-			m := loadArch(t, name)
-			ref := make([][]int32, len(prompts))
-			alone := startEngine(t, m, Config{Threads: 1, Poison: true})
+	for _, ks := range kernelSets(t) {
+		for _, name := range archFiles {
+			t.Run(ks.String()+"/"+name, func(t *testing.T) {
+				testArchInvariance(t, loadArchOn(t, name, ks), prompts, n)
+			})
+		}
+	}
+}
+
+func testArchInvariance(t *testing.T, m *Model, prompts [][]int32, n int) {
+	ref := make([][]int32, len(prompts))
+	alone := startEngine(t, m, Config{Threads: 1, Poison: true})
+	for i, p := range prompts {
+		res, err := alone.Generate(context.Background(), greedy(p, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref[i] = res.CompletionTokens
+	}
+	for _, cfg := range []Config{
+		{Threads: 2, Poison: true, KVTokens: 2048, ChunkSize: 3, MaxBatch: 4},
+		{Threads: 2, KVTokens: 2048, ChunkSize: 7, MaxBatch: 3, Scrub: kvcache.ScrubNever},
+	} {
+		e := startEngine(t, m, cfg)
+		for _, p := range prompts { // dirty the pool
+			if _, err := e.Generate(context.Background(), greedy(p, 30)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for round := 0; round < 2; round++ {
 			for i, p := range prompts {
-				res, err := alone.Generate(context.Background(), greedy(p, n))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ref[i] = res.CompletionTokens
-			}
-			for _, cfg := range []Config{
-				{Threads: 2, Poison: true, KVTokens: 2048, ChunkSize: 3, MaxBatch: 4},
-				{Threads: 2, KVTokens: 2048, ChunkSize: 7, MaxBatch: 3, Scrub: kvcache.ScrubNever},
-			} {
-				e := startEngine(t, m, cfg)
-				for _, p := range prompts { // dirty the pool
-					if _, err := e.Generate(context.Background(), greedy(p, 30)); err != nil {
-						t.Fatal(err)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := e.Generate(context.Background(), greedy(p, n))
+					if err != nil {
+						t.Error(err)
+						return
 					}
-				}
-				var wg sync.WaitGroup
-				for round := 0; round < 2; round++ {
-					for i, p := range prompts {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							res, err := e.Generate(context.Background(), greedy(p, n))
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if j := firstDiff(res.CompletionTokens, ref[i]); j >= 0 {
-								t.Errorf("config %+v, prompt %d: token %d differs in a batch", cfg, i, j)
-							}
-						}()
+					if j := firstDiff(res.CompletionTokens, ref[i]); j >= 0 {
+						t.Errorf("config %+v, prompt %d: token %d differs in a batch", cfg, i, j)
 					}
-				}
-				wg.Wait()
+				}()
 			}
-		})
+		}
+		wg.Wait()
 	}
 }
 

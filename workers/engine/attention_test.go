@@ -17,27 +17,29 @@ import (
 // the vector kernels, with and without a sliding window: a prefill chunk (full
 // and partial row groups) and a decode row of another sequence in one step.
 func TestAttentionHeadBlocks(t *testing.T) {
-	rng := rand.New(rand.NewPCG(31, 32))
-	for _, group := range []int{1, 2, 3, 4, 5, 8} {
-		for _, hd := range []int{64, 16, 20} {
-			for _, window := range []int{0, 5} {
-				t.Run(fmt.Sprintf("group%d/hd%d/window%d", group, hd, window), func(t *testing.T) {
-					checkAttention(t, rng, group, hd, window)
-				})
+	for _, ks := range kernelSets(t) {
+		rng := rand.New(rand.NewPCG(31, 32))
+		for _, group := range []int{1, 2, 3, 4, 5, 8} {
+			for _, hd := range []int{64, 16, 20} {
+				for _, window := range []int{0, 5} {
+					t.Run(fmt.Sprintf("%s/group%d/hd%d/window%d", ks, group, hd, window), func(t *testing.T) {
+						checkAttention(t, rng, ks, group, hd, window)
+					})
+				}
 			}
 		}
 	}
 }
 
-func checkAttention(t *testing.T, rng *rand.Rand, group, hd, window int) {
+func checkAttention(t *testing.T, rng *rand.Rand, ks kernels.Set, group, hd, window int) {
 	h := Hyper{Vocab: 8, Embd: 8, Layers: 1, Heads: 2 * group, KVHeads: 2, HeadDim: hd, RopeDims: 2, FFN: 8, Context: 64}
 	if window > 0 {
 		h.Window, h.SWA = window, []bool{true}
 	}
 	pool := kernels.NewPool(2)
 	defer pool.Close()
-	fw := newForward(&Model{Hyper: h}, pool)
-	kv, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: hd, PageSize: 16, Pages: 16})
+	fw := newForward(&Model{Hyper: h, kernels: ks}, pool)
+	kv, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: hd, PageSize: 16, Pages: 16, Kernels: ks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +91,8 @@ func checkAttention(t *testing.T, rng *rand.Rand, group, hd, window int) {
 		}
 		for j := range h.Heads {
 			ah := attnHead{view: &views[fw.rowChunk[r]], koff: j / group * hd, kvd: kvd, scale: 1 / float32(math.Sqrt(float64(hd)))}
-			kernels.F32ToF16s(sc.q16, fw.q[(r*h.Heads+j)*hd:(r*h.Heads+j+1)*hd])
-			kernels.F16ToF32s(sc.qf, sc.q16)
+			ks.F32ToF16s(sc.q16, fw.q[(r*h.Heads+j)*hd:(r*h.Heads+j+1)*hd])
+			ks.F16ToF32s(sc.qf, sc.q16)
 			clear(want)
 			sc.attend(want, &ah, t0, pos+1)
 			got := fw.att[(r*h.Heads+j)*hd : (r*h.Heads+j+1)*hd]

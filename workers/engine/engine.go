@@ -267,7 +267,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 	kv, err := kvcache.New(kvcache.Config{
 		Layers: m.Hyper.Layers, KVHeads: m.Hyper.KVHeads, HeadDim: m.Hyper.HeadDim,
 		PageSize: cfg.PageSize, Pages: cfg.KVPages, MemoryBytes: cfg.KVBytes,
-		Poison: cfg.Poison, Scrub: cfg.Scrub,
+		Poison: cfg.Poison, Scrub: cfg.Scrub, Kernels: m.kernels,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -278,7 +278,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 		}
 	}
 	pool := kernels.NewPool(cfg.Threads)
-	log.Info("engine kernels", "kernels", kernels.Kernels(), "threads", pool.Threads())
+	log.Info("engine kernels", "kernels", m.kernels.String(), "threads", pool.Threads())
 	e := &Engine{
 		model: m, cfg: cfg, log: log, pool: pool, kv: kv,
 		fw:   newForward(m, pool),
@@ -653,5 +653,5 @@ func (e *Engine) MaxBatch() int { return e.cfg.MaxBatch }
 // Threads returns the number of kernel threads.
 func (e *Engine) Threads() int { return e.pool.Threads() }
 
-// Kernels names the kernel path the engine computes with (kernels.Kernels).
-func (e *Engine) Kernels() string { return kernels.Kernels() }
+// Kernels names the kernel set the engine computes with: its model's.
+func (e *Engine) Kernels() string { return e.model.kernels.String() }

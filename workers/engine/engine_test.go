@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
@@ -42,7 +43,13 @@ func loadGolden(t testing.TB) []goldenCase {
 
 func loadStories(t testing.TB) *Model {
 	t.Helper()
-	m, err := Load(refdatatest.Path(t, "models/stories260K.gguf"))
+	return loadStoriesOn(t, kernels.Active())
+}
+
+// loadStoriesOn loads stories260K with its weights laid out for ks.
+func loadStoriesOn(t testing.TB, ks kernels.Set) *Model {
+	t.Helper()
+	m, err := LoadOn(refdatatest.Path(t, "models/stories260K.gguf"), ks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +85,40 @@ func runEngine(t testing.TB, e *Engine) {
 	})
 }
 
+// kernelSets lists the kernel sets the engine's numerics tests run, each
+// as its own model and engines in this process: every set the CPU has. Under
+// the race detector the portable set is left out (its Go loops instrumented
+// take about 10 minutes for these tests, against 2.5 for the assembly sets);
+// make test runs them again without -race, portable set included, and the
+// kernels package's own tests run every set of every op under -race.
+func kernelSets(t testing.TB) []kernels.Set {
+	sets := kernels.Available()
+	if testkit.Race && len(sets) > 1 && sets[0].Portable() {
+		t.Logf("under -race: the %s kernel set is left to make test's run without it", sets[0])
+		sets = sets[1:]
+	}
+	return sets
+}
+
+// eachKernelSet runs f as one subtest per kernel set of kernelSets, named
+// for the set.
+func eachKernelSet(t *testing.T, f func(t *testing.T, ks kernels.Set)) {
+	t.Helper()
+	for _, ks := range kernelSets(t) {
+		t.Run(ks.String(), func(t *testing.T) { f(t, ks) })
+	}
+}
+
 func greedy(prompt []int32, n int) Request {
 	return Request{Owner: own, Prompt: prompt, MaxTokens: n}
 }
 
 func TestGoldenStories260K(t *testing.T) {
-	m := loadStories(t)
+	eachKernelSet(t, testGoldenStories260K)
+}
+
+func testGoldenStories260K(t *testing.T, ks kernels.Set) {
+	m := loadStoriesOn(t, ks)
 	e := startEngine(t, m, Config{Threads: 1, Poison: true})
 	for _, c := range loadGolden(t) {
 		t.Run(c.Prompt, func(t *testing.T) {
@@ -110,7 +145,11 @@ func TestGoldenStories260K(t *testing.T) {
 // pages held other data first (NaN-poisoned when freed), and requires the same
 // tokens. Threads differ too.
 func TestBatchInvariance(t *testing.T) {
-	m := loadStories(t)
+	eachKernelSet(t, testBatchInvariance)
+}
+
+func testBatchInvariance(t *testing.T, ks kernels.Set) {
+	m := loadStoriesOn(t, ks)
 	cases := loadGolden(t)
 	const n = 48
 	ref := map[string][]int32{}

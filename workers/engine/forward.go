@@ -22,6 +22,7 @@ type chunk struct {
 // scratch buffers, so one forward must be used by one goroutine at a time.
 type forward struct {
 	m    *Model
+	ks   kernels.Set // the model's kernel set: every op below runs it
 	pool *kernels.Pool
 
 	// scratch, grown as needed, indexed by batch row
@@ -107,6 +108,7 @@ type attnHead struct {
 }
 
 type attnScratch struct {
+	ks     kernels.Set // the forward's kernel set
 	q16    []uint16
 	qf     []float32 // q16 as float32
 	q16x4  []uint16  // attend4: 4 rows' queries
@@ -118,13 +120,14 @@ type attnScratch struct {
 }
 
 func newForward(m *Model, pool *kernels.Pool) *forward {
-	fw := &forward{m: m, pool: pool}
+	fw := &forward{m: m, ks: m.kernels, pool: pool}
 	fw.attnFn = fw.attendSlots
 	fw.rowsFn = fw.rowRange
 	fw.slot = make([]attnScratch, pool.Threads())
 	// Scores for up to 4096 positions up front, so decode does not grow them.
 	ctx := min(max(m.Hyper.Context, 16), 4096)
 	for i := range fw.slot {
+		fw.slot[i].ks = m.kernels
 		fw.slot[i].q16 = make([]uint16, m.Hyper.HeadDim)
 		fw.slot[i].qf = make([]float32, m.Hyper.HeadDim)
 		fw.slot[i].q16x4 = make([]uint16, attnBlock*m.Hyper.HeadDim)
@@ -239,7 +242,7 @@ func (fw *forward) embed(chunks []*chunk) {
 			x := fw.x[r*h.Embd : (r+1)*h.Embd]
 			fw.m.Embed.Row(int(tok), x)
 			if h.EmbedScale != 0 {
-				kernels.Scale(x, h.EmbedScale)
+				fw.ks.Scale(x, h.EmbedScale)
 			}
 			ropeAngles(fw.rope[r*h.RopeDims:(r+1)*h.RopeDims], fw.rowPos[r], h.RopeBase)
 			if h.SWA != nil {
@@ -349,7 +352,7 @@ func (fw *forward) rowRange(lo, hi int) {
 			if h.GELU {
 				kernels.GeGLU(act, act, up)
 			} else {
-				kernels.SwiGLU(act, act, up)
+				fw.ks.SwiGLU(act, act, up)
 			}
 		}
 	}
@@ -406,7 +409,7 @@ func (fw *forward) qkvRow(l, r int) {
 		rope(kh, cs, h.RopeNeox)
 	}
 	if h.QueryScale != 0 {
-		kernels.Scale(q, h.QueryScale)
+		fw.ks.Scale(q, h.QueryScale)
 	}
 }
 
@@ -530,8 +533,8 @@ func (fw *forward) attendItem(sc *attnScratch, it attnItem) {
 // back as float32 in qf.
 func (fw *forward) halfQuery(q16 []uint16, qf []float32, r, head int) {
 	a := &fw.aj
-	kernels.F32ToF16s(q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
-	kernels.F16ToF32s(qf, q16)
+	fw.ks.F32ToF16s(q16, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+	fw.ks.F16ToF32s(qf, q16)
 }
 
 // windowStart is the first position a row at pos attends to: 0, or the start
@@ -567,11 +570,11 @@ func (sc *attnScratch) attend4(outs *[attnBlock][]float32, ah *attnHead, p0 int)
 			for i := range part {
 				part[i] = sco[i][t:e]
 			}
-			kernels.Dots4F16(&part, sc.q16x4, sc.qf4, kp[koff:], kvd, ah.scale)
+			sc.ks.Dots4F16(&part, sc.q16x4, sc.qf4, kp[koff:], kvd, ah.scale)
 		}
 		for i := 1; i < attnBlock; i++ {
 			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
-				kernels.DotsF16(sco[i][a:b], sc.q16x4[i*hd:(i+1)*hd], sc.qf4[i*hd:(i+1)*hd], kp[(a-t)*kvd+koff:], kvd, ah.scale)
+				sc.ks.DotsF16(sco[i][a:b], sc.q16x4[i*hd:(i+1)*hd], sc.qf4[i*hd:(i+1)*hd], kp[(a-t)*kvd+koff:], kvd, ah.scale)
 			}
 		}
 		t += pl
@@ -586,11 +589,11 @@ func (sc *attnScratch) attend4(outs *[attnBlock][]float32, ah *attnHead, p0 int)
 			for i := range part {
 				part[i] = sco[i][t:e]
 			}
-			kernels.Axpys4F16(outs, &part, vp[koff:], kvd)
+			sc.ks.Axpys4F16(outs, &part, vp[koff:], kvd)
 		}
 		for i := 1; i < attnBlock; i++ {
 			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
-				kernels.AxpysF16(outs[i], sco[i][a:b], vp[(a-t)*kvd+koff:], kvd)
+				sc.ks.AxpysF16(outs[i], sco[i][a:b], vp[(a-t)*kvd+koff:], kvd)
 			}
 		}
 		t += pl
@@ -617,21 +620,21 @@ func (sc *attnScratch) attendHeads(outs *[attnBlock][]float32, nh int, ah *attnH
 	first := t0 / ps
 	np := view.NumPages()
 	for p := first; p < min(first+2, np); p++ {
-		ah.prefetch(view.KPage(p), hd)
+		sc.prefetch(ah, view.KPage(p), hd)
 	}
 	for p, t := first, first*ps; t < n; p++ {
 		pl := view.PageLen(p)
 		switch {
 		case p+2 < np:
-			ah.prefetch(view.KPage(p+2), hd)
+			sc.prefetch(ah, view.KPage(p+2), hd)
 		case p+2-np < 2 && first+p+2-np < np:
-			ah.prefetch(view.VPage(first+p+2-np), hd)
+			sc.prefetch(ah, view.VPage(first+p+2-np), hd)
 		}
 		j0, j1 := max(0, t0-t), min(pl, n-t)
 		for i := range part {
 			part[i] = sco[i][t+j0-t0 : t+j1-t0]
 		}
-		kernels.Dots4F16(&part, sc.q16x4, sc.qf4, view.KPage(p)[j0*kvd+koff:], kvd, ah.scale)
+		sc.ks.Dots4F16(&part, sc.q16x4, sc.qf4, view.KPage(p)[j0*kvd+koff:], kvd, ah.scale)
 		t += pl
 	}
 	for i := range nh {
@@ -643,13 +646,13 @@ func (sc *attnScratch) attendHeads(outs *[attnBlock][]float32, nh int, ah *attnH
 	for p, t := first, first*ps; t < n; p++ {
 		pl := view.PageLen(p)
 		if p+2 < np {
-			ah.prefetch(view.VPage(p+2), hd)
+			sc.prefetch(ah, view.VPage(p+2), hd)
 		}
 		j0, j1 := max(0, t0-t), min(pl, n-t)
 		for i := range part {
 			part[i] = sco[i][t+j0-t0 : t+j1-t0]
 		}
-		kernels.Axpys4F16(outs, &part, view.VPage(p)[j0*kvd+koff:], kvd)
+		sc.ks.Axpys4F16(outs, &part, view.VPage(p)[j0*kvd+koff:], kvd)
 		t += pl
 	}
 }
@@ -658,8 +661,8 @@ func (sc *attnScratch) attendHeads(outs *[attnBlock][]float32, nh int, ah *attnH
 // be brought into cache while the page before it is worked on. Decode steps
 // of many sequences read more KV than the caches hold, and the hardware does
 // not foresee the jump from page to page nor a head's slice of each row.
-func (ah *attnHead) prefetch(page []uint16, hd int) {
-	kernels.PrefetchRows(page[ah.koff:], ah.kvd, len(page)/ah.kvd, hd)
+func (sc *attnScratch) prefetch(ah *attnHead, page []uint16, hd int) {
+	sc.ks.PrefetchRows(page[ah.koff:], ah.kvd, len(page)/ah.kvd, hd)
 }
 
 // weights turns scores into attention weights in place: the soft cap (0:
@@ -669,13 +672,13 @@ func (sc *attnScratch) weights(scores []float32, softCap float32) {
 	if softCap != 0 {
 		kernels.SoftCap(scores, softCap)
 	}
-	kernels.Softmax(scores)
+	sc.ks.Softmax(scores)
 	if cap(sc.w16) < len(scores) {
 		sc.w16 = make([]uint16, len(scores), 2*len(scores))
 	}
 	w16 := sc.w16[:len(scores)]
-	kernels.F32ToF16s(w16, scores)
-	kernels.F16ToF32s(scores, w16)
+	sc.ks.F32ToF16s(w16, scores)
+	sc.ks.F16ToF32s(scores, w16)
 }
 
 // attend computes one head's attention output into out over view positions
@@ -697,7 +700,7 @@ func (sc *attnScratch) attend(out []float32, ah *attnHead, t0, n int) {
 		// Keys [j0, j1) of this page are positions t+j0 .. t+j1-1.
 		j0, j1 := max(0, t0-t), min(pl, n-t)
 		kp := view.KPage(p)
-		kernels.DotsF16(scores[t+j0-t0:t+j1-t0], sc.q16, sc.qf, kp[j0*kvd+koff:], kvd, ah.scale)
+		sc.ks.DotsF16(scores[t+j0-t0:t+j1-t0], sc.q16, sc.qf, kp[j0*kvd+koff:], kvd, ah.scale)
 		t += pl
 	}
 	sc.weights(scores, ah.softCap)
@@ -709,7 +712,7 @@ func (sc *attnScratch) attend(out []float32, ah *attnHead, t0, n int) {
 		}
 		j0, j1 := max(0, t0-t), min(pl, n-t)
 		vp := view.VPage(p)
-		kernels.AxpysF16(out, scores[t+j0-t0:t+j1-t0], vp[j0*kvd+koff:], kvd)
+		sc.ks.AxpysF16(out, scores[t+j0-t0:t+j1-t0], vp[j0*kvd+koff:], kvd)
 		t += pl
 	}
 }

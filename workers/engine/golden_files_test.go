@@ -6,18 +6,19 @@ import (
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // goldenGenerate loads each case's model once, checks the prompt's tokens and
 // returns a function giving the greedy completion of a case.
 // Engines live until the parent test pt ends.
-func goldenGenerate(pt *testing.T) func(t *testing.T, c refdatatest.GoldenCase) []int32 {
+func goldenGenerate(pt *testing.T, ks kernels.Set) func(t *testing.T, c refdatatest.GoldenCase) []int32 {
 	engines := map[string]*Engine{}
 	return func(t *testing.T, c refdatatest.GoldenCase) []int32 {
 		t.Helper()
 		e := engines[c.File]
 		if e == nil {
-			m, err := Load(c.File)
+			m, err := LoadOn(c.File, ks)
 			if err != nil {
 				t.Fatalf("load %s: %v", filepath.Base(c.File), err)
 			}
@@ -54,42 +55,46 @@ func TestGoldenQuantFiles(t *testing.T) {
 	for _, c := range norepack {
 		other[[2]string{c.File, c.Prompt}] = c
 	}
-	gen := goldenGenerate(t)
-	for _, c := range repack {
-		t.Run(filepath.Base(c.File)+"/"+c.Prompt, func(t *testing.T) {
-			got := gen(t, c)
-			ex, err := c.Compare(got)
-			if err != nil {
-				alt, ok := other[[2]string{c.File, c.Prompt}]
-				if !ok {
-					t.Fatal(err)
+	for _, ks := range kernelSets(t) {
+		gen := goldenGenerate(t, ks)
+		for _, c := range repack {
+			t.Run(ks.String()+"/"+filepath.Base(c.File)+"/"+c.Prompt, func(t *testing.T) {
+				got := gen(t, c)
+				ex, err := c.Compare(got)
+				if err != nil {
+					alt, ok := other[[2]string{c.File, c.Prompt}]
+					if !ok {
+						t.Fatal(err)
+					}
+					ex2, err2 := alt.Compare(got)
+					if err2 != nil {
+						t.Fatalf("repacked path: %v\nno-repack path: %v", err, err2)
+					}
+					ex = "matches the no-repack path; " + ex2
 				}
-				ex2, err2 := alt.Compare(got)
-				if err2 != nil {
-					t.Fatalf("repacked path: %v\nno-repack path: %v", err, err2)
+				if ex != "" {
+					t.Log(ex)
 				}
-				ex = "matches the no-repack path; " + ex2
-			}
-			if ex != "" {
-				t.Log(ex)
-			}
-		})
+			})
+		}
 	}
 }
 
 // TestGoldenArchFiles runs llama.cpp's greedy continuations for the tiny
 // qwen3, gemma2, gemma3 and phi3 models (../shared/models/archs).
 func TestGoldenArchFiles(t *testing.T) {
-	gen := goldenGenerate(t)
-	for _, c := range refdatatest.Golden(t, "models/archs/golden.json") {
-		t.Run(filepath.Base(c.File)+"/"+c.Prompt, func(t *testing.T) {
-			ex, err := c.Compare(gen(t, c))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ex != "" {
-				t.Log(ex)
-			}
-		})
+	for _, ks := range kernelSets(t) {
+		gen := goldenGenerate(t, ks)
+		for _, c := range refdatatest.Golden(t, "models/archs/golden.json") {
+			t.Run(ks.String()+"/"+filepath.Base(c.File)+"/"+c.Prompt, func(t *testing.T) {
+				ex, err := c.Compare(gen(t, c))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ex != "" {
+					t.Log(ex)
+				}
+			})
+		}
 	}
 }

@@ -45,18 +45,24 @@ type Model struct {
 	Layers    []Layer
 	Digest    string // sha256 of the tensor data section, hex; identifies the weights
 
-	file *gguf.File
+	kernels kernels.Set // the set the weights are laid out for; every op of its engines runs it
+	file    *gguf.File
 }
 
-// Load opens a GGUF model file and prepares it for the engine. Anything the
-// engine cannot run (architecture, tensor type, missing tensor, inconsistent
-// shape) is refused by name.
-func Load(path string) (*Model, error) {
+// Load opens a GGUF model file and prepares it for the engine, on the
+// process's kernel set (kernels.Active). Anything the engine cannot run
+// (architecture, tensor type, missing tensor, inconsistent shape) is refused
+// by name.
+func Load(path string) (*Model, error) { return LoadOn(path, kernels.Active()) }
+
+// LoadOn is Load with the weights laid out for the kernel set ks: every engine
+// built on the model computes with ks (tests run every set the CPU has).
+func LoadOn(path string, ks kernels.Set) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := fromFile(f)
+	m, err := fromFile(f, ks)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -69,10 +75,13 @@ func Load(path string) (*Model, error) {
 	return m, nil
 }
 
+// Kernels is the kernel set the model's weights are laid out for.
+func (m *Model) Kernels() kernels.Set { return m.kernels }
+
 // Close releases the model's mapping. The model must not be used after.
 func (m *Model) Close() error { return m.file.Close() }
 
-func fromFile(f *gguf.File) (*Model, error) {
+func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	h, err := readHyper(f)
 	if err != nil {
 		return nil, err
@@ -84,9 +93,9 @@ func fromFile(f *gguf.File) (*Model, error) {
 	if tok.VocabSize() != h.Vocab {
 		return nil, fmt.Errorf("%w: tokenizer has %d tokens, embeddings %d", ErrBadModel, tok.VocabSize(), h.Vocab)
 	}
-	m := &Model{Hyper: h, Tokenizer: tok, file: f}
+	m := &Model{Hyper: h, Tokenizer: tok, kernels: ks, file: f}
 	m.Name, _ = f.String("general.name")
-	l := loader{f: f}
+	l := loader{f: f, ks: ks}
 	m.Embed = l.matrix("token_embd.weight", h.Vocab, h.Embd)
 	m.OutNorm = l.vector("output_norm.weight", h.Embd)
 	if f.HasTensor("output.weight") {
@@ -149,6 +158,7 @@ func (l *loader) layer(L *Layer, p string, h Hyper) {
 // loader reads tensors, remembering the first error.
 type loader struct {
 	f   *gguf.File
+	ks  kernels.Set
 	err error
 }
 
@@ -192,7 +202,7 @@ func (l *loader) fused(name string, cols int, parts ...int) []kernels.Matrix {
 	rs := len(data) / rows
 	packed := false
 	for i, lo := 0, 0; i < len(parts); lo, i = lo+parts[i], i+1 {
-		m, err := kernels.NewMatrix(info.Type, parts[i], cols, data[lo*rs:(lo+parts[i])*rs])
+		m, err := l.ks.NewMatrix(info.Type, parts[i], cols, data[lo*rs:(lo+parts[i])*rs])
 		if err != nil {
 			l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
 			return out

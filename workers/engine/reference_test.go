@@ -318,7 +318,7 @@ func engineLogits(t testing.TB, m *Model, tokens []int32, nPrompt int) [][]float
 	h := m.Hyper
 	kv, err := kvcache.New(kvcache.Config{
 		Layers: h.Layers, KVHeads: h.KVHeads, HeadDim: h.HeadDim,
-		PageSize: 16, Pages: len(tokens)/16 + 1, Poison: true,
+		PageSize: 16, Pages: len(tokens)/16 + 1, Poison: true, Kernels: m.Kernels(),
 	})
 	if err != nil {
 		t.Fatal(err)

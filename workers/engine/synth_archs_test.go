@@ -13,6 +13,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/synth"
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // synthGoldenCase is one of llama.cpp's greedy continuations of a file that
@@ -53,53 +54,30 @@ func TestSynthArchFiles(t *testing.T) {
 		}
 		byFile[k] = append(byFile[k], c)
 	}
+	// Each file is written and checked once, then run on every kernel set.
 	covered := map[string]bool{}
+	paths := map[string]string{}
+	dir := t.TempDir()
 	for _, k := range order {
-		cases := byFile[k]
-		covered[cases[0].Shape] = true
-		t.Run(k, func(t *testing.T) {
-			c0 := cases[0]
-			typ, err := gguf.ParseType(c0.Type)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), k+".gguf")
-			if err := synth.GenerateFile(synth.Config{Shape: c0.Shape, Type: typ, Seed: c0.Seed}, path); err != nil {
-				t.Fatal(err)
-			}
-			if sum := fileSHA256(t, path); sum != c0.SHA256 {
-				t.Fatalf("synth wrote %s with sha256 %s, the golden file's has %s: regenerate testdata/synth_archs_golden.json with llama.cpp", k, sum, c0.SHA256)
-			}
-			m, err := Load(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { m.Close() })
-			e := startEngine(t, m, Config{Threads: 2, Poison: true})
-			for _, c := range cases {
-				t.Run(c.Prompt, func(t *testing.T) {
-					ids := m.Tokenizer.Encode(c.Prompt, true, false)
-					if !equal(ids, c.PromptTokens) {
-						t.Fatalf("prompt tokens %v, llama.cpp %v", ids, c.PromptTokens)
-					}
-					res, err := e.Generate(context.Background(), greedy(ids, len(c.CompletionTokens)))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if len(res.CompletionTokens) != 8 {
-						t.Errorf("%d tokens, want 8", len(res.CompletionTokens))
-					}
-					ref := refdatatest.GoldenCase{Prompt: c.Prompt, CompletionTokens: c.CompletionTokens, Margins: c.Margins}
-					ex, err := ref.Compare(res.CompletionTokens)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ex != "" {
-						t.Log(ex)
-					}
-				})
-			}
-		})
+		c0 := byFile[k][0]
+		covered[c0.Shape] = true
+		typ, err := gguf.ParseType(c0.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, k+".gguf")
+		if err := synth.GenerateFile(synth.Config{Shape: c0.Shape, Type: typ, Seed: c0.Seed}, path); err != nil {
+			t.Fatal(err)
+		}
+		if sum := fileSHA256(t, path); sum != c0.SHA256 {
+			t.Fatalf("synth wrote %s with sha256 %s, the golden file's has %s: regenerate testdata/synth_archs_golden.json with llama.cpp", k, sum, c0.SHA256)
+		}
+		paths[k] = path
+	}
+	for _, ks := range kernelSets(t) {
+		for _, k := range order {
+			t.Run(ks.String()+"/"+k, func(t *testing.T) { checkSynthFile(t, paths[k], ks, byFile[k]) })
+		}
 	}
 	for _, a := range synth.Archs() {
 		if !covered[synth.TinyShape(a)] {
@@ -120,4 +98,37 @@ func fileSHA256(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// checkSynthFile runs the greedy cases of one synthetic file laid out for ks.
+func checkSynthFile(t *testing.T, path string, ks kernels.Set, cases []synthGoldenCase) {
+	m, err := LoadOn(path, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	e := startEngine(t, m, Config{Threads: 2, Poison: true})
+	for _, c := range cases {
+		t.Run(c.Prompt, func(t *testing.T) {
+			ids := m.Tokenizer.Encode(c.Prompt, true, false)
+			if !equal(ids, c.PromptTokens) {
+				t.Fatalf("prompt tokens %v, llama.cpp %v", ids, c.PromptTokens)
+			}
+			res, err := e.Generate(context.Background(), greedy(ids, len(c.CompletionTokens)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.CompletionTokens) != 8 {
+				t.Errorf("%d tokens, want 8", len(res.CompletionTokens))
+			}
+			ref := refdatatest.GoldenCase{Prompt: c.Prompt, CompletionTokens: c.CompletionTokens, Margins: c.Margins}
+			ex, err := ref.Compare(res.CompletionTokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ex != "" {
+				t.Log(ex)
+			}
+		})
+	}
 }

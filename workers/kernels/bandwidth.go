@@ -43,7 +43,7 @@ func (p *Pool) ReadBandwidth(buf []byte, passes int) float64 {
 
 // readSum sums b (a multiple of 128 bytes long) as little-endian 64-bit words.
 func readSum(b []byte) uint64 {
-	if useAsm && len(b) > 0 {
+	if Active().asm() && len(b) > 0 {
 		return readSumAVX(&b[0], len(b)&^127)
 	}
 	var s uint64

@@ -67,7 +67,7 @@ func BenchmarkDotF16(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			var s float32
 			for b.Loop() {
-				s += DotF16(x, y)
+				s += Active().DotF16(x, y)
 			}
 			b.ReportMetric(2*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			_ = s

@@ -30,12 +30,53 @@ var pathNames = [...]string{pathGo: "go", pathAVX2: "avx2", pathAVX512: "avx512"
 
 func (p path) String() string { return pathNames[p] }
 
-// active is the path every product of this process uses, chosen once from the
-// CPU (detectPath) and EnvKernels; activeErr says why EnvKernels was refused.
+// active is the path this process chose once, from the CPU (detectPath) and
+// EnvKernels; activeErr says why EnvKernels was refused. It is read only by
+// Active and by the zero Set.
 var active, activeErr = choosePath(detectPath(), os.Getenv(EnvKernels))
 
-// useAsm says whether the AVX2 (or higher) kernels are in use.
-var useAsm = active >= pathAVX2
+// Set is one kernel path, as a table of the ops that have more than one
+// implementation (ggml's per-type traits, by path): every such op is a method
+// of the Set it runs on, and a Matrix records the Set it was laid out for. A
+// serving process uses one Set, Active; a test runs every Set the CPU has
+// (Available) in one process. The zero Set is Active.
+type Set struct {
+	id uint8 // 0: the active path; otherwise the path plus one
+}
+
+// Active is the Set this process chose at start-up: the best the CPU and build
+// have, or the lower one EnvKernels names.
+func Active() Set { return active.set() }
+
+// Available lists every Set this CPU and build support, lowest (the portable
+// reference) first.
+func Available() []Set {
+	var ss []Set
+	for _, p := range availablePaths() {
+		ss = append(ss, p.set())
+	}
+	return ss
+}
+
+// set is the Set that runs path p.
+func (p path) set() Set { return Set{id: uint8(p) + 1} }
+
+// path is the kernel path s runs.
+func (s Set) path() path {
+	if s.id == 0 {
+		return active
+	}
+	return path(s.id - 1)
+}
+
+// asm says whether s runs the AVX2 (or higher) assembly.
+func (s Set) asm() bool { return s.path() >= pathAVX2 }
+
+// String names the Set: "avx512", "avx2" or "go".
+func (s Set) String() string { return s.path().String() }
+
+// Portable reports whether s is the portable Go reference path.
+func (s Set) Portable() bool { return s.path() == pathGo }
 
 // choosePath returns the path to use on a CPU whose best path is best, with env
 // the value of EnvKernels: empty means best; a name at or below best means
@@ -55,9 +96,6 @@ func choosePath(best path, env string) (path, error) {
 	}
 	return best, fmt.Errorf("%w: %q is not one of avx512, avx2, go", ErrKernels, env)
 }
-
-// Kernels names the kernel path in use: "avx512", "avx2" or "go".
-func Kernels() string { return active.String() }
 
 // CheckKernels returns an error wrapping ErrKernels when EnvKernels was set to
 // a path that cannot be used; callers should refuse to start rather than run

@@ -4,8 +4,12 @@
 // IQ4_XS), and the small vector operations the engine needs (dot products,
 // half-precision conversion, RMSNorm, SwiGLU, softmax).
 //
-// Three kernel paths, one chosen per process at start-up from the CPU and the
-// BULKHEAD_KERNELS override (EnvKernels, Kernels, CheckKernels): avx512 (AVX-512
+// Three kernel paths, each a Set: a table of the ops that have more than one
+// implementation, passed explicitly to each (methods of the Set; a Matrix
+// records the Set it was laid out for and MatMul runs it). A serving process
+// chooses one at start-up from the CPU and the BULKHEAD_KERNELS override
+// (Active, EnvKernels, CheckKernels); tests run every Set the CPU has in one
+// process (Available). The paths: avx512 (AVX-512
 // F/BW/VL/VNNI: quantized weights repacked at load into 16-row interleaved
 // groups for VPDPBUSD micro-kernels of 16 weight rows by 4 or 1 activation rows,
 // 16-lane F32 tiles, a vector exp), avx2 (AVX2/FMA/F16C assembly for F32, F16,
@@ -17,8 +21,8 @@
 // Every output element of MatMul is computed by one fixed sequence of floating
 // point operations, whatever the batch size, its position in the batch, the tile
 // it falls in or the number of threads; work is split across threads by weight
-// row only. One process always uses one code path, so results are bitwise
-// reproducible.
+// row only. An engine computes with one Set, its model's, so its results are
+// bitwise reproducible.
 //
 // Assembly lives in files named for what they compute and the path they need:
 // <concern>_<path>_amd64.s (dot_avx2, attn_avx2, attn_avx512, gemm_avx512,
@@ -26,6 +30,6 @@
 // declared in asm_amd64.go.
 //
 // This package must never allocate per element, start a goroutine per call, keep
-// global state beyond the path chosen at start-up, read files or import anything
-// above models/.
+// global state beyond the path chosen at start-up (read only by Active and the
+// zero Set), read files or import anything above models/.
 package kernels

@@ -54,9 +54,9 @@ func SoftCap(x []float32, cap float32) {
 }
 
 // Scale multiplies x by s in place.
-func Scale(x []float32, s float32) {
+func (ks Set) Scale(x []float32, s float32) {
 	k := 0
-	if active >= pathAVX512 && len(x) >= 16 {
+	if ks.path() >= pathAVX512 && len(x) >= 16 {
 		k = len(x) &^ 15
 		scaleAVX512(&x[0], k, s)
 	}

@@ -111,7 +111,7 @@ func randMatrix(t *testing.T, rng *rand.Rand, typ gguf.Type, rows, cols int) Mat
 			}
 		}
 	}
-	m, err := NewMatrix(typ, rows, cols, data)
+	m, err := Active().NewMatrix(typ, rows, cols, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,4 +231,13 @@ func filled(n int, f func() byte) []byte {
 		b[i] = f()
 	}
 	return b
+}
+
+// eachSet runs f as one subtest per kernel set this CPU and build have,
+// named for the set: every path of an op in one process.
+func eachSet(t *testing.T, f func(t *testing.T, ks Set)) {
+	t.Helper()
+	for _, ks := range Available() {
+		t.Run(ks.String(), func(t *testing.T) { f(t, ks) })
+	}
 }

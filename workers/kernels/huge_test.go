@@ -36,17 +36,19 @@ func TestHugeCopy(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i)
 	}
-	m, err := NewMatrix(gguf.TypeF32, rows, cols, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copied := uintptrOf(m.Data) != uintptrOf(data)
-	if want := active >= pathAVX512; copied != want || m.Packed() != want {
-		t.Fatalf("path %v: F32 matrix copied %v, Packed %v; want %v", active, copied, m.Packed(), want)
-	}
-	if !bytes.Equal(m.Data, data) {
-		t.Fatal("the matrix's data differs from the caller's")
-	}
+	eachSet(t, func(t *testing.T, ks Set) {
+		m, err := ks.NewMatrix(gguf.TypeF32, rows, cols, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied := uintptrOf(m.Data) != uintptrOf(data)
+		if want := ks.path() >= pathAVX512; copied != want || m.Packed() != want || m.Set() != ks {
+			t.Fatalf("F32 matrix copied %v, Packed %v, set %v; want %v on %v", copied, m.Packed(), m.Set(), want, ks)
+		}
+		if !bytes.Equal(m.Data, data) {
+			t.Fatal("the matrix's data differs from the caller's")
+		}
+	})
 }
 
 // TestHugeHalves checks the KV pool's buffers: n zero halves, none spare, on a

@@ -81,9 +81,10 @@ func (j *matJob) packed() bool { return j.p >= pathAVX512 && j.m.pack != nil }
 // MatMul computes out[r*m.Rows+i] = dot(weight row i, x row r) for r < n, where
 // x holds n rows of m.Cols float32. Work is split over the pool by weight rows.
 // Each element is computed by the same sequence of operations whatever n, r and
-// the thread count are. It panics if x or out is too short.
+// the thread count are. It runs the kernels of the Set m was laid out for. It
+// panics if x or out is too short.
 func (p *Pool) MatMul(out []float32, m Matrix, x []float32, n int) {
-	p.matMul(out, m, x, n, active)
+	p.matMul(out, m, x, n, m.set.path())
 }
 
 // matMul is MatMul with the code path chosen by the caller (tests compare them).
@@ -161,8 +162,9 @@ func (j *matJob) prepRows(lo, hi int) {
 		x := j.x[r*c : (r+1)*c]
 		switch j.m.Type {
 		case gguf.TypeF16:
-			F32ToF16s(j.xh[r*c:(r+1)*c], x)
-			F16ToF32s(j.xf[r*c:(r+1)*c], j.xh[r*c:(r+1)*c])
+			ks := j.p.set()
+			ks.F32ToF16s(j.xh[r*c:(r+1)*c], x)
+			ks.F16ToF32s(j.xf[r*c:(r+1)*c], j.xh[r*c:(r+1)*c])
 		case gguf.TypeBF16:
 			xf := j.xf[r*c : (r+1)*c]
 			for i, v := range x {

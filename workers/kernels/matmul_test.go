@@ -123,7 +123,24 @@ func TestPathsAvailable(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("kernels in use: %s (%s=%q)", Kernels(), EnvKernels, os.Getenv(EnvKernels))
+	t.Logf("kernels in use: %s (%s=%q)", Active(), EnvKernels, os.Getenv(EnvKernels))
+}
+
+// TestSets: Available lists every path the CPU has, lowest first, each Set
+// naming and running its own; the zero Set is Active.
+func TestSets(t *testing.T) {
+	sets := Available()
+	if len(sets) != int(detectPath())+1 || !sets[0].Portable() || sets[len(sets)-1].path() != detectPath() {
+		t.Fatalf("Available() = %v; want every path up to %s, portable first", sets, detectPath())
+	}
+	for i, ks := range sets {
+		if ks.path() != path(i) || ks.String() != path(i).String() || ks.Portable() != (i == 0) {
+			t.Errorf("set %d: path %v, name %q, portable %v", i, ks.path(), ks, ks.Portable())
+		}
+	}
+	if (Set{}).path() != active || Active().path() != active || Active().String() != (Set{}).String() {
+		t.Errorf("zero Set %v, Active %v; want both %v", Set{}, Active(), active)
+	}
 }
 
 func TestChoosePath(t *testing.T) {
@@ -493,7 +510,7 @@ func TestNewMatrix(t *testing.T) {
 		{"negative cols", gguf.TypeF32, 1, -4, 0, ErrShape},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewMatrix(tc.t, tc.rows, tc.cols, make([]byte, tc.len))
+			_, err := Active().NewMatrix(tc.t, tc.rows, tc.cols, make([]byte, tc.len))
 			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
@@ -510,7 +527,7 @@ func FuzzMatrix(f *testing.F) {
 	f.Add(uint8(13), uint8(1), uint16(256), make([]byte, 176))
 	f.Add(uint8(7), uint8(2), uint16(32), make([]byte, 48))
 	f.Fuzz(func(t *testing.T, typ uint8, rows uint8, cols uint16, data []byte) {
-		m, err := NewMatrix(gguf.Type(typ), int(rows), int(cols), data)
+		m, err := Active().NewMatrix(gguf.Type(typ), int(rows), int(cols), data)
 		if err != nil {
 			return
 		}
@@ -582,7 +599,7 @@ func TestPackedKernelsExtremes(t *testing.T) {
 						putHalf(data[b*bs:], 0.02)
 					}
 				}
-				m, err := NewMatrix(typ, rows, cols, data)
+				m, err := Active().NewMatrix(typ, rows, cols, data)
 				if err != nil {
 					t.Fatal(err)
 				}

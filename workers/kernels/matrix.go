@@ -14,13 +14,15 @@ type Matrix struct {
 	Rows, Cols int
 	Data       []byte
 
+	set    Set    // the kernel set the matrix is laid out for; its products run on it
 	pack   []byte // the weights interleaved for the AVX-512 kernels (repack.go), or nil
 	copied bool   // Data is a copy made by NewMatrix (in huge pages), not the caller's
 }
 
 // NewMatrix checks that the type has kernels here, that Cols is a whole number
-// of the type's blocks, and that Data holds exactly Rows rows.
-func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
+// of the type's blocks, and that Data holds exactly Rows rows, and lays the
+// matrix out for ks: every MatMul with it runs ks's kernels.
+func (ks Set) NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 	switch t {
 	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
 		gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeIQ4_NL,
@@ -41,8 +43,9 @@ func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 	if rows > len(data)/rs || rows*rs != len(data) {
 		return Matrix{}, fmt.Errorf("%w: %d x %d %s needs %d bytes, have %d", ErrShape, rows, cols, t, rows*rs, len(data))
 	}
-	m := Matrix{Type: t, Rows: rows, Cols: cols, Data: data}
-	if active >= pathAVX512 {
+	ks = ks.path().set() // the zero Set resolved, so that Set reports the path
+	m := Matrix{Type: t, Rows: rows, Cols: cols, Data: data, set: ks}
+	if ks.path() >= pathAVX512 {
 		m.pack = repack(m)
 		if t == gguf.TypeF32 {
 			// F32 rows are read as they are, from a copy in huge pages.
@@ -57,6 +60,9 @@ func NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
 // so the caller's data need not stay resident (Row reads Data, which is the
 // copy for F32 and the caller's otherwise).
 func (m Matrix) Packed() bool { return m.pack != nil || m.copied }
+
+// Set is the kernel set the matrix was laid out for.
+func (m Matrix) Set() Set { return m.set }
 
 // rowSize is the bytes per row; m must have come from NewMatrix.
 func (m Matrix) rowSize() int { return m.Cols / m.Type.BlockSize() * m.Type.TypeSize() }
@@ -73,7 +79,7 @@ func (m Matrix) Row(i int, dst []float32) {
 	case gguf.TypeF32:
 		copy(dst, f32s(w))
 	case gguf.TypeF16:
-		F16ToF32s(dst, u16s(w))
+		m.set.F16ToF32s(dst, u16s(w))
 	case gguf.TypeBF16:
 		for j, h := range u16s(w) {
 			dst[j] = gguf.BF16ToF32(h)

@@ -9,10 +9,10 @@ import (
 
 // DotF32 returns the dot product of a and b[:len(a)], with one 8-lane
 // accumulator (the order MatMul uses for F32 weights).
-func DotF32(a, b []float32) float32 {
+func (ks Set) DotF32(a, b []float32) float32 {
 	n := len(a)
 	b = b[:n]
-	if !useAsm || n < 8 {
+	if !ks.asm() || n < 8 {
 		return dotF32Go(a, b)
 	}
 	s := dotF32AVX(&a[0], &b[0], n)
@@ -24,10 +24,10 @@ func DotF32(a, b []float32) float32 {
 
 // DotF16 returns the dot product of two IEEE half vectors (b[:len(a)]),
 // accumulated in float32 in the order MatMul uses for F16 weights.
-func DotF16(a, b []uint16) float32 {
+func (ks Set) DotF16(a, b []uint16) float32 {
 	n := len(a)
 	b = b[:n]
-	if !useAsm || n < 8 {
+	if !ks.asm() || n < 8 {
 		return dotF16Go(a, b)
 	}
 	s := dotF16AVX(&a[0], &b[0], n)
@@ -38,11 +38,11 @@ func DotF16(a, b []uint16) float32 {
 }
 
 // AxpyF16 adds a*half(x[i]) to dst[i] for i < len(dst).
-func AxpyF16(dst []float32, a float32, x []uint16) {
+func (ks Set) AxpyF16(dst []float32, a float32, x []uint16) {
 	n := len(dst)
 	x = x[:n]
 	k := 0
-	if useAsm && n >= 8 {
+	if ks.asm() && n >= 8 {
 		axpyF16AVX(&dst[0], a, &x[0], n)
 		k = n &^ 7
 	}
@@ -52,11 +52,11 @@ func AxpyF16(dst []float32, a float32, x []uint16) {
 }
 
 // F32ToF16s rounds src[:len(dst)] to IEEE half, to nearest even (as VCVTPS2PH).
-func F32ToF16s(dst []uint16, src []float32) {
+func (ks Set) F32ToF16s(dst []uint16, src []float32) {
 	n := len(dst)
 	src = src[:n]
 	k := 0
-	if useAsm && n >= 8 {
+	if ks.asm() && n >= 8 {
 		f32ToF16AVX(&dst[0], &src[0], n)
 		k = n &^ 7
 	}
@@ -66,11 +66,11 @@ func F32ToF16s(dst []uint16, src []float32) {
 }
 
 // F16ToF32s converts IEEE half src[:len(dst)] to float32 exactly.
-func F16ToF32s(dst []float32, src []uint16) {
+func (ks Set) F16ToF32s(dst []float32, src []uint16) {
 	n := len(dst)
 	src = src[:n]
 	k := 0
-	if useAsm && n >= 8 {
+	if ks.asm() && n >= 8 {
 		f16ToF32AVX(&dst[0], &src[0], n)
 		k = n &^ 7
 	}
@@ -96,11 +96,11 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 }
 
 // SwiGLU writes dst[i] = silu(gate[i]) * up[i], silu(v) = v/(1+exp(-v)).
-func SwiGLU(dst, gate, up []float32) {
+func (ks Set) SwiGLU(dst, gate, up []float32) {
 	n := len(dst)
 	gate, up = gate[:n], up[:n]
 	k := 0
-	for active >= pathAVX512 && k+8 <= n {
+	for ks.path() >= pathAVX512 && k+8 <= n {
 		k += swigluAVX512(&dst[k], &gate[k], &up[k], (n-k)&^7)
 		if k+8 <= n { // a group with an argument beyond the vector range
 			swiGLUGo(dst[k:k+8], gate[k:k+8], up[k:k+8])
@@ -118,11 +118,11 @@ func swiGLUGo(dst, gate, up []float32) {
 }
 
 // expShift writes dst[i] = exp(src[i]-m) as float32(math.Exp(float64(src[i]-m))).
-func expShift(dst, src []float32, m float32) {
+func (ks Set) expShift(dst, src []float32, m float32) {
 	n := len(dst)
 	src = src[:n]
 	k := 0
-	for active >= pathAVX512 && k+8 <= n {
+	for ks.path() >= pathAVX512 && k+8 <= n {
 		k += expShiftAVX512(&dst[k], &src[k], (n-k)&^7, m)
 		if k+8 <= n {
 			expShiftGo(dst[k:k+8], src[k:k+8], m)
@@ -141,14 +141,14 @@ func expShiftGo(dst, src []float32, m float32) {
 // Softmax replaces x by its softmax: max subtracted, exponentials summed in
 // float64, then scaled by the reciprocal of the sum. On the AVX-512 path the
 // sum runs in eight float64 lanes (sum64); the result depends only on x.
-func Softmax(x []float32) {
+func (ks Set) Softmax(x []float32) {
 	n := len(x)
 	if n == 0 {
 		return
 	}
 	m := float32(math.Inf(-1))
 	k := 0
-	if active >= pathAVX512 && n >= 16 {
+	if ks.path() >= pathAVX512 && n >= 16 {
 		k = n &^ 15
 		m = maxF32AVX512(&x[0], k)
 	}
@@ -159,16 +159,16 @@ func Softmax(x []float32) {
 			m = v
 		}
 	}
-	expShift(x, x, m)
-	Scale(x, float32(1/sum64(x)))
+	ks.expShift(x, x, m)
+	ks.Scale(x, float32(1/ks.sum64(x)))
 }
 
 // sum64 is the sum of x in float64: in order on the portable and AVX2 paths,
 // in eight lanes then the tail in order on the AVX-512 path.
-func sum64(x []float32) float64 {
+func (ks Set) sum64(x []float32) float64 {
 	var sum float64
 	k := 0
-	if active >= pathAVX512 && len(x) >= 8 {
+	if ks.path() >= pathAVX512 && len(x) >= 8 {
 		k = len(x) &^ 7
 		sum = sumF64AVX512(&x[0], k)
 	}
@@ -189,39 +189,39 @@ func Add(dst, x []float32) {
 // DotsF16 sets out[j] = DotF16(q, k[j*stride:j*stride+len(q)]) * scale for
 // j < len(out): one query against a page of keys, bitwise what the calls one
 // key at a time would give. qf is q converted to float32 (F16ToF32s).
-func DotsF16(out []float32, q []uint16, qf []float32, k []uint16, stride int, scale float32) {
+func (ks Set) DotsF16(out []float32, q []uint16, qf []float32, k []uint16, stride int, scale float32) {
 	hd := len(q)
 	if len(out) == 0 || hd == 0 {
 		return
 	}
 	_ = k[(len(out)-1)*stride+hd-1]
-	if useAsm && hd%8 == 0 {
+	if ks.asm() && hd%8 == 0 {
 		dotsF16AVX(&out[0], &qf[:hd][0], &k[0], uintptr(stride*2), len(out), hd, scale)
 		return
 	}
 	for j := range out {
-		out[j] = DotF16(q, k[j*stride:j*stride+hd]) * scale
+		out[j] = ks.DotF16(q, k[j*stride:j*stride+hd]) * scale
 	}
 }
 
 // AxpysF16 adds w[j]*half(v[j*stride+i]) to dst[i] for i < len(dst), key j
 // after key j, for j < len(w): bitwise the AxpyF16 calls one key at a time.
-func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
+func (ks Set) AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
 	hd := len(dst)
 	if len(w) == 0 || hd == 0 {
 		return
 	}
 	_ = v[(len(w)-1)*stride+hd-1]
 	switch {
-	case active >= pathAVX512 && hd%16 == 0:
+	case ks.path() >= pathAVX512 && hd%16 == 0:
 		axpysF16Z(&dst[0], &w[0], &v[0], uintptr(stride*2), len(w), hd)
 		return
-	case useAsm && hd%8 == 0:
+	case ks.asm() && hd%8 == 0:
 		axpysF16AVX(&dst[0], &w[0], &v[0], uintptr(stride*2), len(w), hd)
 		return
 	}
 	for j, a := range w {
-		AxpyF16(dst, a, v[j*stride:j*stride+hd])
+		ks.AxpyF16(dst, a, v[j*stride:j*stride+hd])
 	}
 }
 
@@ -229,8 +229,8 @@ func AxpysF16(dst []float32, w []float32, v []uint16, stride int) {
 // halves apart, to be loaded into cache without waiting for them: the next
 // KV page of a head while attention works on the current one. It changes no
 // result; on a build without assembly it does nothing.
-func PrefetchRows(b []uint16, stride, rows, width int) {
-	if rows <= 0 || width <= 0 || !useAsm {
+func (ks Set) PrefetchRows(b []uint16, stride, rows, width int) {
+	if rows <= 0 || width <= 0 || !ks.asm() {
 		return
 	}
 	_ = b[(rows-1)*stride+width-1]
@@ -242,7 +242,7 @@ func PrefetchRows(b []uint16, stride, rows, width int) {
 // same length), bitwise what four DotsF16 calls give; each key is converted
 // once for the four. q holds the queries as half, qf the same as float32,
 // each 4*hd long.
-func Dots4F16(out *[4][]float32, q []uint16, qf []float32, k []uint16, stride int, scale float32) {
+func (ks Set) Dots4F16(out *[4][]float32, q []uint16, qf []float32, k []uint16, stride int, scale float32) {
 	nk, hd := len(out[0]), len(qf)/4
 	if len(q) != 4*hd || len(qf) != 4*hd {
 		panic("kernels: Dots4F16 queries of different lengths")
@@ -256,19 +256,19 @@ func Dots4F16(out *[4][]float32, q []uint16, qf []float32, k []uint16, stride in
 			panic("kernels: Dots4F16 rows of different lengths")
 		}
 	}
-	if useAsm && hd%8 == 0 {
+	if ks.asm() && hd%8 == 0 {
 		_ = qf[4*hd-1]
 		dots4F16AVX(&out[0][0], &out[1][0], &out[2][0], &out[3][0], &qf[0], &k[0], uintptr(stride*2), nk, hd, scale)
 		return
 	}
 	for i := range out {
-		DotsF16(out[i], q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, scale)
+		ks.DotsF16(out[i], q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, scale)
 	}
 }
 
 // Axpys4F16 is AxpysF16 for four outputs sharing the values: dst[i][x] +=
 // w[i][j]*half(v[j*stride+x]), key after key, bitwise four AxpysF16 calls.
-func Axpys4F16(dst, w *[4][]float32, v []uint16, stride int) {
+func (ks Set) Axpys4F16(dst, w *[4][]float32, v []uint16, stride int) {
 	nk, hd := len(w[0]), len(dst[0])
 	if nk == 0 || hd == 0 {
 		return
@@ -280,14 +280,14 @@ func Axpys4F16(dst, w *[4][]float32, v []uint16, stride int) {
 		}
 	}
 	switch {
-	case active >= pathAVX512 && hd%16 == 0:
+	case ks.path() >= pathAVX512 && hd%16 == 0:
 		axpys4F16Z(&dst[0][0], &dst[1][0], &dst[2][0], &dst[3][0], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &v[0], uintptr(stride*2), nk, hd)
 		return
-	case useAsm && hd%16 == 0:
+	case ks.asm() && hd%16 == 0:
 		axpys4F16AVX(&dst[0][0], &dst[1][0], &dst[2][0], &dst[3][0], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &v[0], uintptr(stride*2), nk, hd)
 		return
 	}
 	for i := range dst {
-		AxpysF16(dst[i], w[i], v, stride)
+		ks.AxpysF16(dst[i], w[i], v, stride)
 	}
 }

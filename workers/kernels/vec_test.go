@@ -19,67 +19,73 @@ func halves(rng *rand.Rand, n int) []uint16 {
 }
 
 func TestDots(t *testing.T) {
-	rng := rand.New(rand.NewPCG(21, 22))
-	for _, n := range []int{0, 1, 7, 8, 9, 64, 203} {
-		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
-			a, b := randVec(rng, n), randVec(rng, n)
-			ha, hb := halves(rng, n), halves(rng, n)
-			var want, scale, hwant, hscale float64
-			for i := range n {
-				want += float64(a[i]) * float64(b[i])
-				scale += math.Abs(float64(a[i]) * float64(b[i]))
-				p := float64(gguf.F16ToF32(ha[i])) * float64(gguf.F16ToF32(hb[i]))
-				hwant += p
-				hscale += math.Abs(p)
-			}
-			checkClose(t, "DotF32", DotF32(a, b), want, scale, 1e-6)
-			checkClose(t, "DotF16", DotF16(ha, hb), hwant, hscale, 1e-6)
-			checkClose(t, "dotF32Go", dotF32Go(a, b), want, scale, 1e-6)
-			checkClose(t, "dotF16Go", dotF16Go(ha, hb), hwant, hscale, 1e-6)
-		})
-	}
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(21, 22))
+		for _, n := range []int{0, 1, 7, 8, 9, 64, 203} {
+			t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+				a, b := randVec(rng, n), randVec(rng, n)
+				ha, hb := halves(rng, n), halves(rng, n)
+				var want, scale, hwant, hscale float64
+				for i := range n {
+					want += float64(a[i]) * float64(b[i])
+					scale += math.Abs(float64(a[i]) * float64(b[i]))
+					p := float64(gguf.F16ToF32(ha[i])) * float64(gguf.F16ToF32(hb[i]))
+					hwant += p
+					hscale += math.Abs(p)
+				}
+				checkClose(t, "DotF32", ks.DotF32(a, b), want, scale, 1e-6)
+				checkClose(t, "DotF16", ks.DotF16(ha, hb), hwant, hscale, 1e-6)
+				checkClose(t, "dotF32Go", dotF32Go(a, b), want, scale, 1e-6)
+				checkClose(t, "dotF16Go", dotF16Go(ha, hb), hwant, hscale, 1e-6)
+			})
+		}
+	})
 }
 
 // TestDotF16MatchesF16MatMul: DotF16 and an F16 MatMul row agree bitwise when
 // the activations are already f16 values.
 func TestDotF16MatchesF16MatMul(t *testing.T) {
-	rng := rand.New(rand.NewPCG(23, 24))
-	const cols = 203
-	w, x := halves(rng, cols), halves(rng, cols)
-	data := make([]byte, 2*cols)
-	for i, h := range w {
-		data[2*i], data[2*i+1] = byte(h), byte(h>>8)
-	}
-	m, err := NewMatrix(gguf.TypeF16, 1, cols, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	xf := make([]float32, cols)
-	F16ToF32s(xf, x)
-	p := NewPool(1)
-	defer p.Close()
-	out := make([]float32, 1)
-	p.MatMul(out, m, xf, 1)
-	if d := DotF16(w, x); math.Float32bits(d) != math.Float32bits(out[0]) {
-		t.Fatalf("DotF16 %g != MatMul %g", d, out[0])
-	}
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(23, 24))
+		const cols = 203
+		w, x := halves(rng, cols), halves(rng, cols)
+		data := make([]byte, 2*cols)
+		for i, h := range w {
+			data[2*i], data[2*i+1] = byte(h), byte(h>>8)
+		}
+		m, err := ks.NewMatrix(gguf.TypeF16, 1, cols, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xf := make([]float32, cols)
+		ks.F16ToF32s(xf, x)
+		p := NewPool(1)
+		defer p.Close()
+		out := make([]float32, 1)
+		p.MatMul(out, m, xf, 1)
+		if d := ks.DotF16(w, x); math.Float32bits(d) != math.Float32bits(out[0]) {
+			t.Fatalf("DotF16 %g != MatMul %g", d, out[0])
+		}
+	})
 }
 
 func TestAxpyF16(t *testing.T) {
-	rng := rand.New(rand.NewPCG(25, 26))
-	for _, n := range []int{0, 3, 8, 19, 64} {
-		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
-			dst, x := randVec(rng, n), halves(rng, n)
-			want := make([]float64, n)
-			for i := range n {
-				want[i] = float64(dst[i]) + 0.75*float64(gguf.F16ToF32(x[i]))
-			}
-			AxpyF16(dst, 0.75, x)
-			for i := range n {
-				checkClose(t, fmt.Sprintf("[%d]", i), dst[i], want[i], math.Abs(want[i])+1, 1e-6)
-			}
-		})
-	}
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(25, 26))
+		for _, n := range []int{0, 3, 8, 19, 64} {
+			t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+				dst, x := randVec(rng, n), halves(rng, n)
+				want := make([]float64, n)
+				for i := range n {
+					want[i] = float64(dst[i]) + 0.75*float64(gguf.F16ToF32(x[i]))
+				}
+				ks.AxpyF16(dst, 0.75, x)
+				for i := range n {
+					checkClose(t, fmt.Sprintf("[%d]", i), dst[i], want[i], math.Abs(want[i])+1, 1e-6)
+				}
+			})
+		}
+	})
 }
 
 // f16Cases are float32 values that exercise every rounding path of F32ToF16.
@@ -103,35 +109,39 @@ func f16Cases(rng *rand.Rand) []float32 {
 }
 
 func TestF32ToF16s(t *testing.T) {
-	rng := rand.New(rand.NewPCG(27, 28))
-	src := f16Cases(rng)
-	dst := make([]uint16, len(src))
-	F32ToF16s(dst, src)
-	for i, f := range src {
-		if want := gguf.F32ToF16(f); dst[i] != want {
-			t.Fatalf("F32ToF16s(%g = %#x) = %#x, want %#x", f, math.Float32bits(f), dst[i], want)
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(27, 28))
+		src := f16Cases(rng)
+		dst := make([]uint16, len(src))
+		ks.F32ToF16s(dst, src)
+		for i, f := range src {
+			if want := gguf.F32ToF16(f); dst[i] != want {
+				t.Fatalf("F32ToF16s(%g = %#x) = %#x, want %#x", f, math.Float32bits(f), dst[i], want)
+			}
 		}
-	}
+	})
 }
 
 func TestF16ToF32s(t *testing.T) {
-	src := make([]uint16, 1<<16)
-	for i := range src {
-		src[i] = uint16(i)
-	}
-	dst := make([]float32, len(src))
-	F16ToF32s(dst, src)
-	for i, h := range src {
-		want := gguf.F16ToF32(h)
-		if math.Float32bits(dst[i]) == math.Float32bits(want) {
-			continue
+	eachSet(t, func(t *testing.T, ks Set) {
+		src := make([]uint16, 1<<16)
+		for i := range src {
+			src[i] = uint16(i)
 		}
-		// The hardware quiets signalling NaNs; any NaN with the same sign is fine.
-		if dst[i] != dst[i] && want != want && (math.Float32bits(dst[i])^math.Float32bits(want))>>31 == 0 {
-			continue
+		dst := make([]float32, len(src))
+		ks.F16ToF32s(dst, src)
+		for i, h := range src {
+			want := gguf.F16ToF32(h)
+			if math.Float32bits(dst[i]) == math.Float32bits(want) {
+				continue
+			}
+			// The hardware quiets signalling NaNs; any NaN with the same sign is fine.
+			if dst[i] != dst[i] && want != want && (math.Float32bits(dst[i])^math.Float32bits(want))>>31 == 0 {
+				continue
+			}
+			t.Fatalf("F16ToF32s(%#x) = %#x, want %#x", h, math.Float32bits(dst[i]), math.Float32bits(want))
 		}
-		t.Fatalf("F16ToF32s(%#x) = %#x, want %#x", h, math.Float32bits(dst[i]), math.Float32bits(want))
-	}
+	})
 }
 
 func TestRMSNorm(t *testing.T) {
@@ -155,44 +165,48 @@ func TestRMSNorm(t *testing.T) {
 }
 
 func TestSwiGLU(t *testing.T) {
-	for _, tc := range []struct{ g, u, want float64 }{
-		{0, 3, 0}, {1, 2, 2 / (1 + math.Exp(-1))}, {-2, 1.5, 1.5 * -2 / (1 + math.Exp(2))},
-		{-100, 1, 0}, {50, 2, 100},
-	} {
-		t.Run(fmt.Sprint(tc.g), func(t *testing.T) {
-			dst := make([]float32, 1)
-			SwiGLU(dst, []float32{float32(tc.g)}, []float32{float32(tc.u)})
-			checkClose(t, "silu", dst[0], tc.want, math.Abs(tc.want)+1e-30, 1e-6)
-		})
-	}
+	eachSet(t, func(t *testing.T, ks Set) {
+		for _, tc := range []struct{ g, u, want float64 }{
+			{0, 3, 0}, {1, 2, 2 / (1 + math.Exp(-1))}, {-2, 1.5, 1.5 * -2 / (1 + math.Exp(2))},
+			{-100, 1, 0}, {50, 2, 100},
+		} {
+			t.Run(fmt.Sprint(tc.g), func(t *testing.T) {
+				dst := make([]float32, 1)
+				ks.SwiGLU(dst, []float32{float32(tc.g)}, []float32{float32(tc.u)})
+				checkClose(t, "silu", dst[0], tc.want, math.Abs(tc.want)+1e-30, 1e-6)
+			})
+		}
+	})
 }
 
 func TestSoftmax(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		x    []float32
-	}{
-		{"small", []float32{1, 2, 3}},
-		{"large", []float32{1000, 1001, 999}},
-		{"masked", []float32{0, float32(math.Inf(-1)), 2}},
-		{"one", []float32{-7}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			x := append([]float32(nil), tc.x...)
-			Softmax(x)
-			m := math.Inf(-1)
-			for _, v := range tc.x {
-				m = math.Max(m, float64(v))
-			}
-			var s float64
-			for _, v := range tc.x {
-				s += math.Exp(float64(v) - m)
-			}
-			for i, v := range tc.x {
-				checkClose(t, fmt.Sprintf("[%d]", i), x[i], math.Exp(float64(v)-m)/s, 1, 1e-6)
-			}
-		})
-	}
+	eachSet(t, func(t *testing.T, ks Set) {
+		for _, tc := range []struct {
+			name string
+			x    []float32
+		}{
+			{"small", []float32{1, 2, 3}},
+			{"large", []float32{1000, 1001, 999}},
+			{"masked", []float32{0, float32(math.Inf(-1)), 2}},
+			{"one", []float32{-7}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				x := append([]float32(nil), tc.x...)
+				ks.Softmax(x)
+				m := math.Inf(-1)
+				for _, v := range tc.x {
+					m = math.Max(m, float64(v))
+				}
+				var s float64
+				for _, v := range tc.x {
+					s += math.Exp(float64(v) - m)
+				}
+				for i, v := range tc.x {
+					checkClose(t, fmt.Sprintf("[%d]", i), x[i], math.Exp(float64(v)-m)/s, 1, 1e-6)
+				}
+			})
+		}
+	})
 }
 
 func TestAdd(t *testing.T) {
@@ -242,6 +256,7 @@ func TestExpKernels(t *testing.T) {
 	if detectPath() < pathAVX512 {
 		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
 	}
+	ks := pathAVX512.set()
 	rng := rand.New(rand.NewPCG(21, 22))
 	x := make([]float32, 4099)
 	for i := range x {
@@ -257,7 +272,7 @@ func TestExpKernels(t *testing.T) {
 	}
 	for _, m := range []float32{0, 3.5, -2} {
 		got, want := make([]float32, len(x)), make([]float32, len(x))
-		expShift(got, x, m)
+		ks.expShift(got, x, m)
 		expShiftGo(want, x, m)
 		for i := range got {
 			if !same(got[i], want[i]) {
@@ -270,7 +285,7 @@ func TestExpKernels(t *testing.T) {
 		up[i] = float32(rng.NormFloat64())
 	}
 	got, want := make([]float32, len(x)), make([]float32, len(x))
-	SwiGLU(got, x, up)
+	ks.SwiGLU(got, x, up)
 	swiGLUGo(want, x, up)
 	for i := range got {
 		if !same(got[i], want[i]) {
@@ -282,44 +297,46 @@ func TestExpKernels(t *testing.T) {
 // TestPageKernels checks DotsF16 and AxpysF16 bitwise against DotF16 and
 // AxpyF16 called key by key, for head sizes with and without a tail.
 func TestPageKernels(t *testing.T) {
-	rng := rand.New(rand.NewPCG(23, 24))
-	for _, hd := range []int{8, 64, 72, 96, 128, 256, 20} {
-		for _, nk := range []int{1, 3, 4, 7, 8, 16, 23} {
-			stride := hd*3 + 8
-			q := halves(rng, hd)
-			qf := make([]float32, hd)
-			F16ToF32s(qf, q)
-			k := halves(rng, nk*stride)
-			got, want := make([]float32, nk), make([]float32, nk)
-			DotsF16(got, q, qf, k, stride, 0.125)
-			for j := range want {
-				want[j] = DotF16(q, k[j*stride:j*stride+hd]) * 0.125
-			}
-			for j := range got {
-				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
-					t.Fatalf("hd %d nk %d: dots[%d] %g != %g", hd, nk, j, got[j], want[j])
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(23, 24))
+		for _, hd := range []int{8, 64, 72, 96, 128, 256, 20} {
+			for _, nk := range []int{1, 3, 4, 7, 8, 16, 23} {
+				stride := hd*3 + 8
+				q := halves(rng, hd)
+				qf := make([]float32, hd)
+				ks.F16ToF32s(qf, q)
+				k := halves(rng, nk*stride)
+				got, want := make([]float32, nk), make([]float32, nk)
+				ks.DotsF16(got, q, qf, k, stride, 0.125)
+				for j := range want {
+					want[j] = ks.DotF16(q, k[j*stride:j*stride+hd]) * 0.125
 				}
-			}
-			w := make([]float32, nk)
-			for j := range w {
-				w[j] = float32(rng.Float64())
-			}
-			a, b := make([]float32, hd), make([]float32, hd)
-			for i := range a {
-				a[i] = float32(rng.NormFloat64())
-				b[i] = a[i]
-			}
-			AxpysF16(a, w, k, stride)
-			for j := range w {
-				AxpyF16(b, w[j], k[j*stride:j*stride+hd])
-			}
-			for i := range a {
-				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-					t.Fatalf("hd %d nk %d: axpys[%d] %g != %g", hd, nk, i, a[i], b[i])
+				for j := range got {
+					if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+						t.Fatalf("hd %d nk %d: dots[%d] %g != %g", hd, nk, j, got[j], want[j])
+					}
+				}
+				w := make([]float32, nk)
+				for j := range w {
+					w[j] = float32(rng.Float64())
+				}
+				a, b := make([]float32, hd), make([]float32, hd)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+					b[i] = a[i]
+				}
+				ks.AxpysF16(a, w, k, stride)
+				for j := range w {
+					ks.AxpyF16(b, w[j], k[j*stride:j*stride+hd])
+				}
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("hd %d nk %d: axpys[%d] %g != %g", hd, nk, i, a[i], b[i])
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 func TestReadBandwidth(t *testing.T) {
@@ -348,51 +365,53 @@ func TestReadBandwidth(t *testing.T) {
 // TestPageKernels4 checks Dots4F16 and Axpys4F16 bitwise against the one-query
 // kernels.
 func TestPageKernels4(t *testing.T) {
-	rng := rand.New(rand.NewPCG(25, 26))
-	for _, hd := range []int{16, 64, 72, 128, 20} {
-		for _, nk := range []int{1, 5, 16} {
-			stride := hd*2 + 16
-			q := halves(rng, 4*hd)
-			qf := make([]float32, 4*hd)
-			F16ToF32s(qf, q)
-			k := halves(rng, nk*stride)
-			var got, w, dst [4][]float32
-			for i := range got {
-				got[i] = make([]float32, nk)
-				w[i] = make([]float32, nk)
-				dst[i] = make([]float32, hd)
-				for j := range w[i] {
-					w[i][j] = float32(rng.Float64())
-				}
-				for x := range dst[i] {
-					dst[i][x] = float32(rng.NormFloat64())
-				}
-			}
-			Dots4F16(&got, q, qf, k, stride, 0.125)
-			want := make([]float32, nk)
-			for i := range got {
-				DotsF16(want, q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, 0.125)
-				for j := range want {
-					if math.Float32bits(got[i][j]) != math.Float32bits(want[j]) {
-						t.Fatalf("hd %d nk %d: dots4[%d][%d] %g != %g", hd, nk, i, j, got[i][j], want[j])
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(25, 26))
+		for _, hd := range []int{16, 64, 72, 128, 20} {
+			for _, nk := range []int{1, 5, 16} {
+				stride := hd*2 + 16
+				q := halves(rng, 4*hd)
+				qf := make([]float32, 4*hd)
+				ks.F16ToF32s(qf, q)
+				k := halves(rng, nk*stride)
+				var got, w, dst [4][]float32
+				for i := range got {
+					got[i] = make([]float32, nk)
+					w[i] = make([]float32, nk)
+					dst[i] = make([]float32, hd)
+					for j := range w[i] {
+						w[i][j] = float32(rng.Float64())
+					}
+					for x := range dst[i] {
+						dst[i][x] = float32(rng.NormFloat64())
 					}
 				}
-			}
-			var ref [4][]float32
-			for i := range ref {
-				ref[i] = append([]float32(nil), dst[i]...)
-				AxpysF16(ref[i], w[i], k, stride)
-			}
-			Axpys4F16(&dst, &w, k, stride)
-			for i := range dst {
-				for x := range dst[i] {
-					if math.Float32bits(dst[i][x]) != math.Float32bits(ref[i][x]) {
-						t.Fatalf("hd %d nk %d: axpys4[%d][%d] %g != %g", hd, nk, i, x, dst[i][x], ref[i][x])
+				ks.Dots4F16(&got, q, qf, k, stride, 0.125)
+				want := make([]float32, nk)
+				for i := range got {
+					ks.DotsF16(want, q[i*hd:(i+1)*hd], qf[i*hd:(i+1)*hd], k, stride, 0.125)
+					for j := range want {
+						if math.Float32bits(got[i][j]) != math.Float32bits(want[j]) {
+							t.Fatalf("hd %d nk %d: dots4[%d][%d] %g != %g", hd, nk, i, j, got[i][j], want[j])
+						}
+					}
+				}
+				var ref [4][]float32
+				for i := range ref {
+					ref[i] = append([]float32(nil), dst[i]...)
+					ks.AxpysF16(ref[i], w[i], k, stride)
+				}
+				ks.Axpys4F16(&dst, &w, k, stride)
+				for i := range dst {
+					for x := range dst[i] {
+						if math.Float32bits(dst[i][x]) != math.Float32bits(ref[i][x]) {
+							t.Fatalf("hd %d nk %d: axpys4[%d][%d] %g != %g", hd, nk, i, x, dst[i][x], ref[i][x])
+						}
 					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestSoftmaxParts checks the vector parts of Softmax on the AVX-512 path: the
@@ -400,9 +419,10 @@ func TestPageKernels4(t *testing.T) {
 // the float64 sum against the in-order one, Scale bitwise against x*s, and
 // Softmax against float64 arithmetic, for lengths around the vector widths.
 func TestSoftmaxParts(t *testing.T) {
-	if active < pathAVX512 {
-		t.Skipf("this process runs the %s kernels, not avx512", active)
+	if detectPath() < pathAVX512 {
+		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
 	}
+	ks := pathAVX512.set()
 	rng := rand.New(rand.NewPCG(29, 30))
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	for _, n := range []int{1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 161, 1000} {
@@ -446,18 +466,18 @@ func TestSoftmaxParts(t *testing.T) {
 				seq += float64(v)
 				mag += math.Abs(float64(v))
 			}
-			if s := sum64(x); math.Abs(s-seq) > 1e-12*mag {
+			if s := ks.sum64(x); math.Abs(s-seq) > 1e-12*mag {
 				t.Fatalf("%s: sum64 %g, in order %g", name, s, seq)
 			}
 			y := append([]float32(nil), x...)
-			Scale(y, 0.3)
+			ks.Scale(y, 0.3)
 			for i := range y {
 				if w := x[i] * 0.3; math.Float32bits(y[i]) != math.Float32bits(w) {
 					t.Fatalf("%s: Scale [%d] %g, want %g", name, i, y[i], w)
 				}
 			}
 			copy(y, x)
-			Softmax(y)
+			ks.Softmax(y)
 			m := float64(want)
 			var z float64
 			for _, v := range x {

@@ -3,6 +3,8 @@ package kvcache
 import (
 	"fmt"
 	"math"
+
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // DefaultPageSize is the number of token slots per page when Config.PageSize is 0.
@@ -55,6 +57,10 @@ type Config struct {
 	// it takes precedence over Scrub.
 	Poison bool
 	Scrub  ScrubMode
+
+	// Kernels converts written K and V rows to half precision (bitwise the
+	// same on every set); the zero Set is the process's own.
+	Kernels kernels.Set
 }
 
 // KVDim is the number of half values in one K (or V) row: KVHeads*HeadDim.

@@ -2,8 +2,6 @@ package kvcache
 
 import (
 	"fmt"
-
-	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // Sequence is one request's KV: the pages it reserved, in order, and how far it
@@ -141,19 +139,14 @@ func (s *Sequence) WriteRows(layer, pos0 int, k, v []float32, n int) error {
 		}
 		off := (id<<p.pageShift + slot) * p.kvDim
 		m := rows * p.kvDim
-		toF16(dk[off:off+m], k[r*p.kvDim:r*p.kvDim+m])
-		toF16(dv[off:off+m], v[r*p.kvDim:r*p.kvDim+m])
+		p.cfg.Kernels.F32ToF16s(dk[off:off+m], k[r*p.kvDim:r*p.kvDim+m])
+		p.cfg.Kernels.F32ToF16s(dv[off:off+m], v[r*p.kvDim:r*p.kvDim+m])
 		p.pageWritten[id*p.layers+layer].Store(uint32(slot + rows))
 		r += rows
 	}
 	s.written[layer] = pos0 + n
 	return nil
 }
-
-// toF16 rounds src to half precision into dst, to nearest even, bitwise as
-// gguf.F32ToF16 (kernels.F32ToF16s: VCVTPS2PH eight at a time where the CPU
-// has F16C).
-func toF16(dst []uint16, src []float32) { kernels.F32ToF16s(dst[:len(src)], src) }
 
 // View checks that this sequence owns every page covering positions [0, n) and
 // wrote every one of those slots at layer, and returns unchecked accessors for
