@@ -2,7 +2,7 @@
 // retries a check until it passes (nats-server's checkFor), and Main and Run,
 // a TestMain that fails a passing run when goroutines started by its tests
 // outlive them, with Running and Snapshot.Leaks for the same check inside one
-// test.
+// test; and Race, whether the binary runs under the race detector.
 //
 // It imports only the standard library so that every layer may use it,
 // models/ included (nothing in models/ imports anything above it, tests
