@@ -53,6 +53,7 @@ type Result struct {
 	DecodeBytesPerToken int     `json:"decode_weight_bytes_per_token"`
 	GenTokens           int     `json:"gen_tokens"`
 	Kernels             string  `json:"kernels"`
+	KVPoolTokens        int     `json:"kv_pool_tokens"` // what the run needs, not the model's trained context
 	Model               string  `json:"model"`
 	Prefill             float64 `json:"prefill_tokens_per_s"`
 	PromptTokens        int     `json:"prompt_tokens"`
@@ -66,10 +67,15 @@ func Engine(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Config) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	perSeq := cfg.PromptTokens + cfg.GenTokens
-	window := max(perSeq, m.Hyper.Context)
+	// The window and the KV pool are what the run needs, not the model's
+	// trained context (131,072 tokens for the llama-3.2 shapes: 4 GiB of KV
+	// at 1B, faulted in at start): the longest sequence it runs (the warm-up,
+	// the prefill, a decode sequence), and room for every decode sequence at
+	// once, in whole pages.
+	window := max(warmupTokens+2, cfg.PromptTokens+1, cfg.DecodePromptTokens+cfg.GenTokens)
+	page := kvcache.DefaultPageSize
 	eng, err := engine.New(log, m, engine.Config{
-		Threads: cfg.Threads, Context: window, KVTokens: max(window, perSeq*cfg.Batch),
+		Threads: cfg.Threads, Context: window, KVTokens: cfg.Batch * (window + page - 1) / page * page,
 		MaxBatch: cfg.Batch, QueueSize: cfg.Batch, ChunkSize: cfg.PromptTokens,
 	})
 	if err != nil {
@@ -83,6 +89,9 @@ func Engine(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Config) 
 	return measure(ctx, eng, cfg)
 }
 
+// warmupTokens is the warm-up request's prompt at most.
+const warmupTokens = 16
+
 // measure runs the benchmark on a running engine.
 func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, error) {
 	m := eng.Model()
@@ -95,14 +104,14 @@ func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, erro
 		return p
 	}
 	// Read bandwidth on the engine's thread count, before any sequence runs,
-	// over a buffer the size of the weights a decode step streams (at least
-	// 64 MiB), so it comes from the memory level the weights come from.
+	// over the weights a decode step streams: the memory they live in, and
+	// they are paged in for the warm-up.
 	bwPool := kernels.NewPool(eng.Threads())
-	bandwidth := bwPool.ReadBandwidth(kernels.WeightBuffer(max(64<<20, m.DecodeBytes())), 5)
+	bandwidth := bwPool.ReadBandwidth(m.DecodeWeights(), 5)
 	bwPool.Close()
 
-	// Warm up the kernels and page in the weights.
-	if _, err := eng.Generate(ctx, engine.Request{Owner: owner, Prompt: prompt(min(16, cfg.PromptTokens)), MaxTokens: 2, IgnoreEOS: true}); err != nil {
+	// Warm up the kernels.
+	if _, err := eng.Generate(ctx, engine.Request{Owner: owner, Prompt: prompt(min(warmupTokens, cfg.PromptTokens)), MaxTokens: 2, IgnoreEOS: true}); err != nil {
 		return nil, err
 	}
 	prefill, err := timePrefill(ctx, eng, prompt(cfg.PromptTokens))
@@ -121,7 +130,7 @@ func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, erro
 	// bandwidth / bytes per token.
 	wb := m.DecodeBytes()
 	res := &Result{
-		Model: m.Name, Threads: eng.Threads(), Kernels: eng.Kernels(),
+		Model: m.Name, Threads: eng.Threads(), Kernels: eng.Kernels(), KVPoolTokens: eng.KV().TotalPages() * eng.KV().PageSize(),
 		PromptTokens: cfg.PromptTokens, GenTokens: cfg.GenTokens, DecodePromptTokens: cfg.DecodePromptTokens, Batch: cfg.Batch,
 		Prefill: float64(cfg.PromptTokens) / prefill.Seconds(),
 		Decode:  aggregate / float64(cfg.Batch),

@@ -68,6 +68,12 @@ func TestEngine(t *testing.T) {
 		if keys := jsonKeys(t, b); !slices.IsSorted(keys) {
 			t.Errorf("batch %d: keys not in name order: %v", batch, keys)
 		}
+		// The pool holds what the run needs (the longest sequence is the
+		// warm-up's 16+2 tokens: two 16-token pages a sequence), not the
+		// model's trained context.
+		if want := batch * 32; res.KVPoolTokens != want {
+			t.Errorf("batch %d: KV pool of %d tokens, want %d", batch, res.KVPoolTokens, want)
+		}
 		if res.Batch != batch || res.PromptTokens != 16 || res.GenTokens != 4 || res.DecodePromptTokens != 8 || res.Threads != 1 {
 			t.Errorf("batch %d: figures echo the wrong config: %+v", batch, res)
 		}

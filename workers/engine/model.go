@@ -266,17 +266,27 @@ func fileDigest(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// DecodeBytes is how many bytes of weights one decode step reads for a
-// sequence: every block's projections and the output matrix (the embedding
-// lookup reads one row). Divided into the memory bandwidth it bounds decode
-// tokens/s.
-func (m *Model) DecodeBytes() int {
-	n := m.Output.Bytes()
+// DecodeWeights is the weights one decode step reads for a sequence, in the
+// order it reads them: every block's projections, then the output matrix (the
+// embedding lookup reads one row). They must not be written.
+func (m *Model) DecodeWeights() [][]byte {
+	var ws [][]byte
 	for i := range m.Layers {
 		L := &m.Layers[i]
 		for _, w := range []*kernels.Matrix{&L.Q, &L.K, &L.V, &L.O, &L.Gate, &L.Up, &L.Down} {
-			n += w.Bytes()
+			ws = append(ws, w.Weights())
 		}
+	}
+	return append(ws, m.Output.Weights())
+}
+
+// DecodeBytes is how many bytes of weights one decode step reads for a
+// sequence (DecodeWeights). Divided into the memory bandwidth it bounds
+// decode tokens/s.
+func (m *Model) DecodeBytes() int {
+	n := 0
+	for _, w := range m.DecodeWeights() {
+		n += len(w)
 	}
 	return n
 }

@@ -5,40 +5,42 @@ import (
 	"time"
 )
 
-// ReadBandwidth measures how fast the pool's threads can stream memory: it
-// writes one byte per page of buf (which should be much larger than the
-// caches, e.g. 256 MiB), then reads it passes times, split over the threads as MatMul splits weight rows, and returns
-// bytes per second of the fastest pass. Decode is bound by this figure times
-// the weight bytes a token reads; bench engine reports the share reached.
-func (p *Pool) ReadBandwidth(buf []byte, passes int) float64 {
-	const unit = 1 << 16 // bytes per work item
-	n := len(buf) / unit
-	if n == 0 || passes < 1 {
-		return 0
-	}
-	sums := make([]uint64, n)
-	fn := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			sums[i] = readSum(buf[i*unit : (i+1)*unit])
+// ReadBandwidth measures how fast the pool's threads stream bufs, read only:
+// a model's own weights (Matrix.Weights), as decode reads them, so the figure
+// comes from the memory they live in and costs no memory of its own. It
+// reads them passes times, split over the threads in 64 KiB pieces as MatMul
+// splits weight rows, and returns bytes per second of the fastest pass (the
+// first one also faults in what was not resident yet). Decode is bound by
+// this figure divided by the weight bytes a token reads; bench engine
+// reports the share reached.
+func (p *Pool) ReadBandwidth(bufs [][]byte, passes int) float64 {
+	const unit = 1 << 16 // bytes per work item at most
+	var pieces [][]byte
+	total := 0
+	for _, b := range bufs {
+		for len(b) >= 128 {
+			n := min(len(b), unit) &^ 127
+			pieces = append(pieces, b[:n])
+			total += n
+			b = b[n:]
 		}
 	}
-	// Write every page first: untouched pages of a fresh allocation all map
-	// the kernel's one zero page, which would be read from cache.
-	for i := 0; i < len(buf); i += 4096 {
-		buf[i] = byte(i>>12) | 1
+	if len(pieces) == 0 || passes < 1 {
+		return 0
+	}
+	sums := make([]uint64, len(pieces))
+	fn := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			sums[i] = readSum(pieces[i])
+		}
 	}
 	best := time.Duration(1<<63 - 1)
 	for range passes {
 		start := time.Now()
-		p.Run(n, fn)
+		p.Run(len(pieces), fn)
 		best = min(best, time.Since(start))
 	}
-	var s uint64
-	for _, v := range sums {
-		s += v
-	}
-	_ = s
-	return float64(n*unit) / best.Seconds()
+	return float64(total) / best.Seconds()
 }
 
 // readSum sums b (a multiple of 128 bytes long) as little-endian 64-bit words.
@@ -53,11 +55,14 @@ func readSum(b []byte) uint64 {
 	return s
 }
 
-// Bytes returns how many bytes of weights one MatMul with m reads: its packed
-// copy when it has one, else its data.
-func (m Matrix) Bytes() int {
+// Weights is the bytes one MatMul with m reads: its packed copy when it has
+// one, else its data. They must not be written.
+func (m Matrix) Weights() []byte {
 	if m.pack != nil {
-		return len(m.pack)
+		return m.pack
 	}
-	return len(m.Data)
+	return m.Data
 }
+
+// Bytes returns how many bytes of weights one MatMul with m reads.
+func (m Matrix) Bytes() int { return len(m.Weights()) }

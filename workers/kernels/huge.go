@@ -85,8 +85,3 @@ func HugeHalves(n int) []uint16 {
 	hugeCollapse(b)
 	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
-
-// WeightBuffer returns n zero bytes laid out in memory as the matrices' own
-// copies are (huge pages where the system offers them), for a bandwidth probe
-// that reads memory the way the products read weights.
-func WeightBuffer(n int) []byte { return hugeMake(n) }

@@ -357,7 +357,7 @@ func TestReadBandwidth(t *testing.T) {
 	}
 	p := NewPool(2)
 	defer p.Close()
-	if bw := p.ReadBandwidth(buf, 2); bw <= 0 {
+	if bw := p.ReadBandwidth([][]byte{buf[:1<<20], buf[1<<20 : 3<<20], buf[3<<20:], buf[:100]}, 2); bw <= 0 {
 		t.Fatalf("bandwidth %g", bw)
 	}
 }
