@@ -51,10 +51,10 @@
 	VPMADDUBSW xlo(DI), Y4, Y4 \
 	VPMADDUBSW xhi(DI), Y5, Y5 \
 	MOVBLZX slo(SP), AX \
-	MOVL AX, X6 \
+	VMOVD AX, X6 \
 	VPBROADCASTW X6, Y6 \
 	MOVBLZX shi(SP), AX \
-	MOVL AX, X7 \
+	VMOVD AX, X7 \
 	VPBROADCASTW X7, Y7 \
 	VPMADDWD Y6, Y4, Y4 \
 	VPMADDWD Y7, Y5, Y5 \
@@ -68,10 +68,10 @@ TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
 	MOVQ nb+16(FP), CX
 	VXORPS X0, X0, X0
 	MOVL $0x0f0f0f0f, AX
-	MOVL AX, X15
+	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 	MOVL $0x00010001, AX
-	MOVL AX, X14
+	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
 	TESTQ CX, CX
 	JZ    q4kdone
@@ -102,7 +102,7 @@ q4kloop:
 
 	// [d, dmin] * dx, times [isum, msum]; sum += the first, -= the second.
 	MOVL         (SI), AX
-	MOVL         AX, X4
+	VMOVD         AX, X4
 	VCVTPH2PS    X4, X4
 	VBROADCASTSS (DI), X5
 	VMULPS       X5, X4, X4
@@ -135,10 +135,10 @@ q4kdone:
 #define Q6KDOT(zq, xoff, s0, s1) \
 	VPMADDUBSW xoff(DI), zq, zq \
 	MOVBLSX s0(R10), AX \
-	MOVL AX, X6 \
+	VMOVD AX, X6 \
 	VPBROADCASTW X6, X6 \
 	MOVBLSX s1(R10), AX \
-	MOVL AX, X7 \
+	VMOVD AX, X7 \
 	VPBROADCASTW X7, X7 \
 	VINSERTI128 $1, X7, Y6, Y6 \
 	VPMADDWD Y6, zq, zq \
@@ -174,10 +174,10 @@ TEXT ·dotQ6KAVX2(SB), NOSPLIT, $0-28
 	MOVQ nb+16(FP), CX
 	VXORPS X8, X8, X8
 	MOVL $0x0f0f0f0f, AX
-	MOVL AX, X15
+	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 	MOVL $0x03030303, AX
-	MOVL AX, X13
+	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
 	TESTQ CX, CX
 	JZ    q6kdone
@@ -201,7 +201,7 @@ q6kloop:
 	VCVTDQ2PS    X3, X3
 
 	MOVWLZX      208(SI), AX
-	MOVL         AX, X4
+	VMOVD         AX, X4
 	VCVTPH2PS    X4, X4
 	VMULSS       (DI), X4, X4
 	VMULSS       X3, X4, X4
@@ -247,7 +247,7 @@ GLOBL q5kperm<>(SB), RODATA|NOPTR, $32
 	VPMOVSXWD xq, yq \
 	VPADDD Y7, yq, yq \
 	MOVBLZX soff(SP), AX \
-	MOVL AX, X8 \
+	VMOVD AX, X8 \
 	VPBROADCASTD X8, Y8 \
 	VPMULLD Y8, yq, yq \
 	VPADDD yq, Y3, Y3
@@ -275,13 +275,13 @@ TEXT ·dotQ5KAVX2(SB), NOSPLIT, $48-28
 	VXORPS X0, X0, X0
 	VXORPS Y1, Y1, Y1
 	MOVL $0x0f0f0f0f, AX
-	MOVL AX, X15
+	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 	MOVL $0x00010001, AX
-	MOVL AX, X14
+	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
 	MOVL $0x01010101, AX
-	MOVL AX, X13
+	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
 	VMOVDQU q5kperm<>(SB), Y12
 	TESTQ CX, CX
@@ -303,7 +303,7 @@ q5kloop:
 
 	// [d, dmin] * dx; acc += d*lanes; sum -= dmin*msum.
 	MOVL         (SI), AX
-	MOVL         AX, X4
+	VMOVD         AX, X4
 	VCVTPH2PS    X4, X4
 	VBROADCASTSS (DI), X5
 	VMULPS       X5, X4, X4
