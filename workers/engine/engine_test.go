@@ -109,6 +109,21 @@ func eachKernelSet(t *testing.T, f func(t *testing.T, ks kernels.Set)) {
 	}
 }
 
+// greedyText encodes prompt with e's tokenizer, checks that its tokens are
+// llama.cpp's (want), and returns e's greedy completion of n tokens.
+func greedyText(t *testing.T, e *Engine, prompt string, want []int32, n int) *Result {
+	t.Helper()
+	ids := e.Model().Tokenizer.Encode(prompt, true, false)
+	if !equal(ids, want) {
+		t.Fatalf("prompt tokens %v, llama.cpp %v", ids, want)
+	}
+	res, err := e.Generate(context.Background(), greedy(ids, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func greedy(prompt []int32, n int) Request {
 	return Request{Owner: own, Prompt: prompt, MaxTokens: n}
 }
@@ -122,14 +137,7 @@ func testGoldenStories260K(t *testing.T, ks kernels.Set) {
 	e := startEngine(t, m, Config{Threads: 1, Poison: true})
 	for _, c := range loadGolden(t) {
 		t.Run(c.Prompt, func(t *testing.T) {
-			ids := m.Tokenizer.Encode(c.Prompt, true, false)
-			if !equal(ids, c.PromptTokens) {
-				t.Fatalf("prompt tokens %v, llama.cpp %v", ids, c.PromptTokens)
-			}
-			res, err := e.Generate(context.Background(), greedy(ids, len(c.CompletionTokens)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := greedyText(t, e, c.Prompt, c.PromptTokens, len(c.CompletionTokens))
 			if i := firstDiff(res.CompletionTokens, c.CompletionTokens); i >= 0 {
 				t.Fatalf("completion differs from llama.cpp at token %d:\n got %v\nwant %v", i, res.CompletionTokens, c.CompletionTokens)
 			}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 
@@ -31,16 +30,7 @@ func goldenGenerate(pt *testing.T, ks kernels.Set) func(t *testing.T, c refdatat
 			pt.Cleanup(func() { m.Close() })
 			engines[c.File] = e
 		}
-		tok := e.Model().Tokenizer
-		ids := tok.Encode(c.Prompt, true, false)
-		if !equal(ids, c.PromptTokens) {
-			t.Fatalf("prompt tokens %v, llama.cpp %v", ids, c.PromptTokens)
-		}
-		res, err := e.Generate(context.Background(), greedy(ids, len(c.CompletionTokens)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.CompletionTokens
+		return greedyText(t, e, c.Prompt, c.PromptTokens, len(c.CompletionTokens)).CompletionTokens
 	}
 }
 

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -110,14 +109,7 @@ func checkSynthFile(t *testing.T, path string, ks kernels.Set, cases []synthGold
 	e := startEngine(t, m, Config{Threads: 2, Poison: true})
 	for _, c := range cases {
 		t.Run(c.Prompt, func(t *testing.T) {
-			ids := m.Tokenizer.Encode(c.Prompt, true, false)
-			if !equal(ids, c.PromptTokens) {
-				t.Fatalf("prompt tokens %v, llama.cpp %v", ids, c.PromptTokens)
-			}
-			res, err := e.Generate(context.Background(), greedy(ids, len(c.CompletionTokens)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := greedyText(t, e, c.Prompt, c.PromptTokens, len(c.CompletionTokens))
 			if len(res.CompletionTokens) != 8 {
 				t.Errorf("%d tokens, want 8", len(res.CompletionTokens))
 			}
