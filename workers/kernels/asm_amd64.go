@@ -44,6 +44,9 @@ func dot4Q4AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
 func dot4Q5AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
 
 //go:noescape
+func dot4IQ4NLAVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
+
+//go:noescape
 func dotQ4KAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape

@@ -696,3 +696,68 @@ q5done:
 	VMOVUPS X14, (R8)
 	VZEROUPPER
 	RET
+
+// iq4nl is GGML's IQ4_NL codebook (gguf.IQ4NLValues) as 16 int8 bytes.
+DATA iq4nl<>+0(SB)/8, $0xF6EADDCFBFAD9881
+DATA iq4nl<>+8(SB)/8, $0x7159453526190D01
+GLOBL iq4nl<>(SB), RODATA|NOPTR, $16
+
+// IQ4UNPACK: 16 bytes of nibbles at addr -> 32 codebook levels (int8) in Y1,
+// low nibbles then high ones as Q4UNPACK; uses Y2. Y13 = 0x0F bytes, Y12 =
+// the codebook in both lanes.
+#define IQ4UNPACK(addr) \
+	VMOVDQU addr, X1 \
+	VPSRLW $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND Y13, Y1, Y1 \
+	VPSHUFB Y1, Y12, Y1
+
+// func dot4IQ4NLAVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)
+// dot4Q4AVX with each nibble a codebook level: bitwise dotIQ4NLGo (levels
+// within ±127, so QDOT's byte products are exact).
+TEXT ·dot4IQ4NLAVX(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	VXORPS X14, X14, X14
+	VPXOR X8, X8, X8
+	MOVL $0x00010001, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	VBROADCASTI128 iq4nl<>(SB), Y12
+	TESTQ CX, CX
+	JZ    iq4done
+iq4loop:
+	PREFETCHT0 256(SI)
+	PREFETCHT0 256(R9)
+	PREFETCHT0 256(R10)
+	PREFETCHT0 256(R11)
+	VMOVDQU 2(DI), Y0
+	IQ4UNPACK(2(SI))
+	QDOT(Y4)
+	IQ4UNPACK(2(R9))
+	QDOT(Y5)
+	IQ4UNPACK(2(R10))
+	QDOT(Y6)
+	IQ4UNPACK(2(R11))
+	QDOT(Y7)
+	QFINISH
+	ADDQ $18, SI
+	ADDQ $18, R9
+	ADDQ $18, R10
+	ADDQ $18, R11
+	ADDQ $34, DI
+	DECQ CX
+	JNZ  iq4loop
+iq4done:
+	VMOVUPS X14, (R8)
+	VZEROUPPER
+	RET

@@ -14,6 +14,7 @@ func dot4x3BF16AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32) { panic
 func dot4Q8AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
 func dot4Q4AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
 func dot4Q5AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
+func dot4IQ4NLAVX(*byte, uintptr, *byte, int, *[4]float32)               { panic("kernels: no asm") }
 func dotQ4KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotQ6KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotQ5KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }

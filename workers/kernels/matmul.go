@@ -273,7 +273,7 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			}
 			j.store(t[:4], i, nw, r)
 		}
-	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0:
+	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 		t4 := (*[4]float32)(t[:4])
 		for r := x0; r < x1; r++ {
 			switch j.m.Type {
@@ -281,6 +281,8 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 				dot4Q8AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
 			case gguf.TypeQ4_0:
 				dot4Q4AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
+			case gguf.TypeIQ4_NL:
+				dot4IQ4NLAVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
 			default:
 				dot4Q5AVX(w, uintptr(wstride), &j.xq[r*j.xqs], c/32, t4)
 			}
