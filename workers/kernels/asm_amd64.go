@@ -53,6 +53,9 @@ func dotQ4KAVX2(w *byte, x *q8K, nb int) float32
 func dotQ6KAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape
+func dotIQ4XSAVX2(w *byte, x *q8K, nb int) float32
+
+//go:noescape
 func dotQ5KAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape

@@ -338,3 +338,88 @@ q5kdone:
 	VMOVSS  X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// IQ4XSCHUNK: sub-block ib of an IQ4_XS super-block: 16 bytes of nibbles at
+// qoff(SI) as codebook levels (IQ4UNPACK's order: low nibbles then high
+// ones) times the 32 activations at xoff(DI), times the sub-block's scale
+// (gguf.IQ4XSScale: the nibble at shift4 of byte slo(SI), the two bits at
+// shift2 of the word at 2(SI) above it, minus 32), into Y3. Y13 holds 0x0f
+// bytes, Y12 the codebook in both lanes; uses AX, DX, Y0-Y2, Y6.
+#define IQ4XSCHUNK(qoff, xoff, slo, shift4, shift2) \
+	VMOVDQU qoff(SI), X1 \
+	VPSRLW $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND Y13, Y1, Y1 \
+	VPSHUFB Y1, Y12, Y1 \
+	VMOVDQU xoff(DI), Y0 \
+	VPABSB Y1, Y2 \
+	VPSIGNB Y1, Y0, Y0 \
+	VPMADDUBSW Y0, Y2, Y0 \
+	MOVBLZX slo(SI), AX \
+	SHRL $shift4, AX \
+	ANDL $15, AX \
+	MOVWLZX 2(SI), DX \
+	SHRL $shift2, DX \
+	ANDL $3, DX \
+	SHLL $4, DX \
+	ORL DX, AX \
+	SUBL $32, AX \
+	VMOVD AX, X6 \
+	VPBROADCASTW X6, Y6 \
+	VPMADDWD Y6, Y0, Y0 \
+	VPADDD Y0, Y3, Y3
+
+// func dotIQ4XSAVX2(w *byte, x *q8K, nb int) float32
+// Per super-block isum = sum over the 8 sub-blocks of scale * (levels·x),
+// exact in int32, then sum += (d*dx)*isum: bitwise dotIQ4XSGo.
+TEXT ·dotIQ4XSAVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	VXORPS X8, X8, X8
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	VBROADCASTI128 iq4xsLevels<>(SB), Y12
+	TESTQ CX, CX
+	JZ    iq4xsdone
+
+iq4xsloop:
+	VPXOR Y3, Y3, Y3
+	IQ4XSCHUNK(8, 4, 4, 0, 0)
+	IQ4XSCHUNK(24, 36, 4, 4, 2)
+	IQ4XSCHUNK(40, 68, 5, 0, 4)
+	IQ4XSCHUNK(56, 100, 5, 4, 6)
+	IQ4XSCHUNK(72, 132, 6, 0, 8)
+	IQ4XSCHUNK(88, 164, 6, 4, 10)
+	IQ4XSCHUNK(104, 196, 7, 0, 12)
+	IQ4XSCHUNK(120, 228, 7, 4, 14)
+
+	VEXTRACTI128 $1, Y3, X4
+	VPADDD       X4, X3, X3
+	VPHADDD      X3, X3, X3
+	VPHADDD      X3, X3, X3
+	VCVTDQ2PS    X3, X3
+
+	MOVWLZX   (SI), AX
+	VMOVD     AX, X4
+	VCVTPH2PS X4, X4
+	VMULSS    (DI), X4, X4
+	VMULSS    X3, X4, X4
+	VADDSS    X4, X8, X8
+
+	ADDQ $136, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  iq4xsloop
+
+iq4xsdone:
+	VMOVSS X8, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// iq4xsLevels is GGML's IQ4_NL codebook (gguf.IQ4NLValues), as iq4nl in
+// dot_avx2_amd64.s.
+DATA iq4xsLevels<>+0(SB)/8, $0xF6EADDCFBFAD9881
+DATA iq4xsLevels<>+8(SB)/8, $0x7159453526190D01
+GLOBL iq4xsLevels<>(SB), RODATA|NOPTR, $16

@@ -349,7 +349,7 @@ func TestQuantKernelsExtremes(t *testing.T) {
 	}
 }
 
-// TestKQuantAVX2Extremes drives the AVX2 Q4_K/Q5_K/Q6_K kernels with extreme
+// TestKQuantAVX2Extremes drives the AVX2 Q4_K/Q5_K/Q6_K/IQ4_XS kernels with extreme
 // bytes (every weight and scale bit set or clear, activations -128 and 127)
 // and compares them with the Go kernels bitwise.
 func TestKQuantAVX2Extremes(t *testing.T) {
@@ -399,6 +399,21 @@ func TestKQuantAVX2Extremes(t *testing.T) {
 			}
 			if a, g := dotQ6KAVX2(&w6[0], &x[0], nb), dotQ6KGo(w6, x); math.Float32bits(a) != math.Float32bits(g) {
 				t.Errorf("Q6_K: asm %g go %g", a, g)
+			}
+			// The IQ4_XS kernel moves the levels' signs onto the activations
+			// (as the Q8_0 family's does), so it takes what quantizeQ8K
+			// makes: -127..127.
+			for b := range x {
+				for i, q := range x[b].qs {
+					x[b].qs[i] = max(q, -127)
+				}
+			}
+			wx := filled(nb*iq4XSBlock, fill.w)
+			for b := range nb {
+				putHalf(wx[b*iq4XSBlock:], 0.03)
+			}
+			if a, g := dotIQ4XSAVX2(&wx[0], &x[0], nb), dotIQ4XSGo(wx, x); math.Float32bits(a) != math.Float32bits(g) {
+				t.Errorf("IQ4_XS: asm %g go %g", a, g)
 			}
 		})
 	}
