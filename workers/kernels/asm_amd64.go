@@ -56,6 +56,9 @@ func dotQ6KAVX2(w *byte, x *q8K, nb int) float32
 func dotIQ4XSAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape
+func dotQ3KAVX2(w *byte, x *q8K, nb int) float32
+
+//go:noescape
 func dotQ5KAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape

@@ -18,6 +18,7 @@ func dot4IQ4NLAVX(*byte, uintptr, *byte, int, *[4]float32)               { panic
 func dotQ4KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotQ6KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotIQ4XSAVX2(*byte, *q8K, int) float32                              { panic("kernels: no asm") }
+func dotQ3KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotQ5KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotF16AVX(*uint16, *uint16, int) float32                            { panic("kernels: no asm") }
 func dotF32AVX(*float32, *float32, int) float32                          { panic("kernels: no asm") }

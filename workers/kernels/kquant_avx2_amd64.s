@@ -423,3 +423,137 @@ iq4xsdone:
 DATA iq4xsLevels<>+0(SB)/8, $0xF6EADDCFBFAD9881
 DATA iq4xsLevels<>+8(SB)/8, $0x7159453526190D01
 GLOBL iq4xsLevels<>(SB), RODATA|NOPTR, $16
+
+// Q3KSCALE: scale j of a Q3_K super-block (q3KScales: the nibble at lshift
+// of byte loff(SI), the two bits at hshift of byte hoff(SI) above it, minus
+// 32) as a word at dst(SP); uses AX, DX.
+#define Q3KSCALE(loff, lshift, hoff, hshift, dst) \
+	MOVBLZX loff(SI), AX \
+	SHRL $lshift, AX \
+	ANDL $15, AX \
+	MOVBLZX hoff(SI), DX \
+	SHRL $hshift, DX \
+	ANDL $3, DX \
+	SHLL $4, DX \
+	ORL DX, AX \
+	SUBL $32, AX \
+	MOVW AX, dst(SP)
+
+// Q3KWIDEN: the 16 words in zw, each the product of one element, into the
+// int32 lanes of Y3 by element index mod 8 (words k and k+8 into lane k);
+// uses Y8.
+#define Q3KWIDEN(zw, xw) \
+	VPMOVSXWD xw, Y8 \
+	VPADDD Y8, Y3, Y3 \
+	VEXTRACTI128 $1, zw, xw \
+	VPMOVSXWD xw, Y8 \
+	VPADDD Y8, Y3, Y3
+
+// Q3KCHUNK: 32 elements of a Q3_K super-block: the 2-bit quants at shift
+// of the bytes at qoff(SI), less 4 where bit mbit of the hmask bytes (Y11)
+// is clear, times the activations at xoff(DI), times the scale at s0(SP)
+// (elements 0..15) or s1(SP) (16..31), each product exact as a word, added
+// into the lanes of Y3 by element index mod 8 (dotQ3KGo's lane[l%8]).
+// Y13 holds 0x03 bytes, Y9 0x04 bytes, Y10 zero; uses AX, Y4-Y8.
+#define Q3KCHUNK(qoff, shift, mbit, xoff, s0, s1) \
+	VMOVDQU qoff(SI), Y4 \
+	VPSRLW $shift, Y4, Y4 \
+	VPAND Y13, Y4, Y4 \
+	MOVL $mbit, AX \
+	VMOVD AX, X6 \
+	VPBROADCASTB X6, Y6 \
+	VPAND Y11, Y6, Y6 \
+	VPCMPEQB Y10, Y6, Y6 \
+	VPAND Y9, Y6, Y6 \
+	VPSUBB Y6, Y4, Y4 \
+	VMOVDQU xoff(DI), Y5 \
+	VPMOVSXBW X4, Y6 \
+	VPMOVSXBW X5, Y7 \
+	VPMULLW Y7, Y6, Y6 \
+	VPBROADCASTW s0(SP), Y7 \
+	VPMULLW Y7, Y6, Y6 \
+	Q3KWIDEN(Y6, X6) \
+	VEXTRACTI128 $1, Y4, X4 \
+	VEXTRACTI128 $1, Y5, X5 \
+	VPMOVSXBW X4, Y6 \
+	VPMOVSXBW X5, Y7 \
+	VPMULLW Y7, Y6, Y6 \
+	VPBROADCASTW s1(SP), Y7 \
+	VPMULLW Y7, Y6, Y6 \
+	Q3KWIDEN(Y6, X6)
+
+// func dotQ3KAVX2(w *byte, x *q8K, nb int) float32
+// Per super-block 8 int32 lanes (exact), then acc[l] += (d*dx)*lane[l] in
+// eight float lanes, summed in lane order at the end: bitwise dotQ3KGo.
+TEXT ·dotQ3KAVX2(SB), NOSPLIT, $64-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	VXORPS Y1, Y1, Y1
+	VPXOR  Y10, Y10, Y10
+	MOVL $0x03030303, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x04040404, AX
+	VMOVD AX, X9
+	VPBROADCASTD X9, Y9
+	TESTQ CX, CX
+	JZ    q3kdone
+
+q3kloop:
+	Q3KSCALE(96, 0, 104, 0, 0)
+	Q3KSCALE(97, 0, 105, 0, 2)
+	Q3KSCALE(98, 0, 106, 0, 4)
+	Q3KSCALE(99, 0, 107, 0, 6)
+	Q3KSCALE(100, 0, 104, 2, 8)
+	Q3KSCALE(101, 0, 105, 2, 10)
+	Q3KSCALE(102, 0, 106, 2, 12)
+	Q3KSCALE(103, 0, 107, 2, 14)
+	Q3KSCALE(96, 4, 104, 4, 16)
+	Q3KSCALE(97, 4, 105, 4, 18)
+	Q3KSCALE(98, 4, 106, 4, 20)
+	Q3KSCALE(99, 4, 107, 4, 22)
+	Q3KSCALE(100, 4, 104, 6, 24)
+	Q3KSCALE(101, 4, 105, 6, 26)
+	Q3KSCALE(102, 4, 106, 6, 28)
+	Q3KSCALE(103, 4, 107, 6, 30)
+	VMOVDQU 0(SI), Y11
+	VPXOR   Y3, Y3, Y3
+	Q3KCHUNK(32, 0, 1, 4, 0, 2)
+	Q3KCHUNK(32, 2, 2, 36, 4, 6)
+	Q3KCHUNK(32, 4, 4, 68, 8, 10)
+	Q3KCHUNK(32, 6, 8, 100, 12, 14)
+	Q3KCHUNK(64, 0, 16, 132, 16, 18)
+	Q3KCHUNK(64, 2, 32, 164, 20, 22)
+	Q3KCHUNK(64, 4, 64, 196, 24, 26)
+	Q3KCHUNK(64, 6, 128, 228, 28, 30)
+
+	// d*dx; acc += d*lanes.
+	MOVWLZX      108(SI), AX
+	VMOVD        AX, X4
+	VCVTPH2PS    X4, X4
+	VMULSS       (DI), X4, X4
+	VBROADCASTSS X4, Y6
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y6, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+
+	ADDQ $110, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q3kloop
+
+q3kdone:
+	VMOVUPS Y1, 32(SP)
+	VXORPS  X0, X0, X0
+	VADDSS  32(SP), X0, X0
+	VADDSS  36(SP), X0, X0
+	VADDSS  40(SP), X0, X0
+	VADDSS  44(SP), X0, X0
+	VADDSS  48(SP), X0, X0
+	VADDSS  52(SP), X0, X0
+	VADDSS  56(SP), X0, X0
+	VADDSS  60(SP), X0, X0
+	VMOVSS  X0, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -349,7 +349,7 @@ func TestQuantKernelsExtremes(t *testing.T) {
 	}
 }
 
-// TestKQuantAVX2Extremes drives the AVX2 Q4_K/Q5_K/Q6_K/IQ4_XS kernels with extreme
+// TestKQuantAVX2Extremes drives the AVX2 Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS kernels with extreme
 // bytes (every weight and scale bit set or clear, activations -128 and 127)
 // and compares them with the Go kernels bitwise.
 func TestKQuantAVX2Extremes(t *testing.T) {
@@ -414,6 +414,13 @@ func TestKQuantAVX2Extremes(t *testing.T) {
 			}
 			if a, g := dotIQ4XSAVX2(&wx[0], &x[0], nb), dotIQ4XSGo(wx, x); math.Float32bits(a) != math.Float32bits(g) {
 				t.Errorf("IQ4_XS: asm %g go %g", a, g)
+			}
+			w3 := filled(nb*q3KBlock, fill.w)
+			for b := range nb {
+				putHalf(w3[b*q3KBlock+108:], 0.05)
+			}
+			if a, g := dotQ3KAVX2(&w3[0], &x[0], nb), dotQ3KGo(w3, x); math.Float32bits(a) != math.Float32bits(g) {
+				t.Errorf("Q3_K: asm %g go %g", a, g)
 			}
 		})
 	}
