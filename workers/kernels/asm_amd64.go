@@ -59,6 +59,9 @@ func dotIQ4XSAVX2(w *byte, x *q8K, nb int) float32
 func dotQ3KAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape
+func dotQ2KAVX2(w *byte, x *q8K, nb int) float32
+
+//go:noescape
 func dotQ5KAVX2(w *byte, x *q8K, nb int) float32
 
 //go:noescape

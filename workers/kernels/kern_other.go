@@ -19,6 +19,7 @@ func dotQ4KAVX2(*byte, *q8K, int) float32                                { panic
 func dotQ6KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotIQ4XSAVX2(*byte, *q8K, int) float32                              { panic("kernels: no asm") }
 func dotQ3KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
+func dotQ2KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotQ5KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
 func dotF16AVX(*uint16, *uint16, int) float32                            { panic("kernels: no asm") }
 func dotF32AVX(*float32, *float32, int) float32                          { panic("kernels: no asm") }

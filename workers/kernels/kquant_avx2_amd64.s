@@ -557,3 +557,87 @@ q3kdone:
 	VMOVSS  X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// Q2KCHUNK: 32 elements of a Q2_K super-block: the 2-bit quants at shift of
+// the bytes at qoff(SI) times the activations at xoff(DI), summed in pairs,
+// times the low nibble of scale byte slo(SI) (elements 0..15) or shi(SI)
+// (16..31), into the int32 lanes of Y3. Y13 holds 0x03 bytes; uses AX, Y4,
+// Y6, Y7.
+#define Q2KCHUNK(qoff, shift, xoff, slo, shi) \
+	VMOVDQU qoff(SI), Y4 \
+	VPSRLW $shift, Y4, Y4 \
+	VPAND Y13, Y4, Y4 \
+	VPMADDUBSW xoff(DI), Y4, Y4 \
+	MOVBLZX slo(SI), AX \
+	ANDL $15, AX \
+	VMOVD AX, X6 \
+	VPBROADCASTW X6, X6 \
+	MOVBLZX shi(SI), AX \
+	ANDL $15, AX \
+	VMOVD AX, X7 \
+	VPBROADCASTW X7, X7 \
+	VINSERTI128 $1, X7, Y6, Y6 \
+	VPMADDWD Y6, Y4, Y4 \
+	VPADDD Y4, Y3, Y3
+
+// func dotQ2KAVX2(w *byte, x *q8K, nb int) float32
+// Per super-block isum (quants times activations times scales) and msum
+// (the mins times the activations' 16-element sums), exact in int32, then
+// sum += (dall*isum - dmin*msum) with dall = dx*d, dmin = dx*dmin: bitwise
+// dotQ2KGo.
+TEXT ·dotQ2KAVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	VXORPS X0, X0, X0
+	MOVL $0x03030303, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	TESTQ CX, CX
+	JZ    q2kdone
+
+q2kloop:
+	// msum lanes: the 16 mins (high nibbles of the scale bytes) times bsums.
+	VPMOVZXBW (SI), Y2
+	VPSRLW    $4, Y2, Y2
+	VPMADDWD  260(DI), Y2, Y2
+
+	VPXOR Y3, Y3, Y3
+	Q2KCHUNK(16, 0, 4, 0, 1)
+	Q2KCHUNK(16, 2, 36, 2, 3)
+	Q2KCHUNK(16, 4, 68, 4, 5)
+	Q2KCHUNK(16, 6, 100, 6, 7)
+	Q2KCHUNK(48, 0, 132, 8, 9)
+	Q2KCHUNK(48, 2, 164, 10, 11)
+	Q2KCHUNK(48, 4, 196, 12, 13)
+	Q2KCHUNK(48, 6, 228, 14, 15)
+
+	// X3 = [isum, msum, isum, msum] (exact), then as floats.
+	VEXTRACTI128 $1, Y3, X4
+	VPADDD       X4, X3, X3
+	VEXTRACTI128 $1, Y2, X5
+	VPADDD       X5, X2, X2
+	VPHADDD      X2, X3, X3
+	VPHADDD      X3, X3, X3
+	VCVTDQ2PS    X3, X3
+
+	// [dx*d, dx*dmin] * [isum, msum]; sum += the first less the second.
+	MOVL         80(SI), AX
+	VMOVD        AX, X4
+	VCVTPH2PS    X4, X4
+	VBROADCASTSS (DI), X5
+	VMULPS       X4, X5, X4
+	VMULPS       X3, X4, X4
+	VMOVSHDUP    X4, X5
+	VSUBSS       X5, X4, X4
+	VADDSS       X4, X0, X0
+
+	ADDQ $84, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q2kloop
+
+q2kdone:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -288,14 +288,14 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			}
 			copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 		}
-	case gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
+	case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 		j.blockK(i, nw, x0, x1)
 	default:
 		j.blockGo(i, nw, x0, x1)
 	}
 }
 
-// blockK is block for Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights in the file's layout (the
+// blockK is block for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights in the file's layout (the
 // AVX-512 path packs Q4_K and Q6_K; see groups): one AVX2 row product per
 // weight row and activation row, each bitwise equal to the portable one.
 func (j *matJob) blockK(i, nw, x0, x1 int) {
@@ -313,6 +313,8 @@ func (j *matJob) blockK(i, nw, x0, x1 int) {
 				o[q] = dotIQ4XSAVX2(w, x, nb)
 			case gguf.TypeQ3_K:
 				o[q] = dotQ3KAVX2(w, x, nb)
+			case gguf.TypeQ2_K:
+				o[q] = dotQ2KAVX2(w, x, nb)
 			default:
 				o[q] = dotQ6KAVX2(w, x, nb)
 			}

@@ -349,7 +349,7 @@ func TestQuantKernelsExtremes(t *testing.T) {
 	}
 }
 
-// TestKQuantAVX2Extremes drives the AVX2 Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS kernels with extreme
+// TestKQuantAVX2Extremes drives the AVX2 Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS kernels with extreme
 // bytes (every weight and scale bit set or clear, activations -128 and 127)
 // and compares them with the Go kernels bitwise.
 func TestKQuantAVX2Extremes(t *testing.T) {
@@ -421,6 +421,14 @@ func TestKQuantAVX2Extremes(t *testing.T) {
 			}
 			if a, g := dotQ3KAVX2(&w3[0], &x[0], nb), dotQ3KGo(w3, x); math.Float32bits(a) != math.Float32bits(g) {
 				t.Errorf("Q3_K: asm %g go %g", a, g)
+			}
+			w2 := filled(nb*q2KBlock, fill.w)
+			for b := range nb {
+				putHalf(w2[b*q2KBlock+80:], 0.05)
+				putHalf(w2[b*q2KBlock+82:], 0.02)
+			}
+			if a, g := dotQ2KAVX2(&w2[0], &x[0], nb), dotQ2KGo(w2, x); math.Float32bits(a) != math.Float32bits(g) {
+				t.Errorf("Q2_K: asm %g go %g", a, g)
 			}
 		})
 	}
