@@ -26,6 +26,7 @@ func commands() []command {
 		{"tokenize", "print a text's token ids for a model or vocab-only GGUF file", runTokenize},
 		{"chat", "chat templates: `chat render` prints a conversation as a model's template renders it", runChat},
 		{"generate", "generate text from a prompt with a GGUF model", runGenerate},
+		{"embed", "print the embeddings of texts with a GGUF encoder model (bert)", runEmbed},
 		{"models", "model tools: `models synth|pull|list`", runModels},
 		{"bench", "benchmarks: `bench engine` (prefill/decode tokens/s), `bench serve` (streams against a live edge)", runBench},
 		{"dev", "run everything in one process: NATS, edge, a worker per model, Redis", runDev},

@@ -19,7 +19,7 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 	for _, s := range synth.Shapes() {
 		shapes = append(shapes, fmt.Sprintf("%s (%s)", s.Name, s.Arch))
 	}
-	for _, a := range synth.Archs() {
+	for _, a := range append(synth.Archs(), synth.EncoderArchs()...) {
 		archs = append(archs, string(a))
 	}
 	fs := newFlags("models synth", stderr)

@@ -24,10 +24,11 @@ func Archs() []Arch {
 	return []Arch{ArchLlama, ArchQwen2, ArchQwen3, ArchGemma2, ArchGemma3, ArchPhi3}
 }
 
-// ParseArch returns the named architecture (case-insensitive).
+// ParseArch returns the named architecture, decoder or encoder
+// (case-insensitive).
 func ParseArch(name string) (Arch, error) {
 	var names []string
-	for _, a := range Archs() {
+	for _, a := range append(Archs(), EncoderArchs()...) {
 		if strings.EqualFold(string(a), name) {
 			return a, nil
 		}
@@ -80,6 +81,7 @@ type Shape struct {
 	Std           float64 // of the weight matrices; 0 means WeightStd
 	EmbdStd       float64 // of token_embd; 0 means Std
 	OutputNorm    float64 // mean of output_norm.weight; 0 means 1 as every norm's
+	Pooling       int     // encoders: <arch>.pooling_type (PoolMean, PoolCLS, PoolRank)
 }
 
 // MatrixStd is the standard deviation of the shape's weight matrices.
@@ -174,7 +176,7 @@ func Shapes() []Shape {
 
 	phi3 := tiny(ArchPhi3)
 
-	return []Shape{
+	return append([]Shape{
 		llama, qwen2, qwen3, gemma2, gemma3, phi3,
 		{Name: "qwen3-0.6b", Arch: ArchQwen3, Vocab: 151936, Embd: 1024, Layers: 28, Heads: 16, KVHeads: 8, Head: 128,
 			FFN: 3072, Context: 40960, RopeFreqBase: 1e6, RMSEps: 1e-6, TiedEmbedding: true},
@@ -192,7 +194,7 @@ func Shapes() []Shape {
 			Context: 256, RopeFreqBase: 10000, RMSEps: 1e-5, TiedEmbedding: true},
 		{Name: "stories260k", Arch: ArchLlama, Vocab: 512, Embd: 64, Layers: 5, Heads: 8, KVHeads: 4, FFN: 172,
 			Context: 512, RopeFreqBase: 10000, RMSEps: 1e-5},
-	}
+	}, bertShapes()...)
 }
 
 // LookupShape returns the named shape (case-insensitive).
@@ -258,6 +260,12 @@ func (s Shape) validate() error {
 		return fmt.Errorf("%w: %s: only gemma2 and gemma3 have a sliding window here", ErrBadShape, s.Name)
 	case s.Arch != ArchGemma2 && (s.AttnSoftcap != 0 || s.FinalSoftcap != 0):
 		return fmt.Errorf("%w: %s: only gemma2 soft-caps here", ErrBadShape, s.Name)
+	case s.Arch == ArchBert && (s.KVHeads != s.Heads || s.Head != 0 || s.TiedEmbedding):
+		return fmt.Errorf("%w: %s: bert has one KV head per head, width/heads per head and no output", ErrBadShape, s.Name)
+	case s.Arch == ArchBert && s.Pooling != PoolMean && s.Pooling != PoolCLS && s.Pooling != PoolRank:
+		return fmt.Errorf("%w: %s: bert needs a pooling type (mean, cls or rank)", ErrBadShape, s.Name)
+	case s.Arch != ArchBert && s.Pooling != 0:
+		return fmt.Errorf("%w: %s: only encoders pool", ErrBadShape, s.Name)
 	}
 	return nil
 }

@@ -101,24 +101,15 @@ func Build(cfg Config) (*gguf.Writer, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s (want F32, F16, Q8_0 or Q4_0)", ErrUnsupportedType, cfg.Type)
 	}
-	tokens, scores, types, err := vocabulary(s.Vocab)
+	w := gguf.NewWriter()
+	if s.Arch == ArchBert {
+		err = writeBertMetadata(w, s, ft)
+	} else {
+		err = writeMetadata(w, s, ft)
+	}
 	if err != nil {
 		return nil, err
 	}
-	addArchTokens(s.Arch, tokens, scores, types)
-	w := gguf.NewWriter()
-	writeHyperparameters(w, s)
-	w.SetUint32("general.file_type", ft)
-	w.SetString("tokenizer.ggml.model", "llama")
-	w.SetString("tokenizer.ggml.pre", "default")
-	w.SetStrings("tokenizer.ggml.tokens", tokens)
-	w.SetFloat32s("tokenizer.ggml.scores", scores)
-	w.SetInt32s("tokenizer.ggml.token_type", types)
-	w.SetUint32("tokenizer.ggml.bos_token_id", BOSID)
-	w.SetUint32("tokenizer.ggml.eos_token_id", EOSID)
-	w.SetUint32("tokenizer.ggml.unknown_token_id", UnkID)
-	w.SetBool("tokenizer.ggml.add_bos_token", true)
-	w.SetBool("tokenizer.ggml.add_eos_token", false)
 	if cfg.Type == gguf.TypeQ8_0 || cfg.Type == gguf.TypeQ4_0 {
 		w.SetUint32("general.quantization_version", 2)
 	}
@@ -131,6 +122,43 @@ func Build(cfg Config) (*gguf.Writer, error) {
 		}
 	}
 	return w, nil
+}
+
+// writeMetadata writes a decoder's hyperparameters, its file type ft and
+// its synthetic SentencePiece vocabulary.
+func writeMetadata(w *gguf.Writer, s Shape, ft uint32) error {
+	tokens, scores, types, err := vocabulary(s.Vocab)
+	if err != nil {
+		return err
+	}
+	addArchTokens(s.Arch, tokens, scores, types)
+	writeHyperparameters(w, s)
+	w.SetUint32("general.file_type", ft)
+	w.SetString("tokenizer.ggml.model", "llama")
+	w.SetString("tokenizer.ggml.pre", "default")
+	w.SetStrings("tokenizer.ggml.tokens", tokens)
+	w.SetFloat32s("tokenizer.ggml.scores", scores)
+	w.SetInt32s("tokenizer.ggml.token_type", types)
+	w.SetUint32("tokenizer.ggml.bos_token_id", BOSID)
+	w.SetUint32("tokenizer.ggml.eos_token_id", EOSID)
+	w.SetUint32("tokenizer.ggml.unknown_token_id", UnkID)
+	w.SetBool("tokenizer.ggml.add_bos_token", true)
+	w.SetBool("tokenizer.ggml.add_eos_token", false)
+	return nil
+}
+
+// writeBertMetadata writes an encoder's hyperparameters, its file type ft
+// and its synthetic WordPiece vocabulary.
+func writeBertMetadata(w *gguf.Writer, s Shape, ft uint32) error {
+	tokens, types, err := wordPieces(s.Vocab)
+	if err != nil {
+		return err
+	}
+	writeBertHyperparameters(w, s)
+	w.SetUint32("general.file_type", ft)
+	w.SetStrings("tokenizer.ggml.tokens", tokens)
+	w.SetInt32s("tokenizer.ggml.token_type", types)
+	return nil
 }
 
 // TensorSeed returns the second PCG seed word of the named tensor's generator

@@ -79,6 +79,9 @@ func writeHyperparameters(w *gguf.Writer, s Shape) {
 // with the names and GGML shapes llama.cpp's loader asks for in s's
 // architecture and the type each gets (see Build).
 func Tensors(s Shape, t gguf.Type) []Tensor {
+	if s.Arch == ArchBert {
+		return bertTensors(s, t)
+	}
 	e, q, kv, ff, hd := uint64(s.Embd), uint64(s.QDim()), uint64(s.KVDim()), uint64(s.FFN), uint64(s.HeadDim())
 	matrix := func(name string, cols, rows uint64, output bool) Tensor {
 		typ := t

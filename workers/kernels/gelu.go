@@ -64,3 +64,21 @@ func (ks Set) Scale(x []float32, s float32) {
 		x[i] *= s
 	}
 }
+
+// GELU writes dst[i] = gelu(x[i]) with ggml's tabulated GELU (as GeGLU),
+// the plain activation of an encoder's feed-forward layer.
+func GELU(dst, x []float32) {
+	n := len(dst)
+	x = x[:n]
+	t := geluTable()
+	for i, v := range x {
+		switch {
+		case v <= -10:
+			dst[i] = 0
+		case v >= 10:
+			dst[i] = v
+		default:
+			dst[i] = gguf.F16ToF32(t[gguf.F32ToF16(v)])
+		}
+	}
+}

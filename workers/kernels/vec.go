@@ -95,6 +95,29 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 	}
 }
 
+// LayerNorm writes dst[i] = ((x[i]-mean)*scale)*w[i] + b[i] with scale =
+// 1/sqrt(variance+eps), as GGML's norm followed by its mul and add: the sum
+// and the squared deviations accumulated in float64, mean and scale in
+// float32. dst may be x.
+func LayerNorm(dst, x, w, b []float32, eps float32) {
+	n := len(x)
+	dst, w, b = dst[:n], w[:n], b[:n]
+	var sum float64
+	for _, v := range x {
+		sum += float64(v)
+	}
+	mean := float32(sum) / float32(n)
+	var sq float64
+	for _, v := range x {
+		d := v - mean
+		sq += float64(d * d)
+	}
+	scale := 1 / float32(math.Sqrt(float64(float32(sq/float64(n))+eps)))
+	for i, v := range x {
+		dst[i] = float32(float32((v-mean)*scale)*w[i]) + b[i]
+	}
+}
+
 // SwiGLU writes dst[i] = silu(gate[i]) * up[i], silu(v) = v/(1+exp(-v)).
 func (ks Set) SwiGLU(dst, gate, up []float32) {
 	n := len(dst)
