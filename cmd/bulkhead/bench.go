@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/bench"
+	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
@@ -15,8 +17,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "serve" {
 		return runBenchServe(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "embed" {
+		return runBenchEmbed(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "engine" {
-		return fmt.Errorf("%w: bulkhead bench engine --model FILE [flags], or bench serve --edge URL [flags]", errUsage)
+		return fmt.Errorf("%w: bulkhead bench engine --model FILE [flags], bench embed --model FILE [flags], or bench serve --edge URL [flags]", errUsage)
 	}
 	fs := newFlags("bench engine", stderr)
 	model := fs.String("model", "", "GGUF model file")
@@ -56,5 +61,43 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, ", %.1f tokens/s across %d sequences", res.Aggregate, cfg.Batch)
 	}
 	_, err = fmt.Fprintln(stdout)
+	return err
+}
+
+// runBenchEmbed measures an encoder's inputs/s over passes of --inputs
+// inputs of --tokens tokens.
+func runBenchEmbed(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench embed", stderr)
+	model := fs.String("model", "", "GGUF encoder model file (bert)")
+	var cfg bench.EncodeConfig
+	fs.IntVar(&cfg.Threads, "threads", 0, "kernel threads (0: all cores)")
+	fs.IntVar(&cfg.Inputs, "inputs", 32, "inputs per pass (a request's batch)")
+	fs.IntVar(&cfg.Tokens, "tokens", 128, "tokens per input, special tokens included")
+	fs.IntVar(&cfg.Reps, "reps", 3, "measured passes at least")
+	fs.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measure for at least this long")
+	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := require(fs, "model"); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: need --inputs >= 1, --tokens >= 2, --reps >= 1", errUsage)
+	}
+	m, err := encoder.Load(*model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	res, err := bench.Encode(m, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	_, err = fmt.Fprintf(stdout, "%.1f inputs/s, %.0f tokens/s (%d inputs of %d tokens a pass, %.1f ms a pass, %d passes)\n",
+		res.InputsPerSec, res.TokensPerSec, res.Inputs, res.Tokens, res.PassMillis, res.Passes)
 	return err
 }
