@@ -44,7 +44,7 @@ type attnItem struct{ input, head int }
 
 // attnSlot is one pool thread's attention scratch.
 type attnSlot struct {
-	scores []float32 // one query's scores over its input's positions
+	scores []float32 // one head's scores: a row per query over its input's positions
 	vt     []float32 // one head's values transposed: HeadDim rows of n
 }
 
@@ -132,7 +132,7 @@ func (e *Encoder) size(inputs [][]int32) int {
 		}
 	}
 	for i := range e.slot {
-		e.slot[i].scores = grow(e.slot[i].scores, longest)
+		e.slot[i].scores = grow(e.slot[i].scores, longest*longest)
 		e.slot[i].vt = grow(e.slot[i].vt, longest*h.HeadDim)
 	}
 	return T
@@ -194,7 +194,7 @@ func (e *Encoder) layer(L *Layer, T int) {
 	e.rows(T, func(r int) {
 		u := e.up[r*h.FFN:][:h.FFN]
 		addTo(u, L.UpB)
-		kernels.GELU(u, u)
+		e.ks.GELU(u, u)
 	})
 	p.MatMul(e.tmp, L.Down, e.up, T)
 	e.rows(T, func(r int) {
@@ -250,28 +250,22 @@ func (e *Encoder) attendHead(sl *attnSlot, it attnItem) {
 	h := e.m.Hyper
 	E, hd := h.Embd, h.HeadDim
 	sp := e.spans[it.input]
-	off := it.head * hd
+	n, base := sp.n, sp.row*E+it.head*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	vt := sl.vt[:sp.n*hd]
-	for j := range sp.n {
-		v := e.v[(sp.row+j)*E+off:][:hd]
-		for d, x := range v {
-			vt[d*sp.n+j] = x
+	vt := sl.vt[:n*hd]
+	for j := range n {
+		for d, x := range e.v[base+j*E:][:hd] {
+			vt[d*n+j] = x
 		}
 	}
-	sc := sl.scores[:sp.n]
-	for i := range sp.n {
-		q := e.q[(sp.row+i)*E+off:][:hd]
-		for j := range sp.n {
-			sc[j] = e.ks.DotF32(q, e.k[(sp.row+j)*E+off:][:hd])
-		}
-		e.ks.Scale(sc, scale)
-		e.ks.Softmax(sc)
-		out := e.att[(sp.row+i)*E+off:][:hd]
-		for d := range out {
-			out[d] = e.ks.DotF32(sc, vt[d*sp.n:][:sp.n])
-		}
+	sc := sl.scores[:n*n]
+	e.ks.MulT(sc, n, e.q[base:], E, n, e.k[base:], E, n, hd)
+	for i := range n {
+		row := sc[i*n:][:n]
+		e.ks.Scale(row, scale)
+		e.ks.Softmax(row)
 	}
+	e.ks.MulT(e.att[base:], E, sc, n, n, vt, n, hd, n)
 }
 
 // pooled returns one input's vector from the last layer's rows.

@@ -123,6 +123,9 @@ func gemmQ5P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 func expShiftAVX512(dst, src *float32, n int, m float32) int
 
 //go:noescape
+func expShiftAVX2(dst, src *float32, n int, m float32) int
+
+//go:noescape
 func swigluAVX512(dst, gate, up *float32, n int) int
 
 // Attention kernels over a page of K or V rows (attn_avx2_amd64.s).

@@ -66,19 +66,34 @@ func (ks Set) Scale(x []float32, s float32) {
 }
 
 // GELU writes dst[i] = gelu(x[i]) with ggml's tabulated GELU (as GeGLU),
-// the plain activation of an encoder's feed-forward layer.
-func GELU(dst, x []float32) {
+// the plain activation of an encoder's feed-forward layer. dst may be x. The
+// roundings to and from half run on the set's conversion kernels, a block at
+// a time.
+func (ks Set) GELU(dst, x []float32) {
+	const block = 256
 	n := len(dst)
 	x = x[:n]
 	t := geluTable()
-	for i, v := range x {
-		switch {
-		case v <= -10:
-			dst[i] = 0
-		case v >= 10:
-			dst[i] = v
-		default:
-			dst[i] = gguf.F16ToF32(t[gguf.F32ToF16(v)])
+	var h [block]uint16
+	var g [block]float32
+	for lo := 0; lo < n; lo += block {
+		hi := min(lo+block, n)
+		hb := h[:hi-lo]
+		ks.F32ToF16s(hb, x[lo:hi])
+		for i, v := range hb {
+			hb[i] = t[v]
+		}
+		gb := g[:hi-lo]
+		ks.F16ToF32s(gb, hb)
+		for i, v := range x[lo:hi] {
+			switch {
+			case v <= -10:
+				dst[lo+i] = 0
+			case v >= 10:
+				dst[lo+i] = v
+			default:
+				dst[lo+i] = gb[i]
+			}
 		}
 	}
 }

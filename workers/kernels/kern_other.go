@@ -49,6 +49,7 @@ func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
 }
 func gemmQ5P1(*byte, int, *byte, *q8Aux, *float32)                       { panic("kernels: no asm") }
 func expShiftAVX512(*float32, *float32, int, float32) int                { panic("kernels: no asm") }
+func expShiftAVX2(*float32, *float32, int, float32) int                  { panic("kernels: no asm") }
 func swigluAVX512(*float32, *float32, *float32, int) int                 { panic("kernels: no asm") }
 func dotsF16AVX(*float32, *float32, *uint16, uintptr, int, int, float32) { panic("kernels: no asm") }
 func axpysF16AVX(*float32, *float32, *uint16, uintptr, int, int)         { panic("kernels: no asm") }

@@ -152,6 +152,13 @@ func (ks Set) expShift(dst, src []float32, m float32) {
 			k += 8
 		}
 	}
+	for ks.path() == pathAVX2 && k+4 <= n {
+		k += expShiftAVX2(&dst[k], &src[k], (n-k)&^3, m)
+		if k+4 <= n {
+			expShiftGo(dst[k:k+4], src[k:k+4], m)
+			k += 4
+		}
+	}
 	expShiftGo(dst[k:], src[k:], m)
 }
 

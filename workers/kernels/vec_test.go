@@ -250,13 +250,19 @@ func TestSoftCap(t *testing.T) {
 	}
 }
 
-// TestExpKernels checks the AVX-512 exp kernels bitwise against math.Exp,
-// over ordinary values and the edges where they hand groups back to Go.
+// TestExpKernels checks the AVX2 and AVX-512 exp kernels bitwise against
+// math.Exp, over ordinary values and the edges where they hand groups back
+// to Go.
 func TestExpKernels(t *testing.T) {
-	if detectPath() < pathAVX512 {
-		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
-	}
-	ks := pathAVX512.set()
+	eachSet(t, func(t *testing.T, ks Set) {
+		if ks.Portable() {
+			t.Skip("the portable set is math.Exp")
+		}
+		testExpKernels(t, ks)
+	})
+}
+
+func testExpKernels(t *testing.T, ks Set) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	x := make([]float32, 4099)
 	for i := range x {
@@ -276,7 +282,7 @@ func TestExpKernels(t *testing.T) {
 		expShiftGo(want, x, m)
 		for i := range got {
 			if !same(got[i], want[i]) {
-				t.Fatalf("exp(%g - %g): avx512 %g (%#x) != math.Exp %g (%#x)", x[i], m, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+				t.Fatalf("exp(%g - %g): %s %g (%#x) != math.Exp %g (%#x)", x[i], m, ks, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
 			}
 		}
 	}
@@ -289,7 +295,7 @@ func TestExpKernels(t *testing.T) {
 	swiGLUGo(want, x, up)
 	for i := range got {
 		if !same(got[i], want[i]) {
-			t.Fatalf("swiglu(%g, %g): avx512 %g != go %g", x[i], up[i], got[i], want[i])
+			t.Fatalf("swiglu(%g, %g): %s %g != go %g", x[i], up[i], ks, got[i], want[i])
 		}
 	}
 }

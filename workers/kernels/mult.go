@@ -1,0 +1,59 @@
+package kernels
+
+import "unsafe"
+
+// MulT writes out[i*ldo+j] = dot(a row i, b row j) for i < na and j < nb,
+// where a's rows are a[i*lda:][:k] and b's b[j*ldb:][:k]: the product of a
+// and b transposed, for rows read in place with a stride (one attention
+// head's queries and keys inside the rows of all heads). It runs on the
+// calling goroutine, for use inside a Pool job. On the SIMD paths it takes 4
+// rows of b by 3 rows of a at a time (MatMul's F32 micro-kernel) over the
+// first k&^7 elements and adds the rest in order.
+func (ks Set) MulT(out []float32, ldo int, a []float32, lda, na int, b []float32, ldb, nb, k int) {
+	if na <= 0 || nb <= 0 {
+		return
+	}
+	_, _, _ = a[(na-1)*lda+k-1], b[(nb-1)*ldb+k-1], out[(na-1)*ldo+nb-1]
+	if !ks.asm() || k < 8 {
+		for i := range na {
+			for j := range nb {
+				out[i*ldo+j] = dotF32Go(b[j*ldb:][:k], a[i*lda:][:k])
+			}
+		}
+		return
+	}
+	k8 := k &^ 7
+	tail := func(i, j int) float32 {
+		var s float32
+		for e := k8; e < k; e++ {
+			s += a[i*lda+e] * b[j*ldb+e]
+		}
+		return s
+	}
+	var t [12]float32
+	j := 0
+	for ; j+4 <= nb; j += 4 {
+		w := (*byte)(unsafe.Pointer(&b[j*ldb]))
+		i := 0
+		for ; i+3 <= na; i += 3 {
+			dot4x3F32AVX(w, uintptr(ldb*4), &a[i*lda], uintptr(lda*4), k8, &t)
+			for q := range 3 {
+				for p := range 4 {
+					out[(i+q)*ldo+j+p] = t[4*q+p] + tail(i+q, j+p)
+				}
+			}
+		}
+		for ; i < na; i++ {
+			t4 := (*[4]float32)(t[:4])
+			dot4F32AVX(w, uintptr(ldb*4), &a[i*lda], k8, t4)
+			for p := range 4 {
+				out[i*ldo+j+p] = t4[p] + tail(i, j+p)
+			}
+		}
+	}
+	for ; j < nb; j++ {
+		for i := range na {
+			out[i*ldo+j] = ks.DotF32(a[i*lda:][:k], b[j*ldb:][:k])
+		}
+	}
+}
