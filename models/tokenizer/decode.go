@@ -14,7 +14,7 @@ func (t *Tokenizer) renderPiece(id int32) string {
 	case a&(attrUnknown|attrControl|attrUserDefined) != 0:
 		return text
 	case a&attrNormal != 0:
-		if t.kind == kindSPM || t.kind == kindWPM {
+		if t.kind == kindSPM || t.kind == kindWPM || t.kind == kindUGM {
 			return strings.ReplaceAll(text, "▁", " ")
 		}
 		return decodeByteChars(text)

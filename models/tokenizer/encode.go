@@ -143,6 +143,14 @@ func (t *Tokenizer) encodeFrags(frags []fragment, size int, addSpecial bool) []i
 			}
 			out = t.wpmEncode(fr.text, out)
 		}
+	case kindUGM:
+		for _, fr := range frags {
+			if fr.tok != noToken {
+				out = append(out, fr.tok)
+				continue
+			}
+			out = t.ugmEncode(fr.text, out)
+		}
 	}
 	if addSpecial && t.addEOS {
 		out = append(out, t.eos)

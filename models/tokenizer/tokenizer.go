@@ -68,6 +68,7 @@ const (
 	kindSPM vocabKind = iota
 	kindBPE
 	kindWPM // WordPiece (wpm.go)
+	kindUGM // SentencePiece Unigram (ugm.go)
 )
 
 // preKind selects a BPE pre-tokenizer.
@@ -163,7 +164,8 @@ type Tokenizer struct {
 
 	addBOS, addEOS, addSpacePrefix bool
 	cleanSpaces, ignoreMerges      bool
-	maxTokenLen                    int // the longest token's bytes (WordPiece matching)
+	maxTokenLen                    int  // the longest token's bytes (WordPiece matching)
+	ugm                            *ugm // Unigram matching state; nil for other kinds
 }
 
 // FromGGUF builds a tokenizer from a file's tokenizer.* metadata. The tokenizer
@@ -201,6 +203,11 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 		// llama.cpp's defaults: [CLS] first, [SEP] last, [UNK].
 		t.bos, t.eos, t.unk = 101, 102, 100
 		t.addBOS, t.addEOS = true, true
+	case "t5":
+		t.kind = kindUGM
+		// llama.cpp's defaults: no BOS, </s> (1) last, <unk> (2).
+		t.eos, t.unk = 1, 2
+		t.addEOS = true
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrUnsupportedModel, model)
 	}
@@ -219,6 +226,11 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	}
 	if err := t.loadSpecialIDs(f); err != nil {
 		return nil, err
+	}
+	if t.kind == kindUGM {
+		if err := t.loadUGM(f); err != nil {
+			return nil, err
+		}
 	}
 	t.markEOG(f)
 	name, _ := f.String(keyGeneralName)
@@ -566,7 +578,7 @@ func (t *Tokenizer) buildCaches(modelName string) {
 func (t *Tokenizer) ChatTemplate() string { return t.chatTemplate }
 
 // Model returns tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (BPE) or
-// "bert" (WordPiece).
+// "bert" (WordPiece) or "t5" (Unigram).
 func (t *Tokenizer) Model() string { return t.model }
 
 // Pre returns tokenizer.ggml.pre as read ("" for SentencePiece or when absent).
