@@ -38,14 +38,24 @@ const bertTokenTypes = 2
 
 // bertShapes are the encoder shapes: bert-tiny (CLS pooling), bert-rank-tiny
 // (the same with a classification head and rank pooling), and bge-small and
-// bge-base with the published checkpoints' dimensions and their CLS pooling.
+// bge-base with the published checkpoints' dimensions and their CLS pooling;
+// then the XLM-RoBERTa family (llama.cpp loads it as "bert" with a Unigram
+// vocabulary and one token type): xlmr-tiny (mean pooling, as the
+// multilingual E5 models), xlmr-rank-tiny (bge-reranker-v2-m3's layout) and
+// e5-small (multilingual-e5-small's dimensions).
 func bertShapes() []Shape {
 	tiny := Shape{Name: TinyShape(ArchBert), Arch: ArchBert, Vocab: 1024, Embd: 256, Layers: 2, Heads: 4, KVHeads: 4,
 		FFN: 1024, Context: 512, RMSEps: 1e-12, Std: TinyWeightStd, Pooling: PoolCLS}
 	rank := tiny
 	rank.Name, rank.Pooling = "bert-rank-tiny", PoolRank
+	xlmr := tiny
+	xlmr.Name, xlmr.Unigram, xlmr.Pooling, xlmr.RMSEps = "xlmr-tiny", true, PoolMean, 1e-5
+	xrank := xlmr
+	xrank.Name, xrank.Pooling = "xlmr-rank-tiny", PoolRank
 	return []Shape{
-		tiny, rank,
+		tiny, rank, xlmr, xrank,
+		{Name: "e5-small", Arch: ArchBert, Vocab: 250037, Embd: 384, Layers: 12, Heads: 12, KVHeads: 12, FFN: 1536,
+			Context: 512, RMSEps: 1e-12, Pooling: PoolMean, Unigram: true},
 		{Name: "bge-small", Arch: ArchBert, Vocab: 30522, Embd: 384, Layers: 12, Heads: 12, KVHeads: 12, FFN: 1536,
 			Context: 512, RMSEps: 1e-12, Pooling: PoolCLS},
 		{Name: "bge-base", Arch: ArchBert, Vocab: 30522, Embd: 768, Layers: 12, Heads: 12, KVHeads: 12, FFN: 3072,
@@ -67,14 +77,62 @@ func writeBertHyperparameters(w *gguf.Writer, s Shape) {
 	w.SetFloat32(key("attention.layer_norm_epsilon"), s.RMSEps)
 	w.SetBool(key("attention.causal"), false)
 	w.SetUint32(key("pooling_type"), uint32(s.Pooling))
-	w.SetString("tokenizer.ggml.model", "bert")
 	w.SetString("tokenizer.ggml.pre", "default")
+	if s.Unigram {
+		// What llama.cpp's converter writes for XLM-RoBERTa's SentencePiece
+		// model (RobertaProcessing: <s> A </s>, pairs <s> A </s></s> B </s>).
+		w.SetString("tokenizer.ggml.model", "t5")
+		w.SetUint32("tokenizer.ggml.token_type_count", 1)
+		w.SetBool("tokenizer.ggml.add_space_prefix", true)
+		w.SetBool("tokenizer.ggml.remove_extra_whitespaces", true)
+		w.SetUint32("tokenizer.ggml.bos_token_id", xlmrBOS)
+		w.SetUint32("tokenizer.ggml.eos_token_id", xlmrEOS)
+		w.SetUint32("tokenizer.ggml.unknown_token_id", xlmrUnk)
+		w.SetUint32("tokenizer.ggml.seperator_token_id", xlmrEOS)
+		w.SetUint32("tokenizer.ggml.padding_token_id", xlmrPad)
+		w.SetUint32("tokenizer.ggml.cls_token_id", xlmrBOS)
+		w.SetBool("tokenizer.ggml.add_bos_token", true)
+		w.SetBool("tokenizer.ggml.add_eos_token", true)
+		w.SetBool("tokenizer.ggml.add_sep_token", true)
+		return
+	}
+	w.SetString("tokenizer.ggml.model", "bert")
 	w.SetUint32("tokenizer.ggml.token_type_count", bertTokenTypes)
 	w.SetUint32("tokenizer.ggml.unknown_token_id", bertUnk)
 	w.SetUint32("tokenizer.ggml.cls_token_id", bertCLS)
 	w.SetUint32("tokenizer.ggml.seperator_token_id", bertSEP) // llama.cpp's spelling
 	w.SetUint32("tokenizer.ggml.padding_token_id", bertPad)
 	w.SetUint32("tokenizer.ggml.mask_token_id", bertMask)
+}
+
+// Special ids of the synthetic Unigram vocabulary: XLM-RoBERTa's layout.
+const (
+	xlmrBOS = 0
+	xlmrPad = 1
+	xlmrEOS = 2
+	xlmrUnk = 3
+)
+
+// unigramPieces returns n Unigram tokens with their scores and types:
+// <s>, <pad>, </s>, <unk>, then the normal pieces of the synthetic
+// SentencePiece vocabulary (no byte tokens: XLM-R has none), scores
+// descending.
+func unigramPieces(n int) (tokens []string, scores []float32, types []int32, err error) {
+	if n <= xlmrUnk+1 {
+		return nil, nil, nil, fmt.Errorf("%w: a Unigram vocabulary needs more than %d tokens", ErrBadShape, xlmrUnk+1)
+	}
+	all, allScores, _, err := vocabulary(n - (xlmrUnk + 1) + firstPiece)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tokens = append([]string{"<s>", "<pad>", "</s>", "<unk>"}, all[firstPiece:]...)
+	scores = append([]float32{0, 0, 0, 0}, allScores[firstPiece:]...)
+	types = make([]int32, len(tokens))
+	for i := range types {
+		types[i] = TokenNormal
+	}
+	types[xlmrBOS], types[xlmrPad], types[xlmrEOS], types[xlmrUnk] = TokenControl, TokenControl, TokenControl, TokenUnknown
+	return tokens, scores, types, nil
 }
 
 // wordPieces returns n WordPiece tokens and their types in the GGUF form
@@ -144,7 +202,11 @@ func bertTensors(s Shape, t gguf.Type) []Tensor {
 		mean, std := k.distribution(s)
 		return Tensor{Name: name, Shape: []uint64{n}, Type: gguf.TypeF32, Kind: k, Mean: mean, Std: std}
 	}
-	types := matrix("token_types.weight", e, bertTokenTypes)
+	nTypes := uint64(bertTokenTypes)
+	if s.Unigram {
+		nTypes = 1
+	}
+	types := matrix("token_types.weight", e, nTypes)
 	types.Type = gguf.TypeF32
 	out := []Tensor{
 		matrix("token_embd.weight", e, uint64(s.Vocab)),

@@ -82,6 +82,7 @@ type Shape struct {
 	EmbdStd       float64 // of token_embd; 0 means Std
 	OutputNorm    float64 // mean of output_norm.weight; 0 means 1 as every norm's
 	Pooling       int     // encoders: <arch>.pooling_type (PoolMean, PoolCLS, PoolRank)
+	Unigram       bool    // encoders: an XLM-RoBERTa Unigram vocabulary instead of WordPiece
 }
 
 // MatrixStd is the standard deviation of the shape's weight matrices.
@@ -264,7 +265,7 @@ func (s Shape) validate() error {
 		return fmt.Errorf("%w: %s: bert has one KV head per head, width/heads per head and no output", ErrBadShape, s.Name)
 	case s.Arch == ArchBert && s.Pooling != PoolMean && s.Pooling != PoolCLS && s.Pooling != PoolRank:
 		return fmt.Errorf("%w: %s: bert needs a pooling type (mean, cls or rank)", ErrBadShape, s.Name)
-	case s.Arch != ArchBert && s.Pooling != 0:
+	case s.Arch != ArchBert && (s.Pooling != 0 || s.Unigram):
 		return fmt.Errorf("%w: %s: only encoders pool", ErrBadShape, s.Name)
 	}
 	return nil

@@ -148,8 +148,20 @@ func writeMetadata(w *gguf.Writer, s Shape, ft uint32) error {
 }
 
 // writeBertMetadata writes an encoder's hyperparameters, its file type ft
-// and its synthetic WordPiece vocabulary.
+// and its synthetic WordPiece or Unigram vocabulary.
 func writeBertMetadata(w *gguf.Writer, s Shape, ft uint32) error {
+	if s.Unigram {
+		tokens, scores, types, err := unigramPieces(s.Vocab)
+		if err != nil {
+			return err
+		}
+		writeBertHyperparameters(w, s)
+		w.SetUint32("general.file_type", ft)
+		w.SetStrings("tokenizer.ggml.tokens", tokens)
+		w.SetFloat32s("tokenizer.ggml.scores", scores)
+		w.SetInt32s("tokenizer.ggml.token_type", types)
+		return nil
+	}
 	tokens, types, err := wordPieces(s.Vocab)
 	if err != nil {
 		return err

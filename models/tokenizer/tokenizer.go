@@ -166,6 +166,8 @@ type Tokenizer struct {
 	cleanSpaces, ignoreMerges      bool
 	maxTokenLen                    int  // the longest token's bytes (WordPiece matching)
 	ugm                            *ugm // Unigram matching state; nil for other kinds
+	sep                            int32
+	addSep                         bool // a pair of texts gets sep between them (PairSeparator)
 }
 
 // FromGGUF builds a tokenizer from a file's tokenizer.* metadata. The tokenizer
@@ -178,7 +180,7 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrMissing, keyModel)
 	}
-	t := &Tokenizer{model: model, bos: noToken, eos: noToken, unk: noToken}
+	t := &Tokenizer{model: model, bos: noToken, eos: noToken, unk: noToken, sep: noToken}
 	var pre preInfo
 	switch model {
 	case "llama":
@@ -393,6 +395,10 @@ func (t *Tokenizer) loadSpecialIDs(f *gguf.File) error {
 	if v, ok := f.Bool(keyAddEOS); ok {
 		t.addEOS = v
 	}
+	t.sep = t.optionalID(f, "tokenizer.ggml.seperator_token_id") // llama.cpp's spelling
+	if v, ok := f.Bool("tokenizer.ggml.add_sep_token"); ok && t.sep != noToken {
+		t.addSep = v
+	}
 	if t.addBOS && t.bos == noToken {
 		return fmt.Errorf("%w: %s is true but there is no BOS token", ErrCorrupt, keyAddBOS)
 	}
@@ -598,6 +604,19 @@ func (t *Tokenizer) AddBOS() bool { return t.addBOS }
 
 // AddEOS reports whether Encode with addSpecial appends EOS.
 func (t *Tokenizer) AddEOS() bool { return t.addEOS }
+
+// PairSeparator returns the token a pair of texts (a reranker's query and
+// document) gets between the first text's closing token and the second
+// text, as llama.cpp joins a pair: RoBERTa's second </s>
+// (tokenizer.ggml.add_sep_token with seperator_token_id), or noToken (-1)
+// when there is none. BERT's single [SEP] is its closing token (EOS) here,
+// so WordPiece vocabularies have none.
+func (t *Tokenizer) PairSeparator() int32 {
+	if t.addSep && t.kind != kindWPM {
+		return t.sep
+	}
+	return noToken
+}
 
 // IsEOG reports whether id ends generation: EOS, the end-of-turn and
 // end-of-message tokens, and the tokens llama.cpp recognises by text

@@ -138,13 +138,17 @@ func (m *Model) Kernels() kernels.Set { return m.kernels }
 func (m *Model) Tokenize(text string) []int32 { return m.Tokenizer.Encode(text, true, false) }
 
 // PairTokens returns the ids of a query and document pair for rank
-// pooling, as llama.cpp joins a pair for BERT: [CLS] query [SEP] document
-// [SEP], every token of type 0.
+// pooling, as llama.cpp joins a pair: [CLS] query [SEP] document [SEP] for
+// BERT, <s> query </s></s> document </s> for XLM-RoBERTa; every token of
+// type 0.
 func (m *Model) PairTokens(query, doc string) []int32 {
 	ids := m.Tokenizer.Encode(query, true, false)
-	ids = append(ids, m.Tokenizer.Encode(doc, false, false)...)
-	if sep := m.Tokenizer.EOS(); sep >= 0 {
+	if sep := m.Tokenizer.PairSeparator(); sep >= 0 {
 		ids = append(ids, sep)
+	}
+	ids = append(ids, m.Tokenizer.Encode(doc, false, false)...)
+	if eos := m.Tokenizer.EOS(); eos >= 0 && m.Tokenizer.AddEOS() {
+		ids = append(ids, eos)
 	}
 	return ids
 }
