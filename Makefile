@@ -63,6 +63,7 @@ test: deps vet
 	$(GO) test -count=1 -run 'TestFloodFairness/(dev|four)' ./cmd/bulkhead
 	$(GO) test -count=1 -run 'TestStructuredOutput' ./workers/engine
 	$(GO) test -count=1 -run '(Golden|Invariance|Arch|Attention)/^go$$' ./workers/engine
+	$(GO) test -count=1 -run '(MatchesLlamaCpp|BatchInvariance)/^go$$' ./workers/encoder
 	$(GO) test -count=1 -tags purego ./workers/kernels
 
 # cluster starts the local cluster of real processes (deploy/local: three

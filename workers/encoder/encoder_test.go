@@ -144,7 +144,11 @@ func TestMatchesLlamaCpp(t *testing.T) {
 	g := loadGolden(t)
 	for _, ks := range kernelSets(t) {
 		for _, c := range g.Cases {
-			name := ks.String() + "/" + c.Shape + "-" + c.Type + "-" + c.Pooling
+			pooling := c.Pooling
+			if pooling == "" {
+				pooling = "rank"
+			}
+			name := ks.String() + "/" + c.Shape + "-" + c.Type + "-" + pooling
 			t.Run(name, func(t *testing.T) {
 				typ, err := gguf.ParseType(c.Type)
 				if err != nil {
