@@ -206,8 +206,13 @@ func stableUUID(name string) string {
 }
 
 func taskName(task string) string {
-	if task == catalog.TaskTextGeneration {
+	switch task {
+	case catalog.TaskTextGeneration:
 		return "Text Generation"
+	case catalog.TaskTextEmbeddings:
+		return "Text Embeddings"
+	case catalog.TaskTextClassification:
+		return "Text Classification"
 	}
 	return task
 }

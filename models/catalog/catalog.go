@@ -41,8 +41,32 @@ func (e *FieldError) Error() string {
 
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// TaskTextGeneration is the only task the workers serve today, and the default.
-const TaskTextGeneration = "text-generation"
+// Tasks: what a model serves, as Workers AI names them. A model's task
+// follows from its file when the entry names none (Resolve): an encoder
+// architecture (bert) serves text-embeddings, or text-classification
+// (reranking) when its pooling is rank; every other architecture serves
+// text-generation.
+const (
+	TaskTextGeneration     = "text-generation"
+	TaskTextEmbeddings     = "text-embeddings"
+	TaskTextClassification = "text-classification"
+)
+
+// Tasks lists the tasks, in a fixed order.
+func Tasks() []string {
+	return []string{TaskTextGeneration, TaskTextEmbeddings, TaskTextClassification}
+}
+
+// Encoder reports whether the task runs an encoder (no generation).
+func Encoder(task string) bool {
+	return task == TaskTextEmbeddings || task == TaskTextClassification
+}
+
+// encoderArchs are the architectures served by the encoder (workers/encoder).
+var encoderArchs = map[string]bool{"bert": true}
+
+// poolingRank is <arch>.pooling_type of a reranker (llama.cpp's RANK).
+const poolingRank = 4
 
 // Default prices, in neurons per million tokens: those Workers AI charges for
 // @cf/meta/llama-3.2-1b-instruct, its smallest text-generation model
@@ -83,6 +107,26 @@ func DefaultPrices() Prices {
 	}
 }
 
+// Default prices of the encoder tasks, in neurons per million input tokens:
+// Workers AI's for @cf/baai/bge-small-en-v1.5 ($0.020 per million tokens)
+// and @cf/baai/bge-reranker-base ($0.0031). Encoders generate nothing and
+// cache nothing, so only the prompt rate applies.
+const (
+	DefaultNeuronsPerMEmbeddingTokens = 1841
+	DefaultNeuronsPerMRerankTokens    = 283
+)
+
+// DefaultPricesFor returns the default prices of a task's models.
+func DefaultPricesFor(task string) Prices {
+	switch task {
+	case TaskTextEmbeddings:
+		return Prices{NeuronsPerMPromptTokens: DefaultNeuronsPerMEmbeddingTokens, NeuronsPerMCachedPromptTokens: DefaultNeuronsPerMEmbeddingTokens}
+	case TaskTextClassification:
+		return Prices{NeuronsPerMPromptTokens: DefaultNeuronsPerMRerankTokens, NeuronsPerMCachedPromptTokens: DefaultNeuronsPerMRerankTokens}
+	}
+	return DefaultPrices()
+}
+
 // Neurons is the cost of a request that read promptTokens and produced
 // completionTokens. A negative count is treated as zero, so a caller's bug can
 // never credit a tenant.
@@ -108,7 +152,7 @@ func (p Prices) validate(fail func(field, msg string)) {
 type Model struct {
 	Name        string // public name clients use, e.g. "@cf/meta/llama-3.2-1b-instruct"
 	Path        string // the GGUF file; absolute when loaded from a file or flags
-	Task        string // TaskTextGeneration
+	Task        string // one of Tasks(); inferred from the file by Resolve when the entry names none
 	Description string
 
 	// ContextWindow is the context, in tokens, advertised to clients and
@@ -127,6 +171,9 @@ type Model struct {
 	// Read from the GGUF header by Resolve; zero before.
 	Arch           string // general.architecture, e.g. "llama"
 	TrainedContext int    // <arch>.context_length
+
+	taskSet   bool // the entry named its task
+	pricesSet bool // the entry named a price
 }
 
 // Catalog is a validated set of models. It is safe for concurrent use.

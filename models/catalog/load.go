@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -191,6 +192,7 @@ func (e *entry) model(i int, dir string) (*Model, error) {
 	m.KVPoolTokens = int(number("kv_pool_tokens", e.KVPoolTokens, false, math.MaxInt32))
 	m.KVPoolBytes = number("kv_pool_bytes", e.KVPoolBytes, true, math.MaxInt64)
 	if e.Prices != nil {
+		m.pricesSet = true
 		if e.Prices.Prompt != nil {
 			m.Prices.NeuronsPerMPromptTokens = *e.Prices.Prompt
 		}
@@ -204,8 +206,9 @@ func (e *entry) model(i int, dir string) (*Model, error) {
 			m.Prices.NeuronsPerMCachedPromptTokens = *e.Prices.Cached
 		}
 	}
+	m.taskSet = m.Task != ""
 	if m.Task == "" {
-		m.Task = TaskTextGeneration
+		m.Task = TaskTextGeneration // until Resolve reads the file
 	}
 	if m.Path != "" && !filepath.IsAbs(m.Path) {
 		m.Path = filepath.Join(dir, m.Path)
@@ -216,7 +219,8 @@ func (e *entry) model(i int, dir string) (*Model, error) {
 
 // FromFlags builds and resolves a catalog from --model flags, each
 // "NAME=PATH": the name is everything before the first '=', the path the rest,
-// relative to the working directory. Every other field takes its default.
+// relative to the working directory. Every other field takes its default; the
+// task (and so the default prices) follows from the file.
 func FromFlags(specs []string) (*Catalog, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("%w: no models given", ErrInvalid)
@@ -275,8 +279,8 @@ func (m *Model) validate(i int) error {
 	case strings.ContainsRune(m.Path, 0):
 		fail("path", "contains a NUL byte")
 	}
-	if m.Task != TaskTextGeneration {
-		fail("task", fmt.Sprintf("%q is not supported (supported: %s)", m.Task, TaskTextGeneration))
+	if !slices.Contains(Tasks(), m.Task) {
+		fail("task", fmt.Sprintf("%q is not supported (supported: %s)", m.Task, strings.Join(Tasks(), ", ")))
 	}
 	switch {
 	case m.ContextWindow < 0:

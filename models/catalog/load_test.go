@@ -31,7 +31,7 @@ func TestParseFieldErrors(t *testing.T) {
 		{"name too long", "models:\n  - name: " + strings.Repeat("x", MaxNameBytes+1) + "\n    path: m.gguf\n", "", 0, "name", "limit 256", ErrInvalid, 1},
 		{"empty path", "models:\n  - name: a\n", "a", 0, "path", "missing", ErrInvalid, 1},
 		{"blank path", "models:\n  - name: a\n    path: \"\"\n", "a", 0, "path", "missing", ErrInvalid, 1},
-		{"unknown task", one + "    task: text-embeddings\n", "@cf/meta/m", 0, "task", `"text-embeddings" is not supported`, ErrInvalid, 1},
+		{"unknown task", one + "    task: speech-recognition\n", "@cf/meta/m", 0, "task", `"speech-recognition" is not supported`, ErrInvalid, 1},
 		{"negative context", one + "    context_window: -1\n", "@cf/meta/m", 0, "context_window", "-1 is negative", ErrInvalid, 1},
 		{"fractional context", one + "    context_window: 1.5\n", "@cf/meta/m", 0, "context_window", "not a whole number", ErrInvalid, 1},
 		{"string context", one + "    context_window: big\n", "@cf/meta/m", 0, "context_window", "not a whole number", ErrInvalid, 1},
@@ -174,10 +174,11 @@ func TestParseValues(t *testing.T) {
 		Description: "a model", ContextWindow: 4096, KVPoolBytes: 2 << 30,
 		Prices:     Prices{NeuronsPerMPromptTokens: 0, NeuronsPerMCompletionTokens: DefaultNeuronsPerMCompletionTokens},
 		Properties: map[string]string{"license": "llama3.2", "beta": "true"},
+		taskSet:    true, pricesSet: true,
 	}, {
 		Name: "plain", Path: "/abs/plain.gguf", Task: TaskTextGeneration, KVPoolTokens: 65536, Prices: DefaultPrices(),
 	}, {
-		Name: "π/模型", Path: "/etc/up.gguf", Task: TaskTextGeneration, Prices: Prices{1.5, 2.5, 0.375},
+		Name: "π/模型", Path: "/etc/up.gguf", Task: TaskTextGeneration, Prices: Prices{1.5, 2.5, 0.375}, pricesSet: true,
 	}}
 	got := c.Models()
 	if len(got) != len(want) {

@@ -40,12 +40,29 @@ func (c *Catalog) Resolve() error {
 }
 
 func resolve(i int, m *Model) (*Model, error) {
-	arch, trained, err := readHeader(m.Path)
+	arch, trained, pooling, err := readHeader(m.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: model %q: %s: %w", ErrModelFile, m.Name, m.Path, err)
 	}
 	r := *m
 	r.Arch, r.TrainedContext = arch, trained
+	task := TaskTextGeneration
+	if encoderArchs[arch] {
+		task = TaskTextEmbeddings
+		if pooling == poolingRank {
+			task = TaskTextClassification
+		}
+	}
+	switch {
+	case !r.taskSet:
+		r.Task = task
+	case r.Task != task:
+		return nil, &FieldError{Model: m.Name, Index: i, Field: "task", Err: ErrInvalid,
+			Msg: fmt.Sprintf("%q, but %s (%s) serves %s", r.Task, m.Path, arch, task)}
+	}
+	if !r.pricesSet {
+		r.Prices = DefaultPricesFor(r.Task)
+	}
 	switch {
 	case r.ContextWindow == 0:
 		r.ContextWindow = trained
@@ -56,21 +73,25 @@ func resolve(i int, m *Model) (*Model, error) {
 	return &r, nil
 }
 
-// readHeader returns a GGUF file's architecture and trained context.
-func readHeader(path string) (arch string, trained int, err error) {
+// readHeader returns a GGUF file's architecture, trained context and pooling
+// type (<arch>.pooling_type, 0 when absent).
+func readHeader(path string) (arch string, trained, pooling int, err error) {
 	f, err := gguf.Open(path)
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	defer f.Close()
 	arch, ok := f.String("general.architecture")
 	if !ok || arch == "" {
-		return "", 0, errors.New("metadata general.architecture is missing")
+		return "", 0, 0, errors.New("metadata general.architecture is missing")
 	}
 	key := arch + ".context_length"
 	n, ok := f.Uint(key)
 	if !ok || n == 0 || n > MaxContext {
-		return "", 0, fmt.Errorf("metadata %s is missing or out of range (1..%d)", key, MaxContext)
+		return "", 0, 0, fmt.Errorf("metadata %s is missing or out of range (1..%d)", key, MaxContext)
 	}
-	return arch, int(n), nil
+	if p, ok := f.Uint(arch + ".pooling_type"); ok && p <= poolingRank {
+		pooling = int(p)
+	}
+	return arch, int(n), pooling, nil
 }
