@@ -100,6 +100,9 @@ type Job struct {
 	// published on that worker's queue of the tenant (RouteSubject), not
 	// the tenant's shared one. Empty: any worker takes it.
 	Route string `json:"route,omitempty"`
+	// Embed, when set, makes this an encoder job (embed.go): MaxTokens is
+	// then 0 and Prompt empty.
+	Embed *Embed `json:"embed,omitempty"`
 }
 
 // Subject is the jobs-stream subject the job is published on: its worker's
@@ -182,8 +185,8 @@ func (j *Job) Validate() error {
 		return fmt.Errorf("%w: job %s tenant %q: want 1-%d letters, digits, '-' or '_'", ErrBadMessage, j.ID, j.Tenant, MaxTenantLen)
 	case j.Model == "":
 		return fmt.Errorf("%w: job %s without model", ErrBadMessage, j.ID)
-	case j.MaxTokens < 1:
-		return fmt.Errorf("%w: job %s max_tokens %d", ErrBadMessage, j.ID, j.MaxTokens)
+	case j.MaxTokens < 1 && j.Embed == nil, j.MaxTokens != 0 && j.Embed != nil:
+		return fmt.Errorf("%w: job %s max_tokens %d (embed %v)", ErrBadMessage, j.ID, j.MaxTokens, j.Embed != nil)
 	case j.Reply == "" && !j.Async:
 		return fmt.Errorf("%w: job %s has no reply subject", ErrBadMessage, j.ID)
 	case j.Deadline.IsZero():
@@ -197,6 +200,14 @@ func (j *Job) Validate() error {
 	}
 	if err := ValidateMetadata(j.Metadata); err != nil {
 		return fmt.Errorf("%w: job %s metadata %v", ErrBadMessage, j.ID, err)
+	}
+	if j.Embed != nil {
+		if err := j.Embed.validate(); err != nil {
+			return fmt.Errorf("job %s: %w", j.ID, err)
+		}
+		if j.Async {
+			return fmt.Errorf("%w: job %s: an async embed job", ErrBadMessage, j.ID)
+		}
 	}
 	if j.Key != "" && !ValidKey(j.Key) {
 		return fmt.Errorf("%w: job %s key %q", ErrBadMessage, j.ID, j.Key)
@@ -301,6 +312,8 @@ type Frame struct {
 	// Logprobs are the token frame's tokens' log-probabilities, when the
 	// job asked (Job.Logprobs).
 	Logprobs []TokenLogprob `json:"logprobs,omitempty"`
+	// Vectors is an encoder job's result, on its final frame (Job.Embed).
+	Vectors *Vectors `json:"vectors,omitempty"`
 }
 
 // EncodeFrame and DecodeFrame are the frame codec (JSON).
