@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
 )
@@ -62,6 +63,10 @@ type Config struct {
 	Handoff HandoffConfig
 	// Models maps catalog names to running engines (the caller runs them).
 	Models map[string]*engine.Engine
+	// Encoders maps the catalog names of encoder models (text-embeddings,
+	// text-classification) to running encoder servers (the caller runs
+	// them); unified role only.
+	Encoders map[string]*encoder.Server
 	// Name is the worker's name among its process's workers: the worker
 	// label of its job counts (as AddEngines's of its gauges); default
 	// "worker".
@@ -146,8 +151,10 @@ func (c *Config) Validate() error {
 		ackWait = 30 * time.Second
 	}
 	switch {
-	case len(c.Models) == 0:
-		return fmt.Errorf("%w: Models is empty", ErrConfig)
+	case len(c.Models) == 0 && len(c.Encoders) == 0:
+		return fmt.Errorf("%w: Models and Encoders are empty", ErrConfig)
+	case len(c.Encoders) > 0 && c.Role != RoleUnified:
+		return fmt.Errorf("%w: encoder models run on unified workers only, not %s", ErrConfig, c.Role)
 	case c.Concurrency < 0:
 		return fmt.Errorf("%w: Concurrency %d", ErrConfig, c.Concurrency)
 	case c.Lookahead < 0:

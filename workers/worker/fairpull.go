@@ -183,10 +183,12 @@ func (p *fairPull) order(pending []string, open bool) []string {
 	}
 	counter := map[string]float64{}
 	low := math.Inf(1)
-	for tenant, s := range p.eng.Service() {
-		tok := p.token(tenant)
-		counter[tok] = s.Counter
-		low = min(low, s.Counter)
+	if p.eng != nil { // an encoder's server takes turns itself
+		for tenant, s := range p.eng.Service() {
+			tok := p.token(tenant)
+			counter[tok] = s.Counter
+			low = min(low, s.Counter)
+		}
 	}
 	of := func(tok string) float64 {
 		if c, ok := counter[tok]; ok {

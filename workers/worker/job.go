@@ -58,6 +58,9 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if !time.Now().Before(job.Deadline) {
 		return engine.Request{}, &refusal{queue.ErrKindTimeout, "deadline passed before the job started"}
 	}
+	if job.Embed != nil {
+		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("model %q generates text; it does not embed", job.Model)}
+	}
 	prompt := promptTokens(eng.Model().Tokenizer, job)
 	if len(prompt) == 0 {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, "empty prompt"}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
@@ -129,7 +130,28 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		models = append(models, m)
 	}
-	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "concurrency", w.cfg.Concurrency)
+	type servedEncoder struct {
+		name string
+		srv  *encoder.Server
+		q    *queue.TenantQueues
+	}
+	var encoders []servedEncoder
+	defer func() {
+		for _, e := range encoders {
+			e.q.Close()
+		}
+	}()
+	for name, srv := range w.cfg.Encoders {
+		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
+		q, err := queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
+		if err != nil {
+			return stopped(ctx, err)
+		}
+		w.cfg.Metrics.addConsumer(queue.ConsumerName(name), q.Legacy())
+		w.cfg.Metrics.addQueues(name, q)
+		encoders = append(encoders, servedEncoder{name, srv, q})
+	}
+	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "encoders", len(encoders), "concurrency", w.cfg.Concurrency)
 	routed := map[string]*engine.Engine{} // the models whose jobs edges may route here
 	if w.cfg.Role != RoleDecode {
 		for _, m := range models {
@@ -164,6 +186,26 @@ func (w *Worker) Run(ctx context.Context) error {
 			newFairPull(w, m.q, m.eng).run(ctx, slots, g, start)
 		})
 	}
+	for _, e := range encoders {
+		loops.Go(func() {
+			p := w.pulls[e.name]
+			look := int64(w.cfg.Lookahead)
+			if look == 0 {
+				look = encoderLookahead
+			}
+			g := gate{entered: p.entered, ready: func() bool { return p.before.Load()+int64(e.srv.Stats().Waiting) < look },
+				broken: func() error { return nil }}
+			start := func(msg jetstream.Msg, done func()) {
+				p.before.Add(1)
+				jobs.Go(func() {
+					defer func() { <-slots }()
+					defer done()
+					w.handleEmbed(jobCtx, res, e.name, e.srv, msg)
+				})
+			}
+			newFairPull(w, e.q, nil).run(ctx, slots, g, start)
+		})
+	}
 	loops.Wait()
 
 	drained := make(chan struct{})
@@ -180,6 +222,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker stopped")
 	return nil
 }
+
+// encoderLookahead bounds an encoder model's jobs pulled or in its server
+// (Config.Lookahead's default for encoders): enough to fill a shared pass,
+// few enough that another worker takes the rest.
+const encoderLookahead = 32
 
 // stopped is a set-up error, or nil when ctx ended (Run was stopped while
 // it set up, which is not a failure).
