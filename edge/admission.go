@@ -58,6 +58,9 @@ func loadVocab(log *slog.Logger, name, path string, trust bool) (*vocab, error) 
 		v.created = st.ModTime().Unix()
 	}
 	src := tok.ChatTemplate()
+	if tok.Model() == "bert" || tok.Model() == "t5" {
+		return v, nil // an encoder's vocabulary: no conversation to render
+	}
 	if strings.TrimSpace(src) == "" {
 		log.Warn("edge: model file has no chat template; messages are rendered as plain \"role: content\" lines",
 			"model", name)

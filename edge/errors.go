@@ -202,6 +202,7 @@ func Classify(err error) *Error {
 		e   *Error
 		in  *InputError
 		le  *LengthError
+		ile *InputLengthError
 		me  *ModelError
 		fe  *queue.FrameError
 		mbe *http.MaxBytesError
@@ -220,6 +221,8 @@ func Classify(err error) *Error {
 		return &Error{Row: rowInvalidInput, Message: msg, Param: in.Field, Err: err}
 	case errors.As(err, &le):
 		return &Error{Row: rowPromptTooLong, Message: le.message(), Param: "messages", Err: err}
+	case errors.As(err, &ile):
+		return &Error{Row: rowPromptTooLong, Message: ile.message(), Param: "input", Err: err}
 	case errors.As(err, &me) && errors.Is(me.Err, ErrUnknownModel):
 		return &Error{Row: rowUnknownModel, Message: fmt.Sprintf("No such model %s or task", me.Name), Param: "model", Err: err}
 	case errors.As(err, &me) && errors.Is(me.Err, ErrModelForbidden):

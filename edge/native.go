@@ -124,6 +124,14 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeNativeError(w, s.refuse(r, err))
 		return
 	}
+	if catalog.Encoder(m.Task) {
+		if err := p.RequireScope(auth.ScopeRun); err != nil {
+			writeNativeError(w, s.refuse(r, err))
+			return
+		}
+		s.handleEncoderRun(w, r, p, m, v)
+		return
+	}
 	var req nativeRequest
 	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); err != nil {
 		writeNativeError(w, s.refuse(r, err))

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
+	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/models/toolcall"
 )
 
@@ -332,6 +333,9 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		return
 	}
 	m, v, err := s.lookupModel(p, name)
+	if err == nil {
+		err = encoderTask(m, catalog.TaskTextGeneration, "use /v1/embeddings for embeddings")
+	}
 	if err == nil {
 		err = checkChoices(in, formatFor(in, v))
 	}

@@ -246,7 +246,7 @@ func TestOpenAIErrors(t *testing.T) {
 		{"account mismatch", "/client/v4/accounts/bob/ai/v1/chat/completions", "alice", chat(""), nil,
 			403, "invalid_request_error", "permission_denied", ""},
 		{"models scope", "/v1/chat/completions", "reader", chat(""), nil, 403, "invalid_request_error", "permission_denied", ""},
-		{"no route", "/v1/embeddings", "alice", `{}`, nil, 404, "invalid_request_error", "not_found", ""},
+		{"no route", "/v1/audio/transcriptions", "alice", `{}`, nil, 404, "invalid_request_error", "not_found", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/builtin"
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
@@ -118,13 +119,26 @@ func (f *devFlags) run(ctx context.Context, stdout, stderr io.Writer, roles []wo
 	budget := f.engine.budget(log, cat, len(roles))
 	defer f.engine.share(log, len(roles)*len(cat.Models()))()
 	engineSets := make([]map[string]*engine.Engine, len(roles))
-	for i := range roles {
+	encoderSets := make([]map[string]*encoder.Server, len(roles))
+	for i, role := range roles {
 		engines, closeEngines, err := f.engine.engines(log, cat, budget)
 		if err != nil {
 			return err
 		}
 		defer closeEngines()
 		engineSets[i] = engines
+		if role != worker.RoleUnified {
+			continue
+		}
+		encoders, closeEncoders, err := f.engine.encoders(log, cat)
+		if err != nil {
+			return err
+		}
+		defer closeEncoders()
+		encoderSets[i] = encoders
+	}
+	if generators(cat) < len(cat.Models()) && !slices.Contains(roles, worker.RoleUnified) {
+		return fmt.Errorf("%w: encoder models (text-embeddings, text-classification) need a unified worker; drop --disaggregated", errUsage)
 	}
 	ns, natsAuth, stopNATS, err := f.startNATS(ctx, log)
 	if err != nil {
@@ -132,7 +146,7 @@ func (f *devFlags) run(ctx context.Context, stdout, stderr io.Writer, roles []wo
 	}
 	defer stopNATS()
 	d := devNode{log: log, tel: tel, url: ns.ClientURL(), auth: natsAuth}
-	return d.serve(ctx, f, devWorkers{roles: roles, engines: engineSets, metrics: wm}, cat, stdout)
+	return d.serve(ctx, f, devWorkers{roles: roles, engines: engineSets, encoders: encoderSets, metrics: wm}, cat, stdout)
 }
 
 // loadCatalog is the catalog the flags give, else the built-in model
@@ -187,9 +201,10 @@ type devNode struct {
 
 // devWorkers are dev's workers: a role and an engine set each.
 type devWorkers struct {
-	roles   []worker.Role
-	engines []map[string]*engine.Engine
-	metrics *worker.Metrics
+	roles    []worker.Role
+	engines  []map[string]*engine.Engine
+	encoders []map[string]*encoder.Server // nil for the roles that do not run them
+	metrics  *worker.Metrics
 }
 
 // connect opens a connection with role's credentials.
@@ -278,7 +293,7 @@ func (d devNode) connectWorkers(ctx context.Context, roles []worker.Role) (conns
 func (d devNode) startWorkers(ws devWorkers, conns []workerConn, concurrency int) (stop func()) {
 	stops := make([]func() error, len(conns))
 	for i, c := range conns {
-		n := workerNode{log: d.log.With("worker", i), nc: c.nc, js: c.js, engines: ws.engines[i], role: ws.roles[i], concurrency: concurrency,
+		n := workerNode{log: d.log.With("worker", i), nc: c.nc, js: c.js, engines: ws.engines[i], encoders: ws.encoders[i], role: ws.roles[i], concurrency: concurrency,
 			obs: workerObs{tp: d.tel.tp, metrics: ws.metrics, name: fmt.Sprintf("dev-%d", i)}}
 		stops[i] = background(n.run)
 	}

@@ -216,12 +216,12 @@ func (e *engineFlags) validatePool() error {
 // memory when some model takes its pool from memory: call it once at
 // start-up, after validatePool.
 func (e *engineFlags) budget(log *slog.Logger, cat *catalog.Catalog, workers int) kvBudget {
-	b := kvBudget{share: e.memShare, ways: len(cat.Models()) * workers}
+	b := kvBudget{share: e.memShare, ways: max(1, generators(cat)) * workers}
 	if e.kvTokens > 0 {
 		return b
 	}
 	for _, cm := range cat.Models() {
-		if cm.KVPoolTokens == 0 && cm.KVPoolBytes == 0 {
+		if !catalog.Encoder(cm.Task) && cm.KVPoolTokens == 0 && cm.KVPoolBytes == 0 {
 			b.mem = readMemory(log, procMeminfo, cgroupMemoryMax)
 			break
 		}

@@ -178,6 +178,9 @@ func (e *engineFlags) applyContext(cat *catalog.Catalog) error {
 		return nil
 	}
 	for _, m := range cat.Models() {
+		if catalog.Encoder(m.Task) {
+			continue // an encoder's window is its position embeddings
+		}
 		if e.context > m.TrainedContext {
 			return fmt.Errorf("%w: --context %d is larger than %s's trained context of %d", errUsage, e.context, m.Name, m.TrainedContext)
 		}
@@ -188,7 +191,8 @@ func (e *engineFlags) applyContext(cat *catalog.Catalog) error {
 	return nil
 }
 
-// engines loads every catalog model and runs an engine for each until stop,
+// engines loads every catalog model that generates (encoders: e.encoders)
+// and runs an engine for each until stop,
 // which closes them and waits. Each pool is sized by e.pool, from b for a
 // model sized from memory. Each engine applies the pool-fit rule
 // (engine.New): a model whose KV pool cannot hold one request at its
@@ -208,6 +212,9 @@ func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog, b kvBudget
 		}
 	}
 	for _, cm := range cat.Models() {
+		if catalog.Encoder(cm.Task) {
+			continue // e.encoders runs it
+		}
 		m, err := engine.Load(cm.Path)
 		if err != nil {
 			stop()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/edge"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
@@ -95,6 +96,18 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 		return err
 	}
 	defer stop()
+	var encoders map[string]*encoder.Server
+	if role == worker.RoleUnified {
+		var stopEnc func()
+		if encoders, stopEnc, err = f.engine.encoders(log, cat); err != nil {
+			ann.abandon()
+			return err
+		}
+		defer stopEnc()
+	} else if generators(cat) < len(cat.Models()) {
+		ann.abandon()
+		return fmt.Errorf("%w: encoder models (text-embeddings, text-classification) run on unified workers, not --role %s", errUsage, role)
+	}
 	loaded.Store(true)
 	h.Add("engines", func(context.Context) error { return worker.EnginesReady(engines) })
 	nc, js, err := ann.connected()
@@ -103,7 +116,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	}
 	defer nc.Close()
 	h.Add("nats", natsCheck(nc))
-	n := workerNode{log: log, nc: nc, js: js, engines: engines, role: role, concurrency: f.engine.concurrency,
+	n := workerNode{log: log, nc: nc, js: js, engines: engines, encoders: encoders, role: role, concurrency: f.engine.concurrency,
 		grace: f.grace, id: id, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}, afterToken: f.faults.workerHook(stderr)}
 	return n.run(ctx)
 }
@@ -123,6 +136,7 @@ type workerNode struct {
 	nc          *nats.Conn
 	js          jetstream.JetStream
 	engines     map[string]*engine.Engine
+	encoders    map[string]*encoder.Server // unified workers only
 	role        worker.Role
 	concurrency int
 	grace       time.Duration // the drain's bound; 0: the worker's default
@@ -141,7 +155,7 @@ func (n workerNode) run(ctx context.Context) error {
 	}
 	stopCap := background(n.keepCapacity(n.id))
 	defer stopCap()
-	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Concurrency: n.concurrency,
+	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Encoders: n.encoders, Concurrency: n.concurrency,
 		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics, AfterToken: n.afterToken})
 	if err != nil {
 		return err
@@ -156,9 +170,12 @@ func (n workerNode) run(ctx context.Context) error {
 // published under id in the capacity bucket until its context ends, then
 // withdraws it.
 func (n workerNode) keepCapacity(id string) func(ctx context.Context) error {
-	windows := make(map[string]int, len(n.engines))
+	windows := make(map[string]int, len(n.engines)+len(n.encoders))
 	for name, en := range n.engines {
 		windows[name] = en.Context()
+	}
+	for name, srv := range n.encoders {
+		windows[name] = srv.Encoder().Model().Hyper.Context
 	}
 	n.log.Info("publishing context windows", "worker", id, "windows", windows)
 	return func(ctx context.Context) error {

@@ -171,6 +171,10 @@ type Model struct {
 	// Read from the GGUF header by Resolve; zero before.
 	Arch           string // general.architecture, e.g. "llama"
 	TrainedContext int    // <arch>.context_length
+	// Encoders only: the length of their vectors (<arch>.embedding_length)
+	// and their pooling (mean, cls, last or rank, from <arch>.pooling_type).
+	Dims    int
+	Pooling string
 
 	taskSet   bool // the entry named its task
 	pricesSet bool // the entry named a price

@@ -40,10 +40,11 @@ func (c *Catalog) Resolve() error {
 }
 
 func resolve(i int, m *Model) (*Model, error) {
-	arch, trained, pooling, err := readHeader(m.Path)
+	h, err := readHeader(m.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: model %q: %s: %w", ErrModelFile, m.Name, m.Path, err)
 	}
+	arch, trained, pooling := h.arch, h.trained, h.pooling
 	r := *m
 	r.Arch, r.TrainedContext = arch, trained
 	task := TaskTextGeneration
@@ -63,6 +64,9 @@ func resolve(i int, m *Model) (*Model, error) {
 	if !r.pricesSet {
 		r.Prices = DefaultPricesFor(r.Task)
 	}
+	if Encoder(r.Task) {
+		r.Dims, r.Pooling = h.embd, poolingNames[pooling]
+	}
 	switch {
 	case r.ContextWindow == 0:
 		r.ContextWindow = trained
@@ -73,25 +77,41 @@ func resolve(i int, m *Model) (*Model, error) {
 	return &r, nil
 }
 
-// readHeader returns a GGUF file's architecture, trained context and pooling
-// type (<arch>.pooling_type, 0 when absent).
-func readHeader(path string) (arch string, trained, pooling int, err error) {
+// header is what Resolve reads of a GGUF file.
+type header struct {
+	arch    string
+	trained int // <arch>.context_length
+	embd    int // <arch>.embedding_length, 0 when absent
+	pooling int // <arch>.pooling_type, 0 (none) when absent
+}
+
+// poolingNames names llama.cpp's pooling types.
+var poolingNames = []string{"none", "mean", "cls", "last", "rank"}
+
+// readHeader reads a GGUF file's header.
+func readHeader(path string) (header, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
-		return "", 0, 0, err
+		return header{}, err
 	}
 	defer f.Close()
-	arch, ok := f.String("general.architecture")
-	if !ok || arch == "" {
-		return "", 0, 0, errors.New("metadata general.architecture is missing")
+	var h header
+	var ok bool
+	h.arch, ok = f.String("general.architecture")
+	if !ok || h.arch == "" {
+		return header{}, errors.New("metadata general.architecture is missing")
 	}
-	key := arch + ".context_length"
+	key := h.arch + ".context_length"
 	n, ok := f.Uint(key)
 	if !ok || n == 0 || n > MaxContext {
-		return "", 0, 0, fmt.Errorf("metadata %s is missing or out of range (1..%d)", key, MaxContext)
+		return header{}, fmt.Errorf("metadata %s is missing or out of range (1..%d)", key, MaxContext)
 	}
-	if p, ok := f.Uint(arch + ".pooling_type"); ok && p <= poolingRank {
-		pooling = int(p)
+	h.trained = int(n)
+	if p, ok := f.Uint(h.arch + ".pooling_type"); ok && p <= poolingRank {
+		h.pooling = int(p)
 	}
-	return arch, int(n), pooling, nil
+	if e, ok := f.Uint(h.arch + ".embedding_length"); ok && e <= 1<<20 {
+		h.embd = int(e)
+	}
+	return h, nil
 }

@@ -605,6 +605,23 @@ func (t *Tokenizer) AddBOS() bool { return t.addBOS }
 // AddEOS reports whether Encode with addSpecial appends EOS.
 func (t *Tokenizer) AddEOS() bool { return t.addEOS }
 
+// EncodePair returns the ids of a pair of texts (a reranker's query and
+// document) as llama.cpp joins a pair: the first text with the special
+// tokens Encode adds, then PairSeparator if any, the second text and the
+// closing token: [CLS] a [SEP] b [SEP] for BERT, <s> a </s></s> b </s> for
+// XLM-RoBERTa. No special token is parsed from either text.
+func (t *Tokenizer) EncodePair(a, b string) []int32 {
+	ids := t.Encode(a, true, false)
+	if sep := t.PairSeparator(); sep >= 0 {
+		ids = append(ids, sep)
+	}
+	ids = append(ids, t.Encode(b, false, false)...)
+	if t.addEOS && t.eos >= 0 {
+		ids = append(ids, t.eos)
+	}
+	return ids
+}
+
 // PairSeparator returns the token a pair of texts (a reranker's query and
 // document) gets between the first text's closing token and the second
 // text, as llama.cpp joins a pair: RoBERTa's second </s>

@@ -138,20 +138,9 @@ func (m *Model) Kernels() kernels.Set { return m.kernels }
 func (m *Model) Tokenize(text string) []int32 { return m.Tokenizer.Encode(text, true, false) }
 
 // PairTokens returns the ids of a query and document pair for rank
-// pooling, as llama.cpp joins a pair: [CLS] query [SEP] document [SEP] for
-// BERT, <s> query </s></s> document </s> for XLM-RoBERTa; every token of
-// type 0.
-func (m *Model) PairTokens(query, doc string) []int32 {
-	ids := m.Tokenizer.Encode(query, true, false)
-	if sep := m.Tokenizer.PairSeparator(); sep >= 0 {
-		ids = append(ids, sep)
-	}
-	ids = append(ids, m.Tokenizer.Encode(doc, false, false)...)
-	if eos := m.Tokenizer.EOS(); eos >= 0 && m.Tokenizer.AddEOS() {
-		ids = append(ids, eos)
-	}
-	return ids
-}
+// pooling (tokenizer.EncodePair): [CLS] query [SEP] document [SEP] for BERT,
+// <s> query </s></s> document </s> for XLM-RoBERTa; every token of type 0.
+func (m *Model) PairTokens(query, doc string) []int32 { return m.Tokenizer.EncodePair(query, doc) }
 
 func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	h, err := readHyper(f)
