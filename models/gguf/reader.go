@@ -290,6 +290,29 @@ func (f *File) Tensor(name string) (TensorInfo, []byte, error) {
 	return t, f.data[t.Offset : t.Offset+t.Size : t.Offset+t.Size], nil
 }
 
+// Vector reads a small 1-D tensor of n elements (a norm weight, a bias) as
+// float32s: F32, F16 or BF16; anything else, or another shape, is an error
+// naming the tensor.
+func (f *File) Vector(name string, n int) ([]float32, error) {
+	info, data, err := f.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(info.Shape) != 1 || info.Shape[0] != uint64(n) {
+		return nil, fmt.Errorf("tensor %s has shape %v, want [%d]", name, info.Shape, n)
+	}
+	switch info.Type {
+	case TypeF32, TypeF16, TypeBF16:
+	default:
+		return nil, fmt.Errorf("tensor %s has type %s (want F32, F16 or BF16)", name, info.Type)
+	}
+	out := make([]float32, n)
+	if err := Dequantize(info.Type, data, out); err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return out, nil
+}
+
 // HasTensor reports whether the file holds the named tensor.
 func (f *File) HasTensor(name string) bool { _, ok := f.byName[name]; return ok }
 

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +50,13 @@ type conformanceCase struct {
 // "\n__ggml_vocab_test__\n"; each output line holds the ids of one input.
 func readCases(t testing.TB, name string) []conformanceCase {
 	t.Helper()
-	base := refdatatest.Path(t, "tokenizer/"+name+".gguf")
+	return readCasesAt(t, refdatatest.Path(t, "tokenizer/"+name+".gguf"))
+}
+
+// readCasesAt is readCases for the vocabulary file at base.
+func readCasesAt(t testing.TB, base string) []conformanceCase {
+	t.Helper()
+	name := filepath.Base(base)
 	inp, err := os.ReadFile(base + ".inp")
 	if err != nil {
 		t.Fatalf("read inputs: %v", err)

@@ -1,10 +1,8 @@
 package tokenizer
 
 import (
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -21,7 +19,7 @@ func TestUnigram(t *testing.T) {
 	if tk.Model() != "t5" || tk.VocabSize() != 250048 || tk.BOS() != 0 || tk.EOS() != 2 || !tk.AddBOS() || !tk.AddEOS() {
 		t.Fatalf("model %q size %d bos %d eos %d addBOS %v addEOS %v", tk.Model(), tk.VocabSize(), tk.BOS(), tk.EOS(), tk.AddBOS(), tk.AddEOS())
 	}
-	cases := readUnigramCases(t)
+	cases := readCasesAt(t, unigramVocab)
 	if len(cases) < 90 {
 		t.Fatalf("%d cases, want at least 90", len(cases))
 	}
@@ -43,34 +41,4 @@ func TestUnigram(t *testing.T) {
 	if got := tk.Decode(tk.Encode("Hello   world café", false, false)); got != "Hello world café" {
 		t.Errorf("decoded %q", got)
 	}
-}
-
-func readUnigramCases(t *testing.T) []conformanceCase {
-	t.Helper()
-	inp, err := os.ReadFile(unigramVocab + ".inp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	outp, err := os.ReadFile(unigramVocab + ".out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	texts := strings.Split(string(inp), "\n__ggml_vocab_test__\n")
-	texts = texts[:len(texts)-1]
-	lines := strings.Split(strings.TrimSuffix(string(outp), "\n"), "\n")
-	if len(lines) != len(texts) {
-		t.Fatalf("%d inputs but %d output lines", len(texts), len(lines))
-	}
-	cases := make([]conformanceCase, len(texts))
-	for i, txt := range texts {
-		cases[i].text = txt
-		for _, f := range strings.Fields(lines[i]) {
-			v, err := strconv.ParseInt(f, 10, 32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cases[i].ids = append(cases[i].ids, int32(v))
-		}
-	}
-	return cases
 }

@@ -310,18 +310,9 @@ func (l *loader) vector(name string, n int) []float32 {
 	if l.err != nil {
 		return nil
 	}
-	info, data, err := l.f.Tensor(name)
+	v, err := l.f.Vector(name, n)
 	if err != nil {
 		l.fail(fmt.Errorf("%w: %v", ErrBadModel, err))
-		return nil
 	}
-	if len(info.Shape) != 1 || info.Shape[0] != uint64(n) {
-		l.fail(fmt.Errorf("%w: tensor %s has shape %v, want [%d]", ErrBadModel, name, info.Shape, n))
-		return nil
-	}
-	out := make([]float32, n)
-	if err := gguf.Dequantize(info.Type, data, out); err != nil {
-		l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
-	}
-	return out
+	return v
 }

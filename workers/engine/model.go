@@ -2,12 +2,10 @@ package engine
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
@@ -222,34 +220,11 @@ func (l *loader) vector(name string, n int) []float32 {
 	if l.err != nil {
 		return nil
 	}
-	info, data, err := l.f.Tensor(name)
+	v, err := l.f.Vector(name, n)
 	if err != nil {
 		l.fail(fmt.Errorf("%w: %v", ErrBadModel, err))
-		return nil
 	}
-	if len(info.Shape) != 1 || info.Shape[0] != uint64(n) {
-		l.fail(fmt.Errorf("%w: tensor %s has shape %v, want [%d]", ErrBadModel, name, info.Shape, n))
-		return nil
-	}
-	out := make([]float32, n)
-	switch info.Type {
-	case gguf.TypeF32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-		}
-	case gguf.TypeF16:
-		for i := range out {
-			out[i] = gguf.F16ToF32(binary.LittleEndian.Uint16(data[2*i:]))
-		}
-	case gguf.TypeBF16:
-		for i := range out {
-			out[i] = gguf.BF16ToF32(binary.LittleEndian.Uint16(data[2*i:]))
-		}
-	default:
-		l.fail(fmt.Errorf("%w: tensor %s has type %s (want F32, F16 or BF16)", ErrBadModel, name, info.Type))
-		return nil
-	}
-	return out
+	return v
 }
 
 // fileDigest hashes the model file. It is read once at load, sequentially.

@@ -22,19 +22,10 @@ func (w *Worker) handleEmbed(ctx context.Context, res *queue.Results, model stri
 	ctx, d := w.startDelivery(ctx, res, model, nil, msg)
 	defer d.record()
 	defer d.enterEngine() // if it never did
-	job, err := queue.DecodeJob(msg.Data())
-	if err != nil {
-		d.refuseUndecodable(err)
+	if !d.take(ctx) {
 		return
 	}
-	d.decoded(ctx, job)
-	if md, err := msg.Metadata(); err == nil && job.Submitted.IsZero() {
-		job.Submitted = md.Timestamp
-	}
-	if !d.claim(ctx) {
-		return
-	}
-	m := srv.Encoder().Model()
+	job, m := d.job, srv.Encoder().Model()
 	inputs, tokens, ref := embedInputs(job, m)
 	if ref != nil {
 		d.end(ctx, ref.kind, ref.msg)

@@ -30,24 +30,30 @@ func (w *Worker) handle(ctx context.Context, res *queue.Results, model string, e
 	ctx, d := w.startDelivery(ctx, res, model, eng, msg)
 	defer d.record()
 	defer d.enterEngine() // if it never did
-	job, err := queue.DecodeJob(msg.Data())
-	if err != nil {
-		d.refuseUndecodable(err)
+	if !d.take(ctx) || !d.admit(ctx) {
 		return
 	}
-	d.decoded(ctx, job)
-	if md, err := msg.Metadata(); err == nil && job.Submitted.IsZero() {
-		job.Submitted = md.Timestamp // usage events time the job from here
-	}
-	if !d.claim(ctx) || !d.admit(ctx) {
-		return
-	}
-	w.announcePrefix(job)
+	w.announcePrefix(d.job)
 	if w.cfg.Role == RolePrefill {
 		d.prefill(ctx)
 		return
 	}
 	d.run(ctx)
+}
+
+// take decodes the delivery's job (an undecodable one is refused) and claims
+// it; it reports false once the delivery ended.
+func (d *delivery) take(ctx context.Context) bool {
+	job, err := queue.DecodeJob(d.msg.Data())
+	if err != nil {
+		d.refuseUndecodable(err)
+		return false
+	}
+	d.decoded(ctx, job)
+	if md, err := d.msg.Metadata(); err == nil && job.Submitted.IsZero() {
+		job.Submitted = md.Timestamp // usage events time the job from here
+	}
+	return d.claim(ctx)
 }
 
 // admit checks a job against the engine's own limits and builds its request.
