@@ -62,7 +62,7 @@ test: deps vet
 	$(GO) test -race -count=1 -timeout 35m ./...
 	$(GO) test -count=1 -run 'TestFloodFairness/(dev|four)' ./cmd/bulkhead
 	$(GO) test -count=1 -run 'TestStructuredOutput' ./workers/engine
-	$(GO) test -count=1 -run '(Golden|Invariance|Arch|Attention)/^go$$' ./workers/engine
+	$(GO) test -count=1 -run '(Golden|Invariance|Arch|Attention|EmbedderMatchesLlamaCpp)/^go$$' ./workers/engine
 	$(GO) test -count=1 -run '(MatchesLlamaCpp|BatchInvariance)/^go$$' ./workers/encoder
 	$(GO) test -count=1 -tags purego ./workers/kernels
 

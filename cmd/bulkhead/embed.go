@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
 
 	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
@@ -36,33 +40,24 @@ func runEmbed(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := require(fs, "model", "text"); err != nil {
 		return err
 	}
-	m, err := encoder.Load(*model)
+	r, err := openEmbedder(*model, *pooling, *threads)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	if *pooling != "" {
-		p, err := encoder.ParsePooling(*pooling)
-		if err != nil || p == encoder.PoolRank {
-			return fmt.Errorf("%w: --pooling %q: want mean, cls or last", errUsage, *pooling)
-		}
-		m.Hyper.Pooling = p
-	}
-	pool := kernels.NewPool(*threads)
-	defer pool.Close()
-	rank := m.Hyper.Pooling == encoder.PoolRank
+	defer r.close()
+	rank := r.pooling == "rank"
 	if rank != (*query != "") {
 		return fmt.Errorf("%w: --query goes with a rank-pooling (reranker) model, and such a model needs it", errUsage)
 	}
 	inputs := make([][]int32, len(texts))
 	for i, t := range texts {
 		if rank {
-			inputs[i] = m.PairTokens(*query, t)
+			inputs[i] = r.tok.EncodePair(*query, t)
 		} else {
-			inputs[i] = m.Tokenize(t)
+			inputs[i] = r.tok.Encode(t, true, false)
 		}
 	}
-	vecs, err := encoder.New(m, pool).Encode(inputs)
+	vecs, err := r.encode(inputs)
 	if err != nil {
 		return err
 	}
@@ -98,4 +93,53 @@ func printVector(w io.Writer, v []float32) error {
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// embedRunner is an embedding model opened for the command line: an
+// encoder (bert) or a causal model with a pooling type (Qwen3-Embedding).
+type embedRunner struct {
+	tok     *tokenizer.Tokenizer
+	pooling string
+	encode  func([][]int32) ([][]float32, error)
+	close   func()
+}
+
+// openEmbedder opens the model at path on threads kernel threads; pooling,
+// when not empty, overrides the file's (mean, cls or last).
+func openEmbedder(path, pooling string, threads int) (*embedRunner, error) {
+	var p encoder.Pooling
+	if pooling != "" {
+		var err error
+		if p, err = encoder.ParsePooling(pooling); err != nil || p == encoder.PoolRank {
+			return nil, fmt.Errorf("%w: --pooling %q: want mean, cls or last", errUsage, pooling)
+		}
+	}
+	pool := kernels.NewPool(threads)
+	if m, err := encoder.Load(path); err == nil {
+		if p != 0 {
+			m.Hyper.Pooling = p
+		}
+		e := encoder.New(m, pool)
+		return &embedRunner{tok: m.Tokenizer, pooling: m.Hyper.Pooling.String(), encode: e.Encode,
+			close: func() { pool.Close(); m.Close() }}, nil
+	} else if !errors.Is(err, encoder.ErrUnsupportedArch) {
+		pool.Close()
+		return nil, err
+	}
+	m, err := engine.Load(path)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	e, err := engine.NewEmbedder(m, pool, int(p), m.Hyper.Context)
+	if err != nil {
+		pool.Close()
+		m.Close()
+		return nil, fmt.Errorf("%s: %w (give --pooling mean or last)", path, err)
+	}
+	name := encoder.Pooling(m.Hyper.Pooling).String()
+	if p != 0 {
+		name = p.String()
+	}
+	return &embedRunner{tok: m.Tokenizer, pooling: name, encode: e.Encode, close: func() { pool.Close(); m.Close() }}, nil
 }

@@ -22,22 +22,24 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/synth"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/workers/encoder"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 const (
 	embedName  = "@cf/baai/bge-small-en-v1.5"
 	rerankName = "@cf/baai/bge-reranker-base"
+	qwenName   = "@cf/qwen/qwen3-embedding-0.6b"
 )
 
-// embedDev runs dev with the built-in model, a text-embeddings model and a
-// reranker (synth's bert-tiny and bert-rank-tiny), and returns it with the
-// embedder's file.
-func embedDev(t *testing.T) (*devServer, string) {
+// embedDev runs dev with the built-in model, a text-embeddings model, a
+// reranker and a causal embedding model (synth's bert-tiny, bert-rank-tiny
+// and qwen3-embed-tiny), and returns it with the files by shape.
+func embedDev(t *testing.T) (*devServer, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{}
-	for _, shape := range []string{"bert-tiny", "bert-rank-tiny"} {
+	for _, shape := range []string{"bert-tiny", "bert-rank-tiny", "qwen3-embed-tiny"} {
 		files[shape] = filepath.Join(dir, shape+".gguf")
 		if err := synth.GenerateFile(synth.Config{Shape: shape, Type: gguf.TypeQ8_0}, files[shape]); err != nil {
 			t.Fatal(err)
@@ -48,8 +50,8 @@ func embedDev(t *testing.T) (*devServer, string) {
 		t.Fatal(err)
 	}
 	d := startDev(t, "--model", builtin.Name+"="+stories, "--model", embedName+"="+files["bert-tiny"],
-		"--model", rerankName+"="+files["bert-rank-tiny"], "--threads", "1")
-	return d, files["bert-tiny"]
+		"--model", rerankName+"="+files["bert-rank-tiny"], "--model", qwenName+"="+files["qwen3-embed-tiny"], "--threads", "1")
+	return d, files
 }
 
 // referenceVectors encodes texts with the encoder package, each alone,
@@ -76,13 +78,41 @@ func referenceVectors(t *testing.T, path string, texts []string) [][]float32 {
 	return out
 }
 
+// causalVectors embeds texts with a causal embedding model's engine.Embedder,
+// each alone, normalised.
+func causalVectors(t *testing.T, path string, texts []string) [][]float32 {
+	t.Helper()
+	m, err := engine.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pool := kernels.NewPool(1)
+	defer pool.Close()
+	e, err := engine.NewEmbedder(m, pool, 0, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]float32, len(texts))
+	for i, text := range texts {
+		v, err := e.Encode([][]int32{m.Tokenizer.Encode(text, true, false)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		encoder.Normalize(v[0])
+		out[i] = v[0]
+	}
+	return out
+}
+
 // TestEmbeddingsAPIs: the official OpenAI Go SDK gets embeddings as floats
 // and as base64, the native call answers shape, data and pooling, and a
 // reranker ranks contexts; 64 inputs of two tenants at once come back in
 // order, each tenant billed its own tokens; generation and embedding
 // routes refuse each other's models with clear errors.
 func TestEmbeddingsAPIs(t *testing.T) {
-	d, path := embedDev(t)
+	d, files := embedDev(t)
+	path := files["bert-tiny"]
 	texts := []string{"the cat sat on the mat", "hello world", "a dog ran in the park"}
 	want := referenceVectors(t, path, texts)
 	close := func(got []float64, want []float32) bool {
@@ -116,6 +146,19 @@ func TestEmbeddingsAPIs(t *testing.T) {
 	}
 	if len(b64.Data) != 1 || !close(b64.Data[0].Embedding, want[1]) {
 		t.Fatalf("base64 embedding differs (%d values)", len(b64.Data[0].Embedding))
+	}
+
+	// A causal embedding model (last-token pooling) on the same route.
+	qres, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: qwenName,
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qwant := causalVectors(t, files["qwen3-embed-tiny"], texts)
+	for i, e := range qres.Data {
+		if !close(e.Embedding, qwant[i]) {
+			t.Fatalf("qwen3 embedding %d differs from the engine's", i)
+		}
 	}
 
 	native := func(tenant, model string, body any) (int, map[string]json.RawMessage) {

@@ -175,7 +175,7 @@ func (n workerNode) keepCapacity(id string) func(ctx context.Context) error {
 		windows[name] = en.Context()
 	}
 	for name, srv := range n.encoders {
-		windows[name] = srv.Encoder().Model().Hyper.Context
+		windows[name] = srv.Info().Window
 	}
 	n.log.Info("publishing context windows", "worker", id, "windows", windows)
 	return func(ctx context.Context) error {

@@ -44,8 +44,9 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // Tasks: what a model serves, as Workers AI names them. A model's task
 // follows from its file when the entry names none (Resolve): an encoder
 // architecture (bert) serves text-embeddings, or text-classification
-// (reranking) when its pooling is rank; every other architecture serves
-// text-generation.
+// (reranking) when its pooling is rank; a causal model with a mean or last
+// pooling type (Qwen3-Embedding) serves text-embeddings; every other
+// model serves text-generation.
 const (
 	TaskTextGeneration     = "text-generation"
 	TaskTextEmbeddings     = "text-embeddings"
@@ -65,8 +66,13 @@ func Encoder(task string) bool {
 // encoderArchs are the architectures served by the encoder (workers/encoder).
 var encoderArchs = map[string]bool{"bert": true}
 
-// poolingRank is <arch>.pooling_type of a reranker (llama.cpp's RANK).
-const poolingRank = 4
+// <arch>.pooling_type values (llama.cpp's): a causal model with mean or
+// last pooling is an embedding model; rank is a reranker's.
+const (
+	poolingMean = 1
+	poolingLast = 3
+	poolingRank = 4
+)
 
 // Default prices, in neurons per million tokens: those Workers AI charges for
 // @cf/meta/llama-3.2-1b-instruct, its smallest text-generation model

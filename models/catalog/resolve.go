@@ -48,11 +48,11 @@ func resolve(i int, m *Model) (*Model, error) {
 	r := *m
 	r.Arch, r.TrainedContext = arch, trained
 	task := TaskTextGeneration
-	if encoderArchs[arch] {
+	switch {
+	case encoderArchs[arch] && pooling == poolingRank:
+		task = TaskTextClassification
+	case encoderArchs[arch], pooling == poolingMean || pooling == poolingLast:
 		task = TaskTextEmbeddings
-		if pooling == poolingRank {
-			task = TaskTextClassification
-		}
 	}
 	switch {
 	case !r.taskSet:

@@ -19,6 +19,7 @@ func EncoderArchs() []Arch { return []Arch{ArchBert} }
 const (
 	PoolMean = 1
 	PoolCLS  = 2
+	PoolLast = 3
 	PoolRank = 4
 )
 

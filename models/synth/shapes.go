@@ -81,7 +81,7 @@ type Shape struct {
 	Std           float64 // of the weight matrices; 0 means WeightStd
 	EmbdStd       float64 // of token_embd; 0 means Std
 	OutputNorm    float64 // mean of output_norm.weight; 0 means 1 as every norm's
-	Pooling       int     // encoders: <arch>.pooling_type (PoolMean, PoolCLS, PoolRank)
+	Pooling       int     // <arch>.pooling_type: encoders PoolMean, PoolCLS, PoolRank; embedding decoders PoolMean, PoolLast
 	Unigram       bool    // encoders: an XLM-RoBERTa Unigram vocabulary instead of WordPiece
 }
 
@@ -177,8 +177,15 @@ func Shapes() []Shape {
 
 	phi3 := tiny(ArchPhi3)
 
+	// qwen3-embed-tiny is qwen3-tiny as an embedding model: last-token
+	// pooling and EOS added, as Qwen3-Embedding's files are.
+	qwen3Embed := qwen3
+	qwen3Embed.Name, qwen3Embed.Pooling = "qwen3-embed-tiny", PoolLast
+
 	return append([]Shape{
-		llama, qwen2, qwen3, gemma2, gemma3, phi3,
+		llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3Embed,
+		{Name: "qwen3-embedding-0.6b", Arch: ArchQwen3, Vocab: 151669, Embd: 1024, Layers: 28, Heads: 16, KVHeads: 8, Head: 128,
+			FFN: 3072, Context: 32768, RopeFreqBase: 1e6, RMSEps: 1e-6, TiedEmbedding: true, Pooling: PoolLast},
 		{Name: "qwen3-0.6b", Arch: ArchQwen3, Vocab: 151936, Embd: 1024, Layers: 28, Heads: 16, KVHeads: 8, Head: 128,
 			FFN: 3072, Context: 40960, RopeFreqBase: 1e6, RMSEps: 1e-6, TiedEmbedding: true},
 		{Name: "gemma3-270m", Arch: ArchGemma3, Vocab: 262144, Embd: 640, Layers: 18, Heads: 4, KVHeads: 1, Head: 256,
@@ -265,8 +272,8 @@ func (s Shape) validate() error {
 		return fmt.Errorf("%w: %s: bert has one KV head per head, width/heads per head and no output", ErrBadShape, s.Name)
 	case s.Arch == ArchBert && s.Pooling != PoolMean && s.Pooling != PoolCLS && s.Pooling != PoolRank:
 		return fmt.Errorf("%w: %s: bert needs a pooling type (mean, cls or rank)", ErrBadShape, s.Name)
-	case s.Arch != ArchBert && (s.Pooling != 0 || s.Unigram):
-		return fmt.Errorf("%w: %s: only encoders pool", ErrBadShape, s.Name)
+	case s.Arch != ArchBert && (s.Unigram || s.Pooling != 0 && s.Pooling != PoolMean && s.Pooling != PoolLast):
+		return fmt.Errorf("%w: %s: a decoder pools by mean or last token, with its SentencePiece vocabulary", ErrBadShape, s.Name)
 	}
 	return nil
 }

@@ -143,7 +143,7 @@ func writeMetadata(w *gguf.Writer, s Shape, ft uint32) error {
 	w.SetUint32("tokenizer.ggml.eos_token_id", EOSID)
 	w.SetUint32("tokenizer.ggml.unknown_token_id", UnkID)
 	w.SetBool("tokenizer.ggml.add_bos_token", true)
-	w.SetBool("tokenizer.ggml.add_eos_token", false)
+	w.SetBool("tokenizer.ggml.add_eos_token", s.Pooling != 0) // an embedding model ends each input with EOS
 	return nil
 }
 

@@ -73,6 +73,9 @@ func writeHyperparameters(w *gguf.Writer, s Shape) {
 	if s.FinalSoftcap != 0 {
 		w.SetFloat32(key("final_logit_softcapping"), s.FinalSoftcap)
 	}
+	if s.Pooling != 0 {
+		w.SetUint32(key("pooling_type"), uint32(s.Pooling))
+	}
 }
 
 // Tensors lists the tensors of a model of shape s and type t, in file order,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
 )
 
 // Errors of the Server.
@@ -23,7 +25,33 @@ type ServerConfig struct {
 	QueueSize int
 }
 
-// Server runs one Encoder for many callers: the inputs of the requests
+// Passer runs encoding passes over inputs of token ids: an Encoder, or a
+// causal embedding model's engine.Embedder.
+type Passer interface {
+	Encode(inputs [][]int32) ([][]float32, error)
+	Check(ids []int32) error
+}
+
+// Info is what a server's callers need to know of its model.
+type Info struct {
+	Tokenizer *tokenizer.Tokenizer
+	Window    int     // the longest input, in tokens
+	Vocab     int     // token ids run below this
+	Dims      int     // the length of a vector (rank pooling: of the scores)
+	Pooling   Pooling // how a vector is made
+}
+
+// Info describes the encoder's model.
+func (e *Encoder) Info() Info {
+	h := e.m.Hyper
+	dims := h.Embd
+	if h.Pooling == PoolRank {
+		dims = h.Labels
+	}
+	return Info{Tokenizer: e.m.Tokenizer, Window: h.Context, Vocab: h.Vocab, Dims: dims, Pooling: h.Pooling}
+}
+
+// Server runs one Passer for many callers: the inputs of the requests
 // waiting are gathered into passes of at most PassTokens tokens. Inputs of
 // several requests and tenants share a pass (none attends to another's
 // rows, so each vector is what a pass of its own would give), and the
@@ -31,8 +59,9 @@ type ServerConfig struct {
 // batch does not hold another's request back for more than a pass. Embed is
 // safe for concurrent use; Run drives the passes.
 type Server struct {
-	enc *Encoder
-	cfg ServerConfig
+	enc  Passer
+	info Info
+	cfg  ServerConfig
 
 	mu      sync.Mutex
 	tenants []string            // tenants with inputs waiting, in turn order
@@ -66,23 +95,28 @@ type input struct {
 	ids []int32
 }
 
-// NewServer returns a server of enc; Run must run for Embed to answer.
-func NewServer(enc *Encoder, cfg ServerConfig) (*Server, error) {
+// NewServer returns a server running enc, whose model info describes; Run
+// must run for Embed to answer. The passes hold at most cfg.PassTokens
+// tokens, and never fewer than info.Window.
+func NewServer(enc Passer, info Info, cfg ServerConfig) (*Server, error) {
 	if cfg.PassTokens < 0 || cfg.QueueSize < 0 {
 		return nil, fmt.Errorf("encoder: negative server bounds %+v", cfg)
+	}
+	if info.Tokenizer == nil || info.Window <= 0 || info.Pooling == PoolNone {
+		return nil, fmt.Errorf("%w: the model names no tokenizer, window or pooling type", ErrBadModel)
 	}
 	if cfg.PassTokens == 0 {
 		cfg.PassTokens = 8192
 	}
-	cfg.PassTokens = max(cfg.PassTokens, enc.m.Hyper.Context)
+	cfg.PassTokens = max(cfg.PassTokens, info.Window)
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 256
 	}
-	return &Server{enc: enc, cfg: cfg, waiting: map[string][]*input{}, wake: make(chan struct{}, 1)}, nil
+	return &Server{enc: enc, info: info, cfg: cfg, waiting: map[string][]*input{}, wake: make(chan struct{}, 1)}, nil
 }
 
-// Encoder is the server's encoder.
-func (s *Server) Encoder() *Encoder { return s.enc }
+// Info describes the server's model.
+func (s *Server) Info() Info { return s.info }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
@@ -100,9 +134,6 @@ func (s *Server) Stats() Stats {
 func (s *Server) Embed(ctx context.Context, tenant string, inputs [][]int32) ([][]float32, error) {
 	if len(inputs) == 0 {
 		return nil, ErrNoInput
-	}
-	if s.enc.m.Hyper.Pooling == PoolNone {
-		return nil, fmt.Errorf("%w: the model names no pooling type", ErrBadModel)
 	}
 	for i, ids := range inputs {
 		if err := s.enc.Check(ids); err != nil {

@@ -13,10 +13,17 @@ import (
 	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
-func newServer(t *testing.T, cfg ServerConfig) *Server {
+// testServer is a running server and its model.
+type testServer struct {
+	*Server
+	model *Model
+}
+
+func newServer(t *testing.T, cfg ServerConfig) testServer {
 	t.Helper()
 	m := load(t, synthFile(t, "bert-tiny", gguf.TypeQ8_0), kernels.Active())
-	s, err := NewServer(newEncoder(t, m), cfg)
+	e := newEncoder(t, m)
+	s, err := NewServer(e, e.Info(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +31,7 @@ func newServer(t *testing.T, cfg ServerConfig) *Server {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return s
+	return testServer{s, m}
 }
 
 // texts returns n distinct inputs of m's tokenizer.
@@ -41,7 +48,7 @@ func texts(m *Model, prefix string, n int) [][]int32 {
 // a pass of its own, and the server ran fewer passes than inputs.
 func TestServerSharesPasses(t *testing.T) {
 	s := newServer(t, ServerConfig{})
-	m := s.Encoder().Model()
+	m := s.model
 	reqs := map[string][][]int32{"tenant-a": texts(m, "alpha", 40), "tenant-b": texts(m, "beta", 24)}
 	got := map[string][][]float32{}
 	var mu sync.Mutex
@@ -79,7 +86,7 @@ func TestServerSharesPasses(t *testing.T) {
 // back another tenant's single input for more than a pass or so.
 func TestServerTakesTurns(t *testing.T) {
 	s := newServer(t, ServerConfig{PassTokens: 512})
-	m := s.Encoder().Model()
+	m := s.model
 	long := make([][]int32, 60)
 	for i := range long {
 		long[i] = make([]int32, 250)
@@ -118,7 +125,7 @@ func TestServerTakesTurns(t *testing.T) {
 // serves on; after Run ends, requests get ErrClosed.
 func TestServerRefusesAndGivesUp(t *testing.T) {
 	s := newServer(t, ServerConfig{QueueSize: 1})
-	m := s.Encoder().Model()
+	m := s.model
 	if _, err := s.Embed(context.Background(), "t", nil); !errors.Is(err, ErrNoInput) {
 		t.Fatalf("no inputs: %v", err)
 	}
@@ -135,7 +142,8 @@ func TestServerRefusesAndGivesUp(t *testing.T) {
 	}
 
 	m2 := load(t, synthFile(t, "bert-tiny", gguf.TypeQ8_0), kernels.Active())
-	idle, err := NewServer(newEncoder(t, m2), ServerConfig{QueueSize: 1})
+	e2 := newEncoder(t, m2)
+	idle, err := NewServer(e2, e2.Info(), ServerConfig{QueueSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

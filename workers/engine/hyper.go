@@ -40,6 +40,9 @@ type Hyper struct {
 	Window       int     // sliding-window layers attend to the last Window positions
 	SWA          []bool  // per layer: a sliding-window layer (nil: none)
 	RopeBaseSWA  float32 // RoPE base of the sliding-window layers
+	// Pooling is <arch>.pooling_type, set by embedding models
+	// (Qwen3-Embedding: PoolLast); 0 for a generation model.
+	Pooling int
 }
 
 // KVDim is the width of one token's K (or V) row.
@@ -148,6 +151,7 @@ func readHyper(f *gguf.File) (Hyper, error) {
 		return h, err
 	}
 	h.NormEps = m.float("attention.layer_norm_rms_epsilon", 1e-5, a.needEps)
+	h.Pooling = m.uint("pooling_type", 0)
 	h.readAttention(m, a)
 	if m.err != nil {
 		return h, m.err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/encoder"
+	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
 // handleEmbed runs one delivery of an encoder job (queue.Job.Embed) to its
@@ -25,8 +26,8 @@ func (w *Worker) handleEmbed(ctx context.Context, res *queue.Results, model stri
 	if !d.take(ctx) {
 		return
 	}
-	job, m := d.job, srv.Encoder().Model()
-	inputs, tokens, ref := embedInputs(job, m)
+	job, info := d.job, srv.Info()
+	inputs, tokens, ref := embedInputs(job, info)
 	if ref != nil {
 		d.end(ctx, ref.kind, ref.msg)
 		return
@@ -45,7 +46,7 @@ func (w *Worker) handleEmbed(ctx context.Context, res *queue.Results, model stri
 		d.refuseEmbed(rctx, err)
 		return
 	}
-	pooling := m.Hyper.Pooling
+	pooling := info.Pooling
 	if job.Embed.Normalize && pooling != encoder.PoolRank {
 		for _, v := range vecs {
 			encoder.Normalize(v)
@@ -81,7 +82,8 @@ func (d *delivery) refuseEmbed(ctx context.Context, err error) {
 		kind, text, ok := ended(err, cause, "worker shut down mid-request")
 		if !ok {
 			kind, text = queue.ErrKindInternal, "the worker failed to encode the inputs"
-			if errors.Is(err, encoder.ErrTooLong) || errors.Is(err, encoder.ErrBadToken) || errors.Is(err, encoder.ErrEmptyInput) {
+			if errors.Is(err, encoder.ErrTooLong) || errors.Is(err, encoder.ErrBadToken) || errors.Is(err, encoder.ErrEmptyInput) ||
+				errors.Is(err, engine.ErrEmbedInput) || errors.Is(err, engine.ErrContextLength) {
 				kind, text = queue.ErrKindInvalidInput, err.Error()
 			}
 		}
@@ -95,7 +97,7 @@ func (d *delivery) refuseEmbed(ctx context.Context, err error) {
 // model's opening and closing special tokens added where missing. An input
 // over the model's window is refused, or cut to it (keeping its closing
 // token) when the job asks; nothing is truncated silently.
-func embedInputs(job *queue.Job, m *encoder.Model) ([][]int32, int, *refusal) {
+func embedInputs(job *queue.Job, m encoder.Info) ([][]int32, int, *refusal) {
 	if !time.Now().Before(job.Deadline) {
 		return nil, 0, &refusal{queue.ErrKindTimeout, "deadline passed before the job started"}
 	}
@@ -103,7 +105,7 @@ func embedInputs(job *queue.Job, m *encoder.Model) ([][]int32, int, *refusal) {
 	if e == nil {
 		return nil, 0, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("model %q encodes; it does not generate text", job.Model)}
 	}
-	rank := m.Hyper.Pooling == encoder.PoolRank
+	rank := m.Pooling == encoder.PoolRank
 	switch {
 	case rank && (e.Query == "" || len(e.Tokens) > 0):
 		return nil, 0, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("model %q ranks texts against a query: give a query and texts", job.Model)}
@@ -114,9 +116,9 @@ func embedInputs(job *queue.Job, m *encoder.Model) ([][]int32, int, *refusal) {
 	var inputs [][]int32
 	for _, text := range e.Inputs {
 		if rank {
-			inputs = append(inputs, m.PairTokens(e.Query, text))
+			inputs = append(inputs, tok.EncodePair(e.Query, text))
 		} else {
-			inputs = append(inputs, m.Tokenize(text))
+			inputs = append(inputs, tok.Encode(text, true, false))
 		}
 	}
 	for i, ids := range e.Tokens {
@@ -133,7 +135,7 @@ func embedInputs(job *queue.Job, m *encoder.Model) ([][]int32, int, *refusal) {
 		}
 		inputs = append(inputs, in)
 	}
-	window, total := m.Hyper.Context, 0
+	window, total := m.Window, 0
 	for i, ids := range inputs {
 		if len(ids) > window {
 			if !e.Truncate {
@@ -144,8 +146,8 @@ func embedInputs(job *queue.Job, m *encoder.Model) ([][]int32, int, *refusal) {
 			inputs[i] = ids
 		}
 		for _, id := range ids {
-			if id < 0 || int(id) >= m.Hyper.Vocab {
-				return nil, 0, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("input %d holds token %d; the model's vocabulary has %d", i, id, m.Hyper.Vocab)}
+			if id < 0 || int(id) >= m.Vocab {
+				return nil, 0, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("input %d holds token %d; the model's vocabulary has %d", i, id, m.Vocab)}
 			}
 		}
 		total += len(ids)

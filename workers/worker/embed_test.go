@@ -25,7 +25,7 @@ const embedModel = "@cf/test/bert-tiny"
 
 // startEncoder runs an encoder server on synth's shape (Q8_0) until the test
 // ends.
-func startEncoder(t *testing.T, shape string) *encoder.Server {
+func startEncoder(t *testing.T, shape string) (*encoder.Server, *encoder.Model) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), shape+".gguf")
 	if err := synth.GenerateFile(synth.Config{Shape: shape, Type: gguf.TypeQ8_0}, path); err != nil {
@@ -36,7 +36,8 @@ func startEncoder(t *testing.T, shape string) *encoder.Server {
 		t.Fatal(err)
 	}
 	pool := kernels.NewPool(1)
-	srv, err := encoder.NewServer(encoder.New(m, pool), encoder.ServerConfig{})
+	e := encoder.New(m, pool)
+	srv, err := encoder.NewServer(e, e.Info(), encoder.ServerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func startEncoder(t *testing.T, shape string) *encoder.Server {
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait(); pool.Close(); m.Close() })
-	return srv
+	return srv, m
 }
 
 func embedJob(tenant string, e *queue.Embed) *queue.Job {
@@ -84,10 +85,9 @@ func runEmbed(t *testing.T, ev *env, job *queue.Job) ([][]float32, *queue.Frame)
 // their error kinds.
 func TestEmbedJobs(t *testing.T) {
 	ev := startNATS(t)
-	srv := startEncoder(t, "bert-tiny")
+	srv, m := startEncoder(t, "bert-tiny")
 	usage := countUsage(t, ev.nc)
 	startWorker(t, ev, Config{Encoders: map[string]*encoder.Server{embedModel: srv}})
-	m := srv.Encoder().Model()
 
 	texts := map[string][]string{}
 	for i := range 40 {
@@ -196,9 +196,8 @@ func newJobFor(model string) *queue.Job {
 // encoder scores the (query, text) pair.
 func TestRerankJobs(t *testing.T) {
 	ev := startNATS(t)
-	srv := startEncoder(t, "bert-rank-tiny")
+	srv, m := startEncoder(t, "bert-rank-tiny")
 	startWorker(t, ev, Config{Encoders: map[string]*encoder.Server{embedModel: srv}})
-	m := srv.Encoder().Model()
 	docs := []string{"a cat is a small animal", "the sun is hot", "cats sleep a lot"}
 	v, f := runEmbed(t, ev, embedJob("tenant-a", &queue.Embed{Inputs: docs, Query: "what is a cat", Normalize: true}))
 	if v == nil {
