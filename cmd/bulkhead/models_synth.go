@@ -22,6 +22,7 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 	for _, a := range append(synth.Archs(), synth.EncoderArchs()...) {
 		archs = append(archs, string(a))
 	}
+	archs = append(archs, "xlm-roberta")
 	fs := newFlags("models synth", stderr)
 	arch := fs.String("arch", "", "architecture: "+strings.Join(archs, ", ")+
 		"; alone, it selects the architecture's <arch>-tiny shape; with --shape, it must be the shape's")

@@ -79,3 +79,15 @@ func TestEncoderShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestFamilyNames: --arch xlm-roberta names the bert architecture's XLM-R
+// tiny shape.
+func TestFamilyNames(t *testing.T) {
+	s, err := ResolveShape("xlm-roberta", "")
+	if err != nil || s.Name != "xlmr-tiny" || s.Arch != ArchBert || !s.Unigram {
+		t.Fatalf("xlm-roberta: %+v %v", s, err)
+	}
+	if s, err := ResolveShape("bert", "e5-small"); err != nil || !s.Unigram {
+		t.Fatalf("bert e5-small: %+v %v", s, err)
+	}
+}

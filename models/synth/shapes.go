@@ -217,11 +217,27 @@ func LookupShape(name string) (Shape, error) {
 	return Shape{}, fmt.Errorf("%w: %q (known: %s)", ErrUnknownShape, name, strings.Join(names, ", "))
 }
 
+// families are the model families a command line may name that llama.cpp
+// writes as another architecture, with their tiny shape.
+var families = map[string]struct {
+	arch Arch
+	tiny string
+}{
+	"xlm-roberta": {ArchBert, "xlmr-tiny"},
+}
+
 // ResolveShape returns the shape a command line names: the named shape, which
 // must be of arch when arch is not empty (ErrArchMismatch otherwise), or arch's
 // tiny shape when shape is empty.
 func ResolveShape(arch, shape string) (Shape, error) {
 	var a Arch
+	if fam, ok := families[strings.ToLower(arch)]; ok {
+		// A model family llama.cpp writes as another architecture.
+		arch = string(fam.arch)
+		if shape == "" {
+			shape = fam.tiny
+		}
+	}
 	if arch != "" {
 		var err error
 		if a, err = ParseArch(arch); err != nil {
