@@ -2,6 +2,7 @@ package edge
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,6 +47,20 @@ type asyncResponse struct {
 	Result  *nativeResult `json:"result,omitempty"`
 	Finish  string        `json:"finish_reason,omitempty"`
 	Errors  []nativeError `json:"errors,omitempty"`
+
+	encoded any // an encoder job's native result, written as "result" instead of Result
+}
+
+// MarshalJSON writes an encoder job's result in place of Result.
+func (a asyncResponse) MarshalJSON() ([]byte, error) {
+	type plain asyncResponse
+	if a.encoded == nil {
+		return json.Marshal(plain(a))
+	}
+	return json.Marshal(struct {
+		plain
+		Result any `json:"result"`
+	}{plain(a), a.encoded})
 }
 
 func jobID(requestID string, i int) string { return requestID + "-" + strconv.Itoa(i) }
@@ -262,7 +277,13 @@ func (s *Server) pollAsync(w http.ResponseWriter, r *http.Request, p auth.Princi
 // record: the native result, or the errors it ended with.
 func responseOf(i int, res *queue.AsyncResult) asyncResponse {
 	one := asyncResponse{ID: i}
-	if res.Status == asyncDone && res.Usage != nil {
+	if res.Status == asyncDone && res.Usage != nil && res.Vectors != nil {
+		if vecs, err := res.Vectors.Unpack(); err == nil {
+			one.Success, one.Finish = true, res.Finish
+			one.encoded = nativeEncoded(res.Vectors.Dims, vecs, res.Vectors.Pooling, 0, *res.Usage)
+			return one
+		}
+	} else if res.Status == asyncDone && res.Usage != nil {
 		u := toNativeUsage(*res.Usage)
 		one.Success, one.Finish = true, res.Finish
 		one.Result = &nativeResult{Response: res.Text, Usage: &u}

@@ -335,7 +335,8 @@ func openAIEmbeddings(model string, vecs [][]float32, b64 bool, u queue.Usage) o
 }
 
 // nativeEmbedRequest is Workers AI's body for its text-embeddings models and
-// its reranker.
+// its reranker; with ?queueRequest=true, a batch of such bodies in
+// requests, or a poll (request_id).
 type nativeEmbedRequest struct {
 	Text         json.RawMessage `json:"text"`
 	Pooling      string          `json:"pooling"`
@@ -344,47 +345,200 @@ type nativeEmbedRequest struct {
 	Contexts     []nativeContext `json:"contexts"`
 	TopK         *int            `json:"top_k"`
 	RejectIfBusy bool            `json:"rejectIfBusy"`
+
+	Requests     []json.RawMessage `json:"requests"`
+	RequestID    *string           `json:"request_id"`
+	Webhook      *queue.Webhook    `json:"webhook"`
+	EventSubject *string           `json:"event_subject"`
 }
 
 type nativeContext struct {
 	Text string `json:"text"`
 }
 
-// handleEncoderRun serves POST /ai/run/{model} for an encoder model.
+// handleEncoderRun serves POST /ai/run/{model} for an encoder model: one
+// request, an async batch (?queueRequest=true with requests), or a poll.
 func (s *Server) handleEncoderRun(w http.ResponseWriter, r *http.Request, p auth.Principal, m *catalog.Model, v *vocab) {
-	if q := r.URL.Query().Get("queueRequest"); q == "true" {
-		writeNativeError(w, s.refuse(r, &InputError{Field: "queueRequest", Msg: fmt.Sprintf("model %s answers at once; queued batches are for text generation", m.Name)}))
-		return
-	}
 	var req nativeEmbedRequest
 	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); err != nil {
 		writeNativeError(w, s.refuse(r, err))
 		return
 	}
-	if m.Task == catalog.TaskTextClassification {
-		s.rerank(w, r, p, m, v, &req)
-		return
+	queued := r.URL.Query().Get("queueRequest") == "true"
+	switch {
+	case req.RequestID != nil:
+		if req.Text != nil || req.Query != nil || req.Contexts != nil || req.Requests != nil {
+			writeNativeError(w, s.refuse(r, &InputError{Field: "request_id", Msg: "a poll carries only request_id"}))
+			return
+		}
+		s.pollAsync(w, r, p, *req.RequestID)
+	case !p.HasScope(auth.ScopeRun):
+		writeNativeError(w, s.refuse(r, p.RequireScope(auth.ScopeRun)))
+	case queued:
+		s.submitEncoderAsync(w, r, p, m, v, &req)
+	case req.Requests != nil || req.Webhook != nil || req.EventSubject != nil:
+		writeNativeError(w, s.refuse(r, &InputError{Field: "requests", Msg: "batches, webhooks and event subjects need ?queueRequest=true"}))
+	default:
+		e, top, err := encoderInput(m, &req, "")
+		if err != nil {
+			writeNativeError(w, s.refuse(r, err))
+			return
+		}
+		s.embed(w, r, embedCall{p: p, m: m, v: v, e: e, busy: req.RejectIfBusy, fail: writeNativeError,
+			write: func(w http.ResponseWriter, vecs [][]float32, pooling string, u queue.Usage) {
+				writeJSON(w, http.StatusOK, success(nativeEncoded(m.Dims, vecs, pooling, top, u)))
+			}})
 	}
-	e, err := nativeTexts(req.Text)
+}
+
+// encoderInput reads one native body for model m (field prefixes its
+// errors' field names, for the requests of a batch): an embedding model's
+// texts, or a reranker's query and contexts and how many of the best to
+// answer (top, 0: all).
+func encoderInput(m *catalog.Model, req *nativeEmbedRequest, field string) (e *queue.Embed, top int, err error) {
+	in := func(f string) string { return joinField(field, f) }
+	if m.Task == catalog.TaskTextClassification {
+		switch {
+		case req.Query == nil:
+			return nil, 0, &InputError{Field: in("query"), Msg: "is required"}
+		case len(req.Contexts) == 0:
+			return nil, 0, &InputError{Field: in("contexts"), Msg: "must hold at least one {\"text\": ...}"}
+		case req.Text != nil:
+			return nil, 0, &InputError{Field: in("text"), Msg: fmt.Sprintf("model %s ranks contexts against a query", m.Name)}
+		case req.TopK != nil && *req.TopK < 1:
+			return nil, 0, &InputError{Field: in("top_k"), Msg: "must be at least 1"}
+		}
+		if err := checkCount(in("contexts"), len(req.Contexts)); err != nil {
+			return nil, 0, err
+		}
+		e = &queue.Embed{Query: *req.Query, Truncate: req.Truncate}
+		for _, c := range req.Contexts {
+			e.Inputs = append(e.Inputs, c.Text)
+		}
+		if req.TopK != nil {
+			top = *req.TopK
+		}
+		return e, top, nil
+	}
+	e, err = nativeTexts(req.Text)
 	switch {
 	case err != nil:
+		var ie *InputError
+		if errors.As(err, &ie) {
+			ie.Field = in(ie.Field)
+		}
+		return nil, 0, err
 	case req.Query != nil || req.Contexts != nil || req.TopK != nil:
-		err = &InputError{Field: "query", Msg: fmt.Sprintf("model %s embeds texts; query, contexts and top_k are for rerankers", m.Name)}
+		return nil, 0, &InputError{Field: in("query"), Msg: fmt.Sprintf("model %s embeds texts; query, contexts and top_k are for rerankers", m.Name)}
 	case req.Pooling != "" && req.Pooling != m.Pooling:
-		err = &InputError{Field: "pooling", Msg: fmt.Sprintf("model %s pools by %s", m.Name, m.Pooling)}
-	default:
-		err = checkCount("text", e.Count())
+		return nil, 0, &InputError{Field: in("pooling"), Msg: fmt.Sprintf("model %s pools by %s", m.Name, m.Pooling)}
 	}
-	if err != nil {
-		writeNativeError(w, s.refuse(r, err))
-		return
+	if err := checkCount(in("text"), e.Count()); err != nil {
+		return nil, 0, err
 	}
 	e.Truncate, e.Normalize = req.Truncate, true
-	s.embed(w, r, embedCall{p: p, m: m, v: v, e: e, busy: req.RejectIfBusy, fail: writeNativeError,
-		write: func(w http.ResponseWriter, vecs [][]float32, pooling string, u queue.Usage) {
-			writeJSON(w, http.StatusOK, success(nativeEmbedResult{Shape: [2]int{len(vecs), m.Dims}, Data: vecs, Pooling: pooling,
-				Usage: toNativeUsage(u)}))
-		}})
+	return e, 0, nil
+}
+
+// nativeEncoded is the native result of an encoder job: an embedding
+// model's shape, data and pooling, or a reranker's contexts by score, best
+// first (the top of them when top > 0).
+func nativeEncoded(dims int, vecs [][]float32, pooling string, top int, u queue.Usage) any {
+	if pooling != "rank" {
+		return nativeEmbedResult{Shape: [2]int{len(vecs), dims}, Data: vecs, Pooling: pooling, Usage: toNativeUsage(u)}
+	}
+	ranked := make([]rankedContext, len(vecs))
+	for i, vec := range vecs {
+		ranked[i] = rankedContext{ID: i, Score: vec[0]}
+	}
+	slices.SortStableFunc(ranked, func(a, b rankedContext) int { return cmp.Compare(b.Score, a.Score) })
+	if top > 0 && top < len(ranked) {
+		ranked = ranked[:top]
+	}
+	return nativeRerankResult{Response: ranked, Usage: toNativeUsage(u)}
+}
+
+// submitEncoderAsync queues an async batch of encoder requests, as
+// submitAsync does for generation: every request checked and counted
+// first, one job each, all or none. A poll answers each request's native
+// result (a reranker's: every context, best first).
+func (s *Server) submitEncoderAsync(w http.ResponseWriter, r *http.Request, p auth.Principal, m *catalog.Model, v *vocab, req *nativeEmbedRequest) {
+	fail := func(err error) { writeNativeError(w, s.refuse(r, err)) }
+	var err error
+	switch {
+	case req.Text != nil || req.Query != nil || req.Contexts != nil:
+		err = &InputError{Field: "requests", Msg: "with queueRequest=true, send the inputs inside requests"}
+	case len(req.Requests) == 0:
+		err = &InputError{Field: "requests", Msg: "must hold at least one request"}
+	case len(req.Requests) > s.cfg.MaxBatchRequests:
+		err = &InputError{Field: "requests", Msg: fmt.Sprintf("at most %d requests, not %d", s.cfg.MaxBatchRequests, len(req.Requests))}
+	case req.Webhook != nil:
+		err = s.checkWebhook(r.Context(), req.Webhook)
+	}
+	if err == nil && req.EventSubject != nil {
+		err = checkEventSubject(*req.EventSubject)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	embeds := make([]*queue.Embed, len(req.Requests))
+	admits := make([]admitted, len(req.Requests))
+	for i, raw := range req.Requests {
+		prefix := fmt.Sprintf("requests[%d]", i)
+		var one nativeEmbedRequest
+		if err := decodeRaw(raw, &one, prefix); err != nil {
+			fail(err)
+			return
+		}
+		if one.Requests != nil || one.RequestID != nil {
+			fail(&InputError{Field: prefix, Msg: "requests do not nest"})
+			return
+		}
+		e, _, err := encoderInput(m, &one, prefix)
+		if err == nil {
+			admits[i].tokens, err = s.countInputs(embedCall{m: m, v: v, e: e})
+		}
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", prefix, err))
+			return
+		}
+		embeds[i] = e
+	}
+	requestID := fmt.Sprintf("%s-%d", newID(), len(embeds))
+	ids := make([]string, len(embeds))
+	for i := range ids {
+		ids[i] = jobID(requestID, i)
+	}
+	release, err := s.acquireAsync(r.Context(), p, ids)
+	if err != nil {
+		fail(err)
+		return
+	}
+	queued := false // then the jobs hold their slots until they end
+	defer func() {
+		if !queued {
+			release(quota.Usage{}) // billed per job from usage events
+		}
+	}()
+	if err := s.reserve(r.Context(), p, m, ids, admits); err != nil {
+		fail(err)
+		return
+	}
+	jobs := make([]*queue.Job, len(embeds))
+	for i, e := range embeds {
+		jobs[i] = &queue.Job{
+			ID: ids[i], Tenant: p.Tenant, Key: p.Key, Model: m.Name, Embed: e, PromptTokens: admits[i].tokens, Async: true,
+			Deadline: time.Now().Add(s.cfg.RequestTimeout), Rates: jobRates(m), Weight: s.class(p.Tenant).Weight,
+			Webhook: req.Webhook,
+		}
+		if req.EventSubject != nil {
+			jobs[i].EventSubject = *req.EventSubject
+		}
+	}
+	if queued = s.queueBatch(w, r, requestID, jobs); queued {
+		writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
+	}
 }
 
 type nativeEmbedResult struct {
@@ -412,46 +566,6 @@ func nativeTexts(raw json.RawMessage) (*queue.Embed, error) {
 		return nil, &InputError{Field: "text", Msg: "is an empty array"}
 	}
 	return &queue.Embed{Inputs: many}, nil
-}
-
-// rerank serves a reranker's native call: each context scored against the
-// query (the model's raw relevance score, as llama.cpp's server returns
-// it), the top_k best first.
-func (s *Server) rerank(w http.ResponseWriter, r *http.Request, p auth.Principal, m *catalog.Model, v *vocab, req *nativeEmbedRequest) {
-	var err error
-	switch {
-	case req.Query == nil:
-		err = &InputError{Field: "query", Msg: "is required"}
-	case len(req.Contexts) == 0:
-		err = &InputError{Field: "contexts", Msg: "must hold at least one {\"text\": ...}"}
-	case req.Text != nil:
-		err = &InputError{Field: "text", Msg: fmt.Sprintf("model %s ranks contexts against a query", m.Name)}
-	case req.TopK != nil && *req.TopK < 1:
-		err = &InputError{Field: "top_k", Msg: "must be at least 1"}
-	default:
-		err = checkCount("contexts", len(req.Contexts))
-	}
-	if err != nil {
-		writeNativeError(w, s.refuse(r, err))
-		return
-	}
-	e := &queue.Embed{Query: *req.Query, Truncate: req.Truncate}
-	for _, c := range req.Contexts {
-		e.Inputs = append(e.Inputs, c.Text)
-	}
-	top := len(e.Inputs)
-	if req.TopK != nil {
-		top = min(top, *req.TopK)
-	}
-	s.embed(w, r, embedCall{p: p, m: m, v: v, e: e, busy: req.RejectIfBusy, fail: writeNativeError,
-		write: func(w http.ResponseWriter, vecs [][]float32, _ string, u queue.Usage) {
-			ranked := make([]rankedContext, len(vecs))
-			for i, vec := range vecs {
-				ranked[i] = rankedContext{ID: i, Score: vec[0]}
-			}
-			slices.SortStableFunc(ranked, func(a, b rankedContext) int { return cmp.Compare(b.Score, a.Score) })
-			writeJSON(w, http.StatusOK, success(nativeRerankResult{Response: ranked[:top], Usage: toNativeUsage(u)}))
-		}})
 }
 
 type rankedContext struct {

@@ -125,10 +125,6 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if catalog.Encoder(m.Task) {
-		if err := p.RequireScope(auth.ScopeRun); err != nil {
-			writeNativeError(w, s.refuse(r, err))
-			return
-		}
 		s.handleEncoderRun(w, r, p, m, v)
 		return
 	}

@@ -17,8 +17,9 @@ const (
 
 // Embed makes a job an encoder job (the text-embeddings and
 // text-classification tasks): its inputs are encoded in one or more shared
-// passes and the final frame carries one vector per input (Frame.Vectors);
-// nothing is generated. Exactly one of Inputs and Tokens is set.
+// passes and the final frame carries one vector per input (Frame.Vectors;
+// an async job's record, AsyncResult.Vectors); nothing is generated.
+// Exactly one of Inputs and Tokens is set.
 type Embed struct {
 	Inputs []string  `json:"inputs,omitempty"` // texts, tokenized by the worker
 	Tokens [][]int32 `json:"tokens,omitempty"` // or token ids, as the client sent them
@@ -105,6 +106,9 @@ func (r *Replier) FinalVectors(ctx context.Context, v *Vectors, usage Usage) err
 	r.rec.Status = StatusDone
 	r.rec.Finish = "stop"
 	r.rec.Usage = &usage
+	if r.job.Async {
+		r.rec.Vectors = v
+	}
 	if err := r.record(ctx); err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // TestEmbedJobValidate: an encoder job carries inputs (texts or token ids,
-// not both, at most MaxEmbedInputs), no max_tokens and no async; a job
-// without Embed still needs max_tokens.
+// not both, at most MaxEmbedInputs) and no max_tokens; a job without Embed
+// still needs max_tokens.
 func TestEmbedJobValidate(t *testing.T) {
 	base := func() *Job {
 		return &Job{ID: "j", Tenant: "t", Model: "m", Reply: "r", Deadline: time.Now(), Embed: &Embed{Inputs: []string{"a"}}}
@@ -24,7 +24,6 @@ func TestEmbedJobValidate(t *testing.T) {
 		"too many inputs": func(j *Job) { j.Embed.Inputs = make([]string, MaxEmbedInputs+1) },
 		"texts and ids":   func(j *Job) { j.Embed.Tokens = [][]int32{{1}} },
 		"max_tokens":      func(j *Job) { j.MaxTokens = 5 },
-		"async":           func(j *Job) { j.Async = true },
 		"no embed":        func(j *Job) { j.Embed = nil },
 	} {
 		j := base()

@@ -205,9 +205,6 @@ func (j *Job) Validate() error {
 		if err := j.Embed.validate(); err != nil {
 			return fmt.Errorf("job %s: %w", j.ID, err)
 		}
-		if j.Async {
-			return fmt.Errorf("%w: job %s: an async embed job", ErrBadMessage, j.ID)
-		}
 	}
 	if j.Key != "" && !ValidKey(j.Key) {
 		return fmt.Errorf("%w: job %s key %q", ErrBadMessage, j.ID, j.Key)

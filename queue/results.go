@@ -37,6 +37,7 @@ type AsyncResult struct {
 	Model    string      `json:"model,omitempty"`
 	Status   string      `json:"status"`
 	Text     string      `json:"text,omitempty"`
+	Vectors  *Vectors    `json:"vectors,omitempty"` // an encoder job's result (Job.Embed)
 	Usage    *Usage      `json:"usage,omitempty"`
 	Finish   string      `json:"finish,omitempty"`
 	Error    *FrameError `json:"error,omitempty"`

@@ -78,6 +78,25 @@ func referenceVectors(t *testing.T, path string, texts []string) [][]float32 {
 	return out
 }
 
+// nativeQueued posts body to model's native route with ?queueRequest=true.
+func nativeQueued(t *testing.T, d *devServer, model string, body any) (int, map[string]json.RawMessage) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", "http://"+d.addr+"/ai/run/"+model+"?queueRequest=true", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+d.token(t, "tenant-a"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &env); err != nil {
+		t.Fatalf("%s: %s", model, raw)
+	}
+	return resp.StatusCode, env
+}
+
 // causalVectors embeds texts with a causal embedding model's engine.Embedder,
 // each alone, normalised.
 func causalVectors(t *testing.T, path string, texts []string) [][]float32 {
@@ -276,6 +295,36 @@ func TestEmbeddingsAPIs(t *testing.T) {
 			}
 		})
 	}
+	// An async batch of two embedding requests, polled to its end.
+	code, env = nativeQueued(t, d, embedName, map[string]any{"requests": []any{
+		map[string]any{"text": texts[:2]}, map[string]any{"text": texts[2]}}})
+	var queued struct {
+		Status    string `json:"status"`
+		RequestID string `json:"request_id"`
+	}
+	if code != 200 || json.Unmarshal(env["result"], &queued) != nil || queued.Status != "queued" {
+		t.Fatalf("async submit: %d %s", code, env["result"])
+	}
+	var polled struct {
+		Status    string `json:"status"`
+		Responses []struct {
+			ID      int  `json:"id"`
+			Success bool `json:"success"`
+			Result  struct {
+				Shape [2]int      `json:"shape"`
+				Data  [][]float64 `json:"data"`
+			} `json:"result"`
+		} `json:"responses"`
+	}
+	testkit.Poll(t, 30*time.Second, testkit.Cond("the async batch to end", func() bool {
+		_, env := native("tenant-a", embedName, map[string]any{"request_id": queued.RequestID})
+		return json.Unmarshal(env["result"], &polled) == nil && polled.Status == "done"
+	}))
+	if len(polled.Responses) != 2 || !polled.Responses[0].Success || polled.Responses[0].Result.Shape != [2]int{2, 256} ||
+		!close(polled.Responses[0].Result.Data[1], want[1]) || !close(polled.Responses[1].Result.Data[0], want[2]) {
+		t.Fatalf("async responses %+v", polled.Responses)
+	}
+
 	long := bytes.Repeat([]byte("word "), 600)
 	code, env = native("tenant-a", embedName, map[string]any{"text": []string{"ok", string(long)}})
 	if code != 413 || !bytes.Contains(env["errors"], []byte("3006")) {
