@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -104,22 +105,13 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 		fail(err)
 		return
 	}
-	requestID := fmt.Sprintf("%s-%d", newID(), len(ins))
-	ids := make([]string, len(ins))
-	for i := range ids {
-		ids[i] = jobID(requestID, i)
-	}
-	release, err := s.acquireAsync(r.Context(), p, ids)
+	requestID, ids, done, err := s.batchSlots(r.Context(), p, len(ins))
 	if err != nil {
 		fail(err)
 		return
 	}
 	queued := false // then the jobs hold their slots until they end
-	defer func() {
-		if !queued {
-			release(quota.Usage{}) // billed per job from usage events
-		}
-	}()
+	defer func() { done(queued) }()
 
 	jobs := make([]*queue.Job, len(ins))
 	admits := make([]admitted, len(ins))
@@ -149,6 +141,26 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if queued = s.queueBatch(w, r, requestID, jobs); queued {
 		writeJSON(w, http.StatusOK, success(asyncResult{Status: asyncQueued, RequestID: requestID, Model: m.Name}))
 	}
+}
+
+// batchSlots names an async batch of n jobs and takes a quota slot for each
+// (acquireAsync). Call done with whether the batch went out: unless it did,
+// the slots go back (a queued job's slot goes back when it ends).
+func (s *Server) batchSlots(ctx context.Context, p auth.Principal, n int) (requestID string, ids []string, done func(queued bool), err error) {
+	requestID = fmt.Sprintf("%s-%d", newID(), n)
+	ids = make([]string, n)
+	for i := range ids {
+		ids[i] = jobID(requestID, i)
+	}
+	release, err := s.acquireAsync(ctx, p, ids)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return requestID, ids, func(queued bool) {
+		if !queued {
+			release(quota.Usage{}) // billed per job from usage events
+		}
+	}, nil
 }
 
 // asyncInputs validates the requests of an async batch, each as a native

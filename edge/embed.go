@@ -505,22 +505,13 @@ func (s *Server) submitEncoderAsync(w http.ResponseWriter, r *http.Request, p au
 		}
 		embeds[i] = e
 	}
-	requestID := fmt.Sprintf("%s-%d", newID(), len(embeds))
-	ids := make([]string, len(embeds))
-	for i := range ids {
-		ids[i] = jobID(requestID, i)
-	}
-	release, err := s.acquireAsync(r.Context(), p, ids)
+	requestID, ids, done, err := s.batchSlots(r.Context(), p, len(embeds))
 	if err != nil {
 		fail(err)
 		return
 	}
 	queued := false // then the jobs hold their slots until they end
-	defer func() {
-		if !queued {
-			release(quota.Usage{}) // billed per job from usage events
-		}
-	}()
+	defer func() { done(queued) }()
 	if err := s.reserve(r.Context(), p, m, ids, admits); err != nil {
 		fail(err)
 		return

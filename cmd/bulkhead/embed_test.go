@@ -78,12 +78,13 @@ func referenceVectors(t *testing.T, path string, texts []string) [][]float32 {
 	return out
 }
 
-// nativeQueued posts body to model's native route with ?queueRequest=true.
-func nativeQueued(t *testing.T, d *devServer, model string, body any) (int, map[string]json.RawMessage) {
+// nativePost posts body to model's native route (query: the URL's query,
+// "" for none) with a token of tenant.
+func nativePost(t *testing.T, d *devServer, tenant, model, query string, body any) (int, map[string]json.RawMessage) {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", "http://"+d.addr+"/ai/run/"+model+"?queueRequest=true", bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+d.token(t, "tenant-a"))
+	req, _ := http.NewRequest("POST", "http://"+d.addr+"/ai/run/"+model+query, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+d.token(t, tenant))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -181,20 +182,7 @@ func TestEmbeddingsAPIs(t *testing.T) {
 	}
 
 	native := func(tenant, model string, body any) (int, map[string]json.RawMessage) {
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest("POST", "http://"+d.addr+"/ai/run/"+model, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+d.token(t, tenant))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		var env map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &env); err != nil {
-			t.Fatalf("%s: %s", model, raw)
-		}
-		return resp.StatusCode, env
+		return nativePost(t, d, tenant, model, "", body)
 	}
 	code, env := native("tenant-a", embedName, map[string]any{"text": texts})
 	var nat struct {
@@ -296,7 +284,7 @@ func TestEmbeddingsAPIs(t *testing.T) {
 		})
 	}
 	// An async batch of two embedding requests, polled to its end.
-	code, env = nativeQueued(t, d, embedName, map[string]any{"requests": []any{
+	code, env = nativePost(t, d, "tenant-a", embedName, "?queueRequest=true", map[string]any{"requests": []any{
 		map[string]any{"text": texts[:2]}, map[string]any{"text": texts[2]}}})
 	var queued struct {
 		Status    string `json:"status"`
