@@ -568,3 +568,103 @@ type nativeRerankResult struct {
 	Response []rankedContext `json:"response"`
 	Usage    nativeUsage     `json:"usage"`
 }
+
+// openAIRerankRequest is the rerank body llama.cpp's server, vLLM, Jina and
+// Cohere share (POST /v1/rerank).
+type openAIRerankRequest struct {
+	Model           string            `json:"model"`
+	Query           *string           `json:"query"`
+	Documents       []json.RawMessage `json:"documents"`
+	TopN            *int              `json:"top_n"`
+	ReturnDocuments bool              `json:"return_documents"`
+}
+
+type rerankDocument struct {
+	Text string `json:"text"`
+}
+
+type rerankResult struct {
+	Index          int             `json:"index"`
+	RelevanceScore float32         `json:"relevance_score"`
+	Document       *rerankDocument `json:"document,omitempty"`
+}
+
+type rerankResponse struct {
+	Object  string           `json:"object"`
+	Model   string           `json:"model"`
+	Results []rerankResult   `json:"results"`
+	Usage   openAIEmbedUsage `json:"usage"`
+}
+
+// handleRerank serves POST /v1/rerank for a text-classification model: the
+// documents by relevance to the query, best first (the top_n of them),
+// each score the model's raw one, as /ai/run's.
+func (s *Server) handleRerank(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticate(r, auth.ScopeRun)
+	if err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	var req openAIRerankRequest
+	if err := decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	e := &queue.Embed{}
+	switch {
+	case req.Model == "":
+		err = &InputError{Field: "model", Msg: "is required"}
+	case req.Query == nil:
+		err = &InputError{Field: "query", Msg: "is required"}
+	case len(req.Documents) == 0:
+		err = &InputError{Field: "documents", Msg: "must hold at least one document"}
+	case req.TopN != nil && *req.TopN < 1:
+		err = &InputError{Field: "top_n", Msg: "must be at least 1"}
+	default:
+		err = checkCount("documents", len(req.Documents))
+	}
+	for i, raw := range req.Documents {
+		if err != nil {
+			break
+		}
+		var text string
+		var doc rerankDocument
+		switch {
+		case json.Unmarshal(raw, &text) == nil:
+		case json.Unmarshal(raw, &doc) == nil:
+			text = doc.Text
+		default:
+			err = &InputError{Field: fmt.Sprintf("documents[%d]", i), Msg: "must be a string or {\"text\": ...}"}
+		}
+		e.Inputs = append(e.Inputs, text)
+	}
+	var m *catalog.Model
+	var v *vocab
+	if err == nil {
+		m, v, err = s.lookupModel(p, req.Model)
+	}
+	if err == nil {
+		err = encoderTask(m, catalog.TaskTextClassification, "reranking needs a text-classification model")
+	}
+	if err != nil {
+		writeOpenAIError(w, s.refuse(r, err))
+		return
+	}
+	e.Query = *req.Query
+	s.embed(w, r, embedCall{p: p, m: m, v: v, e: e, fail: writeOpenAIError,
+		write: func(w http.ResponseWriter, vecs [][]float32, _ string, u queue.Usage) {
+			out := rerankResponse{Object: "list", Model: m.Name, Results: make([]rerankResult, len(vecs)),
+				Usage: openAIEmbedUsage{u.PromptTokens, u.PromptTokens}}
+			for i, vec := range vecs {
+				out.Results[i] = rerankResult{Index: i, RelevanceScore: vec[0]}
+				if req.ReturnDocuments {
+					out.Results[i].Document = &rerankDocument{Text: e.Inputs[i]}
+				}
+			}
+			slices.SortStableFunc(out.Results, func(a, b rerankResult) int { return cmp.Compare(b.RelevanceScore, a.RelevanceScore) })
+			if req.TopN != nil && *req.TopN < len(out.Results) {
+				out.Results = out.Results[:*req.TopN]
+			}
+			writeJSON(w, http.StatusOK, out)
+		}})
+}

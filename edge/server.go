@@ -260,6 +260,7 @@ func (s *Server) routes() {
 		mux.HandleFunc("POST "+v1+"/chat/completions", s.handleChat)
 		mux.HandleFunc("POST "+v1+"/completions", s.handleCompletions)
 		mux.HandleFunc("POST "+v1+"/embeddings", s.handleEmbeddings)
+		mux.HandleFunc("POST "+v1+"/rerank", s.handleRerank)
 		mux.HandleFunc("GET "+v1+"/models", s.handleModels)
 	}
 	s.billingRoutes(mux)

@@ -211,6 +211,32 @@ func TestEmbeddingsAPIs(t *testing.T) {
 		t.Fatalf("rerank: %d %s", code, env["result"])
 	}
 
+	// The OpenAI-style rerank route (llama.cpp's server, vLLM, Jina) ranks
+	// the same way, documents as strings or objects.
+	b, _ := json.Marshal(map[string]any{"model": rerankName, "query": "what is a cat", "top_n": 2, "return_documents": true,
+		"documents": []any{"a cat is a small animal", map[string]string{"text": "the sun is hot"}, "cats purr"}})
+	req, _ := http.NewRequest("POST", "http://"+d.addr+"/v1/rerank", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+d.token(t, "tenant-a"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr struct {
+		Results []struct {
+			Index          int     `json:"index"`
+			RelevanceScore float64 `json:"relevance_score"`
+			Document       struct {
+				Text string `json:"text"`
+			} `json:"document"`
+		} `json:"results"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&rr)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(rr.Results) != 2 || rr.Results[0].Index != ranked.Response[0].ID ||
+		math.Abs(rr.Results[0].RelevanceScore-ranked.Response[0].Score) > 1e-6 || rr.Results[0].Document.Text == "" {
+		t.Fatalf("/v1/rerank: %d %+v (native %+v)", resp.StatusCode, rr, ranked)
+	}
+
 	// 64 inputs from two tenants at once: each in order, each billed alone.
 	var batch []string
 	for i := range 32 {
