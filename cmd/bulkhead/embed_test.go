@@ -281,6 +281,9 @@ func TestEmbeddingsAPIs(t *testing.T) {
 		}
 	}
 
+	if n := d.sumBy(t, "bulkhead_encoder_inputs_total", "model")[embedName]; n < 64 {
+		t.Errorf("bulkhead_encoder_inputs_total for %s is %v, want the inputs encoded (at least 64)", embedName, n)
+	}
 	for _, tc := range []struct {
 		name string
 		do   func() error

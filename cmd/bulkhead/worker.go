@@ -161,6 +161,7 @@ func (n workerNode) run(ctx context.Context) error {
 		return err
 	}
 	n.obs.metrics.AddEngines(n.obs.name, n.role, n.engines)
+	n.obs.metrics.AddEncoders(n.obs.name, n.encoders)
 	unregister := registerWorker(n.log, n.nc, n.js, string(n.role), n.engines, w.JobsDone)
 	defer unregister()
 	return w.Run(ctx)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/handoff"
 )
@@ -42,8 +44,9 @@ type Metrics struct {
 
 	descs map[string]*prometheus.Desc // the collector's own series; read-only
 
-	mu        sync.Mutex                     // guards engines, consumers and queues
+	mu        sync.Mutex                     // guards engines, encoders, consumers and queues
 	engines   []servedEngine                 // by AddEngines
+	encoders  []servedEncoder                // by AddEncoders
 	consumers map[string]jetstream.Consumer  // by durable name
 	queues    map[string]*queue.TenantQueues // by model
 }
@@ -51,6 +54,11 @@ type Metrics struct {
 type servedEngine struct {
 	worker, role, model string
 	eng                 *engine.Engine
+}
+
+type servedEncoder struct {
+	worker, model string
+	srv           *encoder.Server
 }
 
 // NewMetrics registers a worker process's series on reg.
@@ -92,6 +100,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				[]string{"worker", "role", "model"}, nil),
 			"misses": prometheus.NewDesc("bulkhead_kv_prefix_cache_misses_total", "Prefix-cache lookups that attached none.",
 				[]string{"worker", "role", "model"}, nil),
+			"enc_waiting": prometheus.NewDesc("bulkhead_encoder_waiting_requests", "Requests waiting for or in an encoder model's passes.",
+				[]string{"worker", "model"}, nil),
+			"enc_passes": prometheus.NewDesc("bulkhead_encoder_passes_total", "Forward passes of an encoder model (inputs of several requests share one).",
+				[]string{"worker", "model"}, nil),
+			"enc_inputs": prometheus.NewDesc("bulkhead_encoder_inputs_total", "Inputs an encoder model encoded.",
+				[]string{"worker", "model"}, nil),
+			"enc_tokens": prometheus.NewDesc("bulkhead_encoder_tokens_total", "Input tokens an encoder model encoded.",
+				[]string{"worker", "model"}, nil),
 			"pending": prometheus.NewDesc("bulkhead_queue_consumer_pending_messages", "Messages of a JetStream consumer not yet delivered.",
 				[]string{"consumer"}, nil),
 			"queued": prometheus.NewDesc("bulkhead_queue_jobs", "A model's jobs in the jobs stream (on a decode worker: its hand-overs in the decode stream), waiting or running, all tenants (what to autoscale on).",
@@ -139,6 +155,19 @@ func (m *Metrics) AddEngines(worker string, role Role, engines map[string]*engin
 	}
 }
 
+// AddEncoders exports the pass counters and queue gauge of one worker's
+// encoder servers.
+func (m *Metrics) AddEncoders(worker string, encoders map[string]*encoder.Server) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, n := range slices.Sorted(maps.Keys(encoders)) {
+		m.encoders = append(m.encoders, servedEncoder{worker, n, encoders[n]})
+	}
+}
+
 func (m *Metrics) addQueues(model string, q *queue.TenantQueues) {
 	if m == nil {
 		return
@@ -173,6 +202,7 @@ const consumerInfoTimeout = 2 * time.Second
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	engines := append([]servedEngine(nil), m.engines...)
+	encoders := append([]servedEncoder(nil), m.encoders...)
 	consumers := make(map[string]jetstream.Consumer, len(m.consumers))
 	for k, v := range m.consumers {
 		consumers[k] = v
@@ -194,6 +224,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge("capacity", float64(kv.TotalPages()), e.worker, e.role, e.model)
 		ch <- prometheus.MustNewConstMetric(m.descs["hits"], prometheus.CounterValue, float64(ps.Hits), e.worker, e.role, e.model)
 		ch <- prometheus.MustNewConstMetric(m.descs["misses"], prometheus.CounterValue, float64(ps.Misses), e.worker, e.role, e.model)
+	}
+	for _, e := range encoders {
+		st := e.srv.Stats()
+		gauge("enc_waiting", float64(st.Waiting), e.worker, e.model)
+		ch <- prometheus.MustNewConstMetric(m.descs["enc_passes"], prometheus.CounterValue, float64(st.Passes), e.worker, e.model)
+		ch <- prometheus.MustNewConstMetric(m.descs["enc_inputs"], prometheus.CounterValue, float64(st.Inputs), e.worker, e.model)
+		ch <- prometheus.MustNewConstMetric(m.descs["enc_tokens"], prometheus.CounterValue, float64(st.Tokens), e.worker, e.model)
 	}
 	for name, c := range consumers {
 		ctx, cancel := context.WithTimeout(context.Background(), consumerInfoTimeout)
