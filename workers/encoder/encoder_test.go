@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -317,5 +318,61 @@ func TestRefusals(t *testing.T) {
 func TestLoadRefuses(t *testing.T) {
 	if _, err := Load(synthFile(t, "llama-tiny", gguf.TypeQ8_0)); !errors.Is(err, ErrUnsupportedArch) {
 		t.Fatalf("loading llama-tiny: %v, want ErrUnsupportedArch", err)
+	}
+}
+
+// TestFlatOneRowTensors: llama-quantize writes a one-row matrix as a 1-D
+// tensor (an XLM-R's single token type, a reranker's single-label head);
+// such a file loads and encodes exactly as the 2-D one.
+func TestFlatOneRowTensors(t *testing.T) {
+	src := synthFile(t, "xlmr-rank-tiny", gguf.TypeF32)
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, k := range slices.Sorted(maps.Keys(f.KV)) {
+		if err := w.Set(k, f.KV[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flat := 0
+	for _, ti := range f.Tensors {
+		_, data, err := f.Tensor(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape := ti.Shape
+		if len(shape) == 2 && shape[1] == 1 {
+			shape = shape[:1]
+			flat++
+		}
+		if err := w.AddTensor(ti.Name, shape, ti.Type, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if flat != 2 {
+		t.Fatalf("%d one-row tensors flattened, want token_types and cls.output", flat)
+	}
+	dst := filepath.Join(t.TempDir(), "flat.gguf")
+	if err := w.WriteFile(dst); err != nil {
+		t.Fatal(err)
+	}
+	a, b := load(t, src, kernels.Active()), load(t, dst, kernels.Active())
+	if b.TypeRow == nil || b.Hyper.Labels != 1 {
+		t.Fatalf("flat file: type row %v, %d labels", b.TypeRow != nil, b.Hyper.Labels)
+	}
+	ids := [][]int32{a.PairTokens("what is a cat", "a cat is an animal")}
+	va, err := newEncoder(t, a).Encode(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vb, err := newEncoder(t, b).Encode(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(va[0], vb[0]) {
+		t.Fatalf("scores %v and %v differ", va[0], vb[0])
 	}
 }

@@ -160,13 +160,13 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	e := h.Embd
 	m.TokEmbd = l.matrix("token_embd.weight", h.Vocab, e)
 	if f.HasTensor("token_types.weight") {
+		// [Embd, types]; one type is often written as [Embd] (llama-quantize
+		// drops a trailing dimension of 1).
 		info, _, _ := f.Tensor("token_types.weight")
-		if len(info.Shape) == 2 && info.Shape[1] > 0 {
-			types := l.matrix("token_types.weight", int(info.Shape[1]), e)
-			if l.err == nil {
-				m.TypeRow = make([]float32, e)
-				types.Row(0, m.TypeRow)
-			}
+		types := l.matrix("token_types.weight", max(1, int(rowsOf(info.Shape))), e)
+		if l.err == nil {
+			m.TypeRow = make([]float32, e)
+			types.Row(0, m.TypeRow)
 		}
 	}
 	m.PosEmbd = l.matrix("position_embd.weight", h.Context, e)
@@ -257,16 +257,29 @@ func (l *loader) head(m *Model) {
 		m.Cls, m.ClsB, m.HasCls = l.matrix("cls.weight", e, e), l.vector("cls.bias", e), true
 	}
 	info, _, err := l.f.Tensor("cls.output.weight")
-	if err != nil || len(info.Shape) != 2 || info.Shape[1] == 0 || info.Shape[1] > 1<<16 {
+	n := rowsOf(info.Shape)
+	if err != nil || n == 0 || n > 1<<16 {
 		l.fail(fmt.Errorf("%w: rank pooling needs the classification head cls.output.weight", ErrBadModel))
 		return
 	}
-	n := int(info.Shape[1])
 	m.Hyper.Labels = n
 	m.ClsOut = l.matrix("cls.output.weight", n, e)
 	if l.f.HasTensor("cls.output.bias") {
 		m.ClsOutB = l.vector("cls.output.bias", n)
 	}
+}
+
+// rowsOf is the number of rows of a GGUF matrix shape: [cols, rows], or
+// [cols] for one row (GGUF writers drop a trailing dimension of 1); 0 for
+// anything else.
+func rowsOf(shape []uint64) int {
+	switch {
+	case len(shape) == 1:
+		return 1
+	case len(shape) == 2 && shape[1] <= 1<<24:
+		return int(shape[1])
+	}
+	return 0
 }
 
 // loader reads tensors, remembering the first error.
@@ -291,7 +304,7 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 		l.fail(fmt.Errorf("%w: %v", ErrBadModel, err))
 		return kernels.Matrix{}
 	}
-	if len(info.Shape) != 2 || info.Shape[0] != uint64(cols) || info.Shape[1] != uint64(rows) {
+	if len(info.Shape) == 0 || len(info.Shape) > 2 || info.Shape[0] != uint64(cols) || rowsOf(info.Shape) != rows {
 		l.fail(fmt.Errorf("%w: tensor %s has shape %v, want [%d %d]", ErrBadModel, name, info.Shape, cols, rows))
 		return kernels.Matrix{}
 	}
