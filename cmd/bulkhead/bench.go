@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/bench"
-	"github.com/bulkhead-ai/bulkhead/workers/encoder"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 )
 
@@ -68,7 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // inputs of --tokens tokens.
 func runBenchEmbed(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench embed", stderr)
-	model := fs.String("model", "", "GGUF encoder model file (bert)")
+	model := fs.String("model", "", "GGUF embedding model file (an encoder, or a causal model with a pooling type)")
 	var cfg bench.EncodeConfig
 	fs.IntVar(&cfg.Threads, "threads", 0, "kernel threads (0: all cores)")
 	fs.IntVar(&cfg.Inputs, "inputs", 32, "inputs per pass (a request's batch)")
@@ -85,12 +84,12 @@ func runBenchEmbed(args []string, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: need --inputs >= 1, --tokens >= 2, --reps >= 1", errUsage)
 	}
-	m, err := encoder.Load(*model)
+	r, err := openEmbedder(*model, "", cfg.Threads)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	res, err := bench.Encode(m, cfg)
+	defer r.close()
+	res, err := bench.Encode(r.passer, r.info, r.threads, cfg)
 	if err != nil {
 		return err
 	}

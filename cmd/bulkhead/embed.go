@@ -102,6 +102,9 @@ type embedRunner struct {
 	pooling string
 	encode  func([][]int32) ([][]float32, error)
 	close   func()
+	passer  encoder.Passer
+	info    encoder.Info
+	threads int
 }
 
 // openEmbedder opens the model at path on threads kernel threads; pooling,
@@ -121,7 +124,7 @@ func openEmbedder(path, pooling string, threads int) (*embedRunner, error) {
 		}
 		e := encoder.New(m, pool)
 		return &embedRunner{tok: m.Tokenizer, pooling: m.Hyper.Pooling.String(), encode: e.Encode,
-			close: func() { pool.Close(); m.Close() }}, nil
+			close: func() { pool.Close(); m.Close() }, passer: e, info: e.Info(), threads: pool.Threads()}, nil
 	} else if !errors.Is(err, encoder.ErrUnsupportedArch) {
 		pool.Close()
 		return nil, err
@@ -141,5 +144,7 @@ func openEmbedder(path, pooling string, threads int) (*embedRunner, error) {
 	if p != 0 {
 		name = p.String()
 	}
-	return &embedRunner{tok: m.Tokenizer, pooling: name, encode: e.Encode, close: func() { pool.Close(); m.Close() }}, nil
+	info := encoder.Info{Tokenizer: m.Tokenizer, Window: e.Window(), Vocab: m.Hyper.Vocab, Dims: m.Hyper.Embd, Pooling: encoder.Pooling(m.Hyper.Pooling)}
+	return &embedRunner{tok: m.Tokenizer, pooling: name, encode: e.Encode, close: func() { pool.Close(); m.Close() },
+		passer: e, info: info, threads: pool.Threads()}, nil
 }

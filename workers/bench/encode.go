@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/workers/encoder"
-	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // EncodeConfig is one encoder measurement: passes of Inputs inputs of
@@ -35,24 +34,24 @@ type EncodeResult struct {
 	TokensPerSec float64 `json:"tokens_per_s"`  // input tokens per second
 	PassMillis   float64 `json:"pass_ms"`       // mean time of one pass
 	Threads      int     `json:"threads"`       // kernel threads
-	Kernels      string  `json:"kernels"`       // the kernel set
 	Dims         int     `json:"dims"`          // the vector's length
 	Pooling      string  `json:"pooling"`       // the model's pooling
 	Window       int     `json:"window_tokens"` // the model's window
 }
 
-// Encode measures m's encoding rate: inputs of [CLS] (or the tokenizer's
-// first special), cfg.Tokens-2 copies of one ordinary token and the closing
-// special, cfg.Inputs of them per pass, as llama-embedding runs a batch of
-// that many prompts.
-func Encode(m *encoder.Model, cfg EncodeConfig) (*EncodeResult, error) {
+// Encode measures an embedding model's encoding rate on p (an encoder, or a
+// causal model's engine.Embedder; info describes its model, threads is its
+// kernel pool's size): inputs of the tokenizer's opening special, Tokens-2
+// copies of one ordinary token and the closing special, Inputs of them per
+// pass, as llama-embedding runs a batch of that many prompts.
+func Encode(p encoder.Passer, info encoder.Info, threads int, cfg EncodeConfig) (*EncodeResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Tokens > m.Hyper.Context {
+	if cfg.Tokens > info.Window {
 		return nil, errors.New("bench: --tokens is over the model's window")
 	}
-	word := m.Tokenize("the")
+	word := info.Tokenizer.Encode("the", true, false)
 	ids := make([]int32, 0, cfg.Tokens)
 	ids = append(ids, word[0])
 	for len(ids) < cfg.Tokens-1 {
@@ -63,16 +62,13 @@ func Encode(m *encoder.Model, cfg EncodeConfig) (*EncodeResult, error) {
 	for i := range inputs {
 		inputs[i] = ids
 	}
-	pool := kernels.NewPool(cfg.Threads)
-	defer pool.Close()
-	e := encoder.New(m, pool)
-	if _, err := e.Encode(inputs); err != nil { // warm-up: scratch, page faults
+	if _, err := p.Encode(inputs); err != nil { // warm-up: scratch, page faults
 		return nil, err
 	}
 	start := time.Now()
 	passes := 0
 	for passes < cfg.Reps || time.Since(start) < cfg.Duration {
-		if _, err := e.Encode(inputs); err != nil {
+		if _, err := p.Encode(inputs); err != nil {
 			return nil, err
 		}
 		passes++
@@ -82,7 +78,6 @@ func Encode(m *encoder.Model, cfg EncodeConfig) (*EncodeResult, error) {
 	return &EncodeResult{
 		Inputs: cfg.Inputs, Tokens: cfg.Tokens, Passes: passes,
 		InputsPerSec: n / el, TokensPerSec: n * float64(cfg.Tokens) / el, PassMillis: el * 1000 / float64(passes),
-		Threads: pool.Threads(), Kernels: m.Kernels().String(), Dims: m.Hyper.Embd,
-		Pooling: m.Hyper.Pooling.String(), Window: m.Hyper.Context,
+		Threads: threads, Dims: info.Dims, Pooling: info.Pooling.String(), Window: info.Window,
 	}, nil
 }
