@@ -1,6 +1,10 @@
 package tokenizer
 
 import (
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -8,14 +12,15 @@ import (
 
 // unigramVocab is llama.cpp's XLM-RoBERTa Unigram vocabulary
 // (models/ggml-vocab-nomic-bert-moe.gguf of llama.cpp, MIT; see
-// testdata/unigram/README.md), with cases made by llama-tokenize --no-bos
+// testdata/unigram/README.md; kept gzipped, unigramFile unpacks it), with
+// cases made by llama-tokenize --no-bos
 // --no-parse-special: 50 of ours, then llama.cpp's 46 standard inputs, then two of
 // ours with runs of unknown code points.
 const unigramVocab = "testdata/unigram/ggml-vocab-nomic-bert-moe.gguf"
 
 // TestUnigram checks every case gives llama.cpp's ids.
 func TestUnigram(t *testing.T) {
-	tk := load(t, unigramVocab)
+	tk := load(t, unigramFile(t))
 	if tk.Model() != "t5" || tk.VocabSize() != 250048 || tk.BOS() != 0 || tk.EOS() != 2 || !tk.AddBOS() || !tk.AddEOS() {
 		t.Fatalf("model %q size %d bos %d eos %d addBOS %v addEOS %v", tk.Model(), tk.VocabSize(), tk.BOS(), tk.EOS(), tk.AddBOS(), tk.AddEOS())
 	}
@@ -41,4 +46,31 @@ func TestUnigram(t *testing.T) {
 	if got := tk.Decode(tk.Encode("Hello   world café", false, false)); got != "Hello world café" {
 		t.Errorf("decoded %q", got)
 	}
+}
+
+// unigramFile unpacks the gzipped vocabulary into the test's directory and
+// returns its path.
+func unigramFile(t *testing.T) string {
+	t.Helper()
+	in, err := os.Open(unigramVocab + ".gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	zr, err := gzip.NewReader(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), filepath.Base(unigramVocab))
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
