@@ -191,18 +191,8 @@ func wordPieces(n int) (tokens []string, types []int32, err error) {
 // norms, biases and the small token-type table stay F32.
 func bertTensors(s Shape, t gguf.Type) []Tensor {
 	e, ff := uint64(s.Embd), uint64(s.FFN)
-	matrix := func(name string, cols, rows uint64) Tensor {
-		typ := t
-		if cols%uint64(typ.BlockSize()) != 0 {
-			typ = gguf.TypeF16
-		}
-		mean, std := KindMatrix.distribution(s)
-		return Tensor{Name: name, Shape: []uint64{cols, rows}, Type: typ, Kind: KindMatrix, Mean: mean, Std: std}
-	}
-	vector := func(name string, n uint64, k Kind) Tensor {
-		mean, std := k.distribution(s)
-		return Tensor{Name: name, Shape: []uint64{n}, Type: gguf.TypeF32, Kind: k, Mean: mean, Std: std}
-	}
+	matrix := func(name string, cols, rows uint64) Tensor { return matrixTensor(s, t, name, cols, rows) }
+	vector := func(name string, n uint64, k Kind) Tensor { return vectorTensor(s, name, n, k) }
 	nTypes := uint64(bertTokenTypes)
 	if s.Unigram {
 		nTypes = 1

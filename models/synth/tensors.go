@@ -78,6 +78,22 @@ func writeHyperparameters(w *gguf.Writer, s Shape) {
 	}
 }
 
+// matrixTensor is a weight matrix of shape s: type typ, or F16 where a row
+// is not a whole number of typ's blocks.
+func matrixTensor(s Shape, typ gguf.Type, name string, cols, rows uint64) Tensor {
+	if cols%uint64(typ.BlockSize()) != 0 {
+		typ = gguf.TypeF16
+	}
+	mean, std := KindMatrix.distribution(s)
+	return Tensor{Name: name, Shape: []uint64{cols, rows}, Type: typ, Kind: KindMatrix, Mean: mean, Std: std}
+}
+
+// vectorTensor is a norm weight or bias of shape s, always F32.
+func vectorTensor(s Shape, name string, n uint64, k Kind) Tensor {
+	mean, std := k.distribution(s)
+	return Tensor{Name: name, Shape: []uint64{n}, Type: gguf.TypeF32, Kind: k, Mean: mean, Std: std}
+}
+
 // Tensors lists the tensors of a model of shape s and type t, in file order,
 // with the names and GGML shapes llama.cpp's loader asks for in s's
 // architecture and the type each gets (see Build).
@@ -91,16 +107,9 @@ func Tensors(s Shape, t gguf.Type) []Tensor {
 		if output && t == gguf.TypeQ4_0 {
 			typ = gguf.TypeQ8_0
 		}
-		if cols%uint64(typ.BlockSize()) != 0 {
-			typ = gguf.TypeF16
-		}
-		mean, std := KindMatrix.distribution(s)
-		return Tensor{Name: name, Shape: []uint64{cols, rows}, Type: typ, Kind: KindMatrix, Mean: mean, Std: std}
+		return matrixTensor(s, typ, name, cols, rows)
 	}
-	vector := func(name string, n uint64, k Kind) Tensor {
-		mean, std := k.distribution(s)
-		return Tensor{Name: name, Shape: []uint64{n}, Type: gguf.TypeF32, Kind: k, Mean: mean, Std: std}
-	}
+	vector := func(name string, n uint64, k Kind) Tensor { return vectorTensor(s, name, n, k) }
 	embedding := func(t Tensor) Tensor { t.Std = s.EmbeddingStd(); return t }
 	outputNorm := func(t Tensor) Tensor {
 		if s.OutputNorm != 0 {
