@@ -75,8 +75,8 @@ type q8Aux struct {
 	c int32
 }
 
-// packed says whether this job runs the AVX-512 kernels on interleaved weights.
-func (j *matJob) packed() bool { return j.p >= pathAVX512 && j.m.pack != nil }
+// packed says whether this job runs the packed kernels on interleaved weights.
+func (j *matJob) packed() bool { return j.m.pack != nil && packs(j.p, j.m.Type) }
 
 // MatMul computes out[r*m.Rows+i] = dot(weight row i, x row r) for r < n, where
 // x holds n rows of m.Cols float32. Work is split over the pool by weight rows.
@@ -514,6 +514,10 @@ func (j *matJob) groupsK(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
+		if j.p == pathAVX2 {
+			j.groupK2(w, i, pf, g)
+			continue
+		}
 		for ; r+4 <= j.n; r += 4 {
 			pf.next(g, r/4)
 			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
@@ -550,5 +554,39 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 	for ; r < x1; r++ {
 		dotRowsF32Z(w, uintptr(wstride), &j.xf[r*c], c, 1, &t[0])
 		copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
+	}
+}
+
+// groupK2 is groupsK's work on one group on the AVX2 path: each half of the
+// group (8 rows) against 4 activation rows per call while they last, then
+// one at a time.
+func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
+	rows := j.m.Rows
+	nb := j.m.Cols / 256
+	q4 := j.m.Type == gguf.TypeQ4_K
+	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
+	r := 0
+	for ; r+4 <= j.n; r += 4 {
+		pf.next(g, r/4)
+		x, a := &j.xk[r*nb], &j.xka[r*nb]
+		for h := range 2 {
+			o := &j.out[r*rows+i+8*h]
+			if q4 {
+				gemmQ4KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+			} else {
+				gemmQ6KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+			}
+		}
+	}
+	for ; r < j.n; r++ {
+		x, a := &j.xk[r*nb], &j.xka[r*nb]
+		for h := range 2 {
+			o := &j.out[r*rows+i+8*h]
+			if q4 {
+				gemmQ4KA1(w, h, nb, x, a, o)
+			} else {
+				gemmQ6KA1(w, h, nb, x, a, o)
+			}
+		}
 	}
 }

@@ -587,16 +587,26 @@ func FuzzMatrix(f *testing.F) {
 	})
 }
 
-// TestPackedKernelsExtremes drives the AVX-512 packed kernels with
-// extreme weight bytes and activations that quantize to ±127, against the
-// portable kernels bitwise, for 1..9 activation rows.
+// TestPackedKernelsExtremes drives the packed kernels of every path the CPU
+// has (AVX-512: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K; AVX2: Q4_K, Q6_K) with extreme
+// weight bytes and activations that quantize to the ends of their range,
+// against the portable kernels bitwise, for 1..9 activation rows.
 func TestPackedKernelsExtremes(t *testing.T) {
-	if detectPath() < pathAVX512 {
-		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+	if detectPath() < pathAVX2 {
+		t.Skipf("this CPU or build has no packed kernels (best here: %s)", detectPath())
 	}
+	for _, kp := range asmPaths() {
+		t.Run(kp.String(), func(t *testing.T) { testPackedExtremes(t, kp) })
+	}
+}
+
+func testPackedExtremes(t *testing.T, kp path) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	const rows = 32
 	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		if !packs(kp, typ) {
+			continue
+		}
 		cols := 7 * 32
 		if typ.BlockSize() == 256 {
 			cols = 3 * 256
@@ -629,7 +639,7 @@ func TestPackedKernelsExtremes(t *testing.T) {
 						putHalf(data[b*bs:], 0.02)
 					}
 				}
-				m, err := Active().NewMatrix(typ, rows, cols, data)
+				m, err := kp.set().NewMatrix(typ, rows, cols, data)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -641,12 +651,12 @@ func TestPackedKernelsExtremes(t *testing.T) {
 					}
 					p := NewPool(2)
 					a, g := make([]float32, n*rows), make([]float32, n*rows)
-					p.matMul(a, m, x, n, pathAVX512)
+					p.matMul(a, m, x, n, kp)
 					p.matMul(g, m, x, n, pathGo)
 					p.Close()
 					for i := range a {
 						if math.Float32bits(a[i]) != math.Float32bits(g[i]) {
-							t.Fatalf("n %d out[%d]: avx512 %g != go %g", n, i, a[i], g[i])
+							t.Fatalf("n %d out[%d]: %s %g != go %g", n, i, kp, a[i], g[i])
 						}
 					}
 				}

@@ -15,7 +15,7 @@ type Matrix struct {
 	Data       []byte
 
 	set    Set    // the kernel set the matrix is laid out for; its products run on it
-	pack   []byte // the weights interleaved for the AVX-512 kernels (repack.go), or nil
+	pack   []byte // the weights interleaved for the packed kernels (repack.go), or nil
 	copied bool   // Data is a copy made by NewMatrix (in huge pages), not the caller's
 }
 
@@ -45,8 +45,10 @@ func (ks Set) NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error
 	}
 	ks = ks.path().set() // the zero Set resolved, so that Set reports the path
 	m := Matrix{Type: t, Rows: rows, Cols: cols, Data: data, set: ks}
-	if ks.path() >= pathAVX512 {
+	if packs(ks.path(), t) {
 		m.pack = repack(m)
+	}
+	if ks.path() >= pathAVX512 {
 		if t == gguf.TypeF32 {
 			// F32 rows are read as they are, from a copy in huge pages.
 			m.Data, m.copied = hugeCopy(data), true

@@ -2,11 +2,13 @@ package kernels
 
 import "github.com/bulkhead-ai/bulkhead/models/gguf"
 
-// Interleaved weights for the AVX-512 VNNI kernels. Rows are taken in groups
-// of packRows; for each 32-element block the group stores its 16 f16 scales,
-// then the quants in 64-byte slices, each slice holding 4 bytes of every row:
-// one VPDPBUSD multiplies a slice by 4 activation bytes broadcast to all rows
-// and leaves every row's partial sum in its own lane, with no horizontal sums.
+// Interleaved weights for the packed kernels (AVX-512 VNNI; AVX2 for Q4_K and
+// Q6_K). Rows are taken in groups of packRows; for each 32-element block the
+// group stores its 16 f16 scales, then the quants in 64-byte slices, each
+// slice holding 4 bytes of every row: one VPDPBUSD multiplies a slice by 4
+// activation bytes broadcast to all rows and leaves every row's partial sum in
+// its own lane, with no horizontal sums. The AVX2 kernels read each slice as
+// two 32-byte halves of 8 rows (VPMADDUBSW, then VPMADDWD).
 //
 //   - Q8_0: 8 slices of bytes 4s..4s+3 of each row's quants, stored with the
 //     sign bit flipped (q+128, unsigned), so the weight is the unsigned operand;
@@ -34,6 +36,19 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 // The integer sum per (row, block) is exact, and the float update per block is
 // the portable kernel's, so the packed products are bitwise equal to it.
 const packRows = 16
+
+// packs says whether path p has packed kernels for type t: the AVX-512 path
+// for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K; the AVX2 path (kgemm_avx2_amd64.s,
+// half a group per call) for Q4_K and Q6_K.
+func packs(p path, t gguf.Type) bool {
+	switch {
+	case p >= pathAVX512:
+		return packBlock(t) > 0
+	case p == pathAVX2:
+		return t == gguf.TypeQ4_K || t == gguf.TypeQ6_K
+	}
+	return false
+}
 
 // packBlock returns the bytes one packed group takes per 32-element block, or
 // 0 when the type has no packed kernel.

@@ -1,0 +1,531 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX2 kernels over Q4_K and Q6_K weights in the packed 16-row groups of the
+// AVX-512 path (repack.go), dotted with Q8_K activations (292-byte q8K) and
+// their side data (96-byte q8KAux). A 256-bit register holds 8 rows, so each
+// call computes one half of a group (half 0: rows 0..7, half 1: rows 8..15):
+// BX = 8*half indexes the half's bytes, (SI)(BX*4) its 32 bytes of a 64-byte
+// slice, (SI)(BX*2) its 8 f16 scales, (SI)(BX*1) its 8 byte scales. A4
+// kernels take 4 activation rows, A1 kernels one.
+//
+// AVX2 has no VPDPBUSD: VPMADDUBSW multiplies the unsigned weight bytes by 4
+// broadcast activation bytes and adds adjacent pairs into int16 (exact: a
+// Q4_K pair is at most 2*15*128, eight of them still fit; a Q6_K pair at most
+// 2*63*128, two of them fit), then VPMADDWD with the sub-block's scale in
+// both halves of every row's lane widens to int32 and scales at once. Every
+// integer sum is exact; per super-block the float updates are the portable
+// kernels' (dotQ4KGo, dotQ6KGo), lane by lane, on the running sums kept in
+// out, so each row's result is bitwise equal to them.
+
+DATA k2q0f<>+0(SB)/4, $0x0f0f0f0f
+GLOBL k2q0f<>(SB), RODATA, $4
+DATA k2q30<>+0(SB)/4, $0x30303030
+GLOBL k2q30<>(SB), RODATA, $4
+
+// SETUPA4 loads a 4-row kernel's arguments: SI weights, BX 8*half, CX
+// super-blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side
+// data; Y15 = 0x0f bytes. It zeroes the 4 output rows' 8 lanes.
+#define SETUPA4 \
+	MOVQ w+0(FP), SI \
+	MOVQ half+8(FP), BX \
+	SHLQ $3, BX \
+	MOVQ nb+16(FP), CX \
+	MOVQ x+24(FP), DI \
+	MOVQ xstride+32(FP), AX \
+	LEAQ (DI)(AX*1), R8 \
+	LEAQ (R8)(AX*1), R9 \
+	LEAQ (R9)(AX*1), R10 \
+	MOVQ aux+40(FP), DX \
+	MOVQ auxstride+48(FP), AX \
+	LEAQ (DX)(AX*1), R11 \
+	LEAQ (R11)(AX*1), R12 \
+	LEAQ (R12)(AX*1), R13 \
+	VPBROADCASTD k2q0f<>(SB), Y15 \
+	VXORPS Y8, Y8, Y8 \
+	MOVQ out+56(FP), AX \
+	VMOVUPS Y8, (AX) \
+	ADDQ ostride+64(FP), AX \
+	VMOVUPS Y8, (AX) \
+	ADDQ ostride+64(FP), AX \
+	VMOVUPS Y8, (AX) \
+	ADDQ ostride+64(FP), AX \
+	VMOVUPS Y8, (AX)
+
+// SETUPA1 is SETUPA4 for one activation row (DI, DX).
+#define SETUPA1 \
+	MOVQ w+0(FP), SI \
+	MOVQ half+8(FP), BX \
+	SHLQ $3, BX \
+	MOVQ nb+16(FP), CX \
+	MOVQ x+24(FP), DI \
+	MOVQ aux+32(FP), DX \
+	VPBROADCASTD k2q0f<>(SB), Y15 \
+	VXORPS Y8, Y8, Y8 \
+	MOVQ out+40(FP), AX \
+	VMOVUPS Y8, (AX)
+
+#define NEXTA4(wb) \
+	ADDQ $wb, SI \
+	ADDQ $292, DI \
+	ADDQ $292, R8 \
+	ADDQ $292, R9 \
+	ADDQ $292, R10 \
+	ADDQ $96, DX \
+	ADDQ $96, R11 \
+	ADDQ $96, R12 \
+	ADDQ $96, R13
+
+#define ZERO4(a, b, c, d) \
+	VPXOR a, a, a \
+	VPXOR b, b, b \
+	VPXOR c, c, c \
+	VPXOR d, d, d
+
+// FUPD: the running sums at (AX) += (Y12 * d_x) * float(yi), where d_x is
+// the f32 at (xr); the result stays in Y11. FSUBM: Y11 -= (Y13 * d_x) *
+// float(ym), stored back to (AX). Y10, Y14 are scratch.
+#define FUPD(xr, yi) \
+	VBROADCASTSS (xr), Y10 \
+	VMULPS Y10, Y12, Y11 \
+	VCVTDQ2PS yi, yi \
+	VMULPS yi, Y11, Y11 \
+	VADDPS (AX), Y11, Y11
+
+#define FSUBM(ym) \
+	VMULPS Y10, Y13, Y14 \
+	VCVTDQ2PS ym, ym \
+	VMULPS ym, Y14, Y14 \
+	VSUBPS Y14, Y11, Y11
+
+// ---- Q4_K (2496 bytes per group and super-block: 16 f16 d at 0, 16 f16
+// dmin at 32, the sub-block scales [sub][row] at 64, the mins as int16 pairs
+// [pair][row][2] at 192, then per 32-byte chunk j at 448+512j 8 slices of 4
+// bytes per row: low nibbles sub-block 2j, high nibbles 2j+1).
+
+// Q4KW: slice s of chunk j into Y8, low (Q4KWLO) or high (Q4KWHI) nibbles.
+#define Q4KWLO(j, s) \
+	VPAND (448+512*j+64*s)(SI)(BX*4), Y15, Y8
+
+#define Q4KWHI(j, s) \
+	VMOVDQU (448+512*j+64*s)(SI)(BX*4), Y8 \
+	VPSRLW $4, Y8, Y8 \
+	VPAND Y15, Y8, Y8
+
+// Q4KDP4: Y8 times 4 bytes at xoff of each activation row, int16 pairs into
+// Y4..Y7.
+#define Q4KDP4(xoff) \
+	VPBROADCASTD xoff(DI), Y9 \
+	VPMADDUBSW Y9, Y8, Y9 \
+	VPADDW Y9, Y4, Y4 \
+	VPBROADCASTD xoff(R8), Y10 \
+	VPMADDUBSW Y10, Y8, Y10 \
+	VPADDW Y10, Y5, Y5 \
+	VPBROADCASTD xoff(R9), Y9 \
+	VPMADDUBSW Y9, Y8, Y9 \
+	VPADDW Y9, Y6, Y6 \
+	VPBROADCASTD xoff(R10), Y10 \
+	VPMADDUBSW Y10, Y8, Y10 \
+	VPADDW Y10, Y7, Y7
+
+#define Q4KDP1(xoff) \
+	VPBROADCASTD xoff(DI), Y9 \
+	VPMADDUBSW Y9, Y8, Y9 \
+	VPADDW Y9, Y4, Y4
+
+// Q4KSCALE: sub-block sub's 8 scales as int16 pairs (s, s) per row in Y11.
+#define Q4KSCALE(sub) \
+	VMOVQ (64+16*sub)(SI)(BX*1), X11 \
+	VPUNPCKLBW X11, X11, X11 \
+	VPMOVZXBW X11, Y11
+
+// Q4KSUB4LO / Q4KSUB4HI: sub-block sub (the low or high nibbles of chunk j)
+// for 4 activation rows, times the scales, into Y0..Y3.
+#define Q4KSUB4LO(j, sub) \
+	ZERO4(Y4, Y5, Y6, Y7) \
+	Q4KWLO(j, 0) \
+	Q4KDP4((4+32*sub)) \
+	Q4KWLO(j, 1) \
+	Q4KDP4((8+32*sub)) \
+	Q4KWLO(j, 2) \
+	Q4KDP4((12+32*sub)) \
+	Q4KWLO(j, 3) \
+	Q4KDP4((16+32*sub)) \
+	Q4KWLO(j, 4) \
+	Q4KDP4((20+32*sub)) \
+	Q4KWLO(j, 5) \
+	Q4KDP4((24+32*sub)) \
+	Q4KWLO(j, 6) \
+	Q4KDP4((28+32*sub)) \
+	Q4KWLO(j, 7) \
+	Q4KDP4((32+32*sub)) \
+	Q4KSC4(sub)
+
+#define Q4KSUB4HI(j, sub) \
+	ZERO4(Y4, Y5, Y6, Y7) \
+	Q4KWHI(j, 0) \
+	Q4KDP4((4+32*sub)) \
+	Q4KWHI(j, 1) \
+	Q4KDP4((8+32*sub)) \
+	Q4KWHI(j, 2) \
+	Q4KDP4((12+32*sub)) \
+	Q4KWHI(j, 3) \
+	Q4KDP4((16+32*sub)) \
+	Q4KWHI(j, 4) \
+	Q4KDP4((20+32*sub)) \
+	Q4KWHI(j, 5) \
+	Q4KDP4((24+32*sub)) \
+	Q4KWHI(j, 6) \
+	Q4KDP4((28+32*sub)) \
+	Q4KWHI(j, 7) \
+	Q4KDP4((32+32*sub)) \
+	Q4KSC4(sub)
+
+#define Q4KSC4(sub) \
+	Q4KSCALE(sub) \
+	VPMADDWD Y11, Y4, Y4 \
+	VPADDD Y4, Y0, Y0 \
+	VPMADDWD Y11, Y5, Y5 \
+	VPADDD Y5, Y1, Y1 \
+	VPMADDWD Y11, Y6, Y6 \
+	VPADDD Y6, Y2, Y2 \
+	VPMADDWD Y11, Y7, Y7 \
+	VPADDD Y7, Y3, Y3
+
+#define Q4KSUB1LO(j, sub) \
+	VPXOR Y4, Y4, Y4 \
+	Q4KWLO(j, 0) \
+	Q4KDP1((4+32*sub)) \
+	Q4KWLO(j, 1) \
+	Q4KDP1((8+32*sub)) \
+	Q4KWLO(j, 2) \
+	Q4KDP1((12+32*sub)) \
+	Q4KWLO(j, 3) \
+	Q4KDP1((16+32*sub)) \
+	Q4KWLO(j, 4) \
+	Q4KDP1((20+32*sub)) \
+	Q4KWLO(j, 5) \
+	Q4KDP1((24+32*sub)) \
+	Q4KWLO(j, 6) \
+	Q4KDP1((28+32*sub)) \
+	Q4KWLO(j, 7) \
+	Q4KDP1((32+32*sub)) \
+	Q4KSC1(sub)
+
+#define Q4KSUB1HI(j, sub) \
+	VPXOR Y4, Y4, Y4 \
+	Q4KWHI(j, 0) \
+	Q4KDP1((4+32*sub)) \
+	Q4KWHI(j, 1) \
+	Q4KDP1((8+32*sub)) \
+	Q4KWHI(j, 2) \
+	Q4KDP1((12+32*sub)) \
+	Q4KWHI(j, 3) \
+	Q4KDP1((16+32*sub)) \
+	Q4KWHI(j, 4) \
+	Q4KDP1((20+32*sub)) \
+	Q4KWHI(j, 5) \
+	Q4KDP1((24+32*sub)) \
+	Q4KWHI(j, 6) \
+	Q4KDP1((28+32*sub)) \
+	Q4KWHI(j, 7) \
+	Q4KDP1((32+32*sub)) \
+	Q4KSC1(sub)
+
+#define Q4KSC1(sub) \
+	Q4KSCALE(sub) \
+	VPMADDWD Y11, Y4, Y4 \
+	VPADDD Y4, Y0, Y0
+
+// Q4KMIN4: mins pair p times the pair (bs32[2p], bs32[2p+1]) of each row,
+// into Y4..Y7.
+#define Q4KMIN4(p) \
+	VMOVDQU (192+64*p)(SI)(BX*4), Y8 \
+	VPBROADCASTD (16+4*p)(DX), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y4, Y4 \
+	VPBROADCASTD (16+4*p)(R11), Y10 \
+	VPMADDWD Y10, Y8, Y10 \
+	VPADDD Y10, Y5, Y5 \
+	VPBROADCASTD (16+4*p)(R12), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y6, Y6 \
+	VPBROADCASTD (16+4*p)(R13), Y10 \
+	VPMADDWD Y10, Y8, Y10 \
+	VPADDD Y10, Y7, Y7
+
+#define Q4KMIN1(p) \
+	VMOVDQU (192+64*p)(SI)(BX*4), Y8 \
+	VPBROADCASTD (16+4*p)(DX), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y4, Y4
+
+// Q4KF: the float update of one activation row (x at xr) from isum yi and
+// msum ym, on the running sums at (AX).
+#define Q4KF(xr, yi, ym) \
+	FUPD(xr, yi) \
+	FSUBM(ym) \
+	VMOVUPS Y11, (AX)
+
+// func gemmQ4KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ4KA4(SB), NOSPLIT, $0-72
+	SETUPA4
+	TESTQ CX, CX
+	JZ    q4ka4done
+q4ka4loop:
+	ZERO4(Y0, Y1, Y2, Y3)
+	Q4KSUB4LO(0, 0)
+	Q4KSUB4HI(0, 1)
+	Q4KSUB4LO(1, 2)
+	Q4KSUB4HI(1, 3)
+	Q4KSUB4LO(2, 4)
+	Q4KSUB4HI(2, 5)
+	Q4KSUB4LO(3, 6)
+	Q4KSUB4HI(3, 7)
+	ZERO4(Y4, Y5, Y6, Y7)
+	Q4KMIN4(0)
+	Q4KMIN4(1)
+	Q4KMIN4(2)
+	Q4KMIN4(3)
+	VCVTPH2PS (SI)(BX*2), Y12
+	VCVTPH2PS 32(SI)(BX*2), Y13
+	MOVQ out+56(FP), AX
+	Q4KF(DI, Y0, Y4)
+	ADDQ ostride+64(FP), AX
+	Q4KF(R8, Y1, Y5)
+	ADDQ ostride+64(FP), AX
+	Q4KF(R9, Y2, Y6)
+	ADDQ ostride+64(FP), AX
+	Q4KF(R10, Y3, Y7)
+	NEXTA4(2496)
+	DECQ CX
+	JNZ  q4ka4loop
+q4ka4done:
+	VZEROUPPER
+	RET
+
+// func gemmQ4KA1(w *byte, half int, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ4KA1(SB), NOSPLIT, $0-48
+	SETUPA1
+	TESTQ CX, CX
+	JZ    q4ka1done
+q4ka1loop:
+	VPXOR Y0, Y0, Y0
+	Q4KSUB1LO(0, 0)
+	Q4KSUB1HI(0, 1)
+	Q4KSUB1LO(1, 2)
+	Q4KSUB1HI(1, 3)
+	Q4KSUB1LO(2, 4)
+	Q4KSUB1HI(2, 5)
+	Q4KSUB1LO(3, 6)
+	Q4KSUB1HI(3, 7)
+	VPXOR Y4, Y4, Y4
+	Q4KMIN1(0)
+	Q4KMIN1(1)
+	Q4KMIN1(2)
+	Q4KMIN1(3)
+	VCVTPH2PS (SI)(BX*2), Y12
+	VCVTPH2PS 32(SI)(BX*2), Y13
+	Q4KF(DI, Y0, Y4)
+	ADDQ $2496, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q4ka1loop
+q4ka1done:
+	VZEROUPPER
+	RET
+
+// ---- Q6_K (3360 bytes per group and super-block: 16 f16 d at 0, the 16
+// signed scales [sub][row] at 32, then per 16-element sub-block sb at
+// 288+192sb two nibble planes (slices 0|1<<4 and 2|3<<4) and a plane of top
+// bits, slice k's at bits 2k). Y14 holds 0x30 bytes.
+
+// Q6KW: sub-block sb's four slices (quants 0..63) into Y8..Y11; Y12, Y13
+// are scratch.
+#define Q6KW(sb) \
+	VMOVDQU (288+192*sb)(SI)(BX*4), Y8 \
+	VPSRLW $4, Y8, Y9 \
+	VPAND Y15, Y8, Y8 \
+	VPAND Y15, Y9, Y9 \
+	VMOVDQU (288+192*sb+64)(SI)(BX*4), Y10 \
+	VPSRLW $4, Y10, Y11 \
+	VPAND Y15, Y10, Y10 \
+	VPAND Y15, Y11, Y11 \
+	VMOVDQU (288+192*sb+128)(SI)(BX*4), Y12 \
+	VPSLLW $4, Y12, Y13 \
+	VPAND Y14, Y13, Y13 \
+	VPOR Y13, Y8, Y8 \
+	VPSLLW $2, Y12, Y13 \
+	VPAND Y14, Y13, Y13 \
+	VPOR Y13, Y9, Y9 \
+	VPAND Y14, Y12, Y13 \
+	VPOR Y13, Y10, Y10 \
+	VPSRLW $2, Y12, Y13 \
+	VPAND Y14, Y13, Y13 \
+	VPOR Y13, Y11, Y11 \
+	VMOVQ (32+16*sb)(SI)(BX*1), X12 \
+	VPUNPCKLBW X12, X12, X12 \
+	VPMOVSXBW X12, Y12
+
+// Q6KDP: sub-block sb of the activation row at xr against Y8..Y11, slices
+// added in pairs (two fit in int16), times the scales in Y12, into yi.
+#define Q6KDP(sb, xr, yi) \
+	VPBROADCASTD (4+16*sb)(xr), Y4 \
+	VPMADDUBSW Y4, Y8, Y4 \
+	VPBROADCASTD (8+16*sb)(xr), Y5 \
+	VPMADDUBSW Y5, Y9, Y5 \
+	VPADDW Y5, Y4, Y4 \
+	VPMADDWD Y12, Y4, Y4 \
+	VPADDD Y4, yi, yi \
+	VPBROADCASTD (12+16*sb)(xr), Y6 \
+	VPMADDUBSW Y6, Y10, Y6 \
+	VPBROADCASTD (16+16*sb)(xr), Y7 \
+	VPMADDUBSW Y7, Y11, Y7 \
+	VPADDW Y7, Y6, Y6 \
+	VPMADDWD Y12, Y6, Y6 \
+	VPADDD Y6, yi, yi
+
+#define Q6KSUB4(sb) \
+	Q6KW(sb) \
+	Q6KDP(sb, DI, Y0) \
+	Q6KDP(sb, R8, Y1) \
+	Q6KDP(sb, R9, Y2) \
+	Q6KDP(sb, R10, Y3)
+
+#define Q6KSUB1(sb) \
+	Q6KW(sb) \
+	Q6KDP(sb, DI, Y0)
+
+// Q6KPAIRW: the scales of sub-blocks 2p and 2p+1 as int16 pairs per row in
+// Y8.
+#define Q6KPAIRW(p) \
+	VMOVQ (32+32*p)(SI)(BX*1), X8 \
+	VMOVQ (48+32*p)(SI)(BX*1), X9 \
+	VPUNPCKLBW X9, X8, X8 \
+	VPMOVSXBW X8, Y8
+
+// Q6KOFF4: Y4..Y7 += the scale pairs times the activations' 16-element sums
+// (bsums[2p], bsums[2p+1]) of each row.
+#define Q6KOFF4(p) \
+	Q6KPAIRW(p) \
+	VPBROADCASTD (260+4*p)(DI), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y4, Y4 \
+	VPBROADCASTD (260+4*p)(R8), Y10 \
+	VPMADDWD Y10, Y8, Y10 \
+	VPADDD Y10, Y5, Y5 \
+	VPBROADCASTD (260+4*p)(R9), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y6, Y6 \
+	VPBROADCASTD (260+4*p)(R10), Y10 \
+	VPMADDWD Y10, Y8, Y10 \
+	VPADDD Y10, Y7, Y7
+
+#define Q6KOFF1(p) \
+	Q6KPAIRW(p) \
+	VPBROADCASTD (260+4*p)(DI), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y4, Y4
+
+// Q6KF: isum yi minus 32 times the offset sums in yo, then the float update
+// of the activation row at xr on the running sums at (AX).
+#define Q6KF(xr, yi, yo) \
+	VPSLLD $5, yo, yo \
+	VPSUBD yo, yi, yi \
+	FUPD(xr, yi) \
+	VMOVUPS Y11, (AX)
+
+// func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ6KA4(SB), NOSPLIT, $0-72
+	SETUPA4
+	VPBROADCASTD k2q30<>(SB), Y14
+	TESTQ CX, CX
+	JZ    q6ka4done
+q6ka4loop:
+	ZERO4(Y0, Y1, Y2, Y3)
+	Q6KSUB4(0)
+	Q6KSUB4(1)
+	Q6KSUB4(2)
+	Q6KSUB4(3)
+	Q6KSUB4(4)
+	Q6KSUB4(5)
+	Q6KSUB4(6)
+	Q6KSUB4(7)
+	Q6KSUB4(8)
+	Q6KSUB4(9)
+	Q6KSUB4(10)
+	Q6KSUB4(11)
+	Q6KSUB4(12)
+	Q6KSUB4(13)
+	Q6KSUB4(14)
+	Q6KSUB4(15)
+	ZERO4(Y4, Y5, Y6, Y7)
+	Q6KOFF4(0)
+	Q6KOFF4(1)
+	Q6KOFF4(2)
+	Q6KOFF4(3)
+	Q6KOFF4(4)
+	Q6KOFF4(5)
+	Q6KOFF4(6)
+	Q6KOFF4(7)
+	VCVTPH2PS (SI)(BX*2), Y12
+	MOVQ out+56(FP), AX
+	Q6KF(DI, Y0, Y4)
+	ADDQ ostride+64(FP), AX
+	Q6KF(R8, Y1, Y5)
+	ADDQ ostride+64(FP), AX
+	Q6KF(R9, Y2, Y6)
+	ADDQ ostride+64(FP), AX
+	Q6KF(R10, Y3, Y7)
+	NEXTA4(3360)
+	DECQ CX
+	JNZ  q6ka4loop
+q6ka4done:
+	VZEROUPPER
+	RET
+
+// func gemmQ6KA1(w *byte, half int, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ6KA1(SB), NOSPLIT, $0-48
+	SETUPA1
+	VPBROADCASTD k2q30<>(SB), Y14
+	TESTQ CX, CX
+	JZ    q6ka1done
+q6ka1loop:
+	VPXOR Y0, Y0, Y0
+	Q6KSUB1(0)
+	Q6KSUB1(1)
+	Q6KSUB1(2)
+	Q6KSUB1(3)
+	Q6KSUB1(4)
+	Q6KSUB1(5)
+	Q6KSUB1(6)
+	Q6KSUB1(7)
+	Q6KSUB1(8)
+	Q6KSUB1(9)
+	Q6KSUB1(10)
+	Q6KSUB1(11)
+	Q6KSUB1(12)
+	Q6KSUB1(13)
+	Q6KSUB1(14)
+	Q6KSUB1(15)
+	VPXOR Y4, Y4, Y4
+	Q6KOFF1(0)
+	Q6KOFF1(1)
+	Q6KOFF1(2)
+	Q6KOFF1(3)
+	Q6KOFF1(4)
+	Q6KOFF1(5)
+	Q6KOFF1(6)
+	Q6KOFF1(7)
+	VCVTPH2PS (SI)(BX*2), Y12
+	Q6KF(DI, Y0, Y4)
+	ADDQ $3360, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q6ka1loop
+q6ka1done:
+	VZEROUPPER
+	RET
