@@ -112,19 +112,20 @@ func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride 
 func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 // AVX2 kernels over the same packed Q4_K/Q6_K groups (kgemm_avx2_amd64.s):
-// half 0 or 1 of a group (8 weight rows) by 4 (A4) or 1 (A1) activation rows.
+// half 0 or 1 of a group (8 weight rows) by 4 activation rows (A4), or the
+// whole group by one (A1).
 
 //go:noescape
 func gemmQ4KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
 
 //go:noescape
-func gemmQ4KA1(w *byte, half int, nb int, x *q8K, aux *q8KAux, out *float32)
+func gemmQ4KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
 func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
 
 //go:noescape
-func gemmQ6KA1(w *byte, half int, nb int, x *q8K, aux *q8KAux, out *float32)
+func gemmQ6KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
 func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)

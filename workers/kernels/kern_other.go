@@ -47,11 +47,11 @@ func gemmQ6KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ4KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }
-func gemmQ4KA1(*byte, int, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ4KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ6KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }
-func gemmQ6KA1(*byte, int, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ6KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

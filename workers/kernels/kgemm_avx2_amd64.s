@@ -19,6 +19,13 @@
 // kernels' (dotQ4KGo, dotQ6KGo), lane by lane, on the running sums kept in
 // out, so each row's result is bitwise equal to them.
 
+// PFQ4K, PFQ6K: how far ahead of the super-block being computed the A1
+// kernels ask for weights (one super-block of a group). Decode streams
+// every weight from memory once per token; without these requests the
+// kernels wait on each line in turn (1B shape: 24 tokens/s, with them 31).
+#define PFQ4K 2496
+#define PFQ6K 3360
+
 DATA k2q0f<>+0(SB)/4, $0x0f0f0f0f
 GLOBL k2q0f<>(SB), RODATA, $4
 DATA k2q30<>+0(SB)/4, $0x30303030
@@ -51,19 +58,6 @@ GLOBL k2q30<>(SB), RODATA, $4
 	ADDQ ostride+64(FP), AX \
 	VMOVUPS Y8, (AX) \
 	ADDQ ostride+64(FP), AX \
-	VMOVUPS Y8, (AX)
-
-// SETUPA1 is SETUPA4 for one activation row (DI, DX).
-#define SETUPA1 \
-	MOVQ w+0(FP), SI \
-	MOVQ half+8(FP), BX \
-	SHLQ $3, BX \
-	MOVQ nb+16(FP), CX \
-	MOVQ x+24(FP), DI \
-	MOVQ aux+32(FP), DX \
-	VPBROADCASTD k2q0f<>(SB), Y15 \
-	VXORPS Y8, Y8, Y8 \
-	MOVQ out+40(FP), AX \
 	VMOVUPS Y8, (AX)
 
 #define NEXTA4(wb) \
@@ -129,11 +123,6 @@ GLOBL k2q30<>(SB), RODATA, $4
 	VPMADDUBSW Y10, Y8, Y10 \
 	VPADDW Y10, Y7, Y7
 
-#define Q4KDP1(xoff) \
-	VPBROADCASTD xoff(DI), Y9 \
-	VPMADDUBSW Y9, Y8, Y9 \
-	VPADDW Y9, Y4, Y4
-
 // Q4KSCALE: sub-block sub's 8 scales as int16 pairs (s, s) per row in Y11.
 #define Q4KSCALE(sub) \
 	VMOVQ (64+16*sub)(SI)(BX*1), X11 \
@@ -193,51 +182,6 @@ GLOBL k2q30<>(SB), RODATA, $4
 	VPMADDWD Y11, Y7, Y7 \
 	VPADDD Y7, Y3, Y3
 
-#define Q4KSUB1LO(j, sub) \
-	VPXOR Y4, Y4, Y4 \
-	Q4KWLO(j, 0) \
-	Q4KDP1((4+32*sub)) \
-	Q4KWLO(j, 1) \
-	Q4KDP1((8+32*sub)) \
-	Q4KWLO(j, 2) \
-	Q4KDP1((12+32*sub)) \
-	Q4KWLO(j, 3) \
-	Q4KDP1((16+32*sub)) \
-	Q4KWLO(j, 4) \
-	Q4KDP1((20+32*sub)) \
-	Q4KWLO(j, 5) \
-	Q4KDP1((24+32*sub)) \
-	Q4KWLO(j, 6) \
-	Q4KDP1((28+32*sub)) \
-	Q4KWLO(j, 7) \
-	Q4KDP1((32+32*sub)) \
-	Q4KSC1(sub)
-
-#define Q4KSUB1HI(j, sub) \
-	VPXOR Y4, Y4, Y4 \
-	Q4KWHI(j, 0) \
-	Q4KDP1((4+32*sub)) \
-	Q4KWHI(j, 1) \
-	Q4KDP1((8+32*sub)) \
-	Q4KWHI(j, 2) \
-	Q4KDP1((12+32*sub)) \
-	Q4KWHI(j, 3) \
-	Q4KDP1((16+32*sub)) \
-	Q4KWHI(j, 4) \
-	Q4KDP1((20+32*sub)) \
-	Q4KWHI(j, 5) \
-	Q4KDP1((24+32*sub)) \
-	Q4KWHI(j, 6) \
-	Q4KDP1((28+32*sub)) \
-	Q4KWHI(j, 7) \
-	Q4KDP1((32+32*sub)) \
-	Q4KSC1(sub)
-
-#define Q4KSC1(sub) \
-	Q4KSCALE(sub) \
-	VPMADDWD Y11, Y4, Y4 \
-	VPADDD Y4, Y0, Y0
-
 // Q4KMIN4: mins pair p times the pair (bs32[2p], bs32[2p+1]) of each row,
 // into Y4..Y7.
 #define Q4KMIN4(p) \
@@ -254,12 +198,6 @@ GLOBL k2q30<>(SB), RODATA, $4
 	VPBROADCASTD (16+4*p)(R13), Y10 \
 	VPMADDWD Y10, Y8, Y10 \
 	VPADDD Y10, Y7, Y7
-
-#define Q4KMIN1(p) \
-	VMOVDQU (192+64*p)(SI)(BX*4), Y8 \
-	VPBROADCASTD (16+4*p)(DX), Y9 \
-	VPMADDWD Y9, Y8, Y9 \
-	VPADDD Y9, Y4, Y4
 
 // Q4KF: the float update of one activation row (x at xr) from isum yi and
 // msum ym, on the running sums at (AX).
@@ -305,35 +243,144 @@ q4ka4done:
 	VZEROUPPER
 	RET
 
-// func gemmQ4KA1(w *byte, half int, nb int, x *q8K, aux *q8KAux, out *float32)
-TEXT ·gemmQ4KA1(SB), NOSPLIT, $0-48
-	SETUPA1
+// Q4KLO16 / Q4KHI16: slice s of chunk j, low or high nibbles, both halves
+// (16 rows), times 4 bytes at xoff of the one activation row, int16 pairs
+// into Y4 (rows 0..7) and Y5 (rows 8..15).
+#define Q4KLO16(j, s, xoff) \
+	PREFETCHT0 (PFQ4K+448+512*j+64*s)(SI) \
+	VPBROADCASTD xoff(DI), Y9 \
+	VPAND (448+512*j+64*s)(SI), Y15, Y8 \
+	VPAND (448+512*j+64*s+32)(SI), Y15, Y10 \
+	VPMADDUBSW Y9, Y8, Y8 \
+	VPMADDUBSW Y9, Y10, Y10 \
+	VPADDW Y8, Y4, Y4 \
+	VPADDW Y10, Y5, Y5
+
+#define Q4KHI16(j, s, xoff) \
+	VPBROADCASTD xoff(DI), Y9 \
+	VMOVDQU (448+512*j+64*s)(SI), Y8 \
+	VMOVDQU (448+512*j+64*s+32)(SI), Y10 \
+	VPSRLW $4, Y8, Y8 \
+	VPSRLW $4, Y10, Y10 \
+	VPAND Y15, Y8, Y8 \
+	VPAND Y15, Y10, Y10 \
+	VPMADDUBSW Y9, Y8, Y8 \
+	VPMADDUBSW Y9, Y10, Y10 \
+	VPADDW Y8, Y4, Y4 \
+	VPADDW Y10, Y5, Y5
+
+// Q4KSC16: Y4, Y5 times sub-block sub's scales of each half, into Y0, Y1.
+#define Q4KSC16(sub) \
+	VMOVQ (64+16*sub)(SI), X11 \
+	VPUNPCKLBW X11, X11, X11 \
+	VPMOVZXBW X11, Y11 \
+	VPMADDWD Y11, Y4, Y4 \
+	VPADDD Y4, Y0, Y0 \
+	VMOVQ (72+16*sub)(SI), X11 \
+	VPUNPCKLBW X11, X11, X11 \
+	VPMOVZXBW X11, Y11 \
+	VPMADDWD Y11, Y5, Y5 \
+	VPADDD Y5, Y1, Y1
+
+#define Q4KSUB16LO(j, sub) \
+	VPXOR Y4, Y4, Y4 \
+	VPXOR Y5, Y5, Y5 \
+	Q4KLO16(j, 0, (4+32*sub)) \
+	Q4KLO16(j, 1, (8+32*sub)) \
+	Q4KLO16(j, 2, (12+32*sub)) \
+	Q4KLO16(j, 3, (16+32*sub)) \
+	Q4KLO16(j, 4, (20+32*sub)) \
+	Q4KLO16(j, 5, (24+32*sub)) \
+	Q4KLO16(j, 6, (28+32*sub)) \
+	Q4KLO16(j, 7, (32+32*sub)) \
+	Q4KSC16(sub)
+
+#define Q4KSUB16HI(j, sub) \
+	VPXOR Y4, Y4, Y4 \
+	VPXOR Y5, Y5, Y5 \
+	Q4KHI16(j, 0, (4+32*sub)) \
+	Q4KHI16(j, 1, (8+32*sub)) \
+	Q4KHI16(j, 2, (12+32*sub)) \
+	Q4KHI16(j, 3, (16+32*sub)) \
+	Q4KHI16(j, 4, (20+32*sub)) \
+	Q4KHI16(j, 5, (24+32*sub)) \
+	Q4KHI16(j, 6, (28+32*sub)) \
+	Q4KHI16(j, 7, (32+32*sub)) \
+	Q4KSC16(sub)
+
+// Q4KMIN16: mins pair p of both halves times the activation row's pair
+// (bs32[2p], bs32[2p+1]), into Y4, Y5.
+#define Q4KMIN16(p) \
+	PREFETCHT0 (PFQ4K+128*p)(SI) \
+	PREFETCHT0 (PFQ4K+128*p+64)(SI) \
+	VPBROADCASTD (16+4*p)(DX), Y9 \
+	VPMADDWD (192+64*p)(SI), Y9, Y8 \
+	VPADDD Y8, Y4, Y4 \
+	VPMADDWD (224+64*p)(SI), Y9, Y10 \
+	VPADDD Y10, Y5, Y5
+
+// FREG: ya += (Y12 * d_x) * float(yi), with d_x in Y10; FREGM: ya -= (Y13 *
+// d_x) * float(ym). Y11, Y14 are scratch.
+#define FREG(yi, ya) \
+	VMULPS Y10, Y12, Y11 \
+	VCVTDQ2PS yi, yi \
+	VMULPS yi, Y11, Y11 \
+	VADDPS Y11, ya, ya
+
+#define FREGM(ym, ya) \
+	VMULPS Y10, Y13, Y14 \
+	VCVTDQ2PS ym, ym \
+	VMULPS ym, Y14, Y14 \
+	VSUBPS Y14, ya, ya
+
+// func gemmQ4KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+// A whole group (16 rows) against one activation row, the two halves of each
+// slice side by side: decode streams the weights once, in order.
+TEXT ·gemmQ4KA1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD k2q0f<>(SB), Y15
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	TESTQ CX, CX
 	JZ    q4ka1done
 q4ka1loop:
 	VPXOR Y0, Y0, Y0
-	Q4KSUB1LO(0, 0)
-	Q4KSUB1HI(0, 1)
-	Q4KSUB1LO(1, 2)
-	Q4KSUB1HI(1, 3)
-	Q4KSUB1LO(2, 4)
-	Q4KSUB1HI(2, 5)
-	Q4KSUB1LO(3, 6)
-	Q4KSUB1HI(3, 7)
+	VPXOR Y1, Y1, Y1
+	Q4KSUB16LO(0, 0)
+	Q4KSUB16HI(0, 1)
+	Q4KSUB16LO(1, 2)
+	Q4KSUB16HI(1, 3)
+	Q4KSUB16LO(2, 4)
+	Q4KSUB16HI(2, 5)
+	Q4KSUB16LO(3, 6)
+	Q4KSUB16HI(3, 7)
 	VPXOR Y4, Y4, Y4
-	Q4KMIN1(0)
-	Q4KMIN1(1)
-	Q4KMIN1(2)
-	Q4KMIN1(3)
-	VCVTPH2PS (SI)(BX*2), Y12
-	VCVTPH2PS 32(SI)(BX*2), Y13
-	Q4KF(DI, Y0, Y4)
+	VPXOR Y5, Y5, Y5
+	Q4KMIN16(0)
+	Q4KMIN16(1)
+	Q4KMIN16(2)
+	Q4KMIN16(3)
+	VBROADCASTSS (DI), Y10
+	VCVTPH2PS (SI), Y12
+	VCVTPH2PS 32(SI), Y13
+	FREG(Y0, Y2)
+	FREGM(Y4, Y2)
+	VCVTPH2PS 16(SI), Y12
+	VCVTPH2PS 48(SI), Y13
+	FREG(Y1, Y3)
+	FREGM(Y5, Y3)
 	ADDQ $2496, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
 	DECQ CX
 	JNZ  q4ka1loop
 q4ka1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET
 
@@ -342,18 +389,19 @@ q4ka1done:
 // 288+192sb two nibble planes (slices 0|1<<4 and 2|3<<4) and a plane of top
 // bits, slice k's at bits 2k). Y14 holds 0x30 bytes.
 
-// Q6KW: sub-block sb's four slices (quants 0..63) into Y8..Y11; Y12, Y13
-// are scratch.
-#define Q6KW(sb) \
-	VMOVDQU (288+192*sb)(SI)(BX*4), Y8 \
+// Q6KW: sub-block sb's four slices (quants 0..63) of the half that index
+// register ix (0 or 8) selects into Y8..Y11, its scales as int16 pairs in
+// Y12; Y13 is scratch.
+#define Q6KW(sb, ix) \
+	VMOVDQU (288+192*sb)(SI)(ix*4), Y8 \
 	VPSRLW $4, Y8, Y9 \
 	VPAND Y15, Y8, Y8 \
 	VPAND Y15, Y9, Y9 \
-	VMOVDQU (288+192*sb+64)(SI)(BX*4), Y10 \
+	VMOVDQU (288+192*sb+64)(SI)(ix*4), Y10 \
 	VPSRLW $4, Y10, Y11 \
 	VPAND Y15, Y10, Y10 \
 	VPAND Y15, Y11, Y11 \
-	VMOVDQU (288+192*sb+128)(SI)(BX*4), Y12 \
+	VMOVDQU (288+192*sb+128)(SI)(ix*4), Y12 \
 	VPSLLW $4, Y12, Y13 \
 	VPAND Y14, Y13, Y13 \
 	VPOR Y13, Y8, Y8 \
@@ -365,7 +413,7 @@ q4ka1done:
 	VPSRLW $2, Y12, Y13 \
 	VPAND Y14, Y13, Y13 \
 	VPOR Y13, Y11, Y11 \
-	VMOVQ (32+16*sb)(SI)(BX*1), X12 \
+	VMOVQ (32+16*sb)(SI)(ix*1), X12 \
 	VPUNPCKLBW X12, X12, X12 \
 	VPMOVSXBW X12, Y12
 
@@ -388,28 +436,24 @@ q4ka1done:
 	VPADDD Y6, yi, yi
 
 #define Q6KSUB4(sb) \
-	Q6KW(sb) \
+	Q6KW(sb, BX) \
 	Q6KDP(sb, DI, Y0) \
 	Q6KDP(sb, R8, Y1) \
 	Q6KDP(sb, R9, Y2) \
 	Q6KDP(sb, R10, Y3)
 
-#define Q6KSUB1(sb) \
-	Q6KW(sb) \
-	Q6KDP(sb, DI, Y0)
-
-// Q6KPAIRW: the scales of sub-blocks 2p and 2p+1 as int16 pairs per row in
-// Y8.
-#define Q6KPAIRW(p) \
-	VMOVQ (32+32*p)(SI)(BX*1), X8 \
-	VMOVQ (48+32*p)(SI)(BX*1), X9 \
+// Q6KPAIRW: the scales of sub-blocks 2p and 2p+1 (of the half ix selects)
+// as int16 pairs per row in Y8.
+#define Q6KPAIRW(p, ix) \
+	VMOVQ (32+32*p)(SI)(ix*1), X8 \
+	VMOVQ (48+32*p)(SI)(ix*1), X9 \
 	VPUNPCKLBW X9, X8, X8 \
 	VPMOVSXBW X8, Y8
 
 // Q6KOFF4: Y4..Y7 += the scale pairs times the activations' 16-element sums
 // (bsums[2p], bsums[2p+1]) of each row.
 #define Q6KOFF4(p) \
-	Q6KPAIRW(p) \
+	Q6KPAIRW(p, BX) \
 	VPBROADCASTD (260+4*p)(DI), Y9 \
 	VPMADDWD Y9, Y8, Y9 \
 	VPADDD Y9, Y4, Y4 \
@@ -422,12 +466,6 @@ q4ka1done:
 	VPBROADCASTD (260+4*p)(R10), Y10 \
 	VPMADDWD Y10, Y8, Y10 \
 	VPADDD Y10, Y7, Y7
-
-#define Q6KOFF1(p) \
-	Q6KPAIRW(p) \
-	VPBROADCASTD (260+4*p)(DI), Y9 \
-	VPMADDWD Y9, Y8, Y9 \
-	VPADDD Y9, Y4, Y4
 
 // Q6KF: isum yi minus 32 times the offset sums in yo, then the float update
 // of the activation row at xr on the running sums at (AX).
@@ -486,46 +524,86 @@ q6ka4done:
 	VZEROUPPER
 	RET
 
-// func gemmQ6KA1(w *byte, half int, nb int, x *q8K, aux *q8KAux, out *float32)
-TEXT ·gemmQ6KA1(SB), NOSPLIT, $0-48
-	SETUPA1
+// Q6KOFF16: the offset sums of pair p for both halves, into Y4, Y5.
+#define Q6KOFF16(p) \
+	PREFETCHT0 (PFQ6K+64*p)(SI) \
+	VPBROADCASTD (260+4*p)(DI), Y6 \
+	Q6KPAIRW(p, BX) \
+	VPMADDWD Y6, Y8, Y7 \
+	VPADDD Y7, Y4, Y4 \
+	Q6KPAIRW(p, R9) \
+	VPMADDWD Y6, Y8, Y7 \
+	VPADDD Y7, Y5, Y5
+
+#define Q6KSUB16(sb) \
+	PREFETCHT0 (PFQ6K+288+192*sb)(SI) \
+	PREFETCHT0 (PFQ6K+288+192*sb+64)(SI) \
+	PREFETCHT0 (PFQ6K+288+192*sb+128)(SI) \
+	Q6KW(sb, BX) \
+	Q6KDP(sb, DI, Y0) \
+	Q6KW(sb, R9) \
+	Q6KDP(sb, DI, Y1)
+
+// func gemmQ6KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+// A whole group (16 rows) against one activation row, half by half within
+// each sub-block (BX = 0 selects rows 0..7, R9 = 8 rows 8..15).
+TEXT ·gemmQ6KA1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	XORQ BX, BX
+	MOVQ $8, R9
+	VPBROADCASTD k2q0f<>(SB), Y15
 	VPBROADCASTD k2q30<>(SB), Y14
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	TESTQ CX, CX
 	JZ    q6ka1done
 q6ka1loop:
 	VPXOR Y0, Y0, Y0
-	Q6KSUB1(0)
-	Q6KSUB1(1)
-	Q6KSUB1(2)
-	Q6KSUB1(3)
-	Q6KSUB1(4)
-	Q6KSUB1(5)
-	Q6KSUB1(6)
-	Q6KSUB1(7)
-	Q6KSUB1(8)
-	Q6KSUB1(9)
-	Q6KSUB1(10)
-	Q6KSUB1(11)
-	Q6KSUB1(12)
-	Q6KSUB1(13)
-	Q6KSUB1(14)
-	Q6KSUB1(15)
+	VPXOR Y1, Y1, Y1
+	Q6KSUB16(0)
+	Q6KSUB16(1)
+	Q6KSUB16(2)
+	Q6KSUB16(3)
+	Q6KSUB16(4)
+	Q6KSUB16(5)
+	Q6KSUB16(6)
+	Q6KSUB16(7)
+	Q6KSUB16(8)
+	Q6KSUB16(9)
+	Q6KSUB16(10)
+	Q6KSUB16(11)
+	Q6KSUB16(12)
+	Q6KSUB16(13)
+	Q6KSUB16(14)
+	Q6KSUB16(15)
 	VPXOR Y4, Y4, Y4
-	Q6KOFF1(0)
-	Q6KOFF1(1)
-	Q6KOFF1(2)
-	Q6KOFF1(3)
-	Q6KOFF1(4)
-	Q6KOFF1(5)
-	Q6KOFF1(6)
-	Q6KOFF1(7)
-	VCVTPH2PS (SI)(BX*2), Y12
-	Q6KF(DI, Y0, Y4)
+	VPXOR Y5, Y5, Y5
+	Q6KOFF16(0)
+	Q6KOFF16(1)
+	Q6KOFF16(2)
+	Q6KOFF16(3)
+	Q6KOFF16(4)
+	Q6KOFF16(5)
+	Q6KOFF16(6)
+	Q6KOFF16(7)
+	VPSLLD $5, Y4, Y4
+	VPSUBD Y4, Y0, Y0
+	VPSLLD $5, Y5, Y5
+	VPSUBD Y5, Y1, Y1
+	VBROADCASTSS (DI), Y10
+	VCVTPH2PS (SI), Y12
+	FREG(Y0, Y2)
+	VCVTPH2PS 16(SI), Y12
+	FREG(Y1, Y3)
 	ADDQ $3360, SI
 	ADDQ $292, DI
-	ADDQ $96, DX
 	DECQ CX
 	JNZ  q6ka1loop
 q6ka1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET

@@ -559,7 +559,7 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 
 // groupK2 is groupsK's work on one group on the AVX2 path: each half of the
 // group (8 rows) against 4 activation rows per call while they last, then
-// one at a time.
+// the whole group against one activation row at a time.
 func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
@@ -579,14 +579,11 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 		}
 	}
 	for ; r < j.n; r++ {
-		x, a := &j.xk[r*nb], &j.xka[r*nb]
-		for h := range 2 {
-			o := &j.out[r*rows+i+8*h]
-			if q4 {
-				gemmQ4KA1(w, h, nb, x, a, o)
-			} else {
-				gemmQ6KA1(w, h, nb, x, a, o)
-			}
+		x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
+		if q4 {
+			gemmQ4KA1(w, nb, x, a, o)
+		} else {
+			gemmQ6KA1(w, nb, x, a, o)
 		}
 	}
 }
