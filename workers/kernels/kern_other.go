@@ -52,6 +52,14 @@ func gemmQ6KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintp
 	panic("kernels: no asm")
 }
 func gemmQ6KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ8A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmQ8A1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
+func gemmQ4A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmQ4A1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
 func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

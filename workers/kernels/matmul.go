@@ -448,6 +448,10 @@ func (j *matJob) groups(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
+		if j.p == pathAVX2 {
+			j.group2(w, i, pf, g)
+			continue
+		}
 		for ; r+4 <= j.n; r += 4 {
 			pf.next(g, r/4)
 			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
@@ -554,6 +558,35 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 	for ; r < x1; r++ {
 		dotRowsF32Z(w, uintptr(wstride), &j.xf[r*c], c, 1, &t[0])
 		copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
+	}
+}
+
+// group2 is groups' work on one Q8_0 or Q4_0 group on the AVX2 path, shaped
+// as groupK2.
+func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
+	rows := j.m.Rows
+	nb := j.m.Cols / 32
+	q8 := j.m.Type == gguf.TypeQ8_0
+	r := 0
+	for ; r+4 <= j.n; r += 4 {
+		pf.next(g, r/4)
+		x, a := &j.xq[r*j.xqs], &j.xa[r*nb]
+		for h := range 2 {
+			o := &j.out[r*rows+i+8*h]
+			if q8 {
+				gemmQ8A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			} else {
+				gemmQ4A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			}
+		}
+	}
+	for ; r < j.n; r++ {
+		x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
+		if q8 {
+			gemmQ8A1(w, nb, x, a, o)
+		} else {
+			gemmQ4A1(w, nb, x, a, o)
+		}
 	}
 }
 

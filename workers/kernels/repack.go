@@ -38,14 +38,17 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 const packRows = 16
 
 // packs says whether path p has packed kernels for type t: the AVX-512 path
-// for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K; the AVX2 path (kgemm_avx2_amd64.s,
-// half a group per call) for Q4_K and Q6_K.
+// for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K; the AVX2 path (gemm_avx2_amd64.s and
+// kgemm_avx2_amd64.s) for Q8_0, Q4_0, Q4_K and Q6_K.
 func packs(p path, t gguf.Type) bool {
 	switch {
 	case p >= pathAVX512:
 		return packBlock(t) > 0
 	case p == pathAVX2:
-		return t == gguf.TypeQ4_K || t == gguf.TypeQ6_K
+		switch t {
+		case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+			return true
+		}
 	}
 	return false
 }

@@ -1,0 +1,312 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX2 kernels over Q8_0 and Q4_0 weights in the packed 16-row groups of the
+// AVX-512 path (repack.go), dotted with Q8_0 activation blocks (34 bytes: f16
+// d, 32 int8) and their side data (8-byte q8Aux: d as f32, K*sum(q)). As in
+// kgemm_avx2_amd64.s, A4 kernels take half a group (BX = 8*half: (SI)(BX*4)
+// its 32 bytes of a 64-byte slice, (SI)(BX*2) its 8 f16 scales) and 4
+// activation rows; A1 kernels a whole group and one activation row.
+//
+// Q8_0 is stored with the sign bit flipped; the kernels flip it back and
+// multiply |w| by x with w's sign (VPSIGNB), as GGML's AVX2 kernels do: a
+// pair of products is at most 2*128*127 and fits VPMADDUBSW's int16, and
+// VPMADDWD by ones widens each slice to int32. Q4_0's nibbles (0..15) times
+// x fit int16 for a whole block (8 pairs of at most 2*15*127); the kernel
+// subtracts 8*sum(x) (the side data's c). Per block the float update is the
+// portable kernels' (dotQ8Go, dotQ4Go): sum += (d_w*d_x)*float(isum), lane
+// by lane, so each row's result is bitwise equal to them.
+
+// PFQ8, PFQ4: how far ahead the A1 kernels ask for weights (about 2 KiB, 4
+// Q8_0 or 8 Q4_0 blocks of a group), as in kgemm_avx2_amd64.s.
+#define PFQ8 2176
+#define PFQ4 2304
+
+DATA g2x80<>+0(SB)/4, $0x80808080
+GLOBL g2x80<>(SB), RODATA, $4
+DATA g2x0f<>+0(SB)/4, $0x0f0f0f0f
+GLOBL g2x0f<>(SB), RODATA, $4
+DATA g2one<>+0(SB)/4, $0x00010001
+GLOBL g2one<>(SB), RODATA, $4
+
+// SETUPB4 loads a 4-row kernel's arguments: SI weights, BX 8*half, CX
+// blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data;
+// Y13 = 1 in every int16, Y4..Y7 (the running sums) = 0.
+#define SETUPB4 \
+	MOVQ w+0(FP), SI \
+	MOVQ half+8(FP), BX \
+	SHLQ $3, BX \
+	MOVQ nb+16(FP), CX \
+	MOVQ x+24(FP), DI \
+	MOVQ xstride+32(FP), AX \
+	LEAQ (DI)(AX*1), R8 \
+	LEAQ (R8)(AX*1), R9 \
+	LEAQ (R9)(AX*1), R10 \
+	MOVQ aux+40(FP), DX \
+	MOVQ auxstride+48(FP), AX \
+	LEAQ (DX)(AX*1), R11 \
+	LEAQ (R11)(AX*1), R12 \
+	LEAQ (R12)(AX*1), R13 \
+	VPBROADCASTD g2one<>(SB), Y13 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+#define STOREB4 \
+	MOVQ out+56(FP), AX \
+	MOVQ ostride+64(FP), BX \
+	VMOVUPS Y4, (AX) \
+	ADDQ BX, AX \
+	VMOVUPS Y5, (AX) \
+	ADDQ BX, AX \
+	VMOVUPS Y6, (AX) \
+	ADDQ BX, AX \
+	VMOVUPS Y7, (AX) \
+	VZEROUPPER
+
+#define NEXTB4(wb) \
+	ADDQ $wb, SI \
+	ADDQ $34, DI \
+	ADDQ $34, R8 \
+	ADDQ $34, R9 \
+	ADDQ $34, R10 \
+	ADDQ $8, DX \
+	ADDQ $8, R11 \
+	ADDQ $8, R12 \
+	ADDQ $8, R13
+
+#define ZEROB(a, b, c, d) \
+	VPXOR a, a, a \
+	VPXOR b, b, b \
+	VPXOR c, c, c \
+	VPXOR d, d, d
+
+// FB: sum += (Y12 * d_x) * float(acc), d_x the f32 at 0(ar); Y14 scratch.
+#define FB(ar, acc, sum) \
+	VBROADCASTSS (ar), Y14 \
+	VMULPS Y14, Y12, Y14 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y14, Y14 \
+	VADDPS Y14, sum, sum
+
+// ---- Q8_0 (544 bytes per group and block: 16 f16 d, then 8 slices of 4
+// bytes per row, sign bit flipped). Y15 holds 0x80 bytes.
+
+// Q8DP: |w| (Y9) times x with w's sign (Y8), 4 bytes at 2+4s of the row at
+// xr, as int32 into acc.
+#define Q8DP(s, xr, acc) \
+	VPBROADCASTD (2+4*s)(xr), Y10 \
+	VPSIGNB Y8, Y10, Y10 \
+	VPMADDUBSW Y10, Y9, Y10 \
+	VPMADDWD Y13, Y10, Y10 \
+	VPADDD Y10, acc, acc
+
+#define Q8S4(s) \
+	VPXOR (32+64*s)(SI)(BX*4), Y15, Y8 \
+	VPABSB Y8, Y9 \
+	Q8DP(s, DI, Y0) \
+	Q8DP(s, R8, Y1) \
+	Q8DP(s, R9, Y2) \
+	Q8DP(s, R10, Y3)
+
+// func gemmQ8A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ8A4(SB), NOSPLIT, $0-72
+	SETUPB4
+	VPBROADCASTD g2x80<>(SB), Y15
+	TESTQ CX, CX
+	JZ    q8a4done
+q8a4loop:
+	ZEROB(Y0, Y1, Y2, Y3)
+	Q8S4(0)
+	Q8S4(1)
+	Q8S4(2)
+	Q8S4(3)
+	Q8S4(4)
+	Q8S4(5)
+	Q8S4(6)
+	Q8S4(7)
+	VCVTPH2PS (SI)(BX*2), Y12
+	FB(DX, Y0, Y4)
+	FB(R11, Y1, Y5)
+	FB(R12, Y2, Y6)
+	FB(R13, Y3, Y7)
+	NEXTB4(544)
+	DECQ CX
+	JNZ  q8a4loop
+q8a4done:
+	STOREB4
+	RET
+
+// Q8S1: slice s of both halves against the one activation row (x in Y6),
+// into Y0 (rows 0..7) and Y1 (rows 8..15).
+#define Q8S1(s) \
+	PREFETCHT0 (PFQ8+32+64*s)(SI) \
+	VPBROADCASTD (2+4*s)(DI), Y6 \
+	VPXOR (32+64*s)(SI), Y15, Y8 \
+	VPABSB Y8, Y9 \
+	VPSIGNB Y8, Y6, Y4 \
+	VPMADDUBSW Y4, Y9, Y4 \
+	VPMADDWD Y13, Y4, Y4 \
+	VPADDD Y4, Y0, Y0 \
+	VPXOR (64+64*s)(SI), Y15, Y10 \
+	VPABSB Y10, Y11 \
+	VPSIGNB Y10, Y6, Y5 \
+	VPMADDUBSW Y5, Y11, Y5 \
+	VPMADDWD Y13, Y5, Y5 \
+	VPADDD Y5, Y1, Y1
+
+// func gemmQ8A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+TEXT ·gemmQ8A1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD g2one<>(SB), Y13
+	VPBROADCASTD g2x80<>(SB), Y15
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    q8a1done
+q8a1loop:
+	PREFETCHT0 PFQ8(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	Q8S1(0)
+	Q8S1(1)
+	Q8S1(2)
+	Q8S1(3)
+	Q8S1(4)
+	Q8S1(5)
+	Q8S1(6)
+	Q8S1(7)
+	VCVTPH2PS (SI), Y12
+	FB(DX, Y0, Y2)
+	VCVTPH2PS 16(SI), Y12
+	FB(DX, Y1, Y3)
+	ADDQ $544, SI
+	ADDQ $34, DI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  q8a1loop
+q8a1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// ---- Q4_0 (288 bytes per group and block: 16 f16 d, then 4 slices of 4
+// bytes per row: low nibbles elements 4s..4s+3, high ones 16+4s..16+4s+3).
+// Y15 holds 0x0f bytes.
+
+// Q4DP: the low (Y8) and high (Y9) nibbles of slice s times the row at xr,
+// int16 pairs into acc.
+#define Q4DP(s, xr, acc) \
+	VPBROADCASTD (2+4*s)(xr), Y10 \
+	VPMADDUBSW Y10, Y8, Y10 \
+	VPADDW Y10, acc, acc \
+	VPBROADCASTD (18+4*s)(xr), Y11 \
+	VPMADDUBSW Y11, Y9, Y11 \
+	VPADDW Y11, acc, acc
+
+#define Q4S4(s) \
+	VMOVDQU (32+64*s)(SI)(BX*4), Y9 \
+	VPAND Y15, Y9, Y8 \
+	VPSRLW $4, Y9, Y9 \
+	VPAND Y15, Y9, Y9 \
+	Q4DP(s, DI, Y0) \
+	Q4DP(s, R8, Y1) \
+	Q4DP(s, R9, Y2) \
+	Q4DP(s, R10, Y3)
+
+// Q4FIN: widen acc to int32, subtract 8*sum(x) (c at 4(ar)), and update sum.
+#define Q4FIN(ar, acc, sum) \
+	VPMADDWD Y13, acc, acc \
+	VPBROADCASTD 4(ar), Y14 \
+	VPSUBD Y14, acc, acc \
+	FB(ar, acc, sum)
+
+// func gemmQ4A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ4A4(SB), NOSPLIT, $0-72
+	SETUPB4
+	VPBROADCASTD g2x0f<>(SB), Y15
+	TESTQ CX, CX
+	JZ    q4a4done
+q4a4loop:
+	ZEROB(Y0, Y1, Y2, Y3)
+	Q4S4(0)
+	Q4S4(1)
+	Q4S4(2)
+	Q4S4(3)
+	VCVTPH2PS (SI)(BX*2), Y12
+	Q4FIN(DX, Y0, Y4)
+	Q4FIN(R11, Y1, Y5)
+	Q4FIN(R12, Y2, Y6)
+	Q4FIN(R13, Y3, Y7)
+	NEXTB4(288)
+	DECQ CX
+	JNZ  q4a4loop
+q4a4done:
+	STOREB4
+	RET
+
+// Q4S1: slice s of both halves against the one activation row, int16 pairs
+// into Y4 (rows 0..7) and Y5 (rows 8..15).
+#define Q4S1(s) \
+	PREFETCHT0 (PFQ4+32+64*s)(SI) \
+	VPBROADCASTD (2+4*s)(DI), Y6 \
+	VPBROADCASTD (18+4*s)(DI), Y7 \
+	VMOVDQU (32+64*s)(SI), Y9 \
+	VPAND Y15, Y9, Y8 \
+	VPSRLW $4, Y9, Y9 \
+	VPAND Y15, Y9, Y9 \
+	VPMADDUBSW Y6, Y8, Y8 \
+	VPMADDUBSW Y7, Y9, Y9 \
+	VPADDW Y8, Y4, Y4 \
+	VPADDW Y9, Y4, Y4 \
+	VMOVDQU (64+64*s)(SI), Y11 \
+	VPAND Y15, Y11, Y10 \
+	VPSRLW $4, Y11, Y11 \
+	VPAND Y15, Y11, Y11 \
+	VPMADDUBSW Y6, Y10, Y10 \
+	VPMADDUBSW Y7, Y11, Y11 \
+	VPADDW Y10, Y5, Y5 \
+	VPADDW Y11, Y5, Y5
+
+// func gemmQ4A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+TEXT ·gemmQ4A1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD g2one<>(SB), Y13
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    q4a1done
+q4a1loop:
+	PREFETCHT0 PFQ4(SI)
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	Q4S1(0)
+	Q4S1(1)
+	Q4S1(2)
+	Q4S1(3)
+	VCVTPH2PS (SI), Y12
+	Q4FIN(DX, Y4, Y2)
+	VCVTPH2PS 16(SI), Y12
+	Q4FIN(DX, Y5, Y3)
+	ADDQ $288, SI
+	ADDQ $34, DI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  q4a1loop
+q4a1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
