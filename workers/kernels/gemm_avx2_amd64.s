@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// AVX2 kernels over Q8_0 and Q4_0 weights in the packed 16-row groups of the
+// AVX2 kernels over Q8_0, Q4_0 and Q5_0 weights in the packed 16-row groups of the
 // AVX-512 path (repack.go), dotted with Q8_0 activation blocks (34 bytes: f16
 // d, 32 int8) and their side data (8-byte q8Aux: d as f32, K*sum(q)). As in
 // kgemm_avx2_amd64.s, A4 kernels take half a group (BX = 8*half: (SI)(BX*4)
@@ -14,14 +14,17 @@
 // pair of products is at most 2*128*127 and fits VPMADDUBSW's int16, and
 // VPMADDWD by ones widens each slice to int32. Q4_0's nibbles (0..15) times
 // x fit int16 for a whole block (8 pairs of at most 2*15*127); the kernel
-// subtracts 8*sum(x) (the side data's c). Per block the float update is the
-// portable kernels' (dotQ8Go, dotQ4Go): sum += (d_w*d_x)*float(isum), lane
+// subtracts 8*sum(x) (the side data's c). Q5_0 adds the fifth bits (0..31: a
+// slice's low and high products fit int16 together, widened per slice) and
+// subtracts 16*sum(x). Per block the float update is the portable kernels'
+// (dotQ8Go, dotQ4Go, dotQ5_0Go): sum += (d_w*d_x)*float(isum), lane
 // by lane, so each row's result is bitwise equal to them.
 
 // PFQ8, PFQ4: how far ahead the A1 kernels ask for weights (about 2 KiB, 4
 // Q8_0 or 8 Q4_0 blocks of a group), as in kgemm_avx2_amd64.s.
 #define PFQ8 2176
 #define PFQ4 2304
+#define PFQ5 2112
 
 DATA g2x80<>+0(SB)/4, $0x80808080
 GLOBL g2x80<>(SB), RODATA, $4
@@ -29,6 +32,8 @@ DATA g2x0f<>+0(SB)/4, $0x0f0f0f0f
 GLOBL g2x0f<>(SB), RODATA, $4
 DATA g2one<>+0(SB)/4, $0x00010001
 GLOBL g2one<>(SB), RODATA, $4
+DATA g2x10<>+0(SB)/4, $0x10101010
+GLOBL g2x10<>(SB), RODATA, $4
 
 // SETUPB4 loads a 4-row kernel's arguments: SI weights, BX 8*half, CX
 // blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data;
@@ -305,6 +310,169 @@ q4a1loop:
 	DECQ CX
 	JNZ  q4a1loop
 q4a1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// ---- Q5_0 (352 bytes per group and block: Q4_0's, then 4 bytes of fifth
+// bits per row at 288: byte c holds those of elements 4s+c at bit s and
+// 16+4s+c at bit 4+s). Y15 holds 0x0f bytes, Y14 0x10 bytes; the fifth bits
+// of the half are in Y10.
+
+// Q5X: slice s (at woff) as five-bit quants, low elements into Y4, high
+// ones into Y5; Y11 is scratch.
+#define Q5X(s, woff) \
+	VMOVDQU woff(SI), Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPSLLW $(4-s), Y10, Y11 \
+	VPAND Y14, Y11, Y11 \
+	VPOR Y11, Y4, Y4 \
+	VPSRLW $s, Y10, Y11 \
+	VPAND Y14, Y11, Y11 \
+	VPOR Y11, Y5, Y5
+
+// Q5X4 is Q5X for the half BX selects.
+#define Q5X4(s) \
+	VMOVDQU (32+64*s)(SI)(BX*4), Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPSLLW $(4-s), Y10, Y11 \
+	VPAND Y14, Y11, Y11 \
+	VPOR Y11, Y4, Y4 \
+	VPSRLW $s, Y10, Y11 \
+	VPAND Y14, Y11, Y11 \
+	VPOR Y11, Y5, Y5
+
+// Q5DP: slice s's low (Y4) and high (Y5) quants times the row at xr, widened
+// to int32, into acc; Y8, Y9 are scratch.
+#define Q5DP(s, xr, acc) \
+	VPBROADCASTD (2+4*s)(xr), Y8 \
+	VPMADDUBSW Y8, Y4, Y8 \
+	VPBROADCASTD (18+4*s)(xr), Y9 \
+	VPMADDUBSW Y9, Y5, Y9 \
+	VPADDW Y9, Y8, Y8 \
+	VPMADDWD Y13, Y8, Y8 \
+	VPADDD Y8, acc, acc
+
+#define Q5S4(s) \
+	Q5X4(s) \
+	Q5DP(s, DI, Y0) \
+	Q5DP(s, R8, Y1) \
+	Q5DP(s, R9, Y2) \
+	Q5DP(s, R10, Y3)
+
+// Q5FM: acc minus 16*sum(x) (c at 4(ar)), then the float update of the
+// running sums at (AX); Y8 is scratch.
+#define Q5FM(ar, acc) \
+	VPBROADCASTD 4(ar), Y8 \
+	VPSUBD Y8, acc, acc \
+	VBROADCASTSS (ar), Y8 \
+	VMULPS Y8, Y12, Y8 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y8, Y8 \
+	VADDPS (AX), Y8, Y8 \
+	VMOVUPS Y8, (AX)
+
+// func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ5A4(SB), NOSPLIT, $0-72
+	SETUPB4
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VPBROADCASTD g2x10<>(SB), Y14
+	MOVQ out+56(FP), AX
+	VMOVUPS Y4, (AX)
+	ADDQ ostride+64(FP), AX
+	VMOVUPS Y4, (AX)
+	ADDQ ostride+64(FP), AX
+	VMOVUPS Y4, (AX)
+	ADDQ ostride+64(FP), AX
+	VMOVUPS Y4, (AX)
+	TESTQ CX, CX
+	JZ    q5a4done
+q5a4loop:
+	ZEROB(Y0, Y1, Y2, Y3)
+	VMOVDQU 288(SI)(BX*4), Y10
+	Q5S4(0)
+	Q5S4(1)
+	Q5S4(2)
+	Q5S4(3)
+	VCVTPH2PS (SI)(BX*2), Y12
+	MOVQ out+56(FP), AX
+	Q5FM(DX, Y0)
+	ADDQ ostride+64(FP), AX
+	Q5FM(R11, Y1)
+	ADDQ ostride+64(FP), AX
+	Q5FM(R12, Y2)
+	ADDQ ostride+64(FP), AX
+	Q5FM(R13, Y3)
+	NEXTB4(352)
+	DECQ CX
+	JNZ  q5a4loop
+q5a4done:
+	VZEROUPPER
+	RET
+
+// Q5HALF1: half h of a block (its fifth bits at 288+32h) against the one
+// activation row, into acc.
+#define Q5HALF1(h, acc) \
+	VMOVDQU (288+32*h)(SI), Y10 \
+	Q5X(0, (32+32*h)) \
+	Q5DP(0, DI, acc) \
+	Q5X(1, (96+32*h)) \
+	Q5DP(1, DI, acc) \
+	Q5X(2, (160+32*h)) \
+	Q5DP(2, DI, acc) \
+	Q5X(3, (224+32*h)) \
+	Q5DP(3, DI, acc)
+
+// FBR: sum += (Y12 * d_x) * float(acc - c), d_x and c at (ar); Y8 scratch.
+#define FBR(ar, acc, sum) \
+	VPBROADCASTD 4(ar), Y8 \
+	VPSUBD Y8, acc, acc \
+	VBROADCASTSS (ar), Y8 \
+	VMULPS Y8, Y12, Y8 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y8, Y8 \
+	VADDPS Y8, sum, sum
+
+// func gemmQ5A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+TEXT ·gemmQ5A1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD g2one<>(SB), Y13
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VPBROADCASTD g2x10<>(SB), Y14
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    q5a1done
+q5a1loop:
+	PREFETCHT0 PFQ5(SI)
+	PREFETCHT0 (PFQ5+64)(SI)
+	PREFETCHT0 (PFQ5+128)(SI)
+	PREFETCHT0 (PFQ5+192)(SI)
+	PREFETCHT0 (PFQ5+256)(SI)
+	PREFETCHT0 (PFQ5+320)(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	Q5HALF1(0, Y0)
+	Q5HALF1(1, Y1)
+	VCVTPH2PS (SI), Y12
+	FBR(DX, Y0, Y2)
+	VCVTPH2PS 16(SI), Y12
+	FBR(DX, Y1, Y3)
+	ADDQ $352, SI
+	ADDQ $34, DI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  q5a1loop
+q5a1done:
 	MOVQ out+32(FP), AX
 	VMOVUPS Y2, (AX)
 	VMOVUPS Y3, 32(AX)

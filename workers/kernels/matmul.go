@@ -561,31 +561,37 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 	}
 }
 
-// group2 is groups' work on one Q8_0 or Q4_0 group on the AVX2 path, shaped
-// as groupK2.
+// group2 is groups' work on one Q8_0, Q4_0 or Q5_0 group on the AVX2 path,
+// shaped as groupK2.
 func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 32
-	q8 := j.m.Type == gguf.TypeQ8_0
+	typ := j.m.Type
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
 		pf.next(g, r/4)
 		x, a := &j.xq[r*j.xqs], &j.xa[r*nb]
 		for h := range 2 {
 			o := &j.out[r*rows+i+8*h]
-			if q8 {
+			switch typ {
+			case gguf.TypeQ8_0:
 				gemmQ8A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
-			} else {
+			case gguf.TypeQ4_0:
 				gemmQ4A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			default:
+				gemmQ5A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			}
 		}
 	}
 	for ; r < j.n; r++ {
 		x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
-		if q8 {
+		switch typ {
+		case gguf.TypeQ8_0:
 			gemmQ8A1(w, nb, x, a, o)
-		} else {
+		case gguf.TypeQ4_0:
 			gemmQ4A1(w, nb, x, a, o)
+		default:
+			gemmQ5A1(w, nb, x, a, o)
 		}
 	}
 }

@@ -37,20 +37,11 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 // the portable kernel's, so the packed products are bitwise equal to it.
 const packRows = 16
 
-// packs says whether path p has packed kernels for type t: the AVX-512 path
-// for Q8_0, Q4_0, Q5_0, Q4_K and Q6_K; the AVX2 path (gemm_avx2_amd64.s and
-// kgemm_avx2_amd64.s) for Q8_0, Q4_0, Q4_K and Q6_K.
+// packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
+// Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s).
 func packs(p path, t gguf.Type) bool {
-	switch {
-	case p >= pathAVX512:
-		return packBlock(t) > 0
-	case p == pathAVX2:
-		switch t {
-		case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
-			return true
-		}
-	}
-	return false
+	return p >= pathAVX2 && packBlock(t) > 0
 }
 
 // packBlock returns the bytes one packed group takes per 32-element block, or
