@@ -198,6 +198,17 @@ func sumF64AVX512(x *float32, n int) float64
 //go:noescape
 func scaleAVX512(x *float32, n int, s float32)
 
+// Softmax and Scale parts on the AVX2 path (softmax_avx2_amd64.s).
+
+//go:noescape
+func maxF32AVX2(x *float32, n int) float32
+
+//go:noescape
+func sumF64AVX2(x *float32, n int) float64
+
+//go:noescape
+func scaleAVX2(x *float32, n int, s float32)
+
 //go:noescape
 func prefetchRows(p *byte, stride uintptr, rows int, width int)
 

@@ -56,9 +56,13 @@ func SoftCap(x []float32, cap float32) {
 // Scale multiplies x by s in place.
 func (ks Set) Scale(x []float32, s float32) {
 	k := 0
-	if ks.path() >= pathAVX512 && len(x) >= 16 {
+	switch {
+	case ks.path() >= pathAVX512 && len(x) >= 16:
 		k = len(x) &^ 15
 		scaleAVX512(&x[0], k, s)
+	case ks.path() == pathAVX2 && len(x) >= 8:
+		k = len(x) &^ 7
+		scaleAVX2(&x[0], k, s)
 	}
 	for i := k; i < len(x); i++ {
 		x[i] *= s

@@ -80,6 +80,9 @@ func prefetchL2(*byte, int)                                              {}
 func maxF32AVX512(*float32, int) float32                                 { panic("kernels: no asm") }
 func sumF64AVX512(*float32, int) float64                                 { panic("kernels: no asm") }
 func scaleAVX512(*float32, int, float32)                                 { panic("kernels: no asm") }
+func maxF32AVX2(*float32, int) float32                                   { panic("kernels: no asm") }
+func sumF64AVX2(*float32, int) float64                                   { panic("kernels: no asm") }
+func scaleAVX2(*float32, int, float32)                                   { panic("kernels: no asm") }
 func prefetchRows(*byte, uintptr, int, int)                              {}
 func dots4F16AVX(*float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int, float32) {
 	panic("kernels: no asm")

@@ -23,8 +23,8 @@ func (ks Set) MulT(out []float32, ldo int, a []float32, lda, na int, b []float32
 		return
 	}
 	k8 := k &^ 7
-	tail := func(i, j int) float32 {
-		var s float32
+	// tail adds the elements past k8 to a kernel's sum, when there are any.
+	tail := func(s float32, i, j int) float32 {
 		for e := k8; e < k; e++ {
 			s += a[i*lda+e] * b[j*ldb+e]
 		}
@@ -37,9 +37,15 @@ func (ks Set) MulT(out []float32, ldo int, a []float32, lda, na int, b []float32
 		i := 0
 		for ; i+3 <= na; i += 3 {
 			dot4x3F32AVX(w, uintptr(ldb*4), &a[i*lda], uintptr(lda*4), k8, &t)
+			if k8 == k {
+				for q := range 3 {
+					copy(out[(i+q)*ldo+j:][:4], t[4*q:4*q+4])
+				}
+				continue
+			}
 			for q := range 3 {
 				for p := range 4 {
-					out[(i+q)*ldo+j+p] = t[4*q+p] + tail(i+q, j+p)
+					out[(i+q)*ldo+j+p] = tail(t[4*q+p], i+q, j+p)
 				}
 			}
 		}
@@ -47,7 +53,7 @@ func (ks Set) MulT(out []float32, ldo int, a []float32, lda, na int, b []float32
 			t4 := (*[4]float32)(t[:4])
 			dot4F32AVX(w, uintptr(ldb*4), &a[i*lda], k8, t4)
 			for p := range 4 {
-				out[i*ldo+j+p] = t4[p] + tail(i, j+p)
+				out[i*ldo+j+p] = tail(t4[p], i, j+p)
 			}
 		}
 	}

@@ -178,9 +178,13 @@ func (ks Set) Softmax(x []float32) {
 	}
 	m := float32(math.Inf(-1))
 	k := 0
-	if ks.path() >= pathAVX512 && n >= 16 {
+	switch {
+	case ks.path() >= pathAVX512 && n >= 16:
 		k = n &^ 15
 		m = maxF32AVX512(&x[0], k)
+	case ks.path() == pathAVX2 && n >= 8:
+		k = n &^ 7
+		m = maxF32AVX2(&x[0], k)
 	}
 	// A plain comparison, not the max builtin: max's NaN and signed-zero
 	// handling costs more than the rest of the loop.
@@ -193,14 +197,20 @@ func (ks Set) Softmax(x []float32) {
 	ks.Scale(x, float32(1/ks.sum64(x)))
 }
 
-// sum64 is the sum of x in float64: in order on the portable and AVX2 paths,
-// in eight lanes then the tail in order on the AVX-512 path.
+// sum64 is the sum of x in float64: in order on the portable path, in eight
+// lanes then the tail in order on the AVX2 and AVX-512 paths (the same sum).
 func (ks Set) sum64(x []float32) float64 {
 	var sum float64
 	k := 0
-	if ks.path() >= pathAVX512 && len(x) >= 8 {
-		k = len(x) &^ 7
-		sum = sumF64AVX512(&x[0], k)
+	if len(x) >= 8 {
+		switch ks.path() {
+		case pathAVX512:
+			k = len(x) &^ 7
+			sum = sumF64AVX512(&x[0], k)
+		case pathAVX2:
+			k = len(x) &^ 7
+			sum = sumF64AVX2(&x[0], k)
+		}
 	}
 	for _, e := range x[k:] {
 		sum += float64(e)

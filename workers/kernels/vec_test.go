@@ -420,15 +420,36 @@ func TestPageKernels4(t *testing.T) {
 	})
 }
 
-// TestSoftmaxParts checks the vector parts of Softmax on the AVX-512 path: the
-// maximum against the scalar loop (NaNs skipped, -Inf when nothing else),
-// the float64 sum against the in-order one, Scale bitwise against x*s, and
-// Softmax against float64 arithmetic, for lengths around the vector widths.
+// TestSoftmaxParts checks the vector parts of Softmax on the AVX2 and AVX-512
+// paths: the maximum against the scalar loop (NaNs skipped, -Inf when nothing
+// else), the float64 sum against the in-order one (and the two paths' sums
+// bitwise against each other), Scale bitwise against x*s, and Softmax against
+// float64 arithmetic, for lengths around the vector widths.
 func TestSoftmaxParts(t *testing.T) {
-	if detectPath() < pathAVX512 {
-		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+	if len(asmPaths()) == 0 {
+		t.Skipf("this CPU or build has no assembly path (best here: %s)", detectPath())
 	}
-	ks := pathAVX512.set()
+	for _, kp := range asmPaths() {
+		t.Run(kp.String(), func(t *testing.T) { testSoftmaxParts(t, kp) })
+	}
+}
+
+// lanesSum64 is the eight-lane float64 sum both vector paths compute.
+func lanesSum64(x []float32) float64 {
+	var l [8]float64
+	k := len(x) &^ 7
+	for i, v := range x[:k] {
+		l[i%8] += float64(v)
+	}
+	s := ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+	for _, v := range x[k:] {
+		s += float64(v)
+	}
+	return s
+}
+
+func testSoftmaxParts(t *testing.T, kp path) {
+	ks := kp.set()
 	rng := rand.New(rand.NewPCG(29, 30))
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	for _, n := range []int{1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 161, 1000} {
@@ -453,8 +474,13 @@ func TestSoftmaxParts(t *testing.T) {
 				}
 			}
 			got := want
-			if k := n &^ 15; k > 0 {
-				got = maxF32AVX512(&x[0], k)
+			width := map[path]int{pathAVX2: 8, pathAVX512: 16}[kp]
+			if k := n / width * width; k > 0 {
+				if kp == pathAVX2 {
+					got = maxF32AVX2(&x[0], k)
+				} else {
+					got = maxF32AVX512(&x[0], k)
+				}
 				for _, v := range x[k:] {
 					if v > got {
 						got = v
@@ -474,6 +500,15 @@ func TestSoftmaxParts(t *testing.T) {
 			}
 			if s := ks.sum64(x); math.Abs(s-seq) > 1e-12*mag {
 				t.Fatalf("%s: sum64 %g, in order %g", name, s, seq)
+			}
+			// Magnitudes 2^-40..2^40 make the float64 sum round, so its
+			// order shows.
+			wide := make([]float32, n)
+			for i, v := range x {
+				wide[i] = float32(math.Ldexp(float64(v), rng.IntN(81)-40))
+			}
+			if s, w := ks.sum64(wide), lanesSum64(wide); math.Float64bits(s) != math.Float64bits(w) {
+				t.Fatalf("%s: sum64 %g, eight lanes %g", name, s, w)
 			}
 			y := append([]float32(nil), x...)
 			ks.Scale(y, 0.3)
