@@ -127,7 +127,7 @@ func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, 
 //go:noescape
 func gemmQ6KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
-// AVX2 kernels over packed Q8_0/Q4_0/Q5_0 groups (gemm_avx2_amd64.s), shaped as
+// AVX2 kernels over packed Q8_0/Q4_0/Q5_0/IQ4_NL groups (gemm_avx2_amd64.s), shaped as
 // the Q4_K/Q6_K ones.
 
 //go:noescape
@@ -147,6 +147,12 @@ func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, a
 
 //go:noescape
 func gemmQ5A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+
+//go:noescape
+func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmIQ4NLA1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
 func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)

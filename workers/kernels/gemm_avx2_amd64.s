@@ -478,3 +478,142 @@ q5a1done:
 	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET
+
+// ---- IQ4_NL (Q4_0's layout, 288 bytes per group and block; each nibble
+// selects a codebook level, -127..113). The levels are signed, so the
+// products take Q8_0's sign trick and are widened one at a time. Y15 holds
+// 0x0f bytes, Y10 the codebook in both lanes.
+
+// g2iq4nl is GGML's IQ4_NL codebook (gguf.IQ4NLValues) as 16 int8 bytes.
+DATA g2iq4nl<>+0(SB)/8, $0xF6EADDCFBFAD9881
+DATA g2iq4nl<>+8(SB)/8, $0x7159453526190D01
+GLOBL g2iq4nl<>(SB), RODATA|NOPTR, $16
+
+// NLX: the slice at woff as levels, low elements in Y4 (|level| in Y5),
+// high ones in Y6 (|level| in Y7).
+#define NLX(woff) \
+	VMOVDQU woff, Y6 \
+	VPAND Y15, Y6, Y4 \
+	VPSRLW $4, Y6, Y6 \
+	VPAND Y15, Y6, Y6 \
+	VPSHUFB Y4, Y10, Y4 \
+	VPABSB Y4, Y5 \
+	VPSHUFB Y6, Y10, Y6 \
+	VPABSB Y6, Y7
+
+// NLDP: slice s's levels times the row at xr, widened, into acc; Y8, Y9
+// scratch.
+#define NLDP(s, xr, acc) \
+	VPBROADCASTD (2+4*s)(xr), Y8 \
+	VPSIGNB Y4, Y8, Y8 \
+	VPMADDUBSW Y8, Y5, Y8 \
+	VPMADDWD Y13, Y8, Y8 \
+	VPADDD Y8, acc, acc \
+	VPBROADCASTD (18+4*s)(xr), Y9 \
+	VPSIGNB Y6, Y9, Y9 \
+	VPMADDUBSW Y9, Y7, Y9 \
+	VPMADDWD Y13, Y9, Y9 \
+	VPADDD Y9, acc, acc
+
+#define NLS4(s) \
+	NLX((32+64*s)(SI)(BX*4)) \
+	NLDP(s, DI, Y0) \
+	NLDP(s, R8, Y1) \
+	NLDP(s, R9, Y2) \
+	NLDP(s, R10, Y3)
+
+// NLFM: the float update of the running sums at (AX) from acc; Y8 scratch.
+#define NLFM(ar, acc) \
+	VBROADCASTSS (ar), Y8 \
+	VMULPS Y8, Y12, Y8 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y8, Y8 \
+	VADDPS (AX), Y8, Y8 \
+	VMOVUPS Y8, (AX)
+
+// func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmIQ4NLA4(SB), NOSPLIT, $0-72
+	SETUPB4
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VBROADCASTI128 g2iq4nl<>(SB), Y10
+	MOVQ out+56(FP), AX
+	VMOVUPS Y4, (AX)
+	ADDQ ostride+64(FP), AX
+	VMOVUPS Y4, (AX)
+	ADDQ ostride+64(FP), AX
+	VMOVUPS Y4, (AX)
+	ADDQ ostride+64(FP), AX
+	VMOVUPS Y4, (AX)
+	TESTQ CX, CX
+	JZ    nla4done
+nla4loop:
+	ZEROB(Y0, Y1, Y2, Y3)
+	NLS4(0)
+	NLS4(1)
+	NLS4(2)
+	NLS4(3)
+	VCVTPH2PS (SI)(BX*2), Y12
+	MOVQ out+56(FP), AX
+	NLFM(DX, Y0)
+	ADDQ ostride+64(FP), AX
+	NLFM(R11, Y1)
+	ADDQ ostride+64(FP), AX
+	NLFM(R12, Y2)
+	ADDQ ostride+64(FP), AX
+	NLFM(R13, Y3)
+	NEXTB4(288)
+	DECQ CX
+	JNZ  nla4loop
+nla4done:
+	VZEROUPPER
+	RET
+
+// NLS1: slice s of half h against the one activation row, into acc.
+#define NLS1(s, h, acc) \
+	NLX((32+64*s+32*h)(SI)) \
+	NLDP(s, DI, acc)
+
+// func gemmIQ4NLA1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+TEXT ·gemmIQ4NLA1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD g2one<>(SB), Y13
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VBROADCASTI128 g2iq4nl<>(SB), Y10
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    nla1done
+nla1loop:
+	PREFETCHT0 PFQ4(SI)
+	PREFETCHT0 (PFQ4+64)(SI)
+	PREFETCHT0 (PFQ4+128)(SI)
+	PREFETCHT0 (PFQ4+192)(SI)
+	PREFETCHT0 (PFQ4+256)(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	NLS1(0, 0, Y0)
+	NLS1(0, 1, Y1)
+	NLS1(1, 0, Y0)
+	NLS1(1, 1, Y1)
+	NLS1(2, 0, Y0)
+	NLS1(2, 1, Y1)
+	NLS1(3, 0, Y0)
+	NLS1(3, 1, Y1)
+	VCVTPH2PS (SI), Y12
+	FB(DX, Y0, Y2)
+	VCVTPH2PS 16(SI), Y12
+	FB(DX, Y1, Y3)
+	ADDQ $288, SI
+	ADDQ $34, DI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  nla1loop
+nla1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET

@@ -64,6 +64,10 @@ func gemmQ5A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintpt
 	panic("kernels: no asm")
 }
 func gemmQ5A1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
+func gemmIQ4NLA4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmIQ4NLA1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
 func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

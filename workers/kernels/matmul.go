@@ -448,7 +448,7 @@ func (j *matJob) groups(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 {
+		if j.p == pathAVX2 || typ == gguf.TypeIQ4_NL {
 			j.group2(w, i, pf, g)
 			continue
 		}
@@ -561,8 +561,8 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 	}
 }
 
-// group2 is groups' work on one Q8_0, Q4_0 or Q5_0 group on the AVX2 path,
-// shaped as groupK2.
+// group2 is groups' work on one Q8_0, Q4_0, Q5_0 or IQ4_NL group on the AVX2
+// path (and IQ4_NL's on the AVX-512 path), shaped as groupK2.
 func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 32
@@ -578,6 +578,8 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 				gemmQ8A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			case gguf.TypeQ4_0:
 				gemmQ4A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			case gguf.TypeIQ4_NL:
+				gemmIQ4NLA4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			default:
 				gemmQ5A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			}
@@ -590,6 +592,8 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 			gemmQ8A1(w, nb, x, a, o)
 		case gguf.TypeQ4_0:
 			gemmQ4A1(w, nb, x, a, o)
+		case gguf.TypeIQ4_NL:
+			gemmIQ4NLA1(w, nb, x, a, o)
 		default:
 			gemmQ5A1(w, nb, x, a, o)
 		}

@@ -18,6 +18,9 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     nibbles are elements 4s..4s+3, the high ones 16+4s..16+4s+3; the kernel
 //     subtracts 8*sum(x) per block.
 //
+//   - IQ4_NL: Q4_0's layout, the nibbles selecting codebook levels (AVX2
+//     kernels only; the AVX-512 path runs them too).
+//
 //   - Q5_0: Q4_0's layout, then 64 bytes of fifth bits: byte c of row i holds
 //     the bits of elements 4s+c at bit s and 16+4s+c at bit 4+s (s < 4); the
 //     kernel subtracts 16*sum(x).
@@ -39,7 +42,8 @@ const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
 // Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s).
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL on both with the AVX2
+// kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
@@ -50,7 +54,7 @@ func packBlock(t gguf.Type) int {
 	switch t {
 	case gguf.TypeQ8_0:
 		return 2*packRows + 32*packRows
-	case gguf.TypeQ4_0:
+	case gguf.TypeQ4_0, gguf.TypeIQ4_NL:
 		return 2*packRows + 16*packRows
 	case gguf.TypeQ5_0:
 		return 2*packRows + 20*packRows
