@@ -155,6 +155,12 @@ func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux
 func gemmIQ4NLA1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
+func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmIQ4XSA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+
+//go:noescape
 func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
 
 //go:noescape

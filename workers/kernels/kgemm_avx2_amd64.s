@@ -607,3 +607,170 @@ q6ka1done:
 	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET
+
+// ---- IQ4_XS (2208 bytes per group and super-block: 16 f16 d at 0, the 8
+// sub-block scales as int8 [sub][row] at 32 (-32..31), then per 32-element
+// sub-block ib at 160+256ib Q4_0's 4 slices of nibbles, each selecting a
+// codebook level). The levels are signed: the products take the sign trick
+// (the activations of quantizeQ8K are within ±127) and VPMADDWD by the
+// scale pairs widens and scales them one at a time, so isum is dotIQ4XSGo's
+// exact sum. Y15 holds 0x0f bytes, Y10 the codebook in both lanes.
+
+#define PFXS 2208
+
+DATA k2iq4nl<>+0(SB)/8, $0xF6EADDCFBFAD9881
+DATA k2iq4nl<>+8(SB)/8, $0x7159453526190D01
+GLOBL k2iq4nl<>(SB), RODATA|NOPTR, $16
+
+// XSX: the slice at woff as levels: low elements in Y4 (|level| in Y5),
+// high ones in Y6 (|level| in Y7).
+#define XSX(woff) \
+	VMOVDQU woff, Y6 \
+	VPAND Y15, Y6, Y4 \
+	VPSRLW $4, Y6, Y6 \
+	VPAND Y15, Y6, Y6 \
+	VPSHUFB Y4, Y10, Y4 \
+	VPABSB Y4, Y5 \
+	VPSHUFB Y6, Y10, Y6 \
+	VPABSB Y6, Y7
+
+// XSDP: slice s of sub-block ib times the row at xr, times the scale pairs
+// in ysc, into acc; Y8, Y9 scratch.
+#define XSDP(ib, s, xr, ysc, acc) \
+	VPBROADCASTD (4+32*ib+4*s)(xr), Y8 \
+	VPSIGNB Y4, Y8, Y8 \
+	VPMADDUBSW Y8, Y5, Y8 \
+	VPMADDWD ysc, Y8, Y8 \
+	VPADDD Y8, acc, acc \
+	VPBROADCASTD (20+32*ib+4*s)(xr), Y9 \
+	VPSIGNB Y6, Y9, Y9 \
+	VPMADDUBSW Y9, Y7, Y9 \
+	VPMADDWD ysc, Y9, Y9 \
+	VPADDD Y9, acc, acc
+
+// XSSC: sub-block ib's scales of the half at (SI)(ix*1) as int16 pairs (s,
+// s) per row in ysc (xsc its low half).
+#define XSSC(ib, ix, ysc, xsc) \
+	VMOVQ (32+16*ib)(SI)(ix*1), xsc \
+	VPUNPCKLBW xsc, xsc, xsc \
+	VPMOVSXBW xsc, ysc
+
+#define XSSLICE4(ib, s) \
+	XSX((160+256*ib+64*s)(SI)(BX*4)) \
+	XSDP(ib, s, DI, Y11, Y0) \
+	XSDP(ib, s, R8, Y11, Y1) \
+	XSDP(ib, s, R9, Y11, Y2) \
+	XSDP(ib, s, R10, Y11, Y3)
+
+#define XSSUB4(ib) \
+	XSSC(ib, BX, Y11, X11) \
+	XSSLICE4(ib, 0) \
+	XSSLICE4(ib, 1) \
+	XSSLICE4(ib, 2) \
+	XSSLICE4(ib, 3)
+
+// XSFM: the float update of the running sums at (AX): += (Y12 * d_x) *
+// float(acc), d_x the f32 at 0(xr); Y8 scratch.
+#define XSFM(xr, acc) \
+	VBROADCASTSS (xr), Y8 \
+	VMULPS Y8, Y12, Y8 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y8, Y8 \
+	VADDPS (AX), Y8, Y8 \
+	VMOVUPS Y8, (AX)
+
+// func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmIQ4XSA4(SB), NOSPLIT, $0-72
+	SETUPA4
+	VBROADCASTI128 k2iq4nl<>(SB), Y10
+	TESTQ CX, CX
+	JZ    xsa4done
+xsa4loop:
+	ZERO4(Y0, Y1, Y2, Y3)
+	XSSUB4(0)
+	XSSUB4(1)
+	XSSUB4(2)
+	XSSUB4(3)
+	XSSUB4(4)
+	XSSUB4(5)
+	XSSUB4(6)
+	XSSUB4(7)
+	VCVTPH2PS (SI)(BX*2), Y12
+	MOVQ out+56(FP), AX
+	XSFM(DI, Y0)
+	ADDQ ostride+64(FP), AX
+	XSFM(R8, Y1)
+	ADDQ ostride+64(FP), AX
+	XSFM(R9, Y2)
+	ADDQ ostride+64(FP), AX
+	XSFM(R10, Y3)
+	NEXTA4(2208)
+	DECQ CX
+	JNZ  xsa4loop
+xsa4done:
+	VZEROUPPER
+	RET
+
+#define XSSLICE1(ib, s) \
+	PREFETCHT0 (PFXS+160+256*ib+64*s)(SI) \
+	XSX((160+256*ib+64*s)(SI)) \
+	XSDP(ib, s, DI, Y11, Y0) \
+	XSX((192+256*ib+64*s)(SI)) \
+	XSDP(ib, s, DI, Y13, Y1)
+
+#define XSSUB1(ib) \
+	XSSC(ib, BX, Y11, X11) \
+	XSSC(ib, R9, Y13, X13) \
+	XSSLICE1(ib, 0) \
+	XSSLICE1(ib, 1) \
+	XSSLICE1(ib, 2) \
+	XSSLICE1(ib, 3)
+
+// func gemmIQ4XSA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmIQ4XSA1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	XORQ BX, BX
+	MOVQ $8, R9
+	VPBROADCASTD k2q0f<>(SB), Y15
+	VBROADCASTI128 k2iq4nl<>(SB), Y10
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    xsa1done
+xsa1loop:
+	PREFETCHT0 PFXS(SI)
+	PREFETCHT0 (PFXS+64)(SI)
+	PREFETCHT0 (PFXS+128)(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	XSSUB1(0)
+	XSSUB1(1)
+	XSSUB1(2)
+	XSSUB1(3)
+	XSSUB1(4)
+	XSSUB1(5)
+	XSSUB1(6)
+	XSSUB1(7)
+	VBROADCASTSS (DI), Y14
+	VCVTPH2PS (SI), Y12
+	VMULPS Y14, Y12, Y12
+	VCVTDQ2PS Y0, Y0
+	VMULPS Y0, Y12, Y12
+	VADDPS Y12, Y2, Y2
+	VCVTPH2PS 16(SI), Y12
+	VMULPS Y14, Y12, Y12
+	VCVTDQ2PS Y1, Y1
+	VMULPS Y1, Y12, Y12
+	VADDPS Y12, Y3, Y3
+	ADDQ $2208, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  xsa1loop
+xsa1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET

@@ -518,7 +518,7 @@ func (j *matJob) groupsK(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 {
+		if j.p == pathAVX2 || j.m.Type == gguf.TypeIQ4_XS {
 			j.groupK2(w, i, pf, g)
 			continue
 		}
@@ -600,13 +600,14 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	}
 }
 
-// groupK2 is groupsK's work on one group on the AVX2 path: each half of the
+// groupK2 is groupsK's work on one group on the AVX2 path (and IQ4_XS's on
+// the AVX-512 path): each half of the
 // group (8 rows) against 4 activation rows per call while they last, then
 // the whole group against one activation row at a time.
 func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
-	q4 := j.m.Type == gguf.TypeQ4_K
+	typ := j.m.Type
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
@@ -614,19 +615,25 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 		x, a := &j.xk[r*nb], &j.xka[r*nb]
 		for h := range 2 {
 			o := &j.out[r*rows+i+8*h]
-			if q4 {
+			switch typ {
+			case gguf.TypeQ4_K:
 				gemmQ4KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
-			} else {
+			case gguf.TypeQ6_K:
 				gemmQ6KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+			default:
+				gemmIQ4XSA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			}
 		}
 	}
 	for ; r < j.n; r++ {
 		x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
-		if q4 {
+		switch typ {
+		case gguf.TypeQ4_K:
 			gemmQ4KA1(w, nb, x, a, o)
-		} else {
+		case gguf.TypeQ6_K:
 			gemmQ6KA1(w, nb, x, a, o)
+		default:
+			gemmIQ4XSA1(w, nb, x, a, o)
 		}
 	}
 }

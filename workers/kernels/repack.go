@@ -31,6 +31,10 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     sums), then per 32-byte chunk j of quants 8 slices of bytes 4s..4s+3:
 //     low nibbles are sub-block 2j, high nibbles 2j+1.
 //
+//   - IQ4_XS (per super-block, 2208 bytes): 16 f16 d, the 8 signed sub-block
+//     scales as bytes [sub][row], then per 32-element sub-block Q4_0's 4
+//     slices of nibbles (AVX2 kernels only; the AVX-512 path runs them too).
+//
 //   - Q6_K (3360 bytes): 16 f16 d, the 16 signed scales [sub][row], then per
 //     16-element sub-block 192 bytes: two nibble planes (slices 0|1<<4 and
 //     2|3<<4, 4 elements a slice) and one plane of the top 2 bits, slice k's at
@@ -42,8 +46,8 @@ const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
 // Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL on both with the AVX2
-// kernels.
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL and IQ4_XS on both with
+// the AVX2 kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
@@ -62,6 +66,8 @@ func packBlock(t gguf.Type) int {
 		return 4*packRows + 8*packRows + 16*packRows + 128*packRows
 	case gguf.TypeQ6_K:
 		return 2*packRows + 16*packRows + 192*packRows
+	case gguf.TypeIQ4_XS:
+		return 2*packRows + 8*packRows + 128*packRows
 	}
 	return 0
 }
@@ -87,6 +93,9 @@ func repack(m Matrix) []byte {
 		return out
 	case gguf.TypeQ5_0:
 		repackQ5_0(out, m, nb, bb)
+		return out
+	case gguf.TypeIQ4_XS:
+		repackIQ4XS(out, m, nb, bb)
 		return out
 	}
 	for g := 0; g < m.Rows/packRows; g++ {
@@ -198,6 +207,27 @@ func repackQ5_0(out []byte, m Matrix, nb, bb int) {
 						h |= byte(qh>>(16+4*s+c)&1) << (4 + s)
 					}
 					o[288+4*i+c] = h
+				}
+			}
+		}
+	}
+}
+
+// repackIQ4XS fills out with m's IQ4_XS rows in the packed layout.
+func repackIQ4XS(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*iq4XSBlock:][:iq4XSBlock]
+				o[2*i], o[2*i+1] = blk[0], blk[1]
+				sh := uint16(blk[2]) | uint16(blk[3])<<8
+				for ib := range 8 {
+					o[32+ib*packRows+i] = byte(int8(gguf.IQ4XSScale(ib, sh, blk[4:8])))
+					for s := range 4 {
+						copy(o[160+256*ib+64*s+4*i:][:4], blk[8+16*ib+4*s:][:4])
+					}
 				}
 			}
 		}
