@@ -127,7 +127,8 @@ func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, 
 //go:noescape
 func gemmQ6KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
-// AVX2 kernels over packed Q8_0/Q4_0/Q5_0/IQ4_NL groups (gemm_avx2_amd64.s), shaped as
+// AVX2 kernels over packed Q8_0/Q4_0/Q5_0/IQ4_NL/Q4_1/Q5_1 groups
+// (gemm_avx2_amd64.s), shaped as
 // the Q4_K/Q6_K ones.
 
 //go:noescape
@@ -159,6 +160,18 @@ func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux
 
 //go:noescape
 func gemmIQ4XSA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+
+//go:noescape
+func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmQ41A1(w *byte, nb int, x *byte, out *float32)
+
+//go:noescape
+func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmQ51A1(w *byte, nb int, x *byte, out *float32)
 
 //go:noescape
 func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)

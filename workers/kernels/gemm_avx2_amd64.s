@@ -59,6 +59,45 @@ GLOBL g2x10<>(SB), RODATA, $4
 	VXORPS Y6, Y6, Y6 \
 	VXORPS Y7, Y7, Y7
 
+// SETUPM4: SETUPB4 without side data: SI weights, BX 8*half, CX blocks,
+// DI/R8/R9/R10 activation rows; Y13 = 1 in every int16.
+#define SETUPM4 \
+	MOVQ w+0(FP), SI \
+	MOVQ half+8(FP), BX \
+	SHLQ $3, BX \
+	MOVQ nb+16(FP), CX \
+	MOVQ x+24(FP), DI \
+	MOVQ xstride+32(FP), AX \
+	LEAQ (DI)(AX*1), R8 \
+	LEAQ (R8)(AX*1), R9 \
+	LEAQ (R9)(AX*1), R10 \
+	VPBROADCASTD g2one<>(SB), Y13
+
+// ZEROOUT4: zero the 4 output rows' 8 lanes (ya scratch).
+#define ZEROOUT4(ya) \
+	VXORPS ya, ya, ya \
+	MOVQ out+40(FP), AX \
+	VMOVUPS ya, (AX) \
+	ADDQ ostride+48(FP), AX \
+	VMOVUPS ya, (AX) \
+	ADDQ ostride+48(FP), AX \
+	VMOVUPS ya, (AX) \
+	ADDQ ostride+48(FP), AX \
+	VMOVUPS ya, (AX)
+
+// MFLOAT4: the float updates of the 4 rows: d_w in Y12, m_w in Y10.
+#define MFLOAT4 \
+	VCVTPH2PS (SI)(BX*2), Y12 \
+	VCVTPH2PS 32(SI)(BX*2), Y10 \
+	MOVQ out+40(FP), AX \
+	MFM(DI, Y0, Y10) \
+	ADDQ ostride+48(FP), AX \
+	MFM(R8, Y1, Y10) \
+	ADDQ ostride+48(FP), AX \
+	MFM(R9, Y2, Y10) \
+	ADDQ ostride+48(FP), AX \
+	MFM(R10, Y3, Y10)
+
 #define STOREB4 \
 	MOVQ out+56(FP), AX \
 	MOVQ ostride+64(FP), BX \
@@ -613,6 +652,268 @@ nla1loop:
 	JNZ  nla1loop
 nla1done:
 	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// ---- Q4_1 and Q5_1 against Q8_1 activation blocks (36 bytes: f16 d, f16
+// s = d*sum(q), 32 int8). Groups: 16 f16 d at 0, 16 f16 m at 32, Q4_0's 4
+// slices of nibbles at 64 (320 bytes per block), and for Q5_1 Q5_0's plane
+// of fifth bits at 320 (384 bytes). No offsets to subtract: per block
+// t = (d_w*d_x)*float(isum) + m_w*s_x and sum += t, as legacyMinTerm.
+
+#define NEXTM4(wb) \
+	ADDQ $wb, SI \
+	ADDQ $36, DI \
+	ADDQ $36, R8 \
+	ADDQ $36, R9 \
+	ADDQ $36, R10
+
+// MINT: ya = (Y12 * d_x) * float(acc) + ym * s_x, with d_x and s_x the f16s
+// at 0(xr) and 2(xr); yb scratch (xa, xb their low halves).
+#define MINT(xr, acc, ym, ya, xa, yb, xb) \
+	VPBROADCASTW (xr), xa \
+	VCVTPH2PS xa, ya \
+	VMULPS ya, Y12, ya \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, ya, ya \
+	VPBROADCASTW 2(xr), xb \
+	VCVTPH2PS xb, yb \
+	VMULPS yb, ym, yb \
+	VADDPS yb, ya, ya
+
+// MFM: the running sums at (AX) += MINT.
+#define MFM(xr, acc, ym) \
+	MINT(xr, acc, ym, Y8, X8, Y9, X9) \
+	VADDPS (AX), Y8, Y8 \
+	VMOVUPS Y8, (AX)
+
+// Q41DP: the low (Y4) and high (Y5) nibbles of slice s times the Q8_1 row
+// at xr, int16 pairs into acc (8 pairs of at most 2*15*127 fit).
+#define Q41DP(s, xr, acc) \
+	VPBROADCASTD (4+4*s)(xr), Y8 \
+	VPMADDUBSW Y8, Y4, Y8 \
+	VPADDW Y8, acc, acc \
+	VPBROADCASTD (20+4*s)(xr), Y9 \
+	VPMADDUBSW Y9, Y5, Y9 \
+	VPADDW Y9, acc, acc
+
+#define Q41S4(s) \
+	VMOVDQU (64+64*s)(SI)(BX*4), Y5 \
+	VPAND Y15, Y5, Y4 \
+	VPSRLW $4, Y5, Y5 \
+	VPAND Y15, Y5, Y5 \
+	Q41DP(s, DI, Y0) \
+	Q41DP(s, R8, Y1) \
+	Q41DP(s, R9, Y2) \
+	Q41DP(s, R10, Y3)
+
+// Q41W: widen Y0..Y3 to int32.
+#define Q41W \
+	VPMADDWD Y13, Y0, Y0 \
+	VPMADDWD Y13, Y1, Y1 \
+	VPMADDWD Y13, Y2, Y2 \
+	VPMADDWD Y13, Y3, Y3
+
+// func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ41A4(SB), NOSPLIT, $0-56
+	SETUPM4
+	VPBROADCASTD g2x0f<>(SB), Y15
+	ZEROOUT4(Y4)
+	TESTQ CX, CX
+	JZ    q41a4done
+q41a4loop:
+	ZEROB(Y0, Y1, Y2, Y3)
+	Q41S4(0)
+	Q41S4(1)
+	Q41S4(2)
+	Q41S4(3)
+	Q41W
+	MFLOAT4
+	NEXTM4(320)
+	DECQ CX
+	JNZ  q41a4loop
+q41a4done:
+	VZEROUPPER
+	RET
+
+// Q51S4: Q5_0's slice decoding (Q5X4, fifth bits of the half in Y11 here:
+// Y10 holds m_w) into Y4, Y5, then the products widened per slice into
+// Y0..Y3 (a slice's low and high products fit int16 together).
+#define Q51S4(s) \
+	VMOVDQU (64+64*s)(SI)(BX*4), Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPSLLW $(4-s), Y11, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y4, Y4 \
+	VPSRLW $s, Y11, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y5, Y5 \
+	Q51DP(s, DI, Y0) \
+	Q51DP(s, R8, Y1) \
+	Q51DP(s, R9, Y2) \
+	Q51DP(s, R10, Y3)
+
+#define Q51DP(s, xr, acc) \
+	VPBROADCASTD (4+4*s)(xr), Y8 \
+	VPMADDUBSW Y8, Y4, Y8 \
+	VPBROADCASTD (20+4*s)(xr), Y9 \
+	VPMADDUBSW Y9, Y5, Y9 \
+	VPADDW Y9, Y8, Y8 \
+	VPMADDWD Y13, Y8, Y8 \
+	VPADDD Y8, acc, acc
+
+// func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ51A4(SB), NOSPLIT, $0-56
+	SETUPM4
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VPBROADCASTD g2x10<>(SB), Y14
+	ZEROOUT4(Y4)
+	TESTQ CX, CX
+	JZ    q51a4done
+q51a4loop:
+	ZEROB(Y0, Y1, Y2, Y3)
+	VMOVDQU 320(SI)(BX*4), Y11
+	Q51S4(0)
+	Q51S4(1)
+	Q51S4(2)
+	Q51S4(3)
+	MFLOAT4
+	NEXTM4(384)
+	DECQ CX
+	JNZ  q51a4loop
+q51a4done:
+	VZEROUPPER
+	RET
+
+// Q41S1: slice s of both halves against the one Q8_1 row, int16 pairs into
+// Y0 (rows 0..7) and Y1 (rows 8..15).
+#define Q41S1(s) \
+	VPBROADCASTD (4+4*s)(DI), Y6 \
+	VPBROADCASTD (20+4*s)(DI), Y7 \
+	VMOVDQU (64+64*s)(SI), Y5 \
+	VPAND Y15, Y5, Y4 \
+	VPSRLW $4, Y5, Y5 \
+	VPAND Y15, Y5, Y5 \
+	VPMADDUBSW Y6, Y4, Y4 \
+	VPMADDUBSW Y7, Y5, Y5 \
+	VPADDW Y4, Y0, Y0 \
+	VPADDW Y5, Y0, Y0 \
+	VMOVDQU (96+64*s)(SI), Y5 \
+	VPAND Y15, Y5, Y4 \
+	VPSRLW $4, Y5, Y5 \
+	VPAND Y15, Y5, Y5 \
+	VPMADDUBSW Y6, Y4, Y4 \
+	VPMADDUBSW Y7, Y5, Y5 \
+	VPADDW Y4, Y1, Y1 \
+	VPADDW Y5, Y1, Y1
+
+// MFLOAT1: the float updates of both halves into Y2, Y3 (registers).
+#define MFLOAT1 \
+	VCVTPH2PS (SI), Y12 \
+	VCVTPH2PS 32(SI), Y10 \
+	MINT(DI, Y0, Y10, Y8, X8, Y9, X9) \
+	VADDPS Y8, Y2, Y2 \
+	VCVTPH2PS 16(SI), Y12 \
+	VCVTPH2PS 48(SI), Y10 \
+	MINT(DI, Y1, Y10, Y8, X8, Y9, X9) \
+	VADDPS Y8, Y3, Y3
+
+// func gemmQ41A1(w *byte, nb int, x *byte, out *float32)
+TEXT ·gemmQ41A1(SB), NOSPLIT, $0-32
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	VPBROADCASTD g2one<>(SB), Y13
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    q41a1done
+q41a1loop:
+	PREFETCHT0 PFQ4(SI)
+	PREFETCHT0 (PFQ4+64)(SI)
+	PREFETCHT0 (PFQ4+128)(SI)
+	PREFETCHT0 (PFQ4+192)(SI)
+	PREFETCHT0 (PFQ4+256)(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	Q41S1(0)
+	Q41S1(1)
+	Q41S1(2)
+	Q41S1(3)
+	VPMADDWD Y13, Y0, Y0
+	VPMADDWD Y13, Y1, Y1
+	MFLOAT1
+	ADDQ $320, SI
+	ADDQ $36, DI
+	DECQ CX
+	JNZ  q41a1loop
+q41a1done:
+	MOVQ out+24(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// Q51H1: half h of a Q5_1 block against the one Q8_1 row, into acc (the
+// fifth bits of the half loaded into Y11).
+#define Q51H1(h, acc) \
+	VMOVDQU (320+32*h)(SI), Y11 \
+	Q51X1(0, (64+32*h)) \
+	Q51DP(0, DI, acc) \
+	Q51X1(1, (128+32*h)) \
+	Q51DP(1, DI, acc) \
+	Q51X1(2, (192+32*h)) \
+	Q51DP(2, DI, acc) \
+	Q51X1(3, (256+32*h)) \
+	Q51DP(3, DI, acc)
+
+#define Q51X1(s, woff) \
+	VMOVDQU woff(SI), Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPSLLW $(4-s), Y11, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y4, Y4 \
+	VPSRLW $s, Y11, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y5, Y5
+
+// func gemmQ51A1(w *byte, nb int, x *byte, out *float32)
+TEXT ·gemmQ51A1(SB), NOSPLIT, $0-32
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	VPBROADCASTD g2one<>(SB), Y13
+	VPBROADCASTD g2x0f<>(SB), Y15
+	VPBROADCASTD g2x10<>(SB), Y14
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    q51a1done
+q51a1loop:
+	PREFETCHT0 PFQ5(SI)
+	PREFETCHT0 (PFQ5+64)(SI)
+	PREFETCHT0 (PFQ5+128)(SI)
+	PREFETCHT0 (PFQ5+192)(SI)
+	PREFETCHT0 (PFQ5+256)(SI)
+	PREFETCHT0 (PFQ5+320)(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	Q51H1(0, Y0)
+	Q51H1(1, Y1)
+	MFLOAT1
+	ADDQ $384, SI
+	ADDQ $36, DI
+	DECQ CX
+	JNZ  q51a1loop
+q51a1done:
+	MOVQ out+24(FP), AX
 	VMOVUPS Y2, (AX)
 	VMOVUPS Y3, 32(AX)
 	VZEROUPPER

@@ -448,7 +448,7 @@ func (j *matJob) groups(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 || typ == gguf.TypeIQ4_NL {
+		if j.p == pathAVX2 || typ == gguf.TypeIQ4_NL || typ == gguf.TypeQ4_1 || typ == gguf.TypeQ5_1 {
 			j.group2(w, i, pf, g)
 			continue
 		}
@@ -561,16 +561,22 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 	}
 }
 
-// group2 is groups' work on one Q8_0, Q4_0, Q5_0 or IQ4_NL group on the AVX2
-// path (and IQ4_NL's on the AVX-512 path), shaped as groupK2.
+// group2 is groups' work on one group of a 32-element block type on the AVX2
+// path (and IQ4_NL's, Q4_1's and Q5_1's on the AVX-512 path), shaped as
+// groupK2.
 func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 32
 	typ := j.m.Type
+	legacy := typ == gguf.TypeQ4_1 || typ == gguf.TypeQ5_1 // Q8_1 activations, no side data
+	var a *q8Aux
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
 		pf.next(g, r/4)
-		x, a := &j.xq[r*j.xqs], &j.xa[r*nb]
+		x := &j.xq[r*j.xqs]
+		if !legacy {
+			a = &j.xa[r*nb]
+		}
 		for h := range 2 {
 			o := &j.out[r*rows+i+8*h]
 			switch typ {
@@ -580,13 +586,20 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 				gemmQ4A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			case gguf.TypeIQ4_NL:
 				gemmIQ4NLA4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			case gguf.TypeQ4_1:
+				gemmQ41A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4))
+			case gguf.TypeQ5_1:
+				gemmQ51A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4))
 			default:
 				gemmQ5A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			}
 		}
 	}
 	for ; r < j.n; r++ {
-		x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
+		x, o := &j.xq[r*j.xqs], &j.out[r*rows+i]
+		if !legacy {
+			a = &j.xa[r*nb]
+		}
 		switch typ {
 		case gguf.TypeQ8_0:
 			gemmQ8A1(w, nb, x, a, o)
@@ -594,6 +607,10 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 			gemmQ4A1(w, nb, x, a, o)
 		case gguf.TypeIQ4_NL:
 			gemmIQ4NLA1(w, nb, x, a, o)
+		case gguf.TypeQ4_1:
+			gemmQ41A1(w, nb, x, o)
+		case gguf.TypeQ5_1:
+			gemmQ51A1(w, nb, x, o)
 		default:
 			gemmQ5A1(w, nb, x, a, o)
 		}

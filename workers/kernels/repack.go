@@ -31,6 +31,10 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     sums), then per 32-byte chunk j of quants 8 slices of bytes 4s..4s+3:
 //     low nibbles are sub-block 2j, high nibbles 2j+1.
 //
+//   - Q4_1, Q5_1: 16 f16 d, 16 f16 m, then Q4_0's slices; Q5_1 adds Q5_0's
+//     plane of fifth bits (AVX2 kernels only; the AVX-512 path runs them
+//     too).
+//
 //   - IQ4_XS (per super-block, 2208 bytes): 16 f16 d, the 8 signed sub-block
 //     scales as bytes [sub][row], then per 32-element sub-block Q4_0's 4
 //     slices of nibbles (AVX2 kernels only; the AVX-512 path runs them too).
@@ -46,8 +50,8 @@ const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
 // Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL and IQ4_XS on both with
-// the AVX2 kernels.
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1 and Q5_1 on
+// both with the AVX2 kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
@@ -60,6 +64,10 @@ func packBlock(t gguf.Type) int {
 		return 2*packRows + 32*packRows
 	case gguf.TypeQ4_0, gguf.TypeIQ4_NL:
 		return 2*packRows + 16*packRows
+	case gguf.TypeQ4_1:
+		return 4*packRows + 16*packRows
+	case gguf.TypeQ5_1:
+		return 4*packRows + 20*packRows
 	case gguf.TypeQ5_0:
 		return 2*packRows + 20*packRows
 	case gguf.TypeQ4_K:
@@ -96,6 +104,9 @@ func repack(m Matrix) []byte {
 		return out
 	case gguf.TypeIQ4_XS:
 		repackIQ4XS(out, m, nb, bb)
+		return out
+	case gguf.TypeQ4_1, gguf.TypeQ5_1:
+		repackQx1(out, m, nb, bb)
 		return out
 	}
 	for g := 0; g < m.Rows/packRows; g++ {
@@ -196,18 +207,10 @@ func repackQ5_0(out []byte, m Matrix, nb, bb int) {
 			for i := range packRows {
 				blk := m.Data[(g*packRows+i)*rs+b*q50Block:][:q50Block]
 				o[2*i], o[2*i+1] = blk[0], blk[1]
-				qh := uint32(blk[2]) | uint32(blk[3])<<8 | uint32(blk[4])<<16 | uint32(blk[5])<<24
 				for s := range 4 {
 					copy(o[32+s*64+4*i:][:4], blk[6+4*s:][:4])
 				}
-				for c := range 4 {
-					var h byte
-					for s := range 4 {
-						h |= byte(qh>>(4*s+c)&1) << s
-						h |= byte(qh>>(16+4*s+c)&1) << (4 + s)
-					}
-					o[288+4*i+c] = h
-				}
+				fifthBits(o[288+4*i:][:4], blk[2:6])
 			}
 		}
 	}
@@ -228,6 +231,43 @@ func repackIQ4XS(out []byte, m Matrix, nb, bb int) {
 					for s := range 4 {
 						copy(o[160+256*ib+64*s+4*i:][:4], blk[8+16*ib+4*s:][:4])
 					}
+				}
+			}
+		}
+	}
+}
+
+// fifthBits writes the packed plane's 4 bytes for one row of a Q5_0 or Q5_1
+// block from its qh word: byte c holds the bits of elements 4s+c at bit s and
+// 16+4s+c at bit 4+s.
+func fifthBits(dst, qhb []byte) {
+	qh := uint32(qhb[0]) | uint32(qhb[1])<<8 | uint32(qhb[2])<<16 | uint32(qhb[3])<<24
+	for c := range 4 {
+		var h byte
+		for s := range 4 {
+			h |= byte(qh>>(4*s+c)&1) << s
+			h |= byte(qh>>(16+4*s+c)&1) << (4 + s)
+		}
+		dst[c] = h
+	}
+}
+
+// repackQx1 fills out with m's Q4_1 or Q5_1 rows in the packed layout.
+func repackQx1(out []byte, m Matrix, nb, bb int) {
+	rs, src := m.rowSize(), m.Type.TypeSize()
+	q := src - 16 // the nibbles' offset in a block: 4 (Q4_1) or 8 (Q5_1)
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*src:][:src]
+				copy(o[2*i:][:2], blk[0:2])
+				copy(o[32+2*i:][:2], blk[2:4])
+				for s := range 4 {
+					copy(o[64+s*64+4*i:][:4], blk[q+4*s:][:4])
+				}
+				if m.Type == gguf.TypeQ5_1 {
+					fifthBits(o[320+4*i:][:4], blk[4:8])
 				}
 			}
 		}
