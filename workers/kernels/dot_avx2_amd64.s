@@ -50,6 +50,11 @@ d41f32done:
 	VZEROUPPER
 	RET
 
+// PFF16: how far ahead in each of its 4 rows dot4F16AVX asks for weights:
+// decode streams them from memory, and 4 rows at once are more streams than
+// the hardware prefetcher follows well.
+#define PFF16 512
+
 // func dot4F16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 // Rows w + i*wstride (bytes), i < 4, of F16 weights dotted with x over n&^7 elements.
 TEXT ·dot4F16AVX(SB), NOSPLIT, $0-40
@@ -70,6 +75,10 @@ TEXT ·dot4F16AVX(SB), NOSPLIT, $0-40
 	XORQ AX, AX
 	XORQ DX, DX
 d41f16loop:
+	PREFETCHT0 PFF16(SI)(DX*1)
+	PREFETCHT0 PFF16(R9)(DX*1)
+	PREFETCHT0 PFF16(R10)(DX*1)
+	PREFETCHT0 PFF16(R11)(DX*1)
 	VMOVUPS (DI)(AX*1), Y4
 	VCVTPH2PS (SI)(DX*1), Y5
 	VFMADD231PS Y5, Y4, Y0

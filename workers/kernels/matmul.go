@@ -197,21 +197,31 @@ func (j *matJob) prepRows(lo, hi int) {
 	}
 }
 
+// rowChunkBytes bounds the weights rows takes at a time: they stay in L2
+// while every tile of activation rows passes over them, so a batch streams
+// the weights from memory once, not once per tile.
+const rowChunkBytes = 256 << 10
+
 // rows computes the outputs of weight-row blocks [lo,hi) (4 rows per block) for
-// every activation row, tiled so a block is reused across tile() activation rows.
+// every activation row, tiled so a block is reused across tile() activation
+// rows, a chunk of blocks of at most rowChunkBytes at a time.
 func (j *matJob) rows(lo, hi int) {
 	rlo, rhi := lo*4, min(hi*4, j.m.Rows)
 	tile := j.tile()
-	for x0 := 0; x0 < j.n; x0 += tile {
-		x1 := min(x0+tile, j.n)
-		i := j.rowsF32Z(rlo, rhi)
-		for ; i+4 <= rhi; i += 4 {
-			j.block(i, j.rs, 4, x0, x1)
-		}
-		for ; i < rhi; i++ {
-			// A lone row goes through the same 4-row kernel with stride 0, so
-			// its bits equal those it would get inside a block.
-			j.block(i, 0, 1, x0, x1)
+	chunk := max(4, rowChunkBytes/max(1, j.rs)&^3)
+	for c0 := rlo; c0 < rhi; c0 += chunk {
+		c1 := min(c0+chunk, rhi)
+		for x0 := 0; x0 < j.n; x0 += tile {
+			x1 := min(x0+tile, j.n)
+			i := j.rowsF32Z(c0, c1)
+			for ; i+4 <= c1; i += 4 {
+				j.block(i, j.rs, 4, x0, x1)
+			}
+			for ; i < c1; i++ {
+				// A lone row goes through the same 4-row kernel with stride 0,
+				// so its bits equal those it would get inside a block.
+				j.block(i, 0, 1, x0, x1)
+			}
 		}
 	}
 }
