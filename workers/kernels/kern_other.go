@@ -76,6 +76,10 @@ func gemmQ41A4(*byte, int, int, *byte, uintptr, *float32, uintptr) { panic("kern
 func gemmQ41A1(*byte, int, *byte, *float32)                        { panic("kernels: no asm") }
 func gemmQ51A4(*byte, int, int, *byte, uintptr, *float32, uintptr) { panic("kernels: no asm") }
 func gemmQ51A1(*byte, int, *byte, *float32)                        { panic("kernels: no asm") }
+func gemmQ2KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmQ2KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

@@ -774,3 +774,268 @@ xsa1done:
 	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET
+
+// ---- Q2_K (1344 bytes per group and super-block: 16 f16 d at 0, 16 f16
+// dmin at 32, the 16 sub-blocks' scale|min<<4 bytes [sub][row] at 64, then
+// per half h of 128 elements at 320+512h 8 slices of 4 quant bytes per row:
+// bits 2j of byte c of slice s are element 128h+32j+4s+c, of sub-block
+// 8h+2j+s/4). A sub-block's 4 slices of 2-bit quants times x fit int16;
+// VPMADDWD by its scale widens them. Y15 holds 0x03 bytes, Y14 0x000f words.
+
+#define PFQ2K 1344
+
+DATA k2w0f<>+0(SB)/4, $0x000f000f
+GLOBL k2w0f<>(SB), RODATA, $4
+DATA k2q03<>+0(SB)/4, $0x03030303
+GLOBL k2q03<>(SB), RODATA, $4
+
+// Q2SL4: slice s of half h, bits 2j, times the 4 activation rows, int16
+// pairs into Y4..Y7.
+#define Q2SL4(h, j, s) \
+	VMOVDQU (320+512*h+64*s)(SI)(BX*4), Y8 \
+	VPSRLW $(2*j), Y8, Y8 \
+	VPAND Y15, Y8, Y8 \
+	VPBROADCASTD (4+128*h+32*j+4*s)(DI), Y9 \
+	VPMADDUBSW Y9, Y8, Y9 \
+	VPADDW Y9, Y4, Y4 \
+	VPBROADCASTD (4+128*h+32*j+4*s)(R8), Y10 \
+	VPMADDUBSW Y10, Y8, Y10 \
+	VPADDW Y10, Y5, Y5 \
+	VPBROADCASTD (4+128*h+32*j+4*s)(R9), Y9 \
+	VPMADDUBSW Y9, Y8, Y9 \
+	VPADDW Y9, Y6, Y6 \
+	VPBROADCASTD (4+128*h+32*j+4*s)(R10), Y10 \
+	VPMADDUBSW Y10, Y8, Y10 \
+	VPADDW Y10, Y7, Y7
+
+// Q2SC: sub-block sub's scales of the half at (SI)(ix*1) as int16 pairs in
+// ysc (xsc its low half).
+#define Q2SC(sub, ix, ysc, xsc) \
+	VMOVQ (64+16*sub)(SI)(ix*1), xsc \
+	VPUNPCKLBW xsc, xsc, xsc \
+	VPMOVZXBW xsc, ysc \
+	VPAND Y14, ysc, ysc
+
+// Q2SUB4: sub-block sub = 8h+2j+sb (slices s0..s3) for 4 activation rows.
+#define Q2SUB4(h, j, sub, s0, s1, s2, s3) \
+	ZERO4(Y4, Y5, Y6, Y7) \
+	Q2SL4(h, j, s0) \
+	Q2SL4(h, j, s1) \
+	Q2SL4(h, j, s2) \
+	Q2SL4(h, j, s3) \
+	Q2SC(sub, BX, Y11, X11) \
+	VPMADDWD Y11, Y4, Y4 \
+	VPADDD Y4, Y0, Y0 \
+	VPMADDWD Y11, Y5, Y5 \
+	VPADDD Y5, Y1, Y1 \
+	VPMADDWD Y11, Y6, Y6 \
+	VPADDD Y6, Y2, Y2 \
+	VPMADDWD Y11, Y7, Y7 \
+	VPADDD Y7, Y3, Y3
+
+#define Q2J4(h, j, sub0, sub1) \
+	Q2SUB4(h, j, sub0, 0, 1, 2, 3) \
+	Q2SUB4(h, j, sub1, 4, 5, 6, 7)
+
+// Q2MINW: the mins of sub-blocks 2p and 2p+1 of the half at (SI)(ix*1) as
+// int16 pairs per row in Y8; Y9 scratch.
+#define Q2MINW(p, ix) \
+	VMOVQ (64+32*p)(SI)(ix*1), X8 \
+	VMOVQ (80+32*p)(SI)(ix*1), X9 \
+	VPUNPCKLBW X9, X8, X8 \
+	VPMOVZXBW X8, Y8 \
+	VPSRLW $4, Y8, Y8
+
+// Q2MIN4: Y4..Y7 += the min pairs times (bsums[2p], bsums[2p+1]) of each row.
+#define Q2MIN4(p) \
+	Q2MINW(p, BX) \
+	VPBROADCASTD (260+4*p)(DI), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y4, Y4 \
+	VPBROADCASTD (260+4*p)(R8), Y10 \
+	VPMADDWD Y10, Y8, Y10 \
+	VPADDD Y10, Y5, Y5 \
+	VPBROADCASTD (260+4*p)(R9), Y9 \
+	VPMADDWD Y9, Y8, Y9 \
+	VPADDD Y9, Y6, Y6 \
+	VPBROADCASTD (260+4*p)(R10), Y10 \
+	VPMADDWD Y10, Y8, Y10 \
+	VPADDD Y10, Y7, Y7
+
+// Q2T: ya = (Y12*d_x)*float(yi) - (Y13*d_x)*float(ym), d_x at 0(xr); yb
+// scratch (dotQ2KGo's term, added to the sum after).
+#define Q2T(xr, yi, ym, ya, yb) \
+	VBROADCASTSS (xr), yb \
+	VMULPS yb, Y12, ya \
+	VMULPS yb, Y13, yb \
+	VCVTDQ2PS yi, yi \
+	VMULPS yi, ya, ya \
+	VCVTDQ2PS ym, ym \
+	VMULPS ym, yb, yb \
+	VSUBPS yb, ya, ya
+
+#define Q2F4(xr, yi, ym) \
+	Q2T(xr, yi, ym, Y10, Y11) \
+	VADDPS (AX), Y10, Y10 \
+	VMOVUPS Y10, (AX)
+
+// func gemmQ2KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ2KA4(SB), NOSPLIT, $0-72
+	SETUPA4
+	VPBROADCASTD k2q03<>(SB), Y15
+	VPBROADCASTD k2w0f<>(SB), Y14
+	TESTQ CX, CX
+	JZ    q2ka4done
+q2ka4loop:
+	ZERO4(Y0, Y1, Y2, Y3)
+	Q2J4(0, 0, 0, 1)
+	Q2J4(0, 1, 2, 3)
+	Q2J4(0, 2, 4, 5)
+	Q2J4(0, 3, 6, 7)
+	Q2J4(1, 0, 8, 9)
+	Q2J4(1, 1, 10, 11)
+	Q2J4(1, 2, 12, 13)
+	Q2J4(1, 3, 14, 15)
+	ZERO4(Y4, Y5, Y6, Y7)
+	Q2MIN4(0)
+	Q2MIN4(1)
+	Q2MIN4(2)
+	Q2MIN4(3)
+	Q2MIN4(4)
+	Q2MIN4(5)
+	Q2MIN4(6)
+	Q2MIN4(7)
+	VCVTPH2PS (SI)(BX*2), Y12
+	VCVTPH2PS 32(SI)(BX*2), Y13
+	MOVQ out+56(FP), AX
+	Q2F4(DI, Y0, Y4)
+	ADDQ ostride+64(FP), AX
+	Q2F4(R8, Y1, Y5)
+	ADDQ ostride+64(FP), AX
+	Q2F4(R9, Y2, Y6)
+	ADDQ ostride+64(FP), AX
+	Q2F4(R10, Y3, Y7)
+	NEXTA4(1344)
+	DECQ CX
+	JNZ  q2ka4loop
+q2ka4done:
+	VZEROUPPER
+	RET
+
+// Q2SL1: slice s of half h, bits 2j, of both row halves times the one
+// activation row, int16 pairs into Y4 (rows 0..7) and Y5 (rows 8..15).
+#define Q2SL1(h, j, s) \
+	VPBROADCASTD (4+128*h+32*j+4*s)(DI), Y9 \
+	VMOVDQU (320+512*h+64*s)(SI), Y8 \
+	VMOVDQU (352+512*h+64*s)(SI), Y10 \
+	VPSRLW $(2*j), Y8, Y8 \
+	VPSRLW $(2*j), Y10, Y10 \
+	VPAND Y15, Y8, Y8 \
+	VPAND Y15, Y10, Y10 \
+	VPMADDUBSW Y9, Y8, Y8 \
+	VPMADDUBSW Y9, Y10, Y10 \
+	VPADDW Y8, Y4, Y4 \
+	VPADDW Y10, Y5, Y5
+
+#define Q2SUB1(h, j, sub, s0, s1, s2, s3) \
+	VPXOR Y4, Y4, Y4 \
+	VPXOR Y5, Y5, Y5 \
+	Q2SL1(h, j, s0) \
+	Q2SL1(h, j, s1) \
+	Q2SL1(h, j, s2) \
+	Q2SL1(h, j, s3) \
+	Q2SC(sub, BX, Y11, X11) \
+	VPMADDWD Y11, Y4, Y4 \
+	VPADDD Y4, Y0, Y0 \
+	Q2SC(sub, R9, Y11, X11) \
+	VPMADDWD Y11, Y5, Y5 \
+	VPADDD Y5, Y1, Y1
+
+#define Q2J1(h, j, sub0, sub1) \
+	Q2SUB1(h, j, sub0, 0, 1, 2, 3) \
+	Q2SUB1(h, j, sub1, 4, 5, 6, 7)
+
+// Q2MIN1: Y6 (rows 0..7), Y7 (rows 8..15) += the min pairs times the
+// activation row's (bsums[2p], bsums[2p+1]).
+#define Q2MIN1(p) \
+	VPBROADCASTD (260+4*p)(DI), Y10 \
+	Q2MINW(p, BX) \
+	VPMADDWD Y10, Y8, Y8 \
+	VPADDD Y8, Y6, Y6 \
+	Q2MINW(p, R9) \
+	VPMADDWD Y10, Y8, Y8 \
+	VPADDD Y8, Y7, Y7
+
+// func gemmQ2KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ2KA1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	XORQ BX, BX
+	MOVQ $8, R9
+	VPBROADCASTD k2q03<>(SB), Y15
+	VPBROADCASTD k2w0f<>(SB), Y14
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ    q2ka1done
+q2ka1loop:
+	PREFETCHT0 PFQ2K(SI)
+	PREFETCHT0 (PFQ2K+64)(SI)
+	PREFETCHT0 (PFQ2K+128)(SI)
+	PREFETCHT0 (PFQ2K+192)(SI)
+	PREFETCHT0 (PFQ2K+256)(SI)
+	PREFETCHT0 (PFQ2K+320)(SI)
+	PREFETCHT0 (PFQ2K+384)(SI)
+	PREFETCHT0 (PFQ2K+448)(SI)
+	PREFETCHT0 (PFQ2K+512)(SI)
+	PREFETCHT0 (PFQ2K+576)(SI)
+	PREFETCHT0 (PFQ2K+640)(SI)
+	PREFETCHT0 (PFQ2K+704)(SI)
+	PREFETCHT0 (PFQ2K+768)(SI)
+	PREFETCHT0 (PFQ2K+832)(SI)
+	PREFETCHT0 (PFQ2K+896)(SI)
+	PREFETCHT0 (PFQ2K+960)(SI)
+	PREFETCHT0 (PFQ2K+1024)(SI)
+	PREFETCHT0 (PFQ2K+1088)(SI)
+	PREFETCHT0 (PFQ2K+1152)(SI)
+	PREFETCHT0 (PFQ2K+1216)(SI)
+	PREFETCHT0 (PFQ2K+1280)(SI)
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	Q2J1(0, 0, 0, 1)
+	Q2J1(0, 1, 2, 3)
+	Q2J1(0, 2, 4, 5)
+	Q2J1(0, 3, 6, 7)
+	Q2J1(1, 0, 8, 9)
+	Q2J1(1, 1, 10, 11)
+	Q2J1(1, 2, 12, 13)
+	Q2J1(1, 3, 14, 15)
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	Q2MIN1(0)
+	Q2MIN1(1)
+	Q2MIN1(2)
+	Q2MIN1(3)
+	Q2MIN1(4)
+	Q2MIN1(5)
+	Q2MIN1(6)
+	Q2MIN1(7)
+	VCVTPH2PS (SI), Y12
+	VCVTPH2PS 32(SI), Y13
+	Q2T(DI, Y0, Y6, Y10, Y11)
+	VADDPS Y10, Y2, Y2
+	VCVTPH2PS 16(SI), Y12
+	VCVTPH2PS 48(SI), Y13
+	Q2T(DI, Y1, Y7, Y10, Y11)
+	VADDPS Y10, Y3, Y3
+	ADDQ $1344, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q2ka1loop
+q2ka1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Y2, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET

@@ -528,7 +528,7 @@ func (j *matJob) groupsK(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 || j.m.Type == gguf.TypeIQ4_XS {
+		if j.p == pathAVX2 || j.m.Type == gguf.TypeIQ4_XS || j.m.Type == gguf.TypeQ2_K {
 			j.groupK2(w, i, pf, g)
 			continue
 		}
@@ -627,8 +627,8 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	}
 }
 
-// groupK2 is groupsK's work on one group on the AVX2 path (and IQ4_XS's on
-// the AVX-512 path): each half of the
+// groupK2 is groupsK's work on one group on the AVX2 path (and IQ4_XS's and
+// Q2_K's on the AVX-512 path): each half of the
 // group (8 rows) against 4 activation rows per call while they last, then
 // the whole group against one activation row at a time.
 func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
@@ -647,6 +647,8 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 				gemmQ4KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			case gguf.TypeQ6_K:
 				gemmQ6KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+			case gguf.TypeQ2_K:
+				gemmQ2KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			default:
 				gemmIQ4XSA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			}
@@ -659,6 +661,8 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 			gemmQ4KA1(w, nb, x, a, o)
 		case gguf.TypeQ6_K:
 			gemmQ6KA1(w, nb, x, a, o)
+		case gguf.TypeQ2_K:
+			gemmQ2KA1(w, nb, x, a, o)
 		default:
 			gemmIQ4XSA1(w, nb, x, a, o)
 		}

@@ -35,6 +35,11 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     plane of fifth bits (AVX2 kernels only; the AVX-512 path runs them
 //     too).
 //
+//   - Q2_K (per super-block, 1344 bytes): 16 f16 d, 16 f16 dmin, the 16
+//     sub-blocks' scale|min<<4 bytes [sub][row], then per half of 128
+//     elements 8 slices of bytes 4s..4s+3 of each row's 32 quant bytes
+//     (AVX2 kernels only; the AVX-512 path runs them too).
+//
 //   - IQ4_XS (per super-block, 2208 bytes): 16 f16 d, the 8 signed sub-block
 //     scales as bytes [sub][row], then per 32-element sub-block Q4_0's 4
 //     slices of nibbles (AVX2 kernels only; the AVX-512 path runs them too).
@@ -50,8 +55,8 @@ const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
 // Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1 and Q5_1 on
-// both with the AVX2 kernels.
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1, Q5_1 and
+// Q2_K on both with the AVX2 kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
@@ -76,6 +81,8 @@ func packBlock(t gguf.Type) int {
 		return 2*packRows + 16*packRows + 192*packRows
 	case gguf.TypeIQ4_XS:
 		return 2*packRows + 8*packRows + 128*packRows
+	case gguf.TypeQ2_K:
+		return 4*packRows + 16*packRows + 64*packRows
 	}
 	return 0
 }
@@ -104,6 +111,9 @@ func repack(m Matrix) []byte {
 		return out
 	case gguf.TypeIQ4_XS:
 		repackIQ4XS(out, m, nb, bb)
+		return out
+	case gguf.TypeQ2_K:
+		repackQ2K(out, m, nb, bb)
 		return out
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		repackQx1(out, m, nb, bb)
@@ -268,6 +278,29 @@ func repackQx1(out []byte, m Matrix, nb, bb int) {
 				}
 				if m.Type == gguf.TypeQ5_1 {
 					fifthBits(o[320+4*i:][:4], blk[4:8])
+				}
+			}
+		}
+	}
+}
+
+// repackQ2K fills out with m's Q2_K rows in the packed layout.
+func repackQ2K(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*q2KBlock:][:q2KBlock]
+				copy(o[2*i:][:2], blk[80:82])
+				copy(o[32+2*i:][:2], blk[82:84])
+				for sub := range 16 {
+					o[64+sub*packRows+i] = blk[sub]
+				}
+				for h := range 2 {
+					for s := range 8 {
+						copy(o[320+512*h+64*s+4*i:][:4], blk[16+32*h+4*s:][:4])
+					}
 				}
 			}
 		}
