@@ -194,6 +194,9 @@ func expShiftAVX512(dst, src *float32, n int, m float32) int
 func expShiftAVX2(dst, src *float32, n int, m float32) int
 
 //go:noescape
+func swigluAVX2(dst, gate, up *float32, n int) int
+
+//go:noescape
 func swigluAVX512(dst, gate, up *float32, n int) int
 
 // Attention kernels over a page of K or V rows (attn_avx2_amd64.s).

@@ -130,6 +130,13 @@ func (ks Set) SwiGLU(dst, gate, up []float32) {
 			k += 8
 		}
 	}
+	for ks.path() == pathAVX2 && k+4 <= n {
+		k += swigluAVX2(&dst[k], &gate[k], &up[k], (n-k)&^3)
+		if k+4 <= n {
+			swiGLUGo(dst[k:k+4], gate[k:k+4], up[k:k+4])
+			k += 4
+		}
+	}
 	swiGLUGo(dst[k:], gate[k:], up[k:])
 }
 
