@@ -303,6 +303,83 @@ d43f16done:
 	VZEROUPPER
 	RET
 
+// func dot4x3HHAVX(w *byte, wstride uintptr, x *uint16, xstride uintptr, n int, out *[12]float32)
+// The same 4 F16 weight rows dotted with 3 F16 activation rows x + j*xstride (bytes);
+// out[4*j+i] is weight row i with activation row j.
+TEXT ·dot4x3HHAVX(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), R12
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), R8
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (DI)(R12*1), R13
+	LEAQ (R13)(R12*1), R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $3, CX
+	JZ   d43hhdone
+	XORQ AX, AX
+	XORQ DX, DX
+d43hhloop:
+	VCVTPH2PS (DI)(AX*1), Y12
+	VCVTPH2PS (R13)(AX*1), Y13
+	VCVTPH2PS (R12)(AX*1), Y14
+	VCVTPH2PS (SI)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VCVTPH2PS (R9)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VCVTPH2PS (R10)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VCVTPH2PS (R11)(DX*1), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $16, AX
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  d43hhloop
+d43hhdone:
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (R8)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, 16(R8)
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVUPS X8, 32(R8)
+	VZEROUPPER
+	RET
+
 // func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
 // The same 4 BF16 weight rows dotted with 3 activation rows x + j*xstride (bytes);
 // out[4*j+i] is weight row i with activation row j.

@@ -263,7 +263,7 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			case gguf.TypeF32:
 				dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
 			case gguf.TypeF16:
-				dot4x3F16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
+				dot4x3HHAVX(w, uintptr(wstride), &j.xh[r*c], uintptr(c*2), c, &t)
 			default:
 				dot4x3BF16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
 			}
