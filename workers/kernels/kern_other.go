@@ -9,7 +9,6 @@ func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)              { panic
 func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
 func dot4BF16AVX(*byte, uintptr, *float32, int, *[4]float32)             { panic("kernels: no asm") }
 func dot4x3F32AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32)  { panic("kernels: no asm") }
-func dot4x3F16AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32)  { panic("kernels: no asm") }
 func dot4x3HHAVX(*byte, uintptr, *uint16, uintptr, int, *[12]float32)    { panic("kernels: no asm") }
 func dot4x3BF16AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32) { panic("kernels: no asm") }
 func dot4Q8AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
