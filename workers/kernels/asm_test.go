@@ -53,6 +53,8 @@ func TestNoLegacySSE(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no assembly files (%v)", err)
 	}
+	headers, _ := filepath.Glob("*_amd64.h") // macros the assembly includes
+	files = append(files, headers...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -29,9 +29,10 @@
 // bitwise reproducible.
 //
 // Assembly lives in files named for what they compute and the path they need:
-// <concern>_<path>_amd64.s (dot_avx2, attn_avx2, attn_avx512, gemm_avx512,
-// kquant_avx2, gemm_avx2, kgemm_avx2, kquant_avx512, exp_avx512, softmax_avx512, bandwidth_avx2),
-// declared in asm_amd64.go. Every instruction on a vector register is VEX or
+// <concern>_<path>_amd64.s (dot_avx2, attn_avx2, attn_avx512, gemm_avx2,
+// gemm_avx512, kquant_avx2, kgemm_avx2, kquant_avx512, exp_avx2, exp_avx512,
+// softmax_avx2, softmax_avx512, bandwidth_avx2), declared in asm_amd64.go;
+// macros two files share live in avx2_amd64.h. Every instruction on a vector register is VEX or
 // EVEX encoded (VMOVD, not MOVL, into an X register): a legacy SSE one next to
 // live YMM upper halves costs a state transition on some CPUs (TestNoLegacySSE).
 //

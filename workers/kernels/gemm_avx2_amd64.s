@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "avx2_amd64.h"
 
 // AVX2 kernels over Q8_0, Q4_0 and Q5_0 weights in the packed 16-row groups of the
 // AVX-512 path (repack.go), dotted with Q8_0 activation blocks (34 bytes: f16
@@ -360,33 +361,6 @@ q4a1done:
 // 16+4s+c at bit 4+s). Y15 holds 0x0f bytes, Y14 0x10 bytes; the fifth bits
 // of the half are in Y10.
 
-// Q5X: slice s (at woff) as five-bit quants, low elements into Y4, high
-// ones into Y5; Y11 is scratch.
-#define Q5X(s, woff) \
-	VMOVDQU woff(SI), Y4 \
-	VPSRLW $4, Y4, Y5 \
-	VPAND Y15, Y4, Y4 \
-	VPAND Y15, Y5, Y5 \
-	VPSLLW $(4-s), Y10, Y11 \
-	VPAND Y14, Y11, Y11 \
-	VPOR Y11, Y4, Y4 \
-	VPSRLW $s, Y10, Y11 \
-	VPAND Y14, Y11, Y11 \
-	VPOR Y11, Y5, Y5
-
-// Q5X4 is Q5X for the half BX selects.
-#define Q5X4(s) \
-	VMOVDQU (32+64*s)(SI)(BX*4), Y4 \
-	VPSRLW $4, Y4, Y5 \
-	VPAND Y15, Y4, Y4 \
-	VPAND Y15, Y5, Y5 \
-	VPSLLW $(4-s), Y10, Y11 \
-	VPAND Y14, Y11, Y11 \
-	VPOR Y11, Y4, Y4 \
-	VPSRLW $s, Y10, Y11 \
-	VPAND Y14, Y11, Y11 \
-	VPOR Y11, Y5, Y5
-
 // Q5DP: slice s's low (Y4) and high (Y5) quants times the row at xr, widened
 // to int32, into acc; Y8, Y9 are scratch.
 #define Q5DP(s, xr, acc) \
@@ -399,7 +373,7 @@ q4a1done:
 	VPADDD Y8, acc, acc
 
 #define Q5S4(s) \
-	Q5X4(s) \
+	NIBBLES5(s, (32+64*s)(SI)(BX*4), Y10, Y11) \
 	Q5DP(s, DI, Y0) \
 	Q5DP(s, R8, Y1) \
 	Q5DP(s, R9, Y2) \
@@ -459,13 +433,13 @@ q5a4done:
 // activation row, into acc.
 #define Q5HALF1(h, acc) \
 	VMOVDQU (288+32*h)(SI), Y10 \
-	Q5X(0, (32+32*h)) \
+	NIBBLES5(0, (32+32*h)(SI), Y10, Y11) \
 	Q5DP(0, DI, acc) \
-	Q5X(1, (96+32*h)) \
+	NIBBLES5(1, (96+32*h)(SI), Y10, Y11) \
 	Q5DP(1, DI, acc) \
-	Q5X(2, (160+32*h)) \
+	NIBBLES5(2, (160+32*h)(SI), Y10, Y11) \
 	Q5DP(2, DI, acc) \
-	Q5X(3, (224+32*h)) \
+	NIBBLES5(3, (224+32*h)(SI), Y10, Y11) \
 	Q5DP(3, DI, acc)
 
 // FBR: sum += (Y12 * d_x) * float(acc - c), d_x and c at (ar); Y8 scratch.
@@ -523,22 +497,7 @@ q5a1done:
 // products take Q8_0's sign trick and are widened one at a time. Y15 holds
 // 0x0f bytes, Y10 the codebook in both lanes.
 
-// g2iq4nl is GGML's IQ4_NL codebook (gguf.IQ4NLValues) as 16 int8 bytes.
-DATA g2iq4nl<>+0(SB)/8, $0xF6EADDCFBFAD9881
-DATA g2iq4nl<>+8(SB)/8, $0x7159453526190D01
-GLOBL g2iq4nl<>(SB), RODATA|NOPTR, $16
-
-// NLX: the slice at woff as levels, low elements in Y4 (|level| in Y5),
-// high ones in Y6 (|level| in Y7).
-#define NLX(woff) \
-	VMOVDQU woff, Y6 \
-	VPAND Y15, Y6, Y4 \
-	VPSRLW $4, Y6, Y6 \
-	VPAND Y15, Y6, Y6 \
-	VPSHUFB Y4, Y10, Y4 \
-	VPABSB Y4, Y5 \
-	VPSHUFB Y6, Y10, Y6 \
-	VPABSB Y6, Y7
+IQ4CODEBOOK(g2iq4nl<>)
 
 // NLDP: slice s's levels times the row at xr, widened, into acc; Y8, Y9
 // scratch.
@@ -555,7 +514,7 @@ GLOBL g2iq4nl<>(SB), RODATA|NOPTR, $16
 	VPADDD Y9, acc, acc
 
 #define NLS4(s) \
-	NLX((32+64*s)(SI)(BX*4)) \
+	IQ4LEVELS((32+64*s)(SI)(BX*4)) \
 	NLDP(s, DI, Y0) \
 	NLDP(s, R8, Y1) \
 	NLDP(s, R9, Y2) \
@@ -609,7 +568,7 @@ nla4done:
 
 // NLS1: slice s of half h against the one activation row, into acc.
 #define NLS1(s, h, acc) \
-	NLX((32+64*s+32*h)(SI)) \
+	IQ4LEVELS((32+64*s+32*h)(SI)) \
 	NLDP(s, DI, acc)
 
 // func gemmIQ4NLA1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
@@ -738,20 +697,11 @@ q41a4done:
 	VZEROUPPER
 	RET
 
-// Q51S4: Q5_0's slice decoding (Q5X4, fifth bits of the half in Y11 here:
-// Y10 holds m_w) into Y4, Y5, then the products widened per slice into
-// Y0..Y3 (a slice's low and high products fit int16 together).
+// Q51S4: Q5_0's slice decoding (fifth bits of the half in Y11 here: Y10
+// holds m_w) into Y4, Y5, then the products widened per slice into Y0..Y3
+// (a slice's low and high products fit int16 together).
 #define Q51S4(s) \
-	VMOVDQU (64+64*s)(SI)(BX*4), Y4 \
-	VPSRLW $4, Y4, Y5 \
-	VPAND Y15, Y4, Y4 \
-	VPAND Y15, Y5, Y5 \
-	VPSLLW $(4-s), Y11, Y8 \
-	VPAND Y14, Y8, Y8 \
-	VPOR Y8, Y4, Y4 \
-	VPSRLW $s, Y11, Y8 \
-	VPAND Y14, Y8, Y8 \
-	VPOR Y8, Y5, Y5 \
+	NIBBLES5(s, (64+64*s)(SI)(BX*4), Y11, Y8) \
 	Q51DP(s, DI, Y0) \
 	Q51DP(s, R8, Y1) \
 	Q51DP(s, R9, Y2) \
@@ -863,26 +813,14 @@ q41a1done:
 // fifth bits of the half loaded into Y11).
 #define Q51H1(h, acc) \
 	VMOVDQU (320+32*h)(SI), Y11 \
-	Q51X1(0, (64+32*h)) \
+	NIBBLES5(0, (64+32*h)(SI), Y11, Y8) \
 	Q51DP(0, DI, acc) \
-	Q51X1(1, (128+32*h)) \
+	NIBBLES5(1, (128+32*h)(SI), Y11, Y8) \
 	Q51DP(1, DI, acc) \
-	Q51X1(2, (192+32*h)) \
+	NIBBLES5(2, (192+32*h)(SI), Y11, Y8) \
 	Q51DP(2, DI, acc) \
-	Q51X1(3, (256+32*h)) \
+	NIBBLES5(3, (256+32*h)(SI), Y11, Y8) \
 	Q51DP(3, DI, acc)
-
-#define Q51X1(s, woff) \
-	VMOVDQU woff(SI), Y4 \
-	VPSRLW $4, Y4, Y5 \
-	VPAND Y15, Y4, Y4 \
-	VPAND Y15, Y5, Y5 \
-	VPSLLW $(4-s), Y11, Y8 \
-	VPAND Y14, Y8, Y8 \
-	VPOR Y8, Y4, Y4 \
-	VPSRLW $s, Y11, Y8 \
-	VPAND Y14, Y8, Y8 \
-	VPOR Y8, Y5, Y5
 
 // func gemmQ51A1(w *byte, nb int, x *byte, out *float32)
 TEXT ·gemmQ51A1(SB), NOSPLIT, $0-32

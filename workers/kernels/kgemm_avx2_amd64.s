@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "avx2_amd64.h"
 
 // AVX2 kernels over Q4_K and Q6_K weights in the packed 16-row groups of the
 // AVX-512 path (repack.go), dotted with Q8_K activations (292-byte q8K) and
@@ -618,21 +619,7 @@ q6ka1done:
 
 #define PFXS 2208
 
-DATA k2iq4nl<>+0(SB)/8, $0xF6EADDCFBFAD9881
-DATA k2iq4nl<>+8(SB)/8, $0x7159453526190D01
-GLOBL k2iq4nl<>(SB), RODATA|NOPTR, $16
-
-// XSX: the slice at woff as levels: low elements in Y4 (|level| in Y5),
-// high ones in Y6 (|level| in Y7).
-#define XSX(woff) \
-	VMOVDQU woff, Y6 \
-	VPAND Y15, Y6, Y4 \
-	VPSRLW $4, Y6, Y6 \
-	VPAND Y15, Y6, Y6 \
-	VPSHUFB Y4, Y10, Y4 \
-	VPABSB Y4, Y5 \
-	VPSHUFB Y6, Y10, Y6 \
-	VPABSB Y6, Y7
+IQ4CODEBOOK(k2iq4nl<>)
 
 // XSDP: slice s of sub-block ib times the row at xr, times the scale pairs
 // in ysc, into acc; Y8, Y9 scratch.
@@ -656,7 +643,7 @@ GLOBL k2iq4nl<>(SB), RODATA|NOPTR, $16
 	VPMOVSXBW xsc, ysc
 
 #define XSSLICE4(ib, s) \
-	XSX((160+256*ib+64*s)(SI)(BX*4)) \
+	IQ4LEVELS((160+256*ib+64*s)(SI)(BX*4)) \
 	XSDP(ib, s, DI, Y11, Y0) \
 	XSDP(ib, s, R8, Y11, Y1) \
 	XSDP(ib, s, R9, Y11, Y2) \
@@ -713,9 +700,9 @@ xsa4done:
 
 #define XSSLICE1(ib, s) \
 	PREFETCHT0 (PFXS+160+256*ib+64*s)(SI) \
-	XSX((160+256*ib+64*s)(SI)) \
+	IQ4LEVELS((160+256*ib+64*s)(SI)) \
 	XSDP(ib, s, DI, Y11, Y0) \
-	XSX((192+256*ib+64*s)(SI)) \
+	IQ4LEVELS((192+256*ib+64*s)(SI)) \
 	XSDP(ib, s, DI, Y13, Y1)
 
 #define XSSUB1(ib) \

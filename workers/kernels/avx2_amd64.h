@@ -1,0 +1,38 @@
+// Macros shared by the AVX2 kernels over packed groups (gemm_avx2_amd64.s,
+// kgemm_avx2_amd64.s). Each names the registers it reads and writes.
+
+// NIBBLES5: the 32 bytes at addr as 8 rows' five-bit quants of one slice s
+// (0..3): low nibbles or-ed with bit s of the fifth-bit plane in yh into Y4,
+// high nibbles with bit 4+s into Y5 (each moved to bit 4). Y15 holds 0x0f
+// bytes, Y14 0x10 bytes; yt is scratch.
+#define NIBBLES5(s, addr, yh, yt) \
+	VMOVDQU addr, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPSLLW $(4-s), yh, yt \
+	VPAND Y14, yt, yt \
+	VPOR yt, Y4, Y4 \
+	VPSRLW $s, yh, yt \
+	VPAND Y14, yt, yt \
+	VPOR yt, Y5, Y5
+
+// IQ4LEVELS: the 32 bytes at addr as 8 rows' IQ4 nibbles, looked up in the
+// codebook (Y10, both lanes): low elements' levels in Y4 (|level| in Y5),
+// high ones' in Y6 (|level| in Y7). Y15 holds 0x0f bytes.
+#define IQ4LEVELS(addr) \
+	VMOVDQU addr, Y6 \
+	VPAND Y15, Y6, Y4 \
+	VPSRLW $4, Y6, Y6 \
+	VPAND Y15, Y6, Y6 \
+	VPSHUFB Y4, Y10, Y4 \
+	VPABSB Y4, Y5 \
+	VPSHUFB Y6, Y10, Y6 \
+	VPABSB Y6, Y7
+
+// IQ4CODEBOOK defines name as GGML's IQ4_NL codebook (gguf.IQ4NLValues), 16
+// int8 bytes.
+#define IQ4CODEBOOK(name) \
+	DATA name+0(SB)/8, $0xF6EADDCFBFAD9881 \
+	DATA name+8(SB)/8, $0x7159453526190D01 \
+	GLOBL name(SB), RODATA|NOPTR, $16
