@@ -1,6 +1,26 @@
 // Macros shared by the AVX2 kernels over packed groups (gemm_avx2_amd64.s,
 // kgemm_avx2_amd64.s). Each names the registers it reads and writes.
 
+// ARGS4 loads the arguments of a kernel over half a group (BX = 8*half) and
+// 4 activation rows (w, half, nb, x, xstride, aux, auxstride, ...): SI the
+// weights, CX the blocks, DI/R8/R9/R10 the activation rows, DX/R11/R12/R13
+// their side data.
+#define ARGS4 \
+	MOVQ w+0(FP), SI \
+	MOVQ half+8(FP), BX \
+	SHLQ $3, BX \
+	MOVQ nb+16(FP), CX \
+	MOVQ x+24(FP), DI \
+	MOVQ xstride+32(FP), AX \
+	LEAQ (DI)(AX*1), R8 \
+	LEAQ (R8)(AX*1), R9 \
+	LEAQ (R9)(AX*1), R10 \
+	MOVQ aux+40(FP), DX \
+	MOVQ auxstride+48(FP), AX \
+	LEAQ (DX)(AX*1), R11 \
+	LEAQ (R11)(AX*1), R12 \
+	LEAQ (R12)(AX*1), R13
+
 // NIBBLES5: the 32 bytes at addr as 8 rows' five-bit quants of one slice s
 // (0..3): low nibbles or-ed with bit s of the fifth-bit plane in yh into Y4,
 // high nibbles with bit 4+s into Y5 (each moved to bit 4). Y15 holds 0x0f

@@ -40,20 +40,7 @@ GLOBL g2x10<>(SB), RODATA, $4
 // blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data;
 // Y13 = 1 in every int16, Y4..Y7 (the running sums) = 0.
 #define SETUPB4 \
-	MOVQ w+0(FP), SI \
-	MOVQ half+8(FP), BX \
-	SHLQ $3, BX \
-	MOVQ nb+16(FP), CX \
-	MOVQ x+24(FP), DI \
-	MOVQ xstride+32(FP), AX \
-	LEAQ (DI)(AX*1), R8 \
-	LEAQ (R8)(AX*1), R9 \
-	LEAQ (R9)(AX*1), R10 \
-	MOVQ aux+40(FP), DX \
-	MOVQ auxstride+48(FP), AX \
-	LEAQ (DX)(AX*1), R11 \
-	LEAQ (R11)(AX*1), R12 \
-	LEAQ (R12)(AX*1), R13 \
+	ARGS4 \
 	VPBROADCASTD g2one<>(SB), Y13 \
 	VXORPS Y4, Y4, Y4 \
 	VXORPS Y5, Y5, Y5 \

@@ -36,20 +36,7 @@ GLOBL k2q30<>(SB), RODATA, $4
 // super-blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side
 // data; Y15 = 0x0f bytes. It zeroes the 4 output rows' 8 lanes.
 #define SETUPA4 \
-	MOVQ w+0(FP), SI \
-	MOVQ half+8(FP), BX \
-	SHLQ $3, BX \
-	MOVQ nb+16(FP), CX \
-	MOVQ x+24(FP), DI \
-	MOVQ xstride+32(FP), AX \
-	LEAQ (DI)(AX*1), R8 \
-	LEAQ (R8)(AX*1), R9 \
-	LEAQ (R9)(AX*1), R10 \
-	MOVQ aux+40(FP), DX \
-	MOVQ auxstride+48(FP), AX \
-	LEAQ (DX)(AX*1), R11 \
-	LEAQ (R11)(AX*1), R12 \
-	LEAQ (R12)(AX*1), R13 \
+	ARGS4 \
 	VPBROADCASTD k2q0f<>(SB), Y15 \
 	VXORPS Y8, Y8, Y8 \
 	MOVQ out+56(FP), AX \
