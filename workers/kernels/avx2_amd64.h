@@ -21,6 +21,54 @@
 	LEAQ (R11)(AX*1), R12 \
 	LEAQ (R12)(AX*1), R13
 
+// ZEROOUT4: zero the 8 lanes of the 4 output rows of a kernel whose out and
+// ostride arguments are at 56 and 64 (ARGS4's); ya is scratch.
+#define ZEROOUT4(ya) \
+	VXORPS ya, ya, ya \
+	MOVQ out+56(FP), AX \
+	VMOVUPS ya, (AX) \
+	ADDQ ostride+64(FP), AX \
+	VMOVUPS ya, (AX) \
+	ADDQ ostride+64(FP), AX \
+	VMOVUPS ya, (AX) \
+	ADDQ ostride+64(FP), AX \
+	VMOVUPS ya, (AX)
+
+// EACH4: F(xr, yi, yj) for the 4 activation rows of an ARGS4 kernel (x in
+// DI, R8, R9, R10; their sums in Y0..Y3 and Y4..Y7), AX at each one's
+// output row in turn.
+#define EACH4(F) \
+	MOVQ out+56(FP), AX \
+	F(DI, Y0, Y4) \
+	ADDQ ostride+64(FP), AX \
+	F(R8, Y1, Y5) \
+	ADDQ ostride+64(FP), AX \
+	F(R9, Y2, Y6) \
+	ADDQ ostride+64(FP), AX \
+	F(R10, Y3, Y7)
+
+// EACHAUX4 is EACH4 over the side data (DX, R11, R12, R13) instead of the
+// activation rows.
+#define EACHAUX4(F) \
+	MOVQ out+56(FP), AX \
+	F(DX, Y0, Y4) \
+	ADDQ ostride+64(FP), AX \
+	F(R11, Y1, Y5) \
+	ADDQ ostride+64(FP), AX \
+	F(R12, Y2, Y6) \
+	ADDQ ostride+64(FP), AX \
+	F(R13, Y3, Y7)
+
+// SUMMEM: the running sums at (AX) += (Y12 * d) * float(acc), d the f32 at
+// 0(r); Y8 is scratch.
+#define SUMMEM(r, acc) \
+	VBROADCASTSS (r), Y8 \
+	VMULPS Y8, Y12, Y8 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y8, Y8 \
+	VADDPS (AX), Y8, Y8 \
+	VMOVUPS Y8, (AX)
+
 // NIBBLES5: the 32 bytes at addr as 8 rows' five-bit quants of one slice s
 // (0..3): low nibbles or-ed with bit s of the fifth-bit plane in yh into Y4,
 // high nibbles with bit 4+s into Y5 (each moved to bit 4). Y15 holds 0x0f

@@ -61,8 +61,9 @@ GLOBL g2x10<>(SB), RODATA, $4
 	LEAQ (R9)(AX*1), R10 \
 	VPBROADCASTD g2one<>(SB), Y13
 
-// ZEROOUT4: zero the 4 output rows' 8 lanes (ya scratch).
-#define ZEROOUT4(ya) \
+// ZEROOUTM4: ZEROOUT4 for the kernels without side data (out and ostride
+// at 40 and 48); ya scratch.
+#define ZEROOUTM4(ya) \
 	VXORPS ya, ya, ya \
 	MOVQ out+40(FP), AX \
 	VMOVUPS ya, (AX) \
@@ -366,31 +367,18 @@ q4a1done:
 	Q5DP(s, R9, Y2) \
 	Q5DP(s, R10, Y3)
 
-// Q5FM: acc minus 16*sum(x) (c at 4(ar)), then the float update of the
-// running sums at (AX); Y8 is scratch.
-#define Q5FM(ar, acc) \
+// Q5F: acc minus 16*sum(x) (c at 4(ar)), then SUMMEM from d at 0(ar).
+#define Q5F(ar, acc, unused) \
 	VPBROADCASTD 4(ar), Y8 \
 	VPSUBD Y8, acc, acc \
-	VBROADCASTSS (ar), Y8 \
-	VMULPS Y8, Y12, Y8 \
-	VCVTDQ2PS acc, acc \
-	VMULPS acc, Y8, Y8 \
-	VADDPS (AX), Y8, Y8 \
-	VMOVUPS Y8, (AX)
+	SUMMEM(ar, acc)
 
 // func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
 TEXT ·gemmQ5A4(SB), NOSPLIT, $0-72
 	SETUPB4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VPBROADCASTD g2x10<>(SB), Y14
-	MOVQ out+56(FP), AX
-	VMOVUPS Y4, (AX)
-	ADDQ ostride+64(FP), AX
-	VMOVUPS Y4, (AX)
-	ADDQ ostride+64(FP), AX
-	VMOVUPS Y4, (AX)
-	ADDQ ostride+64(FP), AX
-	VMOVUPS Y4, (AX)
+	ZEROOUT4(Y4)
 	TESTQ CX, CX
 	JZ    q5a4done
 q5a4loop:
@@ -401,14 +389,7 @@ q5a4loop:
 	Q5S4(2)
 	Q5S4(3)
 	VCVTPH2PS (SI)(BX*2), Y12
-	MOVQ out+56(FP), AX
-	Q5FM(DX, Y0)
-	ADDQ ostride+64(FP), AX
-	Q5FM(R11, Y1)
-	ADDQ ostride+64(FP), AX
-	Q5FM(R12, Y2)
-	ADDQ ostride+64(FP), AX
-	Q5FM(R13, Y3)
+	EACHAUX4(Q5F)
 	NEXTB4(352)
 	DECQ CX
 	JNZ  q5a4loop
@@ -507,28 +488,15 @@ IQ4CODEBOOK(g2iq4nl<>)
 	NLDP(s, R9, Y2) \
 	NLDP(s, R10, Y3)
 
-// NLFM: the float update of the running sums at (AX) from acc; Y8 scratch.
-#define NLFM(ar, acc) \
-	VBROADCASTSS (ar), Y8 \
-	VMULPS Y8, Y12, Y8 \
-	VCVTDQ2PS acc, acc \
-	VMULPS acc, Y8, Y8 \
-	VADDPS (AX), Y8, Y8 \
-	VMOVUPS Y8, (AX)
+// NLF: SUMMEM from the activation row's d at 0(ar).
+#define NLF(ar, acc, unused) SUMMEM(ar, acc)
 
 // func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
 TEXT ·gemmIQ4NLA4(SB), NOSPLIT, $0-72
 	SETUPB4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VBROADCASTI128 g2iq4nl<>(SB), Y10
-	MOVQ out+56(FP), AX
-	VMOVUPS Y4, (AX)
-	ADDQ ostride+64(FP), AX
-	VMOVUPS Y4, (AX)
-	ADDQ ostride+64(FP), AX
-	VMOVUPS Y4, (AX)
-	ADDQ ostride+64(FP), AX
-	VMOVUPS Y4, (AX)
+	ZEROOUT4(Y4)
 	TESTQ CX, CX
 	JZ    nla4done
 nla4loop:
@@ -538,14 +506,7 @@ nla4loop:
 	NLS4(2)
 	NLS4(3)
 	VCVTPH2PS (SI)(BX*2), Y12
-	MOVQ out+56(FP), AX
-	NLFM(DX, Y0)
-	ADDQ ostride+64(FP), AX
-	NLFM(R11, Y1)
-	ADDQ ostride+64(FP), AX
-	NLFM(R12, Y2)
-	ADDQ ostride+64(FP), AX
-	NLFM(R13, Y3)
+	EACHAUX4(NLF)
 	NEXTB4(288)
 	DECQ CX
 	JNZ  nla4loop
@@ -666,7 +627,7 @@ nla1done:
 TEXT ·gemmQ41A4(SB), NOSPLIT, $0-56
 	SETUPM4
 	VPBROADCASTD g2x0f<>(SB), Y15
-	ZEROOUT4(Y4)
+	ZEROOUTM4(Y4)
 	TESTQ CX, CX
 	JZ    q41a4done
 q41a4loop:
@@ -708,7 +669,7 @@ TEXT ·gemmQ51A4(SB), NOSPLIT, $0-56
 	SETUPM4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VPBROADCASTD g2x10<>(SB), Y14
-	ZEROOUT4(Y4)
+	ZEROOUTM4(Y4)
 	TESTQ CX, CX
 	JZ    q51a4done
 q51a4loop:

@@ -38,15 +38,7 @@ GLOBL k2q30<>(SB), RODATA, $4
 #define SETUPA4 \
 	ARGS4 \
 	VPBROADCASTD k2q0f<>(SB), Y15 \
-	VXORPS Y8, Y8, Y8 \
-	MOVQ out+56(FP), AX \
-	VMOVUPS Y8, (AX) \
-	ADDQ ostride+64(FP), AX \
-	VMOVUPS Y8, (AX) \
-	ADDQ ostride+64(FP), AX \
-	VMOVUPS Y8, (AX) \
-	ADDQ ostride+64(FP), AX \
-	VMOVUPS Y8, (AX)
+	ZEROOUT4(Y8)
 
 #define NEXTA4(wb) \
 	ADDQ $wb, SI \
@@ -216,14 +208,7 @@ q4ka4loop:
 	Q4KMIN4(3)
 	VCVTPH2PS (SI)(BX*2), Y12
 	VCVTPH2PS 32(SI)(BX*2), Y13
-	MOVQ out+56(FP), AX
-	Q4KF(DI, Y0, Y4)
-	ADDQ ostride+64(FP), AX
-	Q4KF(R8, Y1, Y5)
-	ADDQ ostride+64(FP), AX
-	Q4KF(R9, Y2, Y6)
-	ADDQ ostride+64(FP), AX
-	Q4KF(R10, Y3, Y7)
+	EACH4(Q4KF)
 	NEXTA4(2496)
 	DECQ CX
 	JNZ  q4ka4loop
@@ -497,14 +482,7 @@ q6ka4loop:
 	Q6KOFF4(6)
 	Q6KOFF4(7)
 	VCVTPH2PS (SI)(BX*2), Y12
-	MOVQ out+56(FP), AX
-	Q6KF(DI, Y0, Y4)
-	ADDQ ostride+64(FP), AX
-	Q6KF(R8, Y1, Y5)
-	ADDQ ostride+64(FP), AX
-	Q6KF(R9, Y2, Y6)
-	ADDQ ostride+64(FP), AX
-	Q6KF(R10, Y3, Y7)
+	EACH4(Q6KF)
 	NEXTA4(3360)
 	DECQ CX
 	JNZ  q6ka4loop
@@ -643,15 +621,8 @@ IQ4CODEBOOK(k2iq4nl<>)
 	XSSLICE4(ib, 2) \
 	XSSLICE4(ib, 3)
 
-// XSFM: the float update of the running sums at (AX): += (Y12 * d_x) *
-// float(acc), d_x the f32 at 0(xr); Y8 scratch.
-#define XSFM(xr, acc) \
-	VBROADCASTSS (xr), Y8 \
-	VMULPS Y8, Y12, Y8 \
-	VCVTDQ2PS acc, acc \
-	VMULPS acc, Y8, Y8 \
-	VADDPS (AX), Y8, Y8 \
-	VMOVUPS Y8, (AX)
+// XSF: the float update of one activation row: SUMMEM from its d at 0(xr).
+#define XSF(xr, acc, unused) SUMMEM(xr, acc)
 
 // func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
 TEXT ·gemmIQ4XSA4(SB), NOSPLIT, $0-72
@@ -670,14 +641,7 @@ xsa4loop:
 	XSSUB4(6)
 	XSSUB4(7)
 	VCVTPH2PS (SI)(BX*2), Y12
-	MOVQ out+56(FP), AX
-	XSFM(DI, Y0)
-	ADDQ ostride+64(FP), AX
-	XSFM(R8, Y1)
-	ADDQ ostride+64(FP), AX
-	XSFM(R9, Y2)
-	ADDQ ostride+64(FP), AX
-	XSFM(R10, Y3)
+	EACH4(XSF)
 	NEXTA4(2208)
 	DECQ CX
 	JNZ  xsa4loop
@@ -881,14 +845,7 @@ q2ka4loop:
 	Q2MIN4(7)
 	VCVTPH2PS (SI)(BX*2), Y12
 	VCVTPH2PS 32(SI)(BX*2), Y13
-	MOVQ out+56(FP), AX
-	Q2F4(DI, Y0, Y4)
-	ADDQ ostride+64(FP), AX
-	Q2F4(R8, Y1, Y5)
-	ADDQ ostride+64(FP), AX
-	Q2F4(R9, Y2, Y6)
-	ADDQ ostride+64(FP), AX
-	Q2F4(R10, Y3, Y7)
+	EACH4(Q2F4)
 	NEXTA4(1344)
 	DECQ CX
 	JNZ  q2ka4loop
