@@ -6,15 +6,7 @@
 // weights, CX the blocks, DI/R8/R9/R10 the activation rows, DX/R11/R12/R13
 // their side data.
 #define ARGS4 \
-	MOVQ w+0(FP), SI \
-	MOVQ half+8(FP), BX \
-	SHLQ $3, BX \
-	MOVQ nb+16(FP), CX \
-	MOVQ x+24(FP), DI \
-	MOVQ xstride+32(FP), AX \
-	LEAQ (DI)(AX*1), R8 \
-	LEAQ (R8)(AX*1), R9 \
-	LEAQ (R9)(AX*1), R10 \
+	ARGSX4 \
 	MOVQ aux+40(FP), DX \
 	MOVQ auxstride+48(FP), AX \
 	LEAQ (DX)(AX*1), R11 \
@@ -68,6 +60,19 @@
 	VMULPS acc, Y8, Y8 \
 	VADDPS (AX), Y8, Y8 \
 	VMOVUPS Y8, (AX)
+
+// ARGSX4 is the part of ARGS4 before the side data (w, half, nb, x,
+// xstride): SI, BX, CX, DI/R8/R9/R10.
+#define ARGSX4 \
+	MOVQ w+0(FP), SI \
+	MOVQ half+8(FP), BX \
+	SHLQ $3, BX \
+	MOVQ nb+16(FP), CX \
+	MOVQ x+24(FP), DI \
+	MOVQ xstride+32(FP), AX \
+	LEAQ (DI)(AX*1), R8 \
+	LEAQ (R8)(AX*1), R9 \
+	LEAQ (R9)(AX*1), R10
 
 // NIBBLES5: the 32 bytes at addr as 8 rows' five-bit quants of one slice s
 // (0..3): low nibbles or-ed with bit s of the fifth-bit plane in yh into Y4,

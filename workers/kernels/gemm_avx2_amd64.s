@@ -50,15 +50,7 @@ GLOBL g2x10<>(SB), RODATA, $4
 // SETUPM4: SETUPB4 without side data: SI weights, BX 8*half, CX blocks,
 // DI/R8/R9/R10 activation rows; Y13 = 1 in every int16.
 #define SETUPM4 \
-	MOVQ w+0(FP), SI \
-	MOVQ half+8(FP), BX \
-	SHLQ $3, BX \
-	MOVQ nb+16(FP), CX \
-	MOVQ x+24(FP), DI \
-	MOVQ xstride+32(FP), AX \
-	LEAQ (DI)(AX*1), R8 \
-	LEAQ (R8)(AX*1), R9 \
-	LEAQ (R9)(AX*1), R10 \
+	ARGSX4 \
 	VPBROADCASTD g2one<>(SB), Y13
 
 // ZEROOUTM4: ZEROOUT4 for the kernels without side data (out and ostride

@@ -458,7 +458,7 @@ func (j *matJob) groups(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 || typ == gguf.TypeIQ4_NL || typ == gguf.TypeQ4_1 || typ == gguf.TypeQ5_1 {
+		if j.p == pathAVX2 || avx2Packed(typ) {
 			j.group2(w, i, pf, g)
 			continue
 		}
@@ -528,7 +528,7 @@ func (j *matJob) groupsK(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 || j.m.Type == gguf.TypeIQ4_XS || j.m.Type == gguf.TypeQ2_K {
+		if j.p == pathAVX2 || avx2Packed(j.m.Type) {
 			j.groupK2(w, i, pf, g)
 			continue
 		}

@@ -61,6 +61,17 @@ func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
 
+// avx2Packed says whether type t's packed kernels are the AVX2 ones on every
+// vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
+// Q5_0, Q4_K and Q6_K.
+func avx2Packed(t gguf.Type) bool {
+	switch t {
+	case gguf.TypeIQ4_NL, gguf.TypeIQ4_XS, gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K:
+		return true
+	}
+	return false
+}
+
 // packBlock returns the bytes one packed group takes per 32-element block, or
 // 0 when the type has no packed kernel.
 func packBlock(t gguf.Type) int {
