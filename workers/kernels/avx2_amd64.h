@@ -77,18 +77,21 @@
 // NIBBLES5: the 32 bytes at addr as 8 rows' five-bit quants of one slice s
 // (0..3): low nibbles or-ed with bit s of the fifth-bit plane in yh into Y4,
 // high nibbles with bit 4+s into Y5 (each moved to bit 4). Y15 holds 0x0f
-// bytes, Y14 0x10 bytes; yt is scratch.
-#define NIBBLES5(s, addr, yh, yt) \
-	VMOVDQU addr, Y4 \
-	VPSRLW $4, Y4, Y5 \
-	VPAND Y15, Y4, Y4 \
-	VPAND Y15, Y5, Y5 \
+// bytes, Y14 0x10 bytes; yt is scratch. NIBBLES5R is NIBBLES5 into ylo and
+// yhi.
+#define NIBBLES5(s, addr, yh, yt) NIBBLES5R(s, addr, yh, Y4, Y5, yt)
+
+#define NIBBLES5R(s, addr, yh, ylo, yhi, yt) \
+	VMOVDQU addr, ylo \
+	VPSRLW $4, ylo, yhi \
+	VPAND Y15, ylo, ylo \
+	VPAND Y15, yhi, yhi \
 	VPSLLW $(4-s), yh, yt \
 	VPAND Y14, yt, yt \
-	VPOR yt, Y4, Y4 \
+	VPOR yt, ylo, ylo \
 	VPSRLW $s, yh, yt \
 	VPAND Y14, yt, yt \
-	VPOR yt, Y5, Y5
+	VPOR yt, yhi, yhi
 
 // IQ4LEVELS: the 32 bytes at addr as 8 rows' IQ4 nibbles, looked up in the
 // codebook (Y10, both lanes): low elements' levels in Y4 (|level| in Y5),

@@ -970,3 +970,311 @@ q2ka1done:
 	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET
+
+// ---- Q5_K (3008 bytes per group and super-block: 16 f16 d at 0, 16 f16
+// dmin at 32, the sub-block scales [sub][row] at 64 and the mins as int16
+// pairs [pair][row][2] at 192, as Q4_K's; then per 64-element chunk k at
+// 448+640k, 8 slices of 4 bytes per row, slice s holding the chunk's quant
+// bytes s, s+8, s+16, s+24 (low nibbles: lane s of sub-block 2k, high
+// nibbles: lane s of 2k+1), and at 448+640k+512 two 64-byte planes of fifth
+// bits, slice s's in plane s/4 at Q5_0's bits s%4 and 4+s%4).
+//
+// GGML's generic Q5_K kernel sums in eight float lanes (lane l: the elements
+// l mod 8) across super-blocks and adds them up only at the end (dotQ5KGo).
+// These kernels keep that order: the activations come lane-ordered
+// (laneOrder: lane s of a sub-block is its 4 bytes at 4s), so each dword
+// product is one lane's; for each lane in turn they sum its integers over the
+// super-block (exact), then update its float sums, which live on the stack;
+// the running sums of -dmin*msum live in out (A4) or a register (A1).
+
+#define PFQ5K 3008
+
+DATA k2q10<>+0(SB)/4, $0x10101010
+GLOBL k2q10<>(SB), RODATA, $4
+
+// Q5KSC: 8 byte scales at src as int16 pairs (s, s) per row, stored at dst.
+#define Q5KSC(src, dst) \
+	VMOVQ src, X8 \
+	VPUNPCKLBW X8, X8, X8 \
+	VPMOVZXBW X8, Y8 \
+	VMOVDQU Y8, dst
+
+// Q5KLF: the float lane sums at off(SP) += dd * float(acc).
+#define Q5KLF(acc, dd, off) \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, dd, acc \
+	VADDPS off(SP), acc, acc \
+	VMOVUPS acc, off(SP)
+
+// Stack of the A4 kernel: the half's sub-block scales as Q5KSC pairs at
+// 32*sub, and activation row r's float lane sums at 256+256r (lane s at
+// +32s).
+#define Q5KA4FRAME 1280
+
+// Q5KDP4: lane s of chunk k (Y4: sub-block 2k, Y5: 2k+1) times activation
+// row xr's lane s of both sub-blocks, scaled, into acc.
+#define Q5KDP4(xr, acc, k, s) \
+	VPBROADCASTD (4+64*k+4*s)(xr), Y8 \
+	VPMADDUBSW Y8, Y4, Y8 \
+	VPMADDWD (64*k)(SP), Y8, Y8 \
+	VPADDD Y8, acc, acc \
+	VPBROADCASTD (36+64*k+4*s)(xr), Y9 \
+	VPMADDUBSW Y9, Y5, Y9 \
+	VPMADDWD (64*k+32)(SP), Y9, Y9 \
+	VPADDD Y9, acc, acc
+
+#define Q5KL4(k, s) \
+	VMOVDQU (448+640*k+512+64*(s/4))(SI)(BX*4), Y6 \
+	NIBBLES5R((s%4), (448+640*k+64*s)(SI)(BX*4), Y6, Y4, Y5, Y7) \
+	Q5KDP4(DI, Y0, k, s) \
+	Q5KDP4(R8, Y1, k, s) \
+	Q5KDP4(R9, Y2, k, s) \
+	Q5KDP4(R10, Y3, k, s)
+
+// Q5KLANE4: lane s over the super-block for the 4 activation rows, d*dx of
+// each in Y10..Y13.
+#define Q5KLANE4(s) \
+	ZERO4(Y0, Y1, Y2, Y3) \
+	Q5KL4(0, s) \
+	Q5KL4(1, s) \
+	Q5KL4(2, s) \
+	Q5KL4(3, s) \
+	Q5KLF(Y0, Y10, (256+32*s)) \
+	Q5KLF(Y1, Y11, (512+32*s)) \
+	Q5KLF(Y2, Y12, (768+32*s)) \
+	Q5KLF(Y3, Y13, (1024+32*s))
+
+// Q5KMINF: the running sums at (AX) -= (dmin * d_x) * float(ym), dmin in
+// Y13, d_x the f32 at (xr).
+#define Q5KMINF(xr, yi, ym) \
+	VBROADCASTSS (xr), Y8 \
+	VMULPS Y8, Y13, Y8 \
+	VCVTDQ2PS ym, ym \
+	VMULPS ym, Y8, Y8 \
+	VMOVUPS (AX), Y9 \
+	VSUBPS Y8, Y9, Y9 \
+	VMOVUPS Y9, (AX)
+
+// Q5KFIN: the sums at (AX) += the 8 float lane sums at off(SP), lane 0 first.
+#define Q5KFIN(off) \
+	VMOVUPS (AX), Y0 \
+	VADDPS (off)(SP), Y0, Y0 \
+	VADDPS (off+32)(SP), Y0, Y0 \
+	VADDPS (off+64)(SP), Y0, Y0 \
+	VADDPS (off+96)(SP), Y0, Y0 \
+	VADDPS (off+128)(SP), Y0, Y0 \
+	VADDPS (off+160)(SP), Y0, Y0 \
+	VADDPS (off+192)(SP), Y0, Y0 \
+	VADDPS (off+224)(SP), Y0, Y0 \
+	VMOVUPS Y0, (AX)
+
+// func gemmQ5KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmQ5KA4(SB), $1280-72
+	SETUPA4
+	VPBROADCASTD k2q10<>(SB), Y14
+	VXORPS Y0, Y0, Y0
+	MOVQ   $256, AX
+q5ka4zero:
+	VMOVUPS Y0, (SP)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, $Q5KA4FRAME
+	JB      q5ka4zero
+	TESTQ CX, CX
+	JZ    q5ka4done
+q5ka4loop:
+	Q5KSC(64(SI)(BX*1), 0(SP))
+	Q5KSC(80(SI)(BX*1), 32(SP))
+	Q5KSC(96(SI)(BX*1), 64(SP))
+	Q5KSC(112(SI)(BX*1), 96(SP))
+	Q5KSC(128(SI)(BX*1), 128(SP))
+	Q5KSC(144(SI)(BX*1), 160(SP))
+	Q5KSC(160(SI)(BX*1), 192(SP))
+	Q5KSC(176(SI)(BX*1), 224(SP))
+	ZERO4(Y4, Y5, Y6, Y7)
+	Q4KMIN4(0)
+	Q4KMIN4(1)
+	Q4KMIN4(2)
+	Q4KMIN4(3)
+	VCVTPH2PS 32(SI)(BX*2), Y13
+	EACH4(Q5KMINF)
+	VCVTPH2PS (SI)(BX*2), Y13
+	VBROADCASTSS (DI), Y10
+	VMULPS Y10, Y13, Y10
+	VBROADCASTSS (R8), Y11
+	VMULPS Y11, Y13, Y11
+	VBROADCASTSS (R9), Y12
+	VMULPS Y12, Y13, Y12
+	VBROADCASTSS (R10), Y9
+	VMULPS Y9, Y13, Y13
+	Q5KLANE4(0)
+	Q5KLANE4(1)
+	Q5KLANE4(2)
+	Q5KLANE4(3)
+	Q5KLANE4(4)
+	Q5KLANE4(5)
+	Q5KLANE4(6)
+	Q5KLANE4(7)
+	NEXTA4(3008)
+	DECQ CX
+	JNZ  q5ka4loop
+q5ka4done:
+	MOVQ out+56(FP), AX
+	Q5KFIN(256)
+	ADDQ ostride+64(FP), AX
+	Q5KFIN(512)
+	ADDQ ostride+64(FP), AX
+	Q5KFIN(768)
+	ADDQ ostride+64(FP), AX
+	Q5KFIN(1024)
+	VZEROUPPER
+	RET
+
+// Stack of the A1 kernel: sub-block sub's scales as Q5KSC pairs at 64*sub
+// (half h at +32h), the float lane sums at 512+64s (half h at +32h).
+#define Q5KA1FRAME 1024
+
+// Q5KL1: lane s of chunk k for both halves against the one activation row,
+// into Y0 (rows 0..7) and Y1 (rows 8..15).
+#define Q5KL1(k, s) \
+	PREFETCHT0 (PFQ5K+448+640*k+64*s)(SI) \
+	VMOVDQU (448+640*k+512+64*(s/4))(SI), Y6 \
+	VMOVDQU (448+640*k+512+64*(s/4)+32)(SI), Y7 \
+	NIBBLES5R((s%4), (448+640*k+64*s)(SI), Y6, Y4, Y5, Y8) \
+	NIBBLES5R((s%4), (448+640*k+64*s+32)(SI), Y7, Y2, Y3, Y8) \
+	VPBROADCASTD (4+64*k+4*s)(DI), Y9 \
+	VPMADDUBSW Y9, Y4, Y4 \
+	VPMADDWD (128*k)(SP), Y4, Y4 \
+	VPADDD Y4, Y0, Y0 \
+	VPMADDUBSW Y9, Y2, Y2 \
+	VPMADDWD (128*k+32)(SP), Y2, Y2 \
+	VPADDD Y2, Y1, Y1 \
+	VPBROADCASTD (36+64*k+4*s)(DI), Y9 \
+	VPMADDUBSW Y9, Y5, Y5 \
+	VPMADDWD (128*k+64)(SP), Y5, Y5 \
+	VPADDD Y5, Y0, Y0 \
+	VPMADDUBSW Y9, Y3, Y3 \
+	VPMADDWD (128*k+96)(SP), Y3, Y3 \
+	VPADDD Y3, Y1, Y1
+
+// Q5KLANE1: lane s over the super-block, d*dx of each half in Y12, Y13.
+#define Q5KLANE1(s) \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+	Q5KL1(0, s) \
+	Q5KL1(1, s) \
+	Q5KL1(2, s) \
+	Q5KL1(3, s) \
+	Q5KLF(Y0, Y12, (512+64*s)) \
+	Q5KLF(Y1, Y13, (544+64*s))
+
+// Q5KSC16: sub-block sub's scales of both halves onto the stack.
+#define Q5KSC16(sub) \
+	Q5KSC((64+16*sub)(SI), (64*sub)(SP)) \
+	Q5KSC((72+16*sub)(SI), (64*sub+32)(SP))
+
+// Q5KMIN16: mins pair p of both halves times the activation row's pair, into
+// Y4, Y5.
+#define Q5KMIN16(p) \
+	VPBROADCASTD (16+4*p)(DX), Y9 \
+	VPMADDWD (192+64*p)(SI), Y9, Y8 \
+	VPADDD Y8, Y4, Y4 \
+	VPMADDWD (224+64*p)(SI), Y9, Y2 \
+	VPADDD Y2, Y5, Y5
+
+// Q5KFIN1: ya += the float lane sums of half h, lane 0 first.
+#define Q5KFIN1(ya, h) \
+	VADDPS (512+32*h)(SP), ya, ya \
+	VADDPS (576+32*h)(SP), ya, ya \
+	VADDPS (640+32*h)(SP), ya, ya \
+	VADDPS (704+32*h)(SP), ya, ya \
+	VADDPS (768+32*h)(SP), ya, ya \
+	VADDPS (832+32*h)(SP), ya, ya \
+	VADDPS (896+32*h)(SP), ya, ya \
+	VADDPS (960+32*h)(SP), ya, ya
+
+// func gemmQ5KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+// A whole group against one activation row; the running sums of -dmin*msum
+// in Y10 (rows 0..7) and Y11 (rows 8..15).
+TEXT ·gemmQ5KA1(SB), $1024-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD k2q0f<>(SB), Y15
+	VPBROADCASTD k2q10<>(SB), Y14
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   $512, AX
+q5ka1zero:
+	VMOVUPS Y10, (SP)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, $Q5KA1FRAME
+	JB      q5ka1zero
+	TESTQ CX, CX
+	JZ    q5ka1done
+q5ka1loop:
+	PREFETCHT0 (PFQ5K)(SI)
+	PREFETCHT0 (PFQ5K+64)(SI)
+	PREFETCHT0 (PFQ5K+128)(SI)
+	PREFETCHT0 (PFQ5K+192)(SI)
+	PREFETCHT0 (PFQ5K+256)(SI)
+	PREFETCHT0 (PFQ5K+320)(SI)
+	PREFETCHT0 (PFQ5K+384)(SI)
+	PREFETCHT0 (PFQ5K+960)(SI)
+	PREFETCHT0 (PFQ5K+1024)(SI)
+	PREFETCHT0 (PFQ5K+1600)(SI)
+	PREFETCHT0 (PFQ5K+1664)(SI)
+	PREFETCHT0 (PFQ5K+2240)(SI)
+	PREFETCHT0 (PFQ5K+2304)(SI)
+	PREFETCHT0 (PFQ5K+2880)(SI)
+	PREFETCHT0 (PFQ5K+2944)(SI)
+	Q5KSC16(0)
+	Q5KSC16(1)
+	Q5KSC16(2)
+	Q5KSC16(3)
+	Q5KSC16(4)
+	Q5KSC16(5)
+	Q5KSC16(6)
+	Q5KSC16(7)
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	Q5KMIN16(0)
+	Q5KMIN16(1)
+	Q5KMIN16(2)
+	Q5KMIN16(3)
+	VBROADCASTSS (DI), Y9
+	VCVTPH2PS 32(SI), Y8
+	VMULPS Y9, Y8, Y8
+	VCVTDQ2PS Y4, Y4
+	VMULPS Y4, Y8, Y8
+	VSUBPS Y8, Y10, Y10
+	VCVTPH2PS 48(SI), Y8
+	VMULPS Y9, Y8, Y8
+	VCVTDQ2PS Y5, Y5
+	VMULPS Y5, Y8, Y8
+	VSUBPS Y8, Y11, Y11
+	VCVTPH2PS (SI), Y12
+	VMULPS Y9, Y12, Y12
+	VCVTPH2PS 16(SI), Y13
+	VMULPS Y9, Y13, Y13
+	Q5KLANE1(0)
+	Q5KLANE1(1)
+	Q5KLANE1(2)
+	Q5KLANE1(3)
+	Q5KLANE1(4)
+	Q5KLANE1(5)
+	Q5KLANE1(6)
+	Q5KLANE1(7)
+	ADDQ $3008, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q5ka1loop
+q5ka1done:
+	Q5KFIN1(Y10, 0)
+	Q5KFIN1(Y11, 1)
+	MOVQ out+32(FP), AX
+	VMOVUPS Y10, (AX)
+	VMOVUPS Y11, 32(AX)
+	VZEROUPPER
+	RET

@@ -191,6 +191,9 @@ func (j *matJob) prepRows(lo, hi int) {
 			if j.packed() {
 				for b := range xk {
 					j.xka[r*c/256+b].fill(&xk[b])
+					if j.m.Type == gguf.TypeQ5_K {
+						laneOrder(&xk[b])
+					}
 				}
 			}
 		}
@@ -649,6 +652,8 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 				gemmQ6KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			case gguf.TypeQ2_K:
 				gemmQ2KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+			case gguf.TypeQ5_K:
+				gemmQ5KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			default:
 				gemmIQ4XSA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			}
@@ -663,6 +668,8 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 			gemmQ6KA1(w, nb, x, a, o)
 		case gguf.TypeQ2_K:
 			gemmQ2KA1(w, nb, x, a, o)
+		case gguf.TypeQ5_K:
+			gemmQ5KA1(w, nb, x, a, o)
 		default:
 			gemmIQ4XSA1(w, nb, x, a, o)
 		}

@@ -44,6 +44,13 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     scales as bytes [sub][row], then per 32-element sub-block Q4_0's 4
 //     slices of nibbles (AVX2 kernels only; the AVX-512 path runs them too).
 //
+//   - Q5_K (per super-block, 3008 bytes): Q4_K's d, dmin, scales and mins,
+//     then per 64-element chunk k 8 slices of the row's quant bytes s, s+8,
+//     s+16, s+24 (lane s of sub-blocks 2k and 2k+1, as GGML's generic kernel
+//     sums them in float lane s) and two planes of their fifth bits in
+//     Q5_0's order; the activations are put in the same lane order
+//     (laneOrder). AVX2 kernels only; the AVX-512 path runs them too.
+//
 //   - Q6_K (3360 bytes): 16 f16 d, the 16 signed scales [sub][row], then per
 //     16-element sub-block 192 bytes: two nibble planes (slices 0|1<<4 and
 //     2|3<<4, 4 elements a slice) and one plane of the top 2 bits, slice k's at
@@ -55,8 +62,8 @@ const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
 // Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1, Q5_1 and
-// Q2_K on both with the AVX2 kernels.
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1, Q5_1, Q2_K
+// and Q5_K on both with the AVX2 kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
@@ -66,7 +73,7 @@ func packs(p path, t gguf.Type) bool {
 // Q5_0, Q4_K and Q6_K.
 func avx2Packed(t gguf.Type) bool {
 	switch t {
-	case gguf.TypeIQ4_NL, gguf.TypeIQ4_XS, gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K:
+	case gguf.TypeIQ4_NL, gguf.TypeIQ4_XS, gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ5_K:
 		return true
 	}
 	return false
@@ -94,6 +101,8 @@ func packBlock(t gguf.Type) int {
 		return 2*packRows + 8*packRows + 128*packRows
 	case gguf.TypeQ2_K:
 		return 4*packRows + 16*packRows + 64*packRows
+	case gguf.TypeQ5_K:
+		return 4*packRows + 8*packRows + 16*packRows + 4*40*packRows
 	}
 	return 0
 }
@@ -125,6 +134,9 @@ func repack(m Matrix) []byte {
 		return out
 	case gguf.TypeQ2_K:
 		repackQ2K(out, m, nb, bb)
+		return out
+	case gguf.TypeQ5_K:
+		repackQ5K(out, m, nb, bb)
 		return out
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		repackQx1(out, m, nb, bb)
@@ -315,5 +327,55 @@ func repackQ2K(out []byte, m Matrix, nb, bb int) {
 				}
 			}
 		}
+	}
+}
+
+// repackQ5K fills out with m's Q5_K rows in the packed layout: slice s of
+// chunk k holds the row's quant bytes s, s+8, s+16, s+24 of that chunk, whose
+// low nibbles are lane s of sub-block 2k and high nibbles lane s of 2k+1.
+func repackQ5K(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*q5KBlock:][:q5KBlock]
+				copy(o[2*i:][:2], blk[0:2])
+				copy(o[32+2*i:][:2], blk[2:4])
+				for sub := range 8 {
+					sc, mn := q4KScaleMin(sub, blk[4:16])
+					o[64+sub*packRows+i] = sc
+					o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
+				}
+				qh, qs := blk[16:48], blk[48:176]
+				for k := range 4 {
+					p := o[448+640*k:][:640]
+					for s := range 8 {
+						for c := range 4 {
+							l := s + 8*c
+							p[64*s+4*i+c] = qs[32*k+l]
+							lo, hi := qh[l]>>(2*k)&1, qh[l]>>(2*k+1)&1
+							p[512+64*(s/4)+4*i+c] |= lo<<(s%4) | hi<<(4+s%4)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// laneOrder reorders each 32-element sub-block of Q8_K activations for the
+// packed Q5_K kernels: position 4s+c takes element s+8c, so the 4 bytes at 4s
+// are lane s's (the elements GGML's generic kernels sum in float lane s).
+func laneOrder(x *q8K) {
+	for sub := range 8 {
+		q := x.qs[32*sub : 32*sub+32]
+		var t [32]int8
+		for s := range 8 {
+			for c := range 4 {
+				t[4*s+c] = q[s+8*c]
+			}
+		}
+		copy(q, t[:])
 	}
 }
