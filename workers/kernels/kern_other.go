@@ -84,6 +84,10 @@ func gemmQ5KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintp
 	panic("kernels: no asm")
 }
 func gemmQ5KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ3KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmQ3KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

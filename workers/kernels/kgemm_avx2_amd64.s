@@ -1278,3 +1278,231 @@ q5ka1done:
 	VMOVUPS Y11, 32(AX)
 	VZEROUPPER
 	RET
+
+// ---- Q3_K (1824 bytes per group and super-block: 16 f16 d at 0; the
+// signed scales of sub-blocks 2c and 2c+1 as byte pairs [c][row][2] at
+// 32+32c, c a 32-element chunk; per lane s at 288+64s the row's hmask bytes
+// s, s+8, s+16, s+24, inverted (bit c set: the element of chunk c is 4 below
+// its two low bits); per half h (chunks 4h..4h+3) and lane s at 800+512h+64s
+// the row's quant bytes 32h+s, +8, +16, +24, chunk 4h+j in bits 2j). The
+// activations come in Q5_K's lane order and the arithmetic is Q5_K's lanes
+// without the mins: GGML's generic kernel (dotQ3KGo). The values -4..3 are
+// signed, so they take GGML's sign trick: VPABSB of the weight, VPSIGNB of
+// the activation (|x| <= 127 for Q8_K).
+
+#define PFQ3K 1824
+
+DATA k2q04<>+0(SB)/4, $0x04040404
+GLOBL k2q04<>(SB), RODATA, $4
+
+// Q3KSC: 8 rows' scale pairs at src as int16 pairs, stored at dst.
+#define Q3KSC(src, dst) \
+	VPMOVSXBW src, Y8 \
+	VMOVDQU Y8, dst
+
+// Q3KV: chunk 4h+j's values for 8 rows (their lane's 4 each): the two low
+// bits (yw >> 2j) & 3, minus 4 where the inverted hmask bit, moved to bit 2
+// by `sh $n` on yh, is set; into yv, |yv| into ya; yt is scratch. Y15 holds
+// 0x03 bytes, Y14 0x04.
+#define Q3KV(j, sh, n, yw, yh, yv, ya, yt) \
+	VPSRLW $(2*j), yw, yv \
+	VPAND Y15, yv, yv \
+	sh $n, yh, yt \
+	VPAND Y14, yt, yt \
+	VPSUBB yt, yv, yv \
+	VPABSB yv, ya
+
+// Q3KDP4: chunk c's values (Y4, |Y4| in Y5) times activation row xr's lane
+// s of the chunk, scaled, into acc.
+#define Q3KDP4(xr, acc, c, s) \
+	VPBROADCASTD (4+32*c+4*s)(xr), Y8 \
+	VPSIGNB Y4, Y8, Y8 \
+	VPMADDUBSW Y8, Y5, Y8 \
+	VPMADDWD (32*c)(SP), Y8, Y8 \
+	VPADDD Y8, acc, acc
+
+#define Q3KC4(j, c, sh, n, s) \
+	Q3KV(j, sh, n, Y7, Y6, Y4, Y5, Y9) \
+	Q3KDP4(DI, Y0, c, s) \
+	Q3KDP4(R8, Y1, c, s) \
+	Q3KDP4(R9, Y2, c, s) \
+	Q3KDP4(R10, Y3, c, s)
+
+// Q3KLANE4: lane s over the super-block for the 4 activation rows, d*dx of
+// each in Y10..Y13; the float lane sums as Q5_K's A4 kernel keeps them.
+#define Q3KLANE4(s) \
+	ZERO4(Y0, Y1, Y2, Y3) \
+	VMOVDQU (288+64*s)(SI)(BX*4), Y6 \
+	VMOVDQU (800+64*s)(SI)(BX*4), Y7 \
+	Q3KC4(0, 0, VPSLLW, 2, s) \
+	Q3KC4(1, 1, VPSLLW, 1, s) \
+	Q3KC4(2, 2, VPSRLW, 0, s) \
+	Q3KC4(3, 3, VPSRLW, 1, s) \
+	VMOVDQU (1312+64*s)(SI)(BX*4), Y7 \
+	Q3KC4(0, 4, VPSRLW, 2, s) \
+	Q3KC4(1, 5, VPSRLW, 3, s) \
+	Q3KC4(2, 6, VPSRLW, 4, s) \
+	Q3KC4(3, 7, VPSRLW, 5, s) \
+	Q5KLF(Y0, Y10, (256+32*s)) \
+	Q5KLF(Y1, Y11, (512+32*s)) \
+	Q5KLF(Y2, Y12, (768+32*s)) \
+	Q5KLF(Y3, Y13, (1024+32*s))
+
+// func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+// The stack as Q5_K's A4 kernel's, chunk c's scale pairs at 32c.
+TEXT ·gemmQ3KA4(SB), $1280-72
+	SETUPA4
+	VPBROADCASTD k2q03<>(SB), Y15
+	VPBROADCASTD k2q04<>(SB), Y14
+	VXORPS Y0, Y0, Y0
+	MOVQ   $256, AX
+q3ka4zero:
+	VMOVUPS Y0, (SP)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, $1280
+	JB      q3ka4zero
+	TESTQ CX, CX
+	JZ    q3ka4done
+q3ka4loop:
+	Q3KSC(32(SI)(BX*2), 0(SP))
+	Q3KSC(64(SI)(BX*2), 32(SP))
+	Q3KSC(96(SI)(BX*2), 64(SP))
+	Q3KSC(128(SI)(BX*2), 96(SP))
+	Q3KSC(160(SI)(BX*2), 128(SP))
+	Q3KSC(192(SI)(BX*2), 160(SP))
+	Q3KSC(224(SI)(BX*2), 192(SP))
+	Q3KSC(256(SI)(BX*2), 224(SP))
+	VCVTPH2PS (SI)(BX*2), Y13
+	VBROADCASTSS (DI), Y10
+	VMULPS Y10, Y13, Y10
+	VBROADCASTSS (R8), Y11
+	VMULPS Y11, Y13, Y11
+	VBROADCASTSS (R9), Y12
+	VMULPS Y12, Y13, Y12
+	VBROADCASTSS (R10), Y9
+	VMULPS Y9, Y13, Y13
+	Q3KLANE4(0)
+	Q3KLANE4(1)
+	Q3KLANE4(2)
+	Q3KLANE4(3)
+	Q3KLANE4(4)
+	Q3KLANE4(5)
+	Q3KLANE4(6)
+	Q3KLANE4(7)
+	NEXTA4(1824)
+	DECQ CX
+	JNZ  q3ka4loop
+q3ka4done:
+	MOVQ out+56(FP), AX
+	Q5KFIN(256)
+	ADDQ ostride+64(FP), AX
+	Q5KFIN(512)
+	ADDQ ostride+64(FP), AX
+	Q5KFIN(768)
+	ADDQ ostride+64(FP), AX
+	Q5KFIN(1024)
+	VZEROUPPER
+	RET
+
+// Q3KC1: chunk c (= 4h+j) of lane s for both halves (their bits in Y2/Y6
+// and Y3/Y7) against the one activation row, into Y0 and Y1.
+#define Q3KC1(j, c, sh, n, s) \
+	Q3KV(j, sh, n, Y2, Y6, Y4, Y5, Y11) \
+	Q3KV(j, sh, n, Y3, Y7, Y8, Y9, Y11) \
+	VPBROADCASTD (4+32*c+4*s)(DI), Y10 \
+	VPSIGNB Y4, Y10, Y11 \
+	VPMADDUBSW Y11, Y5, Y11 \
+	VPMADDWD (64*c)(SP), Y11, Y11 \
+	VPADDD Y11, Y0, Y0 \
+	VPSIGNB Y8, Y10, Y11 \
+	VPMADDUBSW Y11, Y9, Y11 \
+	VPMADDWD (64*c+32)(SP), Y11, Y11 \
+	VPADDD Y11, Y1, Y1
+
+// Q3KLANE1: lane s over the super-block, d*dx of each half in Y12, Y13.
+#define Q3KLANE1(s) \
+	PREFETCHT0 (PFQ3K+288+64*s)(SI) \
+	PREFETCHT0 (PFQ3K+800+64*s)(SI) \
+	PREFETCHT0 (PFQ3K+1312+64*s)(SI) \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+	VMOVDQU (288+64*s)(SI), Y6 \
+	VMOVDQU (320+64*s)(SI), Y7 \
+	VMOVDQU (800+64*s)(SI), Y2 \
+	VMOVDQU (832+64*s)(SI), Y3 \
+	Q3KC1(0, 0, VPSLLW, 2, s) \
+	Q3KC1(1, 1, VPSLLW, 1, s) \
+	Q3KC1(2, 2, VPSRLW, 0, s) \
+	Q3KC1(3, 3, VPSRLW, 1, s) \
+	VMOVDQU (1312+64*s)(SI), Y2 \
+	VMOVDQU (1344+64*s)(SI), Y3 \
+	Q3KC1(0, 4, VPSRLW, 2, s) \
+	Q3KC1(1, 5, VPSRLW, 3, s) \
+	Q3KC1(2, 6, VPSRLW, 4, s) \
+	Q3KC1(3, 7, VPSRLW, 5, s) \
+	Q5KLF(Y0, Y12, (512+64*s)) \
+	Q5KLF(Y1, Y13, (544+64*s))
+
+// Q3KSC16: chunk c's scale pairs of both halves onto the stack.
+#define Q3KSC16(c) \
+	Q3KSC((32+32*c)(SI), (64*c)(SP)) \
+	Q3KSC((48+32*c)(SI), (64*c+32)(SP))
+
+// func gemmQ3KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+// A whole group against one activation row; the stack as Q5_K's A1 kernel's.
+TEXT ·gemmQ3KA1(SB), $1024-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	VPBROADCASTD k2q03<>(SB), Y15
+	VPBROADCASTD k2q04<>(SB), Y14
+	VXORPS Y10, Y10, Y10
+	MOVQ   $512, AX
+q3ka1zero:
+	VMOVUPS Y10, (SP)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, $1024
+	JB      q3ka1zero
+	TESTQ CX, CX
+	JZ    q3ka1done
+q3ka1loop:
+	PREFETCHT0 (PFQ3K)(SI)
+	PREFETCHT0 (PFQ3K+64)(SI)
+	PREFETCHT0 (PFQ3K+128)(SI)
+	PREFETCHT0 (PFQ3K+192)(SI)
+	PREFETCHT0 (PFQ3K+256)(SI)
+	Q3KSC16(0)
+	Q3KSC16(1)
+	Q3KSC16(2)
+	Q3KSC16(3)
+	Q3KSC16(4)
+	Q3KSC16(5)
+	Q3KSC16(6)
+	Q3KSC16(7)
+	VBROADCASTSS (DI), Y10
+	VCVTPH2PS (SI), Y12
+	VMULPS Y10, Y12, Y12
+	VCVTPH2PS 16(SI), Y13
+	VMULPS Y10, Y13, Y13
+	Q3KLANE1(0)
+	Q3KLANE1(1)
+	Q3KLANE1(2)
+	Q3KLANE1(3)
+	Q3KLANE1(4)
+	Q3KLANE1(5)
+	Q3KLANE1(6)
+	Q3KLANE1(7)
+	ADDQ $1824, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q3ka1loop
+q3ka1done:
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	Q5KFIN1(Y10, 0)
+	Q5KFIN1(Y11, 1)
+	MOVQ out+32(FP), AX
+	VMOVUPS Y10, (AX)
+	VMOVUPS Y11, 32(AX)
+	VZEROUPPER
+	RET

@@ -191,7 +191,7 @@ func (j *matJob) prepRows(lo, hi int) {
 			if j.packed() {
 				for b := range xk {
 					j.xka[r*c/256+b].fill(&xk[b])
-					if j.m.Type == gguf.TypeQ5_K {
+					if j.m.Type == gguf.TypeQ5_K || j.m.Type == gguf.TypeQ3_K {
 						laneOrder(&xk[b])
 					}
 				}
@@ -654,6 +654,8 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 				gemmQ2KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			case gguf.TypeQ5_K:
 				gemmQ5KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+			case gguf.TypeQ3_K:
+				gemmQ3KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			default:
 				gemmIQ4XSA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
 			}
@@ -670,6 +672,8 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 			gemmQ2KA1(w, nb, x, a, o)
 		case gguf.TypeQ5_K:
 			gemmQ5KA1(w, nb, x, a, o)
+		case gguf.TypeQ3_K:
+			gemmQ3KA1(w, nb, x, a, o)
 		default:
 			gemmIQ4XSA1(w, nb, x, a, o)
 		}

@@ -588,7 +588,7 @@ func FuzzMatrix(f *testing.F) {
 }
 
 // TestPackedKernelsExtremes drives the packed kernels of every path the CPU
-// has (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K) with
+// has (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) with
 // extreme weight bytes and activations that quantize to the ends of their
 // range, against the portable kernels bitwise, for 1..9 activation rows.
 func TestPackedKernelsExtremes(t *testing.T) {
@@ -604,7 +604,7 @@ func testPackedExtremes(t *testing.T, kp path) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	const rows = 32
 	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL, gguf.TypeQ4_1, gguf.TypeQ5_1,
-		gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS, gguf.TypeQ2_K} {
+		gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS} {
 		if !packs(kp, typ) {
 			continue
 		}
@@ -636,6 +636,8 @@ func testPackedExtremes(t *testing.T, kp path) {
 						putHalf(data[b*bs+2:], 0.001)
 					case gguf.TypeQ6_K:
 						putHalf(data[b*bs+208:], 0.002)
+					case gguf.TypeQ3_K:
+						putHalf(data[b*bs+108:], 0.002)
 					case gguf.TypeQ2_K:
 						putHalf(data[b*bs+80:], 0.002)
 						putHalf(data[b*bs+82:], 0.001)

@@ -51,6 +51,13 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     Q5_0's order; the activations are put in the same lane order
 //     (laneOrder). AVX2 kernels only; the AVX-512 path runs them too.
 //
+//   - Q3_K (per super-block, 1824 bytes): 16 f16 d, the signed scales of
+//     sub-blocks 2c and 2c+1 as byte pairs [c][row][2] per 32-element chunk
+//     c, then per lane s (Q5_K's order) the row's hmask bytes s, s+8, s+16,
+//     s+24 inverted, then per half (128 elements) per lane its quant bytes
+//     the same way; the activations in Q5_K's lane order. AVX2 kernels
+//     only; the AVX-512 path runs them too.
+//
 //   - Q6_K (3360 bytes): 16 f16 d, the 16 signed scales [sub][row], then per
 //     16-element sub-block 192 bytes: two nibble planes (slices 0|1<<4 and
 //     2|3<<4, 4 elements a slice) and one plane of the top 2 bits, slice k's at
@@ -62,8 +69,8 @@ const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
 // Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1, Q5_1, Q2_K
-// and Q5_K on both with the AVX2 kernels.
+// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_NL, IQ4_XS, Q4_1, Q5_1, Q2_K,
+// Q3_K and Q5_K on both with the AVX2 kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
@@ -73,7 +80,7 @@ func packs(p path, t gguf.Type) bool {
 // Q5_0, Q4_K and Q6_K.
 func avx2Packed(t gguf.Type) bool {
 	switch t {
-	case gguf.TypeIQ4_NL, gguf.TypeIQ4_XS, gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ5_K:
+	case gguf.TypeIQ4_NL, gguf.TypeIQ4_XS, gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
 		return true
 	}
 	return false
@@ -103,6 +110,8 @@ func packBlock(t gguf.Type) int {
 		return 4*packRows + 16*packRows + 64*packRows
 	case gguf.TypeQ5_K:
 		return 4*packRows + 8*packRows + 16*packRows + 4*40*packRows
+	case gguf.TypeQ3_K:
+		return 2*packRows + 16*packRows + 32*packRows + 64*packRows
 	}
 	return 0
 }
@@ -137,6 +146,9 @@ func repack(m Matrix) []byte {
 		return out
 	case gguf.TypeQ5_K:
 		repackQ5K(out, m, nb, bb)
+		return out
+	case gguf.TypeQ3_K:
+		repackQ3K(out, m, nb, bb)
 		return out
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		repackQx1(out, m, nb, bb)
@@ -364,8 +376,37 @@ func repackQ5K(out []byte, m Matrix, nb, bb int) {
 	}
 }
 
+// repackQ3K fills out with m's Q3_K rows in the packed layout: lane s of a
+// half's quant bytes and of the hmask as Q5_K's slices, the hmask inverted.
+func repackQ3K(out []byte, m Matrix, nb, bb int) {
+	rs := m.rowSize()
+	for g := 0; g < m.Rows/packRows; g++ {
+		for b := range nb {
+			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
+			for i := range packRows {
+				blk := m.Data[(g*packRows+i)*rs+b*q3KBlock:][:q3KBlock]
+				copy(o[2*i:][:2], blk[108:110])
+				sc := q3KScales(blk[96:108])
+				for c := range 8 {
+					o[32+32*c+2*i] = byte(int8(sc[2*c]))
+					o[32+32*c+2*i+1] = byte(int8(sc[2*c+1]))
+				}
+				hm, qs := blk[0:32], blk[32:96]
+				for s := range 8 {
+					for c := range 4 {
+						l := s + 8*c
+						o[288+64*s+4*i+c] = ^hm[l]
+						o[800+64*s+4*i+c] = qs[l]
+						o[1312+64*s+4*i+c] = qs[32+l]
+					}
+				}
+			}
+		}
+	}
+}
+
 // laneOrder reorders each 32-element sub-block of Q8_K activations for the
-// packed Q5_K kernels: position 4s+c takes element s+8c, so the 4 bytes at 4s
+// packed Q3_K and Q5_K kernels: position 4s+c takes element s+8c, so the 4 bytes at 4s
 // are lane s's (the elements GGML's generic kernels sum in float lane s).
 func laneOrder(x *q8K) {
 	for sub := range 8 {
