@@ -270,3 +270,48 @@ func TestEvictKeepsData(t *testing.T) {
 		t.Fatal("Evict changed memory-backed data")
 	}
 }
+
+// TestCopyData: CopyData gives a tensor's bytes, or any slice of them, read
+// from the file (a mapped file) or copied (one parsed from memory); Size is
+// the file's; a length mismatch is an error.
+func TestCopyData(t *testing.T) {
+	path := refdatatest.Path(t, "models/quant/llama-tiny-q4_0.gguf")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*File{f, mem} {
+		if g.Size() != int64(len(b)) {
+			t.Fatalf("Size %d, file is %d bytes", g.Size(), len(b))
+		}
+		for _, ti := range g.Tensors {
+			_, data, err := g.Tensor(ti.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Evict(data)
+			for _, part := range [][]byte{data, data[len(data)/3 : len(data)/2]} {
+				dst := make([]byte, len(part))
+				if err := g.CopyData(dst, part); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(dst, part) {
+					t.Fatalf("tensor %s: CopyData differs from the data", ti.Name)
+				}
+			}
+		}
+		_, data, _ := g.Tensor(g.Tensors[0].Name)
+		if err := g.CopyData(make([]byte, len(data)-1), data); err == nil {
+			t.Fatal("CopyData into a shorter buffer did not fail")
+		}
+	}
+}

@@ -88,8 +88,10 @@ type File struct {
 	KV        map[string]Value // metadata by key
 	Tensors   []TensorInfo     // in file order
 	byName    map[string]int
-	data      []byte // the tensor data section
-	mapped    []byte // the whole mapping, nil when parsed from memory
+	data      []byte   // the tensor data section
+	mapped    []byte   // the whole mapping, nil when parsed from memory
+	fd        *os.File // the mapped file, open for CopyData; nil when parsed from memory
+	size      int64    // the image's size, for one parsed from memory
 }
 
 // Open maps the file at path read-only and parses its header. Tensor data is not
@@ -99,7 +101,12 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
-	defer fd.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			fd.Close()
+		}
+	}()
 	st, err := fd.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
@@ -120,7 +127,7 @@ func Open(path string) (*File, error) {
 		_ = syscall.Munmap(m)
 		return nil, fmt.Errorf("%w (%s)", err, path)
 	}
-	f.mapped = m
+	f.mapped, f.fd, ok = m, fd, true
 	return f, nil
 }
 
@@ -145,6 +152,42 @@ func (f *File) Evict(b []byte) {
 	}
 }
 
+// CopyData copies src, a slice of this file's tensor data, into dst (which
+// must be as long), reading the file rather than the mapping: a read through
+// the mapping maps the page, and with the large page-cache folios of current
+// kernels up to 2 MiB around it, into the process's resident set, so rows
+// read now and then (embedding lookups into an evicted tensor) would bring a
+// whole table back one folio at a time. For a file parsed from memory it is
+// copy.
+func (f *File) CopyData(dst, src []byte) error {
+	if len(dst) != len(src) {
+		return fmt.Errorf("gguf: CopyData of %d bytes into %d", len(src), len(dst))
+	}
+	if f.fd == nil || len(src) == 0 {
+		copy(dst, src)
+		return nil
+	}
+	base := uintptr(unsafe.Pointer(&f.mapped[0]))
+	p := uintptr(unsafe.Pointer(&src[0]))
+	if p < base || p+uintptr(len(src)) > base+uintptr(len(f.mapped)) {
+		copy(dst, src)
+		return nil
+	}
+	n, err := f.fd.ReadAt(dst, int64(p-base))
+	if n != len(dst) {
+		return fmt.Errorf("gguf: reading tensor data: %w", err)
+	}
+	return nil
+}
+
+// Size is the file's size in bytes (of the image, for one parsed from memory).
+func (f *File) Size() int64 {
+	if f.mapped != nil {
+		return int64(len(f.mapped))
+	}
+	return f.size
+}
+
 // Close unmaps the file. Tensor data obtained from it must not be used after.
 func (f *File) Close() error {
 	if f.mapped == nil {
@@ -152,6 +195,10 @@ func (f *File) Close() error {
 	}
 	m := f.mapped
 	f.mapped, f.data = nil, nil
+	if f.fd != nil {
+		_ = f.fd.Close()
+		f.fd = nil
+	}
 	return syscall.Munmap(m)
 }
 
@@ -163,7 +210,7 @@ func Parse(b []byte) (*File, error) {
 	if r.u32() != Magic || r.err != nil {
 		return nil, ErrNotGGUF
 	}
-	f := &File{Version: r.u32(), KV: map[string]Value{}, byName: map[string]int{}}
+	f := &File{Version: r.u32(), KV: map[string]Value{}, byName: map[string]int{}, size: int64(len(b))}
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -143,6 +143,42 @@ func TestArchHyper(t *testing.T) {
 	}
 }
 
+// TestEmbeddingTable: an embedding table that is also the output projection
+// is repacked on a packing path and its rows read from the file, equal to
+// the mapping's; one that is only looked up is not repacked.
+func TestEmbeddingTable(t *testing.T) {
+	tied, err := Load(refdatatest.Path(t, "models/synth/stories15m-shape-q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tied.Close()
+	if !tied.Hyper.TiedEmbed {
+		t.Fatal("stories15m-shape-q8_0 is not tied")
+	}
+	if tied.embedEvicted != tied.Embed.Packed() {
+		t.Fatalf("embedEvicted %v for a packed=%v table", tied.embedEvicted, tied.Embed.Packed())
+	}
+	buf := make([]byte, tied.Embed.RowBytes())
+	got, want := make([]float32, tied.Hyper.Embd), make([]float32, tied.Hyper.Embd)
+	for _, tok := range []int{0, 1, 12345, tied.Hyper.Vocab - 1} {
+		tied.embedRow(tok, got, buf)
+		tied.Embed.Row(tok, want)
+		for k := range want {
+			if math.Float32bits(got[k]) != math.Float32bits(want[k]) {
+				t.Fatalf("token %d [%d]: %g, mapping has %g", tok, k, got[k], want[k])
+			}
+		}
+	}
+	untied, err := Load(refdatatest.Path(t, "models/quant/llama-tiny-q4_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer untied.Close()
+	if untied.Hyper.TiedEmbed || untied.Embed.Packed() || untied.embedEvicted {
+		t.Fatalf("untied table: tied %v, packed %v, evicted %v", untied.Hyper.TiedEmbed, untied.Embed.Packed(), untied.embedEvicted)
+	}
+}
+
 // rewrite copies the GGUF file at src with edits to its metadata and tensors
 // into a temporary file and returns its path.
 func rewrite(t *testing.T, src string, edit func(keys map[string]gguf.Value, w *gguf.Writer)) string {

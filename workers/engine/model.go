@@ -45,6 +45,24 @@ type Model struct {
 
 	kernels kernels.Set // the set the weights are laid out for; every op of its engines runs it
 	file    *gguf.File
+	// embedEvicted: Embed is also the output projection, repacked, and its
+	// mapped original evicted; lookups read its rows from the file (embedRow).
+	embedEvicted bool
+}
+
+// embedRow writes token tok's embedding into x; buf holds one row of Embed.
+// A row of an evicted table is read from the file, not the mapping: through
+// the mapping each lookup would bring back up to 2 MiB of the table
+// (gguf.File.CopyData), and a few hundred prompt tokens all of it.
+func (m *Model) embedRow(tok int, x []float32, buf []byte) {
+	if m.embedEvicted {
+		rs := len(buf)
+		if m.file.CopyData(buf, m.Embed.Data[tok*rs:(tok+1)*rs]) == nil {
+			m.Embed.DecodeRow(buf, x)
+			return
+		}
+	}
+	m.Embed.Row(tok, x)
 }
 
 // Load opens a GGUF model file and prepares it for the engine, on the
@@ -76,6 +94,9 @@ func LoadOn(path string, ks kernels.Set) (*Model, error) {
 // Kernels is the kernel set the model's weights are laid out for.
 func (m *Model) Kernels() kernels.Set { return m.kernels }
 
+// FileBytes is the size of the model file.
+func (m *Model) FileBytes() int64 { return m.file.Size() }
+
 // Close releases the model's mapping. The model must not be used after.
 func (m *Model) Close() error { return m.file.Close() }
 
@@ -94,13 +115,15 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	m := &Model{Hyper: h, Tokenizer: tok, kernels: ks, file: f}
 	m.Name, _ = f.String("general.name")
 	l := loader{f: f, ks: ks}
-	m.Embed = l.matrix("token_embd.weight", h.Vocab, h.Embd)
 	m.OutNorm = l.vector("output_norm.weight", h.Embd)
 	if f.HasTensor("output.weight") {
+		m.Embed = l.table("token_embd.weight", h.Vocab, h.Embd)
 		m.Output = l.matrix("output.weight", h.Vocab, h.Embd)
 	} else {
+		m.Embed = l.matrix("token_embd.weight", h.Vocab, h.Embd)
 		m.Output = m.Embed
 		m.Hyper.TiedEmbed = true
+		m.embedEvicted = m.Embed.Packed()
 	}
 	if f.HasTensor("output.bias") {
 		m.OutBias = l.vector("output.bias", h.Vocab)
@@ -170,12 +193,23 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 	return l.fused(name, cols, rows)[0]
 }
 
+// table reads a matrix that is only looked up by row (kernels.NewTable): it
+// stays in the mapping, which is not evicted.
+func (l *loader) table(name string, rows, cols int) kernels.Matrix {
+	return l.load(name, cols, true, rows)[0]
+}
+
 // fused reads a matrix whose rows stack several parts (phi3's attn_qkv and
 // gate|up; a plain matrix is one part) and returns one Matrix per part, each
 // over its own row range of the mapping. Every output element of a matrix
 // product depends on its own weight row only, so the parts compute exactly
 // what the fused product would; each part is built (and repacked) once.
 func (l *loader) fused(name string, cols int, parts ...int) []kernels.Matrix {
+	return l.load(name, cols, false, parts...)
+}
+
+// load is fused, or table when table is set.
+func (l *loader) load(name string, cols int, table bool, parts ...int) []kernels.Matrix {
 	out := make([]kernels.Matrix, len(parts))
 	if l.err != nil {
 		return out
@@ -200,7 +234,11 @@ func (l *loader) fused(name string, cols int, parts ...int) []kernels.Matrix {
 	rs := len(data) / rows
 	packed := false
 	for i, lo := 0, 0; i < len(parts); lo, i = lo+parts[i], i+1 {
-		m, err := l.ks.NewMatrix(info.Type, parts[i], cols, data[lo*rs:(lo+parts[i])*rs])
+		newMatrix := l.ks.NewMatrix
+		if table {
+			newMatrix = l.ks.NewTable
+		}
+		m, err := newMatrix(info.Type, parts[i], cols, data[lo*rs:(lo+parts[i])*rs])
 		if err != nil {
 			l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
 			return out

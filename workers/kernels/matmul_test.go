@@ -451,6 +451,53 @@ func TestRow(t *testing.T) {
 	}
 }
 
+// TestNewTable: a table is the matrix without copies (Packed is false, Data
+// is the caller's), its rows and products those of NewMatrix's; DecodeRow of
+// a row's bytes read elsewhere is Row, and refuses a wrong length.
+func TestNewTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, tc := range allTypes {
+		t.Run(tc.t.String(), func(t *testing.T) {
+			m := randMatrix(t, rng, tc.t, 32, tc.cols)
+			tb, err := m.Set().NewTable(m.Type, m.Rows, m.Cols, m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tb.Packed() || &tb.Data[0] != &m.Data[0] {
+				t.Fatal("table is packed or copied")
+			}
+			x := randVec(rng, 3*m.Cols)
+			p := NewPool(2)
+			defer p.Close()
+			a, b := make([]float32, 3*m.Rows), make([]float32, 3*m.Rows)
+			p.MatMul(a, m, x, 3)
+			p.MatMul(b, tb, x, 3)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("out[%d]: table %g, matrix %g", i, b[i], a[i])
+				}
+			}
+			got, want := make([]float32, m.Cols), make([]float32, m.Cols)
+			for i := range m.Rows {
+				row := append([]byte(nil), m.Data[i*m.RowBytes():(i+1)*m.RowBytes()]...)
+				tb.DecodeRow(row, got)
+				m.Row(i, want)
+				for k := range want {
+					if math.Float32bits(got[k]) != math.Float32bits(want[k]) {
+						t.Fatalf("row %d [%d]: DecodeRow %g, Row %g", i, k, got[k], want[k])
+					}
+				}
+			}
+			defer func() {
+				if recover() == nil {
+					t.Fatal("DecodeRow of a short row did not panic")
+				}
+			}()
+			tb.DecodeRow(m.Data[:m.RowBytes()-1], got)
+		})
+	}
+}
+
 func TestQuantizeQ8(t *testing.T) {
 	// amax = 127 gives d = 1 exactly, so q = round(x) with ties away from zero.
 	for _, tc := range []struct {

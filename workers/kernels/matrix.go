@@ -23,6 +23,18 @@ type Matrix struct {
 // of the type's blocks, and that Data holds exactly Rows rows, and lays the
 // matrix out for ks: every MatMul with it runs ks's kernels.
 func (ks Set) NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
+	return ks.newMatrix(t, rows, cols, data, false)
+}
+
+// NewTable is NewMatrix for a matrix that is only looked up by row (an
+// embedding table that is not also an output projection): it reads data as
+// it is, with no interleaved or huge-page copy, which its products would
+// need. MatMul still works on it, with the row kernels.
+func (ks Set) NewTable(t gguf.Type, rows, cols int, data []byte) (Matrix, error) {
+	return ks.newMatrix(t, rows, cols, data, true)
+}
+
+func (ks Set) newMatrix(t gguf.Type, rows, cols int, data []byte, table bool) (Matrix, error) {
 	switch t {
 	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
 		gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeIQ4_NL,
@@ -45,6 +57,9 @@ func (ks Set) NewMatrix(t gguf.Type, rows, cols int, data []byte) (Matrix, error
 	}
 	ks = ks.path().set() // the zero Set resolved, so that Set reports the path
 	m := Matrix{Type: t, Rows: rows, Cols: cols, Data: data, set: ks}
+	if table {
+		return m, nil
+	}
 	if packs(ks.path(), t) {
 		m.pack = repack(m)
 	}
@@ -69,13 +84,24 @@ func (m Matrix) Set() Set { return m.set }
 // rowSize is the bytes per row; m must have come from NewMatrix.
 func (m Matrix) rowSize() int { return m.Cols / m.Type.BlockSize() * m.Type.TypeSize() }
 
+// RowBytes is the size of one row of Data.
+func (m Matrix) RowBytes() int { return m.rowSize() }
+
 // Row writes weight row i, dequantized, into dst[:m.Cols] (an embedding lookup).
 func (m Matrix) Row(i int, dst []float32) {
 	if i < 0 || i >= m.Rows {
 		panic(fmt.Sprintf("kernels: row %d out of range [0,%d)", i, m.Rows))
 	}
 	rs := m.rowSize()
-	w := m.Data[i*rs : (i+1)*rs]
+	m.DecodeRow(m.Data[i*rs:(i+1)*rs], dst)
+}
+
+// DecodeRow writes w, one row of m's type and width as Data holds it (a copy
+// of a row of Data, read from elsewhere), dequantized into dst[:m.Cols].
+func (m Matrix) DecodeRow(w []byte, dst []float32) {
+	if len(w) != m.rowSize() {
+		panic(fmt.Sprintf("kernels: DecodeRow of %d bytes, rows are %d", len(w), m.rowSize()))
+	}
 	dst = dst[:m.Cols]
 	switch m.Type {
 	case gguf.TypeF32:
