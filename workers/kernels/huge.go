@@ -18,11 +18,11 @@ const (
 	arenaMin   = 64 << 10
 )
 
-// arena is the unused tail of the current chunk. A chunk stays allocated
-// while any copy in it is reachable.
+// arena holds the unused tails of the chunks made so far. A chunk stays
+// allocated while any copy in it is reachable.
 var arena struct {
-	mu   sync.Mutex // guards free
-	free []byte
+	mu    sync.Mutex // guards tails
+	tails [][]byte
 }
 
 // hugeCopy returns a copy of src in huge pages (hugeMake).
@@ -47,11 +47,23 @@ func hugeMake(n int) []byte {
 	}
 	arena.mu.Lock()
 	defer arena.mu.Unlock()
-	if len(arena.free) < n {
-		arena.free = hugeAlloc(arenaChunk)
+	// The first tail it fits: a copy that does not fit the newest chunk's
+	// tail starts a new chunk, and later, smaller copies fill the old tail,
+	// whose last huge page, once touched, is resident whole.
+	t := 0
+	for t < len(arena.tails) && len(arena.tails[t]) < n {
+		t++
 	}
-	b := arena.free[:n:n]
-	arena.free = arena.free[min(len(arena.free), (n+63)&^63):]
+	if t == len(arena.tails) {
+		arena.tails = append(arena.tails, hugeAlloc(arenaChunk))
+	}
+	free := arena.tails[t]
+	b := free[:n:n]
+	if free = free[min(len(free), (n+63)&^63):]; len(free) < arenaMin {
+		arena.tails = append(arena.tails[:t], arena.tails[t+1:]...)
+	} else {
+		arena.tails[t] = free
+	}
 	return b
 }
 
