@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,12 +56,19 @@ type Result struct {
 	DecodeBytesPerToken int     `json:"decode_weight_bytes_per_token"`
 	GenTokens           int     `json:"gen_tokens"`
 	Kernels             string  `json:"kernels"`
+	KVPoolBytes         int64   `json:"kv_pool_bytes"`
 	KVPoolTokens        int     `json:"kv_pool_tokens"` // what the run needs, not the model's trained context
 	Model               string  `json:"model"`
-	Prefill             float64 `json:"prefill_tokens_per_s"`
-	PromptTokens        int     `json:"prompt_tokens"`
-	ReadBandwidthGB     float64 `json:"read_bandwidth_gb_per_s"`
-	Threads             int     `json:"threads"`
+	ModelFileBytes      int64   `json:"model_file_bytes"`
+	// PeakResident is the process's peak resident memory (VmHWM; 0 where
+	// the system does not say), load included; ResidentRatio is it over the
+	// model file and the KV pool together.
+	PeakResident    int64   `json:"peak_resident_bytes"`
+	Prefill         float64 `json:"prefill_tokens_per_s"`
+	PromptTokens    int     `json:"prompt_tokens"`
+	ReadBandwidthGB float64 `json:"read_bandwidth_gb_per_s"`
+	ResidentRatio   float64 `json:"resident_ratio,omitempty"`
+	Threads         int     `json:"threads"`
 }
 
 // Engine measures m on an engine of its own, sized for cfg, and closes the
@@ -76,7 +86,7 @@ func Engine(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Config) 
 	page := kvcache.DefaultPageSize
 	eng, err := engine.New(log, m, engine.Config{
 		Threads: cfg.Threads, Context: window, KVTokens: cfg.Batch * (window + page - 1) / page * page,
-		MaxBatch: cfg.Batch, QueueSize: cfg.Batch, ChunkSize: cfg.PromptTokens,
+		MaxBatch: cfg.Batch, QueueSize: cfg.Batch,
 	})
 	if err != nil {
 		return nil, err
@@ -138,14 +148,19 @@ func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, erro
 		ReadBandwidthGB: bandwidth / 1e9, DecodeBytesPerToken: wb, DecodeBound: bandwidth / float64(wb),
 	}
 	res.DecodeShareOfBound = res.Decode / res.DecodeBound
+	res.KVPoolBytes = int64(eng.KV().TotalPages()) * eng.KV().BytesPerPage()
+	res.ModelFileBytes = m.FileBytes()
+	if res.PeakResident = peakResident(); res.PeakResident > 0 {
+		res.ResidentRatio = float64(res.PeakResident) / float64(res.ModelFileBytes+res.KVPoolBytes)
+	}
 	if cfg.Batch > 1 {
 		res.Aggregate = aggregate
 	}
 	return res, nil
 }
 
-// timePrefill is one sequence, the whole prompt in one step: the time to its
-// first token.
+// timePrefill is one sequence, its prompt in the engine's default chunks (as a
+// serving worker takes it): the time to its first token.
 func timePrefill(ctx context.Context, eng *engine.Engine, prompt []int32) (time.Duration, error) {
 	start := time.Now()
 	if _, err := eng.Generate(ctx, engine.Request{Owner: owner, Prompt: prompt, MaxTokens: 1, IgnoreEOS: true}); err != nil {
@@ -203,4 +218,23 @@ func decodeRate(ctx context.Context, eng *engine.Engine, prompts [][]int32, genT
 		}
 	}
 	return float64(decoded) / last.Sub(first).Seconds(), nil
+}
+
+// peakResident is the process's peak resident set in bytes (Linux's VmHWM),
+// or 0 where /proc does not say.
+func peakResident() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }

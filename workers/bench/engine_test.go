@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"slices"
 	"testing"
 
@@ -60,6 +61,12 @@ func TestEngine(t *testing.T) {
 			if v, ok := got[k].(float64); !ok || !(v > 0) {
 				t.Errorf("batch %d: %s = %v, want a positive number", batch, k, got[k])
 			}
+		}
+		if res.ModelFileBytes <= 0 || res.KVPoolBytes <= 0 || res.PeakResident < 0 {
+			t.Errorf("batch %d: file %d, KV pool %d, peak resident %d bytes", batch, res.ModelFileBytes, res.KVPoolBytes, res.PeakResident)
+		}
+		if _, err := os.Stat("/proc/self/status"); err == nil && !(res.PeakResident > res.ModelFileBytes && res.ResidentRatio > 1) {
+			t.Errorf("batch %d: peak resident %d bytes (ratio %g) for a %d-byte model", batch, res.PeakResident, res.ResidentRatio, res.ModelFileBytes)
 		}
 		if _, has := got["aggregate_tokens_per_s"]; has != (batch > 1) {
 			t.Errorf("batch %d: aggregate_tokens_per_s present %v", batch, has)

@@ -3,7 +3,7 @@
 #include "textflag.h"
 #include "avx2_amd64.h"
 
-// AVX2 kernels over Q4_K and Q6_K weights in the packed 16-row groups of the
+// AVX2 kernels over the K-quants and IQ4_XS in the packed 16-row groups of the
 // AVX-512 path (repack.go), dotted with Q8_K activations (292-byte q8K) and
 // their side data (96-byte q8KAux). A 256-bit register holds 8 rows, so each
 // call computes one half of a group (half 0: rows 0..7, half 1: rows 8..15):
