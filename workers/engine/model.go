@@ -135,6 +135,7 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
+	l.evictAgain()
 	return m, nil
 }
 
@@ -178,9 +179,21 @@ func (l *loader) layer(L *Layer, p string, h Hyper) {
 
 // loader reads tensors, remembering the first error.
 type loader struct {
-	f   *gguf.File
-	ks  kernels.Set
-	err error
+	f       *gguf.File
+	ks      kernels.Set
+	err     error
+	evicted [][]byte // the repacked tensors' mapped originals
+}
+
+// evictAgain evicts the repacked tensors' originals once more when all are
+// loaded: reading a tensor faults in whole page-cache folios (up to 2 MiB),
+// which reach back into its neighbour, evicted already (qwen3-0.6b: 73 MB of
+// the file resident again after the load).
+func (l *loader) evictAgain() {
+	for _, b := range l.evicted {
+		l.f.Evict(b)
+	}
+	l.evicted = nil
 }
 
 func (l *loader) fail(err error) {
@@ -249,6 +262,10 @@ func (l *loader) load(name string, cols int, table bool, parts ...int) []kernels
 		// The products read the interleaved copy; the mapped original (read
 		// once to make it, and by embedding lookups) need not stay resident.
 		l.f.Evict(data)
+		if n := len(l.evicted); n > 0 {
+			l.f.Evict(l.evicted[n-1]) // what this one's folios brought back
+		}
+		l.evicted = append(l.evicted, data)
 	}
 	return out
 }
