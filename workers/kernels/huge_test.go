@@ -9,8 +9,9 @@ import (
 )
 
 // TestHugeCopy checks the weight copies: equal to their source, on 64-byte
-// boundaries, small ones packed one after another in a chunk, and an F32
-// matrix on the AVX-512 path reading its copy, not the caller's bytes.
+// boundaries, small ones packed one after another in a chunk, and a float
+// matrix (F32, F16, BF16) on a vector path reading its copy, not the
+// caller's bytes.
 func TestHugeCopy(t *testing.T) {
 	var prev []byte
 	for _, n := range []int{100, arenaMin, arenaMin + 1, 3 << 20, arenaChunk/2 + 1} {
@@ -31,24 +32,26 @@ func TestHugeCopy(t *testing.T) {
 		prev = b
 	}
 
-	cols, rows := 64, 1024 // 256 KiB: an arena copy
-	data := make([]byte, rows*cols*4)
-	for i := range data {
-		data[i] = byte(i)
+	cols, rows := 64, 1024 // 64..256 KiB: an arena copy
+	for _, typ := range []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16} {
+		data := make([]byte, rows*cols*typ.TypeSize())
+		for i := range data {
+			data[i] = byte(i)
+		}
+		eachSet(t, func(t *testing.T, ks Set) {
+			m, err := ks.NewMatrix(typ, rows, cols, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copied := uintptrOf(m.Data) != uintptrOf(data)
+			if want := ks.path() >= pathAVX2; copied != want || m.Packed() != want || m.Set() != ks {
+				t.Fatalf("%s matrix copied %v, Packed %v, set %v; want %v on %v", typ, copied, m.Packed(), m.Set(), want, ks)
+			}
+			if !bytes.Equal(m.Data, data) {
+				t.Fatal("the matrix's data differs from the caller's")
+			}
+		})
 	}
-	eachSet(t, func(t *testing.T, ks Set) {
-		m, err := ks.NewMatrix(gguf.TypeF32, rows, cols, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		copied := uintptrOf(m.Data) != uintptrOf(data)
-		if want := ks.path() >= pathAVX512; copied != want || m.Packed() != want || m.Set() != ks {
-			t.Fatalf("F32 matrix copied %v, Packed %v, set %v; want %v on %v", copied, m.Packed(), m.Set(), want, ks)
-		}
-		if !bytes.Equal(m.Data, data) {
-			t.Fatal("the matrix's data differs from the caller's")
-		}
-	})
 }
 
 // TestHugeHalves checks the KV pool's buffers: n zero halves, none spare, on a

@@ -63,9 +63,10 @@ func (ks Set) newMatrix(t gguf.Type, rows, cols int, data []byte, table bool) (M
 	if packs(ks.path(), t) {
 		m.pack = repack(m)
 	}
-	if ks.path() >= pathAVX512 {
-		if t == gguf.TypeF32 {
-			// F32 rows are read as they are, from a copy in huge pages.
+	if ks.path() >= pathAVX2 {
+		switch t {
+		case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
+			// Float rows are read as they are, from a copy in huge pages.
 			m.Data, m.copied = hugeCopy(data), true
 		}
 	}
@@ -73,9 +74,9 @@ func (ks Set) newMatrix(t gguf.Type, rows, cols int, data []byte, table bool) (M
 }
 
 // Packed reports whether the matrix reads only a copy of the weights made at
-// construction (interleaved, or F32 rows in huge pages on the AVX-512 path),
+// construction (interleaved, or float rows in huge pages on a vector path),
 // so the caller's data need not stay resident (Row reads Data, which is the
-// copy for F32 and the caller's otherwise).
+// copy for the float types and the caller's otherwise).
 func (m Matrix) Packed() bool { return m.pack != nil || m.copied }
 
 // Set is the kernel set the matrix was laid out for.
