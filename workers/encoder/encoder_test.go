@@ -282,6 +282,21 @@ func TestBatchInvariance(t *testing.T) {
 	}
 }
 
+// TestEmbeddingTables: the token, position and type embeddings are only
+// looked up, so they stay in the mapping; the products' matrices are
+// repacked or copied on a vector path.
+func TestEmbeddingTables(t *testing.T) {
+	for _, ks := range kernelSets(t) {
+		m := load(t, synthFile(t, "bert-tiny", gguf.TypeQ8_0), ks)
+		if m.TokEmbd.Packed() || m.PosEmbd.Packed() {
+			t.Errorf("%s: embedding tables copied (token %v, position %v)", ks, m.TokEmbd.Packed(), m.PosEmbd.Packed())
+		}
+		if !ks.Portable() && !m.Layers[0].Up.Packed() {
+			t.Errorf("%s: ffn_up not repacked", ks)
+		}
+	}
+}
+
 // TestRefusals checks bad inputs fail the pass with their own error, naming
 // the input, and the encoder still works after.
 func TestRefusals(t *testing.T) {

@@ -158,18 +158,18 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	m.Name, _ = f.String("general.name")
 	l := loader{f: f, ks: ks}
 	e := h.Embd
-	m.TokEmbd = l.matrix("token_embd.weight", h.Vocab, e)
+	m.TokEmbd = l.table("token_embd.weight", h.Vocab, e)
 	if f.HasTensor("token_types.weight") {
 		// [Embd, types]; one type is often written as [Embd] (llama-quantize
 		// drops a trailing dimension of 1).
 		info, _, _ := f.Tensor("token_types.weight")
-		types := l.matrix("token_types.weight", max(1, int(rowsOf(info.Shape))), e)
+		types := l.table("token_types.weight", max(1, int(rowsOf(info.Shape))), e)
 		if l.err == nil {
 			m.TypeRow = make([]float32, e)
 			types.Row(0, m.TypeRow)
 		}
 	}
-	m.PosEmbd = l.matrix("position_embd.weight", h.Context, e)
+	m.PosEmbd = l.table("position_embd.weight", h.Context, e)
 	m.EmbdNorm, m.EmbdNormB = l.vector("token_embd_norm.weight", e), l.vector("token_embd_norm.bias", e)
 	m.Layers = make([]Layer, h.Layers)
 	for i := range m.Layers {
@@ -181,6 +181,7 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
+	l.evictAgain()
 	return m, nil
 }
 
@@ -284,9 +285,10 @@ func rowsOf(shape []uint64) int {
 
 // loader reads tensors, remembering the first error.
 type loader struct {
-	f   *gguf.File
-	ks  kernels.Set
-	err error
+	f       *gguf.File
+	ks      kernels.Set
+	err     error
+	evicted [][]byte // the originals of the matrices read from copies
 }
 
 func (l *loader) fail(err error) {
@@ -295,7 +297,29 @@ func (l *loader) fail(err error) {
 	}
 }
 
+// matrix reads a weight matrix for the products: on a vector path repacked
+// or copied into huge pages, its mapped original then evicted.
 func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
+	return l.load(name, rows, cols, false)
+}
+
+// table reads a matrix that is only looked up by row (the embeddings): it
+// stays in the mapping (kernels.NewTable).
+func (l *loader) table(name string, rows, cols int) kernels.Matrix {
+	return l.load(name, rows, cols, true)
+}
+
+// evictAgain evicts the repacked matrices' originals once more after the
+// load: reading a tensor faults in whole page-cache folios, which reach into
+// its neighbours, evicted already.
+func (l *loader) evictAgain() {
+	for _, b := range l.evicted {
+		l.f.Evict(b)
+	}
+	l.evicted = nil
+}
+
+func (l *loader) load(name string, rows, cols int, table bool) kernels.Matrix {
 	if l.err != nil {
 		return kernels.Matrix{}
 	}
@@ -312,9 +336,21 @@ func (l *loader) matrix(name string, rows, cols int) kernels.Matrix {
 		l.fail(&gguf.UnsupportedTypeError{Tensor: name, Type: info.Type})
 		return kernels.Matrix{}
 	}
-	m, err := l.ks.NewMatrix(info.Type, rows, cols, data)
+	newMatrix := l.ks.NewMatrix
+	if table {
+		newMatrix = l.ks.NewTable
+	}
+	m, err := newMatrix(info.Type, rows, cols, data)
 	if err != nil {
 		l.fail(fmt.Errorf("%w: tensor %s: %v", ErrBadModel, name, err))
+		return m
+	}
+	if m.Packed() {
+		l.f.Evict(data)
+		if n := len(l.evicted); n > 0 {
+			l.f.Evict(l.evicted[n-1])
+		}
+		l.evicted = append(l.evicted, data)
 	}
 	return m
 }
