@@ -31,6 +31,7 @@ type forward struct {
 	rope                     []float32 // per row: RopeDims/2 (cos, sin) pairs
 	ropeSWA                  []float32 // the same at RopeBaseSWA, for sliding-window layers
 	embRow                   []byte    // one row of the embedding table, read from the file
+	ffnRows                  int       // rows the feed-forward takes at a time (ffnBlockRows)
 	rowPos                   []int
 	rowChunk                 []int
 	slot                     []attnScratch // one per pool thread
@@ -121,7 +122,7 @@ type attnScratch struct {
 }
 
 func newForward(m *Model, pool *kernels.Pool) *forward {
-	fw := &forward{m: m, ks: m.kernels, pool: pool}
+	fw := &forward{m: m, ks: m.kernels, pool: pool, ffnRows: ffnBlockRows(m.Hyper.FFN)}
 	fw.embRow = make([]byte, m.Embed.RowBytes())
 	fw.attnFn = fw.attendSlots
 	fw.rowsFn = fw.rowRange
@@ -182,8 +183,8 @@ func (fw *forward) size(chunks []*chunk) int {
 	fw.att = grow(fw.att, T*qd)
 	fw.k = grow(fw.k, T*kvd)
 	fw.v = grow(fw.v, T*kvd)
-	fw.gate = grow(fw.gate, min(T, ffnRows)*h.FFN)
-	fw.up = grow(fw.up, min(T, ffnRows)*h.FFN)
+	fw.gate = grow(fw.gate, min(T, fw.ffnRows)*h.FFN)
+	fw.up = grow(fw.up, min(T, fw.ffnRows)*h.FFN)
 	fw.rope = grow(fw.rope, T*h.RopeDims)
 	if h.SWA != nil {
 		fw.ropeSWA = grow(fw.ropeSWA, T*h.RopeDims)
@@ -307,12 +308,11 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 	fw.residual(l, L.PostAttnNorm, T)
 
 	fw.eachRow(opFFNNorm, l, T)
-	// The feed-forward takes ffnRows rows at a time, so its two hidden
-	// buffers (4x the model width per row, each) stay small; every row is
-	// computed the same whatever the block.
+	// The feed-forward takes fw.ffnRows rows at a time, so its two hidden
+	// buffers stay small; every row is computed the same whatever the block.
 	E := fw.m.Hyper.Embd
-	for r0 := 0; r0 < T; r0 += ffnRows {
-		n := min(ffnRows, T-r0)
+	for r0 := 0; r0 < T; r0 += fw.ffnRows {
+		n := min(fw.ffnRows, T-r0)
 		fw.pool.MatMul(fw.gate, L.Gate, fw.xn[r0*E:], n)
 		fw.pool.MatMul(fw.up, L.Up, fw.xn[r0*E:], n)
 		fw.eachRow(opGLU, l, n)
@@ -321,11 +321,17 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 	fw.residual(l, L.PostFFNNorm, T)
 }
 
-// ffnRows is the rows the feed-forward takes at a time: its hidden buffers
-// for a 256-token prefill chunk of a 1B model would be 17 MB, at 64 rows 4 MB,
-// and each block still reuses every weight group across 64 rows (the weights
-// stream from memory once per block: 4 passes, about 2% of that step's time).
-const ffnRows = 64
+// ffnBufBytes bounds each of the feed-forward's two hidden buffers: a step
+// takes as many rows at a time as fit (at least 64). For a 256-token prefill
+// chunk of a 1B model (8192 hidden) they would be 8 MiB each, at 128 rows 4;
+// a block still reuses every weight group across its rows, and the weights
+// stream from memory once per block. Small models (135M: 682 rows fit) take
+// a whole chunk at once: for them the extra passes cost 5-10% of prefill.
+const ffnBufBytes = 4 << 20
+
+// ffnBlockRows is the rows the feed-forward of a model of hidden width ffn
+// takes at a time.
+func ffnBlockRows(ffn int) int { return max(64, ffnBufBytes/(4*max(1, ffn))) }
 
 // eachRow runs op of layer l over the step's T rows: split across the pool
 // from parRows rows, on this goroutine below. Every row is computed the same

@@ -313,6 +313,13 @@ func top2(x []float64) (int, float64) {
 // step, and returns the logits after position nPrompt-1 and every later one.
 func engineLogits(t testing.TB, m *Model, tokens []int32, nPrompt int) [][]float32 {
 	t.Helper()
+	return engineLogitsFFN(t, m, tokens, nPrompt, 0)
+}
+
+// engineLogitsFFN is engineLogits with the feed-forward taking ffnRows rows
+// at a time (0: the model's default).
+func engineLogitsFFN(t testing.TB, m *Model, tokens []int32, nPrompt, ffnRows int) [][]float32 {
+	t.Helper()
 	pool := kernels.NewPool(2)
 	defer pool.Close()
 	h := m.Hyper
@@ -329,6 +336,9 @@ func engineLogits(t testing.TB, m *Model, tokens []int32, nPrompt int) [][]float
 		t.Fatal(err)
 	}
 	fw := newForward(m, pool)
+	if ffnRows > 0 {
+		fw.ffnRows = ffnRows
+	}
 	var out [][]float32
 	step := func(c *chunk) {
 		lg := fw.run([]*chunk{c})
@@ -342,6 +352,35 @@ func engineLogits(t testing.TB, m *Model, tokens []int32, nPrompt int) [][]float
 		step(&chunk{seq: seq, tokens: tokens[p : p+1], pos0: p, logits: true})
 	}
 	return out
+}
+
+// TestFFNBlocks: the feed-forward taken a few rows at a time gives the
+// logits of one pass over the whole prompt, bit for bit; and the default
+// block holds a 1B model's 8192-wide hidden rows in 4 MiB, a 135M model's
+// 256-token chunk whole.
+func TestFFNBlocks(t *testing.T) {
+	m := loadStories(t)
+	tokens := make([]int32, 40)
+	for i := range tokens {
+		tokens[i] = int32(1 + (i*37)%(m.Hyper.Vocab-1))
+	}
+	want := engineLogits(t, m, tokens, 38)
+	for _, rows := range []int{1, 7, 16} {
+		got := engineLogitsFFN(t, m, tokens, 38, rows)
+		for s := range want {
+			for i := range want[s] {
+				if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
+					t.Fatalf("%d rows at a time: step %d logit %d = %g, want %g", rows, s, i, got[s][i], want[s][i])
+				}
+			}
+		}
+	}
+	if r := ffnBlockRows(8192); r != 128 {
+		t.Errorf("ffnBlockRows(8192) = %d, want 128", r)
+	}
+	if r := ffnBlockRows(1536); r < 256 {
+		t.Errorf("ffnBlockRows(1536) = %d, want a whole 256-token chunk", r)
+	}
 }
 
 // logitErr is max|got-want| / max|want|.
