@@ -123,109 +123,93 @@ func repack(m Matrix) []byte {
 	if bb == 0 || m.Rows%packRows != 0 {
 		return nil
 	}
-	nb, rs := m.Cols/m.Type.BlockSize(), m.rowSize()
-	src := m.Type.TypeSize()
-	qn := src - 2 // quant bytes per block
+	fill := packFill(m.Type)
+	nb, rs, src := m.Cols/m.Type.BlockSize(), m.rowSize(), m.Type.TypeSize()
 	out := hugeMake(m.Rows / packRows * nb * bb)
 	defer hugeCollapse(out)
-	switch m.Type {
-	case gguf.TypeQ4_K:
-		repackQ4K(out, m, nb, bb)
-		return out
-	case gguf.TypeQ6_K:
-		repackQ6K(out, m, nb, bb)
-		return out
-	case gguf.TypeQ5_0:
-		repackQ5_0(out, m, nb, bb)
-		return out
-	case gguf.TypeIQ4_XS:
-		repackIQ4XS(out, m, nb, bb)
-		return out
-	case gguf.TypeQ2_K:
-		repackQ2K(out, m, nb, bb)
-		return out
-	case gguf.TypeQ5_K:
-		repackQ5K(out, m, nb, bb)
-		return out
-	case gguf.TypeQ3_K:
-		repackQ3K(out, m, nb, bb)
-		return out
-	case gguf.TypeQ4_1, gguf.TypeQ5_1:
-		repackQx1(out, m, nb, bb)
-		return out
-	}
 	for g := 0; g < m.Rows/packRows; g++ {
 		for b := range nb {
 			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
 			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*src:]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				for s := 0; s < qn/4; s++ {
-					for c := range 4 {
-						q := blk[2+4*s+c]
-						if m.Type == gguf.TypeQ8_0 {
-							q ^= 0x80
-						}
-						o[2*packRows+s*4*packRows+4*i+c] = q
-					}
-				}
+				fill(o, m.Data[(g*packRows+i)*rs+b*src:][:src], i)
 			}
 		}
 	}
 	return out
 }
 
-// repackQ4K fills out with m's Q4_K rows in the packed layout.
-func repackQ4K(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*q4KBlock:][:q4KBlock]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				o[32+2*i], o[32+2*i+1] = blk[2], blk[3]
-				for sub := range 8 {
-					sc, mn := q4KScaleMin(sub, blk[4:16])
-					o[64+sub*packRows+i] = sc
-					o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
-				}
-				for j := range 4 {
-					for s := range 8 {
-						copy(o[448+j*512+s*64+4*i:][:4], blk[16+32*j+4*s:][:4])
-					}
-				}
-			}
+// packFill returns the function that writes one row's block blk as row i of
+// its group's packed block o, for a type packBlock gives a layout.
+func packFill(t gguf.Type) func(o, blk []byte, i int) {
+	switch t {
+	case gguf.TypeQ8_0:
+		return func(o, blk []byte, i int) { packPlain(o, blk, i, 0x80) }
+	case gguf.TypeQ4_0, gguf.TypeIQ4_NL:
+		return func(o, blk []byte, i int) { packPlain(o, blk, i, 0) }
+	case gguf.TypeQ5_0:
+		return packQ5_0
+	case gguf.TypeQ4_1, gguf.TypeQ5_1:
+		return packQx1
+	case gguf.TypeQ2_K:
+		return packQ2K
+	case gguf.TypeQ3_K:
+		return packQ3K
+	case gguf.TypeQ4_K:
+		return packQ4K
+	case gguf.TypeQ5_K:
+		return packQ5K
+	case gguf.TypeQ6_K:
+		return packQ6K
+	case gguf.TypeIQ4_XS:
+		return packIQ4XS
+	}
+	panic("kernels: no packed layout for " + t.String())
+}
+
+// packPlain packs a Q8_0, Q4_0 or IQ4_NL block: its f16 scale, then its
+// quant bytes 4 at a time into the slices, xor-ed with flip (Q8_0's sign bit).
+func packPlain(o, blk []byte, i int, flip byte) {
+	o[2*i], o[2*i+1] = blk[0], blk[1]
+	for s := 0; s < (len(blk)-2)/4; s++ {
+		for c := range 4 {
+			o[2*packRows+s*4*packRows+4*i+c] = blk[2+4*s+c] ^ flip
 		}
 	}
 }
 
-// repackQ6K fills out with m's Q6_K rows in the packed layout.
-func repackQ6K(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
+// packQ4K packs a Q4_K super-block (packFill).
+func packQ4K(o, blk []byte, i int) {
+	o[2*i], o[2*i+1] = blk[0], blk[1]
+	o[32+2*i], o[32+2*i+1] = blk[2], blk[3]
+	for sub := range 8 {
+		sc, mn := q4KScaleMin(sub, blk[4:16])
+		o[64+sub*packRows+i] = sc
+		o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
+	}
+	for j := range 4 {
+		for s := range 8 {
+			copy(o[448+j*512+s*64+4*i:][:4], blk[16+32*j+4*s:][:4])
+		}
+	}
+}
+
+// packQ6K packs a Q6_K super-block.
+func packQ6K(o, blk []byte, i int) {
 	var v [256]byte
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*q6KBlock:][:q6KBlock]
-				o[2*i], o[2*i+1] = blk[208], blk[209]
-				q6KValues(&v, blk)
-				for sb := range 16 {
-					o[32+sb*packRows+i] = blk[192+sb]
-					p := o[288+192*sb:]
-					for c := range 4 {
-						e := 16*sb + c
-						p[4*i+c] = v[e]&15 | v[e+4]<<4
-						p[64+4*i+c] = v[e+8]&15 | v[e+12]<<4
-						var h byte
-						for k := range 4 {
-							h |= (v[e+4*k] >> 4 & 3) << (2 * k)
-						}
-						p[128+4*i+c] = h
-					}
-				}
+	o[2*i], o[2*i+1] = blk[208], blk[209]
+	q6KValues(&v, blk)
+	for sb := range 16 {
+		o[32+sb*packRows+i] = blk[192+sb]
+		p := o[288+192*sb:]
+		for c := range 4 {
+			e := 16*sb + c
+			p[4*i+c] = v[e]&15 | v[e+4]<<4
+			p[64+4*i+c] = v[e+8]&15 | v[e+12]<<4
+			var h byte
+			for k := range 4 {
+				h |= (v[e+4*k] >> 4 & 3) << (2 * k)
 			}
+			p[128+4*i+c] = h
 		}
 	}
 }
@@ -243,41 +227,23 @@ func q6KValues(v *[256]byte, blk []byte) {
 	}
 }
 
-// repackQ5_0 fills out with m's Q5_0 rows in the packed layout.
-func repackQ5_0(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*q50Block:][:q50Block]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				for s := range 4 {
-					copy(o[32+s*64+4*i:][:4], blk[6+4*s:][:4])
-				}
-				fifthBits(o[288+4*i:][:4], blk[2:6])
-			}
-		}
+// packQ5_0 packs a Q5_0 block.
+func packQ5_0(o, blk []byte, i int) {
+	o[2*i], o[2*i+1] = blk[0], blk[1]
+	for s := range 4 {
+		copy(o[32+s*64+4*i:][:4], blk[6+4*s:][:4])
 	}
+	fifthBits(o[288+4*i:][:4], blk[2:6])
 }
 
-// repackIQ4XS fills out with m's IQ4_XS rows in the packed layout.
-func repackIQ4XS(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*iq4XSBlock:][:iq4XSBlock]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				sh := uint16(blk[2]) | uint16(blk[3])<<8
-				for ib := range 8 {
-					o[32+ib*packRows+i] = byte(int8(gguf.IQ4XSScale(ib, sh, blk[4:8])))
-					for s := range 4 {
-						copy(o[160+256*ib+64*s+4*i:][:4], blk[8+16*ib+4*s:][:4])
-					}
-				}
-			}
+// packIQ4XS packs an IQ4_XS super-block.
+func packIQ4XS(o, blk []byte, i int) {
+	o[2*i], o[2*i+1] = blk[0], blk[1]
+	sh := uint16(blk[2]) | uint16(blk[3])<<8
+	for ib := range 8 {
+		o[32+ib*packRows+i] = byte(int8(gguf.IQ4XSScale(ib, sh, blk[4:8])))
+		for s := range 4 {
+			copy(o[160+256*ib+64*s+4*i:][:4], blk[8+16*ib+4*s:][:4])
 		}
 	}
 }
@@ -297,110 +263,74 @@ func fifthBits(dst, qhb []byte) {
 	}
 }
 
-// repackQx1 fills out with m's Q4_1 or Q5_1 rows in the packed layout.
-func repackQx1(out []byte, m Matrix, nb, bb int) {
-	rs, src := m.rowSize(), m.Type.TypeSize()
-	q := src - 16 // the nibbles' offset in a block: 4 (Q4_1) or 8 (Q5_1)
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*src:][:src]
-				copy(o[2*i:][:2], blk[0:2])
-				copy(o[32+2*i:][:2], blk[2:4])
-				for s := range 4 {
-					copy(o[64+s*64+4*i:][:4], blk[q+4*s:][:4])
-				}
-				if m.Type == gguf.TypeQ5_1 {
-					fifthBits(o[320+4*i:][:4], blk[4:8])
-				}
-			}
+// packQx1 packs a Q4_1 or Q5_1 block (told apart by their sizes, 20 and 24).
+func packQx1(o, blk []byte, i int) {
+	q := len(blk) - 16 // the nibbles' offset: 4 (Q4_1) or 8 (Q5_1)
+	copy(o[2*i:][:2], blk[0:2])
+	copy(o[32+2*i:][:2], blk[2:4])
+	for s := range 4 {
+		copy(o[64+s*64+4*i:][:4], blk[q+4*s:][:4])
+	}
+	if q == 8 { // Q5_1: its fifth bits
+		fifthBits(o[320+4*i:][:4], blk[4:8])
+	}
+}
+
+// packQ2K packs a Q2_K super-block.
+func packQ2K(o, blk []byte, i int) {
+	copy(o[2*i:][:2], blk[80:82])
+	copy(o[32+2*i:][:2], blk[82:84])
+	for sub := range 16 {
+		o[64+sub*packRows+i] = blk[sub]
+	}
+	for h := range 2 {
+		for s := range 8 {
+			copy(o[320+512*h+64*s+4*i:][:4], blk[16+32*h+4*s:][:4])
 		}
 	}
 }
 
-// repackQ2K fills out with m's Q2_K rows in the packed layout.
-func repackQ2K(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*q2KBlock:][:q2KBlock]
-				copy(o[2*i:][:2], blk[80:82])
-				copy(o[32+2*i:][:2], blk[82:84])
-				for sub := range 16 {
-					o[64+sub*packRows+i] = blk[sub]
-				}
-				for h := range 2 {
-					for s := range 8 {
-						copy(o[320+512*h+64*s+4*i:][:4], blk[16+32*h+4*s:][:4])
-					}
-				}
-			}
-		}
-	}
-}
-
-// repackQ5K fills out with m's Q5_K rows in the packed layout: slice s of
+// packQ5K packs a Q5_K super-block: slice s of
 // chunk k holds the row's quant bytes s, s+8, s+16, s+24 of that chunk, whose
 // low nibbles are lane s of sub-block 2k and high nibbles lane s of 2k+1.
-func repackQ5K(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*q5KBlock:][:q5KBlock]
-				copy(o[2*i:][:2], blk[0:2])
-				copy(o[32+2*i:][:2], blk[2:4])
-				for sub := range 8 {
-					sc, mn := q4KScaleMin(sub, blk[4:16])
-					o[64+sub*packRows+i] = sc
-					o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
-				}
-				qh, qs := blk[16:48], blk[48:176]
-				for k := range 4 {
-					p := o[448+640*k:][:640]
-					for s := range 8 {
-						for c := range 4 {
-							l := s + 8*c
-							p[64*s+4*i+c] = qs[32*k+l]
-							lo, hi := qh[l]>>(2*k)&1, qh[l]>>(2*k+1)&1
-							p[512+64*(s/4)+4*i+c] |= lo<<(s%4) | hi<<(4+s%4)
-						}
-					}
-				}
+func packQ5K(o, blk []byte, i int) {
+	copy(o[2*i:][:2], blk[0:2])
+	copy(o[32+2*i:][:2], blk[2:4])
+	for sub := range 8 {
+		sc, mn := q4KScaleMin(sub, blk[4:16])
+		o[64+sub*packRows+i] = sc
+		o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
+	}
+	qh, qs := blk[16:48], blk[48:176]
+	for k := range 4 {
+		p := o[448+640*k:][:640]
+		for s := range 8 {
+			for c := range 4 {
+				l := s + 8*c
+				p[64*s+4*i+c] = qs[32*k+l]
+				lo, hi := qh[l]>>(2*k)&1, qh[l]>>(2*k+1)&1
+				p[512+64*(s/4)+4*i+c] |= lo<<(s%4) | hi<<(4+s%4)
 			}
 		}
 	}
 }
 
-// repackQ3K fills out with m's Q3_K rows in the packed layout: lane s of a
+// packQ3K packs a Q3_K super-block: lane s of a
 // half's quant bytes and of the hmask as Q5_K's slices, the hmask inverted.
-func repackQ3K(out []byte, m Matrix, nb, bb int) {
-	rs := m.rowSize()
-	for g := 0; g < m.Rows/packRows; g++ {
-		for b := range nb {
-			o := out[(g*nb+b)*bb : (g*nb+b+1)*bb]
-			for i := range packRows {
-				blk := m.Data[(g*packRows+i)*rs+b*q3KBlock:][:q3KBlock]
-				copy(o[2*i:][:2], blk[108:110])
-				sc := q3KScales(blk[96:108])
-				for c := range 8 {
-					o[32+32*c+2*i] = byte(int8(sc[2*c]))
-					o[32+32*c+2*i+1] = byte(int8(sc[2*c+1]))
-				}
-				hm, qs := blk[0:32], blk[32:96]
-				for s := range 8 {
-					for c := range 4 {
-						l := s + 8*c
-						o[288+64*s+4*i+c] = ^hm[l]
-						o[800+64*s+4*i+c] = qs[l]
-						o[1312+64*s+4*i+c] = qs[32+l]
-					}
-				}
-			}
+func packQ3K(o, blk []byte, i int) {
+	copy(o[2*i:][:2], blk[108:110])
+	sc := q3KScales(blk[96:108])
+	for c := range 8 {
+		o[32+32*c+2*i] = byte(int8(sc[2*c]))
+		o[32+32*c+2*i+1] = byte(int8(sc[2*c+1]))
+	}
+	hm, qs := blk[0:32], blk[32:96]
+	for s := range 8 {
+		for c := range 4 {
+			l := s + 8*c
+			o[288+64*s+4*i+c] = ^hm[l]
+			o[800+64*s+4*i+c] = qs[l]
+			o[1312+64*s+4*i+c] = qs[32+l]
 		}
 	}
 }
