@@ -217,13 +217,25 @@ func serveEdge(ctx context.Context, n edgeNode, srv *edge.Server, listen string,
 	if err := srv.Drain(drainCtx); err != nil {
 		n.log.Warn("edge drain grace over, requests cut short with a draining error", "grace", grace)
 	}
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+	// Every admitted request has ended by now. What can still hold Shutdown
+	// up: a client that is slow to read its last response, or a connection
+	// that never sent a request (net/http waits up to 5s for its first
+	// one: a client cancelled mid-dial leaves these). Past shutdownGrace
+	// they are closed: no request is lost, and the node exits cleanly.
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancelShut()
 	err = hs.Shutdown(shutCtx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		n.log.Info("edge closing connections that carry no request", "after", shutdownGrace)
+		err = hs.Close()
+	}
 	<-errc
 	n.log.Info("edge stopped")
 	return err
 }
+
+// shutdownGrace bounds the wait, after a drain, for connections to go idle.
+const shutdownGrace = 2 * time.Second
 
 // defaultDrainGrace is every node's --drain-grace: what a Kubernetes pod's
 // terminationGracePeriodSeconds must exceed.
