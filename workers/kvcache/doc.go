@@ -13,6 +13,9 @@
 // its slots the owning sequence has written; View refuses any slot this
 // sequence did not write itself, so a request can never attend to KV left in a
 // reused page by someone else, whether or not freed pages are scrubbed.
+// Rewind takes back a sequence's last positions (speculative decoding's
+// rejected drafts): they are cleaned like freed slots and count as unwritten
+// until written again in order; shared prefix pages are never rewound.
 //
 // For the prefill/decode handoff a sequence's pages can be exported
 // (ExportPage: one byte format, whose CRC-64 is PageChecksum) and imported into

@@ -265,7 +265,7 @@ func (p *Pool) freeLocked(id int32) {
 
 // clean poisons or zeroes the written slots of page id at every layer. Slots
 // beyond the written count are already clean: pages start clean, writes are
-// append-only, and every free cleans what was written.
+// append-only, and every free or Rewind cleans what was written.
 func (p *Pool) clean(id int32) {
 	if !p.cfg.Poison && p.cfg.Scrub == ScrubNever {
 		return

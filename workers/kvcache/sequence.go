@@ -195,6 +195,63 @@ func (s *Sequence) View(layer, n int) (View, error) {
 	}, nil
 }
 
+// Rewind forgets every position from n on, at every layer: speculative
+// decoding's rejected draft tokens. The forgotten slots are cleaned as a
+// freed page's are (poisoned or zeroed per the pool's config) and count as
+// unwritten, so View refuses them until the sequence writes them again, in
+// order. The reservation is kept. A shared prefix page is never rewound:
+// n below the end of the sequence's last shared page is ErrInvalidArgument,
+// as is n beyond what is written (at a layer written less than n nothing
+// changes).
+func (s *Sequence) Rewind(n int) error {
+	if s.freed {
+		return ErrFreed
+	}
+	p := s.pool
+	hi := 0
+	for _, w := range s.written {
+		hi = max(hi, w)
+	}
+	if n < 0 || n > hi {
+		return fmt.Errorf("%w: rewind to %d of %d written positions", ErrInvalidArgument, n, hi)
+	}
+	for i := len(s.shared) - 1; i >= 0; i-- {
+		if s.shared[i] != nil {
+			if n < (i+1)*p.pageSize {
+				return fmt.Errorf("%w: rewind to %d into shared prefix page %d", ErrInvalidArgument, n, i)
+			}
+			break
+		}
+	}
+	for l, w := range s.written {
+		if w <= n {
+			continue
+		}
+		for pos := n; pos < w; {
+			i := pos >> p.pageShift
+			id := s.pages[i]
+			if got := p.pageSeq[id].Load(); got != s.id {
+				panic(fmt.Sprintf("kvcache: broken invariant: sequence %d rewinds page %d (index %d) of sequence %d", s.id, id, i, got))
+			}
+			slot := pos & (p.pageSize - 1)
+			end := min((i+1)<<p.pageShift, w)
+			off := (int(id)<<p.pageShift + slot) * p.kvDim
+			m := (end - pos) * p.kvDim
+			if p.cfg.Poison {
+				fill(p.k[l][off:off+m], PoisonF16)
+				fill(p.v[l][off:off+m], PoisonF16)
+			} else if p.cfg.Scrub != ScrubNever {
+				clear(p.k[l][off : off+m])
+				clear(p.v[l][off : off+m])
+			}
+			p.pageWritten[int(id)*p.layers+l].Store(uint32(slot))
+			pos = end
+		}
+		s.written[l] = n
+	}
+	return nil
+}
+
 // Free returns every page of its own to the pool, zeroing or poisoning what
 // was written per the pool's config, and clears their owner and written
 // counts. Shared prefix pages stay cached: Free drops the sequence's

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -475,6 +476,89 @@ func TestPageChecksum(t *testing.T) {
 			if _, err := a.PageChecksum(i); !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("PageChecksum(%d) = %v, want ErrInvalidArgument", i, err)
 			}
+		}
+	})
+}
+
+// TestRewind: a rewound sequence forgets the positions from n on at every
+// layer (View refuses them, the slots are cleaned per the pool's config),
+// keeps what came before and its reservation, and writes again from n; it
+// refuses n beyond what is written, below a shared prefix page, and after
+// Free.
+func TestRewind(t *testing.T) {
+	for _, cfg := range []Config{smallCfg(4), {Layers: 2, KVHeads: 2, HeadDim: 3, PageSize: 4, Pages: 4, Poison: true}} {
+		t.Run(fmt.Sprintf("poison=%v", cfg.Poison), func(t *testing.T) {
+			p := newTestPool(t, cfg)
+			s := p.NewSequence(tenant)
+			defer s.Free()
+			if err := s.Reserve(14); err != nil {
+				t.Fatal(err)
+			}
+			writeAll(t, s, 1, 0, 11) // pages 0-2, page 2 with 3 slots
+			if err := s.Rewind(6); err != nil {
+				t.Fatal(err)
+			}
+			if s.Len() != 6 || s.Cap() != 14 {
+				t.Fatalf("after Rewind(6): Len %d, Cap %d", s.Len(), s.Cap())
+			}
+			for l := range p.Layers() {
+				if _, err := s.View(l, 7); !errors.Is(err, ErrUnwritten) {
+					t.Errorf("View(%d, 7) after Rewind(6) = %v, want ErrUnwritten", l, err)
+				}
+			}
+			checkView(t, s, 1, 6)
+			pages := s.Pages()
+			want := map[int]int{pages[1]: 2, pages[2]: 0}
+			for id, w := range want {
+				for l := range p.Layers() {
+					if got, _ := p.PageWritten(id, l); got != w {
+						t.Errorf("page %d layer %d: %d written slots, want %d", id, l, got, w)
+					}
+					k, v := rawPage(p, id, l)
+					for j := w * p.KVDim(); j < len(k); j++ {
+						clean := uint16(0)
+						if cfg.Poison {
+							clean = PoisonF16
+						}
+						if k[j] != clean || v[j] != clean {
+							t.Fatalf("page %d layer %d half %d: %#x/%#x after Rewind, want %#x", id, l, j, k[j], v[j], clean)
+						}
+					}
+				}
+			}
+			// Written again from 6, in order, the sequence reads back whole.
+			writeAll(t, s, 1, 6, 8)
+			checkView(t, s, 1, 14)
+			for _, n := range []int{-1, 15} {
+				if err := s.Rewind(n); !errors.Is(err, ErrInvalidArgument) {
+					t.Errorf("Rewind(%d) = %v, want ErrInvalidArgument", n, err)
+				}
+			}
+			if err := s.Rewind(14); err != nil || s.Len() != 14 {
+				t.Errorf("Rewind to the written length = %v, Len %d", err, s.Len())
+			}
+		})
+	}
+	t.Run("never into a shared prefix page", func(t *testing.T) {
+		p := newTestPool(t, smallCfg(4))
+		s := p.NewSequence(tenant)
+		if err := s.Reserve(10); err != nil {
+			t.Fatal(err)
+		}
+		writeAll(t, s, 1, 0, 10)
+		if n, err := s.PublishPrefix("m", []int32{1, 2, 3, 4, 5, 6, 7, 8}); err != nil || n != 2 { // pages
+			t.Fatalf("PublishPrefix = %d, %v", n, err)
+		}
+		if err := s.Rewind(7); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Rewind(7) into a shared page = %v, want ErrInvalidArgument", err)
+		}
+		if err := s.Rewind(8); err != nil || s.Len() != 8 {
+			t.Errorf("Rewind(8) = %v, Len %d", err, s.Len())
+		}
+		s.Free()
+		p.FlushPrefixes()
+		if err := s.Rewind(0); !errors.Is(err, ErrFreed) {
+			t.Errorf("Rewind after Free = %v, want ErrFreed", err)
 		}
 	})
 }
