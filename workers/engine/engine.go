@@ -72,6 +72,11 @@ type Config struct {
 	// each.
 	PrefillCost, DecodeCost float64
 
+	// Draft is the most tokens a decoding sequence drafts from its own
+	// text (or its request's Prediction) and verifies in one step
+	// (speculate.go); 0 means 8, negative turns speculation off.
+	Draft int
+
 	// OnStep, if set, is called by Run before each forward pass with the
 	// number of sequences in the batch (for metrics). It must not block.
 	OnStep func(batch int)
@@ -108,6 +113,9 @@ func (c *Config) fill(h Hyper) error {
 	}
 	if c.QueueSize == 0 {
 		c.QueueSize = 64
+	}
+	if c.Draft == 0 {
+		c.Draft = defaultDraft
 	}
 	if c.PrefillCost == 0 {
 		c.PrefillCost = 1
@@ -178,6 +186,13 @@ type Request struct {
 	// from the logits the sampler used (sample.Sampler.Logprobs).
 	Logprobs    bool
 	TopLogprobs int
+	// Prediction is the output the client expects, as tokens (OpenAI's
+	// predicted outputs): decoding drafts from it as from the sequence's
+	// own text (speculate.go). It changes how fast the output comes, never
+	// the output.
+	Prediction []int32
+	// NoSpeculation turns drafting off for this request.
+	NoSpeculation bool
 	// Weight is the request's share in fair scheduling between tenants,
 	// from the verified caller's tenant class; 0 means 1. A tenant's
 	// counter grows by its service divided by the weight of its latest
@@ -213,6 +228,13 @@ type Usage struct {
 	// CachedTokens is how many of the PromptTokens came from the tenant's
 	// prefix cache instead of being computed (0 without CachePrefix).
 	CachedTokens int
+	// DraftedTokens counts the tokens speculative decoding drafted and
+	// verified, AcceptedTokens those verification kept (each is also one of
+	// the CompletionTokens).
+	DraftedTokens, AcceptedTokens int
+	// AcceptedPrediction counts the accepted drafts taken from
+	// Request.Prediction; RejectedPrediction the rest of the prediction.
+	AcceptedPrediction, RejectedPrediction int
 }
 
 // Engine schedules requests for one model with continuous batching.
@@ -365,7 +387,7 @@ func (e *Engine) check(req Request, holdsCompletion bool) error {
 	if err := checkWeight(req.Weight); err != nil {
 		return err
 	}
-	for _, t := range req.Prompt {
+	for _, t := range slices.Concat(req.Prompt, req.Prediction) {
 		if t < 0 || int(t) >= e.model.Hyper.Vocab {
 			return fmt.Errorf("%w: token id %d outside vocabulary of %d", ErrInvalidRequest, t, e.model.Hyper.Vocab)
 		}
@@ -556,6 +578,7 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		clear(owners)
 	}()
 	held := 0
+	rows := stepDraftRows - len(active) // drafts this step may still add
 	for _, s := range active {
 		if s.cancelErr() != nil {
 			continue
@@ -574,7 +597,9 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			*c = chunk{seq: s.kv, tokens: s.history[s.prefilled : s.prefilled+n], pos0: s.prefilled}
 			c.logits = s.prefilled+n == target
 		} else {
-			*c = chunk{seq: s.kv, tokens: s.history[len(s.history)-1:], pos0: len(s.history) - 1, logits: true}
+			toks := s.draft(e.draftLimit(s, rows))
+			rows -= len(toks) - 1
+			*c = chunk{seq: s.kv, tokens: toks, pos0: len(s.history) - 1, logits: true, every: len(toks) > 1}
 		}
 		chunks = append(chunks, c)
 		owners = append(owners, s)
@@ -602,15 +627,19 @@ func (e *Engine) step(active []*sequence) []*sequence {
 				e.publish(s)
 			}
 		}
-		if c.logits {
-			if s.handoff {
-				s.first = s.pick(logits[li])
-				s.finished = finishPrefilled
-			} else {
-				g := s.generated
-				s.next(logits[li])
-				e.fair.decoded(s, s.generated-g)
-			}
+		switch {
+		case !c.logits:
+		case s.handoff:
+			s.first = s.pick(logits[li])
+			s.finished = finishPrefilled
+			li++
+		case c.every:
+			e.verify(s, c, logits[li:li+len(c.tokens)])
+			li += len(c.tokens)
+		default:
+			g := s.generated
+			s.next(logits[li])
+			e.fair.decoded(s, s.generated-g)
 			li++
 		}
 	}

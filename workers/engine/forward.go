@@ -15,7 +15,21 @@ type chunk struct {
 	tokens []int32
 	pos0   int
 	logits bool  // compute next-token logits after the chunk's last token
+	// every extends logits to every row of the chunk, in order (a decode
+	// step verifying drafted tokens, speculate.go).
+	every bool
 	err    error // set when this chunk failed; its rows are discarded
+}
+
+// logitRows is the number of rows the chunk wants logits for.
+func (c *chunk) logitRows() int {
+	switch {
+	case !c.logits:
+		return 0
+	case c.every:
+		return len(c.tokens)
+	}
+	return 1
 }
 
 // forward computes steps of the model over a batch of chunks. It owns its
@@ -155,8 +169,8 @@ func grow(b []float32, n int) []float32 {
 }
 
 // run computes one step. For every chunk with logits set, it returns that
-// chunk's next-token logits (Vocab floats) in order; the slices are valid until
-// the next run. Chunks that fail (a KV write or view refused) get err set and
+// chunk's next-token logits (Vocab floats) in order, one slice per row for a
+// chunk with every set; the slices are valid until the next run. Chunks that fail (a KV write or view refused) get err set and
 // no logits; the other chunks are unaffected.
 func (fw *forward) run(chunks []*chunk) [][]float32 {
 	T := fw.size(chunks)
@@ -263,7 +277,7 @@ func (fw *forward) logitsOf(chunks []*chunk) [][]float32 {
 	nl := 0
 	for _, c := range chunks {
 		if c.logits && c.err == nil {
-			nl++
+			nl += c.logitRows()
 		}
 	}
 	out := fw.out[:0]
@@ -275,13 +289,15 @@ func (fw *forward) logitsOf(chunks []*chunk) [][]float32 {
 	fw.logits = grow(fw.logits, nl*h.Vocab)
 	i, r := 0, 0
 	for _, c := range chunks {
-		last := r + len(c.tokens) - 1
-		r += len(c.tokens)
+		end := r + len(c.tokens)
+		r = end
 		if !c.logits || c.err != nil {
 			continue
 		}
-		kernels.RMSNorm(fw.logitRows[i*h.Embd:(i+1)*h.Embd], fw.x[last*h.Embd:(last+1)*h.Embd], fw.m.OutNorm, h.NormEps)
-		i++
+		for row := end - c.logitRows(); row < end; row++ {
+			kernels.RMSNorm(fw.logitRows[i*h.Embd:(i+1)*h.Embd], fw.x[row*h.Embd:(row+1)*h.Embd], fw.m.OutNorm, h.NormEps)
+			i++
+		}
 	}
 	fw.pool.MatMul(fw.logits, fw.m.Output, fw.logitRows, nl)
 	for i := 0; i < nl; i++ {

@@ -14,6 +14,9 @@ type Result struct {
 	// CachedTokens is how many prompt tokens came from the prefix cache;
 	// the rest were computed.
 	CachedTokens int
+	Usage        Usage // the final event's
+	// Logprobs are the generated tokens' log-probabilities, when asked.
+	Logprobs []*Logprob
 }
 
 // Generate submits req and waits for it to finish. It returns an error, never
@@ -36,11 +39,15 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 		}
 		if !ev.Done {
 			res.CompletionTokens = append(res.CompletionTokens, ev.Token)
+			if ev.Logprob != nil {
+				res.Logprobs = append(res.Logprobs, ev.Logprob)
+			}
 		}
 		text.WriteString(ev.Text)
 		if ev.Done {
 			res.Finish = ev.Finish
 			res.CachedTokens = ev.Usage.CachedTokens
+			res.Usage = ev.Usage
 		}
 	}
 	res.Text = text.String()

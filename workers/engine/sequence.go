@@ -54,6 +54,8 @@ type sequence struct {
 
 	logprob *Logprob // the next accepted token's, when the request asks
 
+	spec speculation // drafting state (speculate.go)
+
 	sched schedState // fair scheduling and preemption (fair.go)
 }
 
@@ -136,6 +138,9 @@ func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler
 	}
 	s.history = make([]int32, len(req.Prompt), len(req.Prompt)+req.MaxTokens)
 	copy(s.history, req.Prompt)
+	if len(req.Prediction) > 0 {
+		s.spec.predicted = append(append(make([]int32, 0, len(req.Prompt)+len(req.Prediction)), req.Prompt...), req.Prediction...)
+	}
 	if err := ctx.Err(); err != nil {
 		s.cancelled.Store(&err)
 		s.unwatch = func() bool { return false }
@@ -156,17 +161,18 @@ func (s *sequence) cancelErr() error {
 	return nil
 }
 
-// next samples a token from logits and emits it.
-func (s *sequence) next(logits []float32) {
+// next samples a token from logits and emits it, and returns it.
+func (s *sequence) next(logits []float32) int32 {
 	tok := s.pick(logits)
 	if s.failed != nil {
-		return
+		return tok
 	}
 	if s.req.Logprobs {
 		lp, top := s.sampler.Logprobs(tok, s.req.TopLogprobs)
 		s.logprob = &Logprob{Logprob: lp, Top: top}
 	}
 	s.accept(tok)
+	return tok
 }
 
 // accept appends tok to the output and emits it, ending the sequence on an
@@ -232,7 +238,9 @@ func (s *sequence) finish(ev Event) {
 		}
 		ev.Text = text
 	}
-	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated, CachedTokens: s.cached}
+	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated, CachedTokens: s.cached,
+		DraftedTokens: s.spec.drafted, AcceptedTokens: s.spec.accepted,
+		AcceptedPrediction: s.spec.predAccepted, RejectedPrediction: len(s.req.Prediction) - s.spec.predAccepted}
 	s.ended = true
 	s.events <- ev
 	close(s.events)

@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/grammar"
+	"github.com/bulkhead-ai/bulkhead/workers/sample"
+)
+
+// TestSpeculationKeepsOutputs runs the same requests on an engine that
+// drafts (the default) and on one that does not (Draft -1), alone and then
+// all at once in a batch: greedy, seeded sampling with penalties, logprobs,
+// stop sequences, a grammar and predictions (the plain output, and one that
+// is wrong) give the same tokens, text, finish and logprobs bit for bit,
+// and the drafting engine did draft and accept tokens.
+func TestSpeculationKeepsOutputs(t *testing.T) {
+	m := loadStories(t)
+	cases := loadGolden(t)
+	schema, err := grammar.CompileSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := startEngine(t, m, Config{Threads: 2, Draft: -1, KVTokens: 8192, Poison: true})
+	on := startEngine(t, m, Config{Threads: 2, KVTokens: 8192, Poison: true})
+
+	var reqs []Request
+	for i, c := range cases {
+		p := c.PromptTokens
+		reqs = append(reqs,
+			greedy(p, 96),
+			Request{Owner: own, Prompt: p, MaxTokens: 96, Sampling: sample.Params{Temperature: 0.8, TopP: 0.95, Seed: uint64(i)}},
+			Request{Owner: own, Prompt: p, MaxTokens: 64, Sampling: sample.Params{Temperature: 1.1, TopK: 40, RepetitionPenalty: 1.1, Seed: 7}, Logprobs: true, TopLogprobs: 3},
+			Request{Owner: own, Prompt: p, MaxTokens: 96, Stop: []string{"Lily"}},
+		)
+		if i < 3 {
+			reqs = append(reqs, Request{Owner: own, Prompt: p, MaxTokens: 48, Grammar: schema})
+		}
+	}
+	// Predictions: each greedy request again with its plain output, and
+	// with a prediction that is another prompt's output.
+	plain := make([]*Result, len(reqs))
+	for i, r := range reqs {
+		res, err := off.Generate(context.Background(), r)
+		if err != nil {
+			t.Fatalf("request %d without drafts: %v", i, err)
+		}
+		plain[i] = res
+	}
+	n := len(reqs)
+	for i := range n {
+		if reqs[i].Sampling.Temperature == 0 && reqs[i].Grammar == nil && reqs[i].Stop == nil {
+			right, wrong := reqs[i], reqs[i]
+			right.Prediction = plain[i].CompletionTokens
+			wrong.Prediction = plain[(i+4)%n].CompletionTokens
+			reqs = append(reqs, right, wrong)
+			plain = append(plain, plain[i], plain[i])
+		}
+	}
+
+	check := func(t *testing.T, i int, got *Result) {
+		t.Helper()
+		want := plain[i]
+		if !reflect.DeepEqual(got.CompletionTokens, want.CompletionTokens) || got.Text != want.Text || got.Finish != want.Finish {
+			t.Errorf("request %d: drafting changed the output:\n got %v %q (%s)\nwant %v %q (%s)", i,
+				got.CompletionTokens, got.Text, got.Finish, want.CompletionTokens, want.Text, want.Finish)
+		}
+		if !reflect.DeepEqual(got.Logprobs, want.Logprobs) {
+			t.Errorf("request %d: drafting changed the logprobs", i)
+		}
+	}
+	total := func(rs []*Result) (drafted, accepted, predicted int) {
+		for _, r := range rs {
+			drafted += r.Usage.DraftedTokens
+			accepted += r.Usage.AcceptedTokens
+			predicted += r.Usage.AcceptedPrediction
+		}
+		return
+	}
+	t.Run("alone", func(t *testing.T) {
+		got := make([]*Result, len(reqs))
+		for i, r := range reqs {
+			res, err := on.Generate(context.Background(), r)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			check(t, i, res)
+			got[i] = res
+		}
+		drafted, accepted, predicted := total(got)
+		t.Logf("drafted %d, accepted %d (%d from predictions)", drafted, accepted, predicted)
+		if accepted == 0 || predicted == 0 || accepted >= drafted {
+			t.Errorf("drafted %d, accepted %d, %d of them predicted: want drafts, some accepted, some predicted, some rejected", drafted, accepted, predicted)
+		}
+		for i, r := range reqs {
+			if len(r.Prediction) > 0 && reflect.DeepEqual(r.Prediction, plain[i].CompletionTokens) {
+				if u := got[i].Usage; u.AcceptedPrediction < len(r.Prediction)/2 {
+					t.Errorf("request %d predicted its own output: %d of %d accepted from it", i, u.AcceptedPrediction, len(r.Prediction))
+				}
+			}
+		}
+	})
+	t.Run("batched", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i, r := range reqs {
+			wg.Go(func() {
+				res, err := on.Generate(context.Background(), r)
+				if err != nil {
+					t.Error(fmt.Errorf("request %d: %w", i, err))
+					return
+				}
+				check(t, i, res)
+			})
+		}
+		wg.Wait()
+	})
+}
