@@ -14,11 +14,11 @@ type chunk struct {
 	seq    *kvcache.Sequence
 	tokens []int32
 	pos0   int
-	logits bool  // compute next-token logits after the chunk's last token
+	logits bool // compute next-token logits after the chunk's last token
 	// every extends logits to every row of the chunk, in order (a decode
 	// step verifying drafted tokens, speculate.go).
 	every bool
-	err    error // set when this chunk failed; its rows are discarded
+	err   error // set when this chunk failed; its rows are discarded
 }
 
 // logitRows is the number of rows the chunk wants logits for.
