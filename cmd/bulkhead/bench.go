@@ -19,8 +19,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "embed" {
 		return runBenchEmbed(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "speculate" {
+		return runBenchSpeculate(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "engine" {
-		return fmt.Errorf("%w: bulkhead bench engine --model FILE [flags], bench embed --model FILE [flags], or bench serve --edge URL [flags]", errUsage)
+		return fmt.Errorf("%w: bulkhead bench engine --model FILE [flags], bench speculate --model FILE [flags], bench embed --model FILE [flags], or bench serve --edge URL [flags]", errUsage)
 	}
 	fs := newFlags("bench engine", stderr)
 	model := fs.String("model", "", "GGUF model file")
@@ -99,4 +102,48 @@ func runBenchEmbed(args []string, stdout, stderr io.Writer) error {
 	_, err = fmt.Fprintf(stdout, "%.1f inputs/s, %.0f tokens/s (%d inputs of %d tokens a pass, %.1f ms a pass, %d passes)\n",
 		res.InputsPerSec, res.TokensPerSec, res.Inputs, res.Tokens, res.PassMillis, res.Passes)
 	return err
+}
+
+// runBenchSpeculate measures decode at batch 1 with speculative decoding
+// off and on (bench.Speculation).
+func runBenchSpeculate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench speculate", stderr)
+	model := fs.String("model", "", "GGUF model file")
+	prompt := fs.String("prompt", "", "the free workload's prompt, as text (default: random tokens)")
+	var cfg bench.SpecConfig
+	fs.IntVar(&cfg.Threads, "threads", 0, "kernel threads (0: all cores)")
+	fs.IntVar(&cfg.PromptTokens, "prompt-tokens", 64, "random prompt length in tokens (without --prompt)")
+	fs.IntVar(&cfg.GenTokens, "gen-tokens", 128, "tokens generated per request")
+	fs.IntVar(&cfg.Reps, "reps", 2, "runs of each workload with drafting off and on, alternated")
+	fs.IntVar(&cfg.EditEvery, "edit-every", 16, "the predicted workload changes every N-th token of the plain output")
+	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := require(fs, "model"); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	m, err := engine.Load(*model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if *prompt != "" {
+		cfg.Prompts = [][]int32{m.Tokenizer.Encode(*prompt, true, false)}
+	}
+	res, err := bench.Speculation(ctx, slog.New(slog.NewTextHandler(stderr, nil)), m, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	for _, w := range res.Workloads {
+		fmt.Fprintf(stdout, "%-9s plain %.1f tokens/s, drafting %.1f (%.2fx); %d of %d drafts accepted (%.0f%%)\n",
+			w.Name, w.Plain, w.Drafting, w.Speedup, w.Accepted, w.Drafted, 100*w.Acceptance)
+	}
+	return nil
 }

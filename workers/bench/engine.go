@@ -87,6 +87,7 @@ func Engine(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Config) 
 	eng, err := engine.New(log, m, engine.Config{
 		Threads: cfg.Threads, Context: window, KVTokens: cfg.Batch * (window + page - 1) / page * page,
 		MaxBatch: cfg.Batch, QueueSize: cfg.Batch,
+		Draft: -1, // plain decoding, as llama-bench's tg: bench speculate measures drafting
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -204,4 +205,51 @@ func BenchmarkBatchStep(b *testing.B) {
 		c.seq.Free()
 	}
 	b.ReportMetric(float64(batch*steps)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkVerifyStep times one sequence's decode step (128 positions of
+// context) verifying k drafted tokens: its last token and k drafts as one
+// chunk with logits after every row, then the drafts' KV rewound, as
+// speculative decoding runs it. Its step time over k=0's is what drafting
+// costs (draftRowCost). The model is BULKHEAD_BENCH_MODEL when set,
+// stories260K otherwise.
+func BenchmarkVerifyStep(b *testing.B) {
+	m := loadStories(b)
+	if path := os.Getenv("BULKHEAD_BENCH_MODEL"); path != "" {
+		var err error
+		if m, err = Load(path); err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+	}
+	const ctx = 128
+	e, err := New(nil, m, Config{Threads: 2, MaxBatch: 1, Context: ctx + 32, KVTokens: ctx + 32})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.pool.Close() // Run, which would close it, never starts
+	prompt := make([]int32, ctx)
+	for i := range prompt {
+		prompt[i] = int32(3 + i*7%(m.Hyper.Vocab-3))
+	}
+	kv := e.kv.NewSequence(own)
+	defer kv.Free()
+	if err := kv.Reserve(ctx + 32); err != nil {
+		b.Fatal(err)
+	}
+	e.fw.run([]*chunk{{seq: kv, tokens: prompt, logits: true}})
+	for _, k := range []int{0, 1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("k=%d", k), func(b *testing.B) {
+			c := &chunk{seq: kv, tokens: prompt[:k+1], pos0: ctx, logits: true, every: k > 0}
+			for b.Loop() {
+				e.fw.run([]*chunk{c})
+				if c.err != nil {
+					b.Fatal(c.err)
+				}
+				if err := kv.Rewind(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -271,6 +271,7 @@ type Engine struct {
 	chunkBuf []chunk
 	chunks   []*chunk
 	owners   []*sequence
+	cost     draftCost // what a drafted row costs (speculate.go)
 }
 
 // New builds an engine for a loaded model. A KV pool that cannot hold one
@@ -578,12 +579,20 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		clear(owners)
 	}()
 	held := 0
-	rows := stepDraftRows - len(active) // drafts this step may still add
+	decoding := 0 // sequences that decode this step
+	for _, s := range active {
+		if s.cancelErr() == nil && !e.holds(s) && s.prefilled >= s.target() {
+			decoding++
+		}
+	}
+	rows := stepDraftRows - decoding // drafts this step may still add
+	cost := e.cost.ratio(decoding)
+	prefilling := false
 	for _, s := range active {
 		if s.cancelErr() != nil {
 			continue
 		}
-		if e.cfg.HoldAt > 0 && s.generated >= e.cfg.HoldAt && s.finished == "" {
+		if e.holds(s) {
 			held++
 			continue
 		}
@@ -596,8 +605,9 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			budget -= n
 			*c = chunk{seq: s.kv, tokens: s.history[s.prefilled : s.prefilled+n], pos0: s.prefilled}
 			c.logits = s.prefilled+n == target
+			prefilling = true
 		} else {
-			toks := s.draft(e.draftLimit(s, rows))
+			toks := s.draft(e.draftLimit(s, rows), decoding, cost)
 			rows -= len(toks) - 1
 			*c = chunk{seq: s.kv, tokens: toks, pos0: len(s.history) - 1, logits: true, every: len(toks) > 1}
 		}
@@ -607,7 +617,11 @@ func (e *Engine) step(active []*sequence) []*sequence {
 	var logits [][]float32
 	switch {
 	case len(chunks) > 0:
+		start := time.Now()
 		logits = e.fw.run(chunks)
+		if !prefilling {
+			e.cost.observe(len(chunks), stepDraftRows-rows, time.Since(start).Seconds())
+		}
 	case held > 0:
 		// Every sequence is held (HoldAt): wait a little for a cancel or
 		// a new request instead of spinning.
@@ -660,6 +674,11 @@ func (e *Engine) step(active []*sequence) []*sequence {
 	}
 	clear(active[len(kept):])
 	return kept
+}
+
+// holds reports whether s is held by Config.HoldAt (fault tests).
+func (e *Engine) holds(s *sequence) bool {
+	return e.cfg.HoldAt > 0 && s.generated >= e.cfg.HoldAt && s.finished == ""
 }
 
 // Stats is a snapshot of an engine's scheduler, for metrics and fleet status.

@@ -18,10 +18,17 @@ package engine
 // (kvcache.Sequence.Rewind).
 //
 // How many tokens to draft is chosen per sequence and step from the
-// sequence's acceptance so far: k drafts that are each accepted with
-// probability a give 1 + a + ... + a^k tokens for a step costing about
-// 1 + draftRowCost*k decode rows, and the k that gives the most tokens per
-// cost is drafted, none when no k pays.
+// sequence's acceptance so far and what a row costs on this engine: k
+// drafts that are each accepted with probability a add a + ... + a^k tokens
+// to the B a step of B decoding sequences gives, and make the step
+// 1 + c*k times as long, where c is an extra row's time over the B-row
+// step's, measured as the engine runs (draftCost). The k that gives the
+// most tokens per time is drafted, none when no k gains 2%. On CPUs a row
+// costs a quarter to half of a one-row step (the compute of a prefill row
+// against a decode step that streams the weights once), so drafting pays
+// only where drafts are mostly accepted.
+
+import "math"
 
 const (
 	// defaultDraft is Config.Draft's default: the most tokens a sequence
@@ -35,11 +42,10 @@ const (
 	// stepDraftRows bounds a step's decode rows plus drafts: a batch with
 	// this many decoding sequences is compute bound and drafts nothing.
 	stepDraftRows = 16
-	// draftRowCost is what one more row adds to a one-row decode step,
-	// relative to it: decode reads every weight for one row, and a few
-	// more rows reuse what was read (measured on 1B and 135M models,
-	// 2 threads, AVX2; see docs/speculation.md).
-	draftRowCost = 0.15
+	// priorRowCost is an extra row's time over a one-row step's until the
+	// engine has measured it (BenchmarkVerifyStep, 2 threads, AVX2: 0.25-0.3
+	// at the llama-3.2-1B shape, 0.4-0.6 at smollm2-135M).
+	priorRowCost = 0.3
 	// acceptDecay weighs the acceptance estimate towards recent steps;
 	// idleDecay lets a sequence that stopped drafting try again.
 	acceptDecay, idleDecay = 0.9, 0.97
@@ -54,15 +60,15 @@ type speculation struct {
 	predicted []int32
 	fromPred  bool // this step's drafts come from predicted
 	// hits and misses are decayed counts of drafts accepted and of
-	// rejections: the acceptance estimate is (hits+1)/(hits+misses+2).
+	// rejections, the acceptance estimate's evidence (length).
 	hits, misses float64
 
 	drafted, accepted, predAccepted int // totals, for Usage
 }
 
 // draft fills s.spec.chunk with s's last token and at most limit drafted
-// tokens, and returns it.
-func (s *sequence) draft(limit int) []int32 {
+// tokens, and returns it. cost is an extra row's time over the step's.
+func (s *sequence) draft(limit, batch int, cost float64) []int32 {
 	sp := &s.spec
 	h := s.history
 	sp.chunk = append(sp.chunk[:0], h[len(h)-1])
@@ -82,7 +88,7 @@ func (s *sequence) draft(limit int) []int32 {
 		sp.misses *= idleDecay
 		return sp.chunk
 	}
-	k := min(limit, len(text)-next, sp.length(limit))
+	k := min(limit, len(text)-next, sp.length(limit, batch, cost, matchPrior(n)))
 	if k == 0 {
 		sp.misses *= idleDecay
 		return sp.chunk
@@ -91,20 +97,84 @@ func (s *sequence) draft(limit int) []int32 {
 	return sp.chunk
 }
 
-// length is the number of drafts, at most limit, that gives the most tokens
-// per cost at the current acceptance estimate; 0 when none gains.
-func (sp *speculation) length(limit int) int {
-	a := (sp.hits + 1) / (sp.hits + sp.misses + 2)
+// matchPrior is the acceptance expected of a draft found by a match of n
+// tokens, before the sequence has shown its own: a long match is usually
+// text being copied.
+func matchPrior(n int) float64 {
+	switch {
+	case n >= 8:
+		return 0.9
+	case n >= 4:
+		return 0.75
+	}
+	return 0.5
+}
+
+// priorWeight is how many drafts' worth of evidence the prior counts for.
+const priorWeight = 2
+
+// length is the number of drafts, at most limit, that gives a step of
+// batch decoding sequences the most tokens per time, at the acceptance
+// estimate (the sequence's accepted and rejected drafts, with the match's
+// prior), a row costing cost of the step; 0 when none gains.
+func (sp *speculation) length(limit, batch int, cost, prior float64) int {
+	a := (sp.hits + priorWeight*prior) / (sp.hits + sp.misses + priorWeight)
 	best, bestGain := 0, 1.02 // a draft must gain at least 2%
-	tokens, ak := 1.0, 1.0
+	extra, ak := 0.0, 1.0
 	for k := 1; k <= limit; k++ {
 		ak *= a
-		tokens += ak
-		if gain := tokens / (1 + draftRowCost*float64(k)); gain > bestGain {
+		extra += ak
+		if gain := (1 + extra/float64(batch)) / (1 + cost*float64(k)); gain > bestGain {
 			best, bestGain = k, gain
 		}
 	}
 	return best
+}
+
+// draftCost measures what a drafted row costs on this engine: the time of
+// decode steps without drafts by their number of sequences, and the time a
+// row adds to them. Run's goroutine owns it.
+type draftCost struct {
+	base [stepDraftRows + 1]float64 // seconds, by sequences; 0 until measured
+	row  float64                    // seconds a drafted row adds; 0 until measured
+}
+
+// costEMA weighs a new step's time in draftCost's averages.
+const costEMA = 0.1
+
+// observe records a decode step of batch sequences and rows rows (drafts
+// included) that took dt seconds.
+func (d *draftCost) observe(batch, rows int, dt float64) {
+	if batch < 1 || batch > stepDraftRows {
+		return
+	}
+	b := &d.base[batch]
+	switch {
+	case rows == batch && *b == 0:
+		*b = dt
+	case rows == batch:
+		*b += costEMA * (dt - *b)
+	case *b > 0:
+		r := max(dt-*b, 0) / float64(rows-batch)
+		if d.row == 0 {
+			d.row = r
+		} else {
+			d.row += costEMA * (r - d.row)
+		}
+	}
+}
+
+// ratio is a drafted row's time over a step of batch sequences' time.
+func (d *draftCost) ratio(batch int) float64 {
+	if batch < 1 || batch > stepDraftRows {
+		return math.Inf(1)
+	}
+	b := d.base[batch]
+	switch {
+	case b == 0 || d.row == 0:
+		return priorRowCost / float64(batch)
+	}
+	return d.row / b
 }
 
 // verified records that m of the step's k drafts were accepted.
