@@ -298,6 +298,8 @@ func (s *Server) answerChoices(w http.ResponseWriter, r *http.Request, g *choice
 		head.usage.PromptTokens += u.PromptTokens
 		head.usage.CompletionTokens += u.CompletionTokens
 		head.usage.CachedTokens += u.CachedTokens
+		head.usage.AcceptedPrediction += u.AcceptedPrediction
+		head.usage.RejectedPrediction += u.RejectedPrediction
 		if rep.c.in.stream {
 			continue // streamed: each choice was sent and checked as it came
 		}

@@ -141,6 +141,8 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Metadata:     in.metadata,
 		User:         in.user,
 		Weight:       class.Weight,
+		Prediction:   in.prediction,
+		NoDraft:      in.noDraft,
 	}
 	if span := infoOf(r).span; len(in.metadata) > 0 && span.IsRecording() {
 		span.SetAttributes(queue.MetadataAttributes(in.metadata)...) // sorted and allocated only when traced

@@ -16,15 +16,28 @@ type openAIUsage struct {
 	CompletionTokens    int                  `json:"completion_tokens"`
 	TotalTokens         int                  `json:"total_tokens"`
 	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+	// CompletionTokensDetails is sent for a request with a prediction.
+	CompletionTokensDetails *completionTokensDetails `json:"completion_tokens_details,omitempty"`
+}
+
+// completionTokensDetails is OpenAI's breakdown of a predicted output's
+// tokens: of the prediction, those the completion kept and the rest.
+type completionTokensDetails struct {
+	AcceptedPredictionTokens int `json:"accepted_prediction_tokens"`
+	RejectedPredictionTokens int `json:"rejected_prediction_tokens"`
 }
 
 func usageOf(res *result) *openAIUsage {
-	return &openAIUsage{
+	u := &openAIUsage{
 		PromptTokens:        res.usage.PromptTokens,
 		CompletionTokens:    res.usage.CompletionTokens,
 		TotalTokens:         res.usage.PromptTokens + res.usage.CompletionTokens,
 		PromptTokensDetails: cachedDetails(res.usage.CachedTokens),
 	}
+	if res.usage.AcceptedPrediction > 0 || res.usage.RejectedPrediction > 0 {
+		u.CompletionTokensDetails = &completionTokensDetails{res.usage.AcceptedPrediction, res.usage.RejectedPrediction}
+	}
+	return u
 }
 
 // chatMessage is an answer's message. Content is null only when the answer

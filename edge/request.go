@@ -55,6 +55,10 @@ type genInput struct {
 	// cacheKey is OpenAI's prompt_cache_key: the request's session for
 	// routing (as the x-session-affinity header, which wins).
 	cacheKey string
+	// prediction is OpenAI's predicted output (queue.Job.Prediction).
+	prediction string
+	// noDraft is the body's speculate false (queue.Job.NoDraft).
+	noDraft bool
 	// metadata is the request's metadata (queue.Job.Metadata).
 	metadata map[string]string
 	// user is the request's end user (queue.Job.User).
@@ -86,6 +90,7 @@ type nativeRequest struct {
 	PresencePenalty   *float64        `json:"presence_penalty"`
 	Stop              json.RawMessage `json:"stop"`
 	CachePrefix       *bool           `json:"cache_prefix"` // false opts out of the tenant's prefix cache
+	Speculate         *bool           `json:"speculate"`    // false turns speculative decoding off (ours)
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
@@ -137,8 +142,35 @@ type openAIRequest struct {
 	User             *string            `json:"user"`              // the end user, carried into usage
 	SafetyIdentifier *string            `json:"safety_identifier"` // OpenAI's newer name for user; wins
 	CachePrefix      *bool              `json:"cache_prefix"`      // false opts out of the tenant's prefix cache (ours)
+	Speculate        *bool              `json:"speculate"`         // false turns speculative decoding off (ours)
 	ResponseFormat   json.RawMessage    `json:"response_format"`
-	Options          *requestOptions    `json:"options"` // Workers AI's, on its OpenAI-compatible endpoint too
+	Prediction       *wirePrediction    `json:"prediction"` // predicted outputs: drafts for speculative decoding
+	Options          *requestOptions    `json:"options"`    // Workers AI's, on its OpenAI-compatible endpoint too
+}
+
+// wirePrediction is OpenAI's prediction object: {"type": "content",
+// "content": the expected output, a string or text parts}.
+type wirePrediction struct {
+	Type    string          `json:"type"`
+	Content json.RawMessage `json:"content"`
+}
+
+// parsePrediction reads a prediction object's text.
+func parsePrediction(p *wirePrediction) (string, error) {
+	if p == nil {
+		return "", nil
+	}
+	if p.Type != "content" {
+		return "", &InputError{Field: "prediction.type", Msg: fmt.Sprintf("is %q; the only prediction type is \"content\"", p.Type)}
+	}
+	if len(p.Content) == 0 || string(p.Content) == "null" {
+		return "", &InputError{Field: "prediction.content", Msg: "is required: the expected output, a string or an array of text parts"}
+	}
+	text, err := parseContent(p.Content)
+	if err != nil {
+		return "", &InputError{Field: "prediction.content", Msg: err.Error()}
+	}
+	return text, nil
 }
 
 // requestOptions is Workers AI's "options" object of a request body.
@@ -416,7 +448,8 @@ func parseContent(raw json.RawMessage) (string, error) {
 // nativeInput validates a native body (not an async batch or poll). prefix
 // names the body's place in a batch in the fields of its errors.
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
-	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: cacheAllowed(req.CachePrefix), rejectIfBusy: req.Options.busy(), now: time.Now()}
+	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: cacheAllowed(req.CachePrefix), noDraft: isFalse(req.Speculate),
+		rejectIfBusy: req.Options.busy(), now: time.Now()}
 	err := in.nativeText(req)
 	if err == nil {
 		err = in.nativeSampling(req)
@@ -569,6 +602,10 @@ func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
 		return &InputError{Field: "stream_options", Msg: "is only allowed when stream is true"}
 	}
 	in.cachePrefix = cacheAllowed(r.CachePrefix)
+	in.noDraft = isFalse(r.Speculate)
+	if in.prediction, err = parsePrediction(r.Prediction); err != nil {
+		return err
+	}
 	in.n = 1
 	if r.N != nil {
 		in.n = *r.N
@@ -616,6 +653,9 @@ func parseLogitBias(m map[string]float64) ([]queue.TokenBias, error) {
 	slices.SortFunc(out, func(a, b queue.TokenBias) int { return int(a.Token - b.Token) })
 	return out, nil
 }
+
+// isFalse reports a boolean field sent as false (absent and null are not).
+func isFalse(b *bool) bool { return b != nil && !*b }
 
 // cacheAllowed reads the body's cache_prefix: absent, null or true leaves
 // the tenant's prefix cache on; only false turns it off for the request.

@@ -103,6 +103,13 @@ type Job struct {
 	// Embed, when set, makes this an encoder job (embed.go): MaxTokens is
 	// then 0 and Prompt empty.
 	Embed *Embed `json:"embed,omitempty"`
+	// Prediction is the output the client expects (OpenAI's predicted
+	// outputs), as text: the worker tokenizes it and drafts from it
+	// (speculative decoding). It never changes the output.
+	Prediction string `json:"prediction,omitempty"`
+	// NoDraft turns speculative decoding off for this job (the body's
+	// speculate false).
+	NoDraft bool `json:"no_draft,omitempty"`
 }
 
 // Subject is the jobs-stream subject the job is published on: its worker's
@@ -285,6 +292,13 @@ type Usage struct {
 	// CachedTokens is how many of the PromptTokens were served from the
 	// tenant's prefix cache instead of being computed (Job.CachePrefix).
 	CachedTokens int `json:"cached_tokens,omitempty"`
+	// AcceptedPrediction counts the Job.Prediction tokens that decoding
+	// drafted and kept, RejectedPrediction the prediction's other tokens
+	// (OpenAI's accepted_prediction_tokens and rejected_prediction_tokens).
+	// Both are 0 without a prediction; neither is billed beyond the
+	// CompletionTokens.
+	AcceptedPrediction int `json:"accepted_prediction_tokens,omitempty"`
+	RejectedPrediction int `json:"rejected_prediction_tokens,omitempty"`
 }
 
 // FrameError is the error a KindError frame carries.

@@ -208,6 +208,9 @@ func (e *engineFlags) validatePool() error {
 	if e.maxBatch < 1 {
 		return fmt.Errorf("%w: --max-batch %d must be at least 1", errUsage, e.maxBatch)
 	}
+	if e.draft < -1 || e.draft > catalog.MaxDraftTokens {
+		return fmt.Errorf("%w: --draft-tokens %d must lie in [-1, %d] (0: the default, -1: off)", errUsage, e.draft, catalog.MaxDraftTokens)
+	}
 	return nil
 }
 

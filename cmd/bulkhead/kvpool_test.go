@@ -203,6 +203,10 @@ func TestKVBudget(t *testing.T) {
 		{"too large a share", engineFlags{memShare: 0.95, maxBatch: 16}, "--kv-memory-share"},
 		{"not a number", engineFlags{memShare: math.NaN(), maxBatch: 16}, "--kv-memory-share"},
 		{"no batch", engineFlags{memShare: 0.25, maxBatch: 0}, "--max-batch"},
+		{"drafting off", engineFlags{memShare: 0.25, maxBatch: 16, draft: -1}, ""},
+		{"the most drafts", engineFlags{memShare: 0.25, maxBatch: 16, draft: 16}, ""},
+		{"too many drafts", engineFlags{memShare: 0.25, maxBatch: 16, draft: 17}, "--draft-tokens"},
+		{"a negative draft", engineFlags{memShare: 0.25, maxBatch: 16, draft: -2}, "--draft-tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.flags.validatePool()

@@ -127,6 +127,7 @@ type engineFlags struct {
 	concurrency int
 	poison      bool
 	scrub       string
+	draft       int
 
 	// onStep, when set, gives each model's engine its OnStep hook (metrics).
 	onStep func(model string) func(int)
@@ -170,6 +171,7 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&e.concurrency, "concurrency", 32, "jobs a worker runs at once, all models")
 	fs.BoolVar(&e.poison, "kv-poison", false, "debug: fill free KV pages with NaN so stale reads show")
 	fs.StringVar(&e.scrub, "kv-scrub", "on-free", "zero KV pages when freed: on-free or never")
+	fs.IntVar(&e.draft, "draft-tokens", 0, "most tokens a sequence drafts per step (speculative decoding from the prompt, its output and a request's prediction; outputs unchanged) for models whose catalog entry names none (0: 8; -1: off)")
 }
 
 // applyContext sets the advertised context window on every catalog model.
@@ -263,7 +265,10 @@ func (e *engineFlags) engine(log *slog.Logger, cm *catalog.Model, m *engine.Mode
 	cfg := engine.Config{
 		Threads: e.threads, Context: cm.ContextWindow, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
 		Poison: e.poison, Scrub: scrub, KVTokens: pool.tokens, KVBytes: pool.bytes, ClampContext: e.clamp,
-		HoldAt: e.holdAt,
+		HoldAt: e.holdAt, Draft: e.draft,
+	}
+	if cm.DraftTokens != 0 {
+		cfg.Draft = cm.DraftTokens
 	}
 	if e.onStep != nil {
 		cfg.OnStep = e.onStep(cm.Name)

@@ -153,6 +153,10 @@ func (p Prices) validate(fail func(field, msg string)) {
 	check("prices.neurons_per_m_cached_prompt_tokens", p.NeuronsPerMCachedPromptTokens)
 }
 
+// MaxDraftTokens bounds a model's draft_tokens: a step verifies at most 16
+// rows of drafts (workers/engine's speculation).
+const MaxDraftTokens = 16
+
 // Model is one catalog entry. Values handed out by a Catalog are shared and
 // must not be modified.
 type Model struct {
@@ -170,6 +174,12 @@ type Model struct {
 	// most one of them; both zero lets the worker choose.
 	KVPoolTokens int
 	KVPoolBytes  int64
+
+	// DraftTokens is the most tokens a decoding sequence drafts and
+	// verifies per step (speculative decoding, docs/speculation.md): 0
+	// takes the worker's --draft-tokens, -1 turns drafting off for this
+	// model (draft_tokens: 0 in a catalog file).
+	DraftTokens int
 
 	Prices     Prices
 	Properties map[string]string // free-form key/values for the model search API

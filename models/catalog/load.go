@@ -41,6 +41,7 @@ type entry struct {
 	ContextWindow scalar            `yaml:"context_window"`
 	KVPoolTokens  scalar            `yaml:"kv_pool_tokens"`
 	KVPoolBytes   scalar            `yaml:"kv_pool_bytes"`
+	DraftTokens   scalar            `yaml:"draft_tokens"`
 	Prices        *pricesEntry      `yaml:"prices"`
 	Properties    map[string]string `yaml:"properties"`
 }
@@ -191,6 +192,16 @@ func (e *entry) model(i int, dir string) (*Model, error) {
 	m.ContextWindow = int(number("context_window", e.ContextWindow, false, MaxContext))
 	m.KVPoolTokens = int(number("kv_pool_tokens", e.KVPoolTokens, false, math.MaxInt32))
 	m.KVPoolBytes = number("kv_pool_bytes", e.KVPoolBytes, true, math.MaxInt64)
+	if e.DraftTokens.v != nil {
+		switch n := number("draft_tokens", e.DraftTokens, false, MaxDraftTokens); {
+		case n < 0:
+			errs = append(errs, &FieldError{Model: m.Name, Index: i, Field: "draft_tokens", Msg: fmt.Sprintf("%d is negative (0 turns drafting off)", n), Err: ErrInvalid})
+		case n == 0:
+			m.DraftTokens = -1
+		default:
+			m.DraftTokens = int(n)
+		}
+	}
 	if e.Prices != nil {
 		m.pricesSet = true
 		if e.Prices.Prompt != nil {

@@ -42,6 +42,8 @@ func TestParseFieldErrors(t *testing.T) {
 		{"kv bytes bad unit", one + "    kv_pool_bytes: 4 parsecs\n", "@cf/meta/m", 0, "kv_pool_bytes", "not a size", ErrInvalid, 1},
 		{"kv bytes fraction of a byte", one + "    kv_pool_bytes: 1.5B\n", "@cf/meta/m", 0, "kv_pool_bytes", "whole number of bytes", ErrInvalid, 1},
 		{"kv bytes float", one + "    kv_pool_bytes: 1.5\n", "@cf/meta/m", 0, "kv_pool_bytes", "not a whole number", ErrInvalid, 1},
+		{"negative draft tokens", one + "    draft_tokens: -1\n", "@cf/meta/m", 0, "draft_tokens", "-1 is negative", ErrInvalid, 1},
+		{"too many draft tokens", one + "    draft_tokens: 17\n", "@cf/meta/m", 0, "draft_tokens", "over the limit", ErrInvalid, 1},
 		{"both kv sizes", one + "    kv_pool_tokens: 1024\n    kv_pool_bytes: 1MiB\n", "@cf/meta/m", 0, "kv_pool_bytes", "at most one", ErrInvalid, 1},
 		{"negative prompt price", one + "    prices: {neurons_per_m_prompt_tokens: -1}\n", "@cf/meta/m", 0, "prices.neurons_per_m_prompt_tokens", ">= 0", ErrInvalid, 1},
 		{"NaN completion price", one + "    prices: {neurons_per_m_completion_tokens: .nan}\n", "@cf/meta/m", 0, "prices.neurons_per_m_completion_tokens", "finite", ErrInvalid, 1},
@@ -397,5 +399,22 @@ func TestFromFlagsErrors(t *testing.T) {
 				t.Errorf("error %v: want a FieldError for field %q at %d", err, tc.field, tc.index)
 			}
 		})
+	}
+}
+
+// TestDraftTokens: draft_tokens absent leaves the worker's choice (0), 0
+// turns drafting off (-1), N is N.
+func TestDraftTokens(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want int
+	}{{"", 0}, {"    draft_tokens: 0\n", -1}, {"    draft_tokens: 4\n", 4}, {"    draft_tokens: 16\n", 16}} {
+		c, err := Parse([]byte("models:\n  - name: m\n    path: m.gguf\n"+tc.yaml), "/cat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Models()[0].DraftTokens; got != tc.want {
+			t.Errorf("%q: DraftTokens %d, want %d", tc.yaml, got, tc.want)
+		}
 	}
 }

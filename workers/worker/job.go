@@ -99,17 +99,23 @@ func admit(job *queue.Job, eng *engine.Engine) (engine.Request, *refusal) {
 	if job.TopLogprobs < 0 || job.TopLogprobs > sample.MaxTopLogprobs {
 		return engine.Request{}, &refusal{queue.ErrKindInvalidInput, fmt.Sprintf("top_logprobs %d outside [0, %d]", job.TopLogprobs, sample.MaxTopLogprobs)}
 	}
+	var prediction []int32
+	if job.Prediction != "" {
+		prediction = eng.Model().Tokenizer.Encode(job.Prediction, false, false)
+	}
 	return engine.Request{
-		Grammar:     grammar,
-		Logprobs:    job.Logprobs,
-		TopLogprobs: job.TopLogprobs,
-		Owner:       kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
-		Prompt:      prompt,
-		MaxTokens:   job.MaxTokens,
-		Sampling:    params,
-		Stop:        job.Stop,
-		CachePrefix: job.CachePrefix,
-		Weight:      job.SchedWeight(),
+		Prediction:    prediction,
+		NoSpeculation: job.NoDraft,
+		Grammar:       grammar,
+		Logprobs:      job.Logprobs,
+		TopLogprobs:   job.TopLogprobs,
+		Owner:         kvcache.Owner{Namespace: job.Tenant, Request: job.ID},
+		Prompt:        prompt,
+		MaxTokens:     job.MaxTokens,
+		Sampling:      params,
+		Stop:          job.Stop,
+		CachePrefix:   job.CachePrefix,
+		Weight:        job.SchedWeight(),
 	}, nil
 }
 
@@ -230,7 +236,8 @@ func (d *delivery) send(rctx context.Context, abort context.CancelCauseFunc, eve
 // final frame, then the ack.
 func (d *delivery) finish(kctx context.Context, final *engine.Event, handedCached int) {
 	u := queue.Usage{PromptTokens: final.Usage.PromptTokens, CompletionTokens: final.Usage.CompletionTokens,
-		CachedTokens: min(final.Usage.CachedTokens+handedCached, final.Usage.PromptTokens)}
+		CachedTokens:       min(final.Usage.CachedTokens+handedCached, final.Usage.PromptTokens),
+		AcceptedPrediction: final.Usage.AcceptedPrediction, RejectedPrediction: final.Usage.RejectedPrediction}
 	// The usage event goes first: a worker that dies after the final
 	// frame would leave a done record that no redelivery bills.
 	d.publishUsage(kctx, final.Finish, &u)
@@ -239,6 +246,7 @@ func (d *delivery) finish(kctx context.Context, final *engine.Event, handedCache
 	}
 	d.outcome = outcomeDone
 	d.w.cfg.Metrics.usage(d.w.cfg.Name, d.job.Model, u)
+	d.w.cfg.Metrics.drafts(d.w.cfg.Name, d.job.Model, final.Usage)
 	if span := trace.SpanFromContext(kctx); span.IsRecording() {
 		span.SetAttributes(queue.AttrInTokens.Int(u.PromptTokens), queue.AttrOutTokens.Int(u.CompletionTokens),
 			attrCached.Int(u.CachedTokens), queue.AttrFinish.StringSlice([]string{final.Finish}))

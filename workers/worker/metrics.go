@@ -36,6 +36,7 @@ type Metrics struct {
 	queueWait     *prometheus.HistogramVec // model, role
 	promptTokens  *prometheus.CounterVec   // worker, model
 	cachedTokens  *prometheus.CounterVec   // worker, model
+	draftTokens   *prometheus.CounterVec   // worker, model, outcome (accepted, rejected)
 	genTokens     *prometheus.CounterVec   // worker, model
 	batch         *prometheus.HistogramVec // model
 	handoffBytes  *prometheus.CounterVec   // model, side
@@ -72,6 +73,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"model", "role"}),
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_prompt_tokens_total",
 			Help: "Prompt tokens of completed jobs."}, []string{"worker", "model"}),
+		draftTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_draft_tokens_total",
+			Help: "Tokens speculative decoding drafted and verified, by outcome: accepted (kept in the output) or rejected."},
+			[]string{"worker", "model", "outcome"}),
 		cachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_cached_prompt_tokens_total",
 			Help: "Prompt tokens of completed jobs served from the tenant's prefix cache (over bulkhead_worker_prompt_tokens_total: the worker's prefix hit ratio)."}, []string{"worker", "model"}),
 		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_generated_tokens_total",
@@ -118,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				[]string{"consumer"}, nil),
 		},
 	}
-	for _, c := range []prometheus.Collector{m.jobs, m.queueWait, m.promptTokens, m.cachedTokens, m.genTokens,
+	for _, c := range []prometheus.Collector{m.jobs, m.queueWait, m.promptTokens, m.cachedTokens, m.draftTokens, m.genTokens,
 		m.batch, m.handoffBytes, m.handoffTime, m.handoffFailed, m} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: registering metrics: %w", err)
@@ -271,6 +275,14 @@ func (m *Metrics) usage(worker, model string, u queue.Usage) {
 		m.promptTokens.WithLabelValues(worker, model).Add(float64(u.PromptTokens))
 		m.cachedTokens.WithLabelValues(worker, model).Add(float64(u.CachedTokens))
 		m.genTokens.WithLabelValues(worker, model).Add(float64(u.CompletionTokens))
+	}
+}
+
+// drafts counts a finished request's drafted tokens by outcome.
+func (m *Metrics) drafts(worker, model string, u engine.Usage) {
+	if m != nil && u.DraftedTokens > 0 {
+		m.draftTokens.WithLabelValues(worker, model, "accepted").Add(float64(u.AcceptedTokens))
+		m.draftTokens.WithLabelValues(worker, model, "rejected").Add(float64(u.DraftedTokens - u.AcceptedTokens))
 	}
 }
 
