@@ -240,10 +240,13 @@ func (e *Engine) verify(s *sequence, c *chunk, logits [][]float32) {
 	m := 0
 	for i := range logits {
 		tok := s.next(logits[i])
-		if s.failed != nil || s.finished != "" || i == len(drafts) || tok != drafts[i] {
+		kept := s.failed == nil && i < len(drafts) && tok == drafts[i]
+		if kept {
+			m++
+		}
+		if !kept || s.finished != "" {
 			break
 		}
-		m++
 	}
 	s.spec.verified(len(drafts), m)
 	e.fair.decoded(s, s.generated-g)
