@@ -124,3 +124,30 @@ func TestSpeculationKeepsOutputs(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestLongestMatch: the draft's source is the latest end of the longest
+// run matching the text's end, up to maxMatch tokens, within [lo, hi).
+func TestLongestMatch(t *testing.T) {
+	for _, tc := range []struct {
+		text, h        []int32
+		lo, hi         int
+		wantNext, want int
+	}{
+		{[]int32{1, 2, 3, 9, 2, 3, 7, 1, 2, 3}, nil, 0, 9, 3, 3},         // 1 2 3 at 0..2 beats 2 3 at 4..5
+		{[]int32{5, 2, 3, 9, 2, 3, 7, 1, 2, 3}, nil, 0, 9, 6, 2},         // two 2-token runs: the latest
+		{[]int32{4, 5, 6, 7}, nil, 0, 3, 0, 0},                           // the last token never came before
+		{[]int32{1, 1, 1, 1}, nil, 0, 3, 3, 3},                           // a run may overlap the end
+		{[]int32{7, 8, 9}, []int32{0, 7, 8}, 0, 2, 2, 2},                 // another text, matched to h's end
+		{[]int32{7, 8, 9, 7, 8, 5}, []int32{0, 7, 8}, 2, 5, 5, 2},        // only ends in [lo, hi)
+		{append(make([]int32, 40), 3), make([]int32, 40), 0, 40, 40, 16}, // at most maxMatch: the latest stops the search
+	} {
+		h := tc.h
+		if h == nil {
+			h = tc.text
+		}
+		next, n := longestMatch(tc.text, h, tc.lo, tc.hi)
+		if next != tc.wantNext || n != tc.want {
+			t.Errorf("longestMatch(%v, %v, %d, %d) = %d, %d; want %d, %d", tc.text, h, tc.lo, tc.hi, next, n, tc.wantNext, tc.want)
+		}
+	}
+}
