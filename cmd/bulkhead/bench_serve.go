@@ -23,6 +23,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&cfg.Streams, "streams", 16, "concurrent streaming requests")
 	fs.IntVar(&cfg.PromptTokens, "prompt-tokens", 128, "approximate prompt length in tokens (one short word each)")
 	fs.IntVar(&cfg.GenTokens, "gen-tokens", 128, "max_tokens of each request")
+	fs.BoolVar(&cfg.Speculate, "speculate", false, "leave speculative decoding on (its prompt repeats one word, which drafting copies)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit on the whole run")
 	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
 	if err := parse(fs, args); err != nil {

@@ -23,6 +23,9 @@ type ServeConfig struct {
 	Streams      int // concurrent streaming requests; at least 1
 	PromptTokens int // approximate prompt length (one short word a token); at least 1
 	GenTokens    int // max_tokens of each request; at least 1
+	// Speculate leaves speculative decoding on. Off by default: the
+	// prompt repeats one word, which drafting would copy.
+	Speculate bool
 }
 
 // Validate reports a configuration that cannot be measured.
@@ -60,7 +63,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (*ServeResult, error) {
 	// tenant's prefix cache, which the edge turns on by default.
 	body, err := json.Marshal(map[string]any{
 		"prompt": strings.Repeat(" the", cfg.PromptTokens), "raw": true, "stream": true,
-		"max_tokens": cfg.GenTokens, "temperature": 0, "cache_prefix": false,
+		"max_tokens": cfg.GenTokens, "temperature": 0, "cache_prefix": false, "speculate": cfg.Speculate,
 	})
 	if err != nil {
 		return nil, err
