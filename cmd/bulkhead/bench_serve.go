@@ -53,5 +53,8 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	t, i := res.TTFT, res.ITL
 	_, err = fmt.Fprintf(stdout, "%d streams: %.1f tokens/s aggregate (%d tokens); time to first token p50 %.0f p90 %.0f p99 %.0f ms; inter-token p50 %.1f p90 %.1f p99 %.1f ms\n",
 		cfg.Streams, res.Aggregate, res.CompletionTokens, t["p50"], t["p90"], t["p99"], i["p50"], i["p90"], i["p99"])
+	if err == nil && res.DraftedTokens > 0 {
+		_, err = fmt.Fprintf(stdout, "drafted %d tokens, %.0f%% accepted\n", res.DraftedTokens, 100*res.DraftAcceptance)
+	}
 	return err
 }

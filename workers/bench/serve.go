@@ -42,14 +42,20 @@ func (c ServeConfig) Validate() error {
 // ServeResult is what a serving benchmark measured. Its JSON is the output
 // of `bulkhead bench serve --json` (fields in name order).
 type ServeResult struct {
-	Aggregate        float64            `json:"aggregate_tokens_per_s"` // all streams' completion tokens over the run's span
-	CompletionTokens int                `json:"completion_tokens"`
-	GenTokens        int                `json:"gen_tokens"`
-	ITL              map[string]float64 `json:"itl_ms"` // inter-token latency p50, p90, p99
-	Model            string             `json:"model"`
-	PromptTokens     int                `json:"prompt_tokens"`
-	Streams          int                `json:"streams"`
-	TTFT             map[string]float64 `json:"ttft_ms"` // time to first token p50, p90, p99
+	Aggregate        float64 `json:"aggregate_tokens_per_s"` // all streams' completion tokens over the run's span
+	CompletionTokens int     `json:"completion_tokens"`
+	// DraftAcceptance is the share of drafted tokens the model's workers
+	// accepted during the run, and DraftedTokens how many they drafted,
+	// read from the edge's /metrics where it serves the workers' too (dev);
+	// absent otherwise or without drafts.
+	DraftAcceptance float64            `json:"draft_acceptance,omitempty"`
+	DraftedTokens   int                `json:"drafted_tokens,omitempty"`
+	GenTokens       int                `json:"gen_tokens"`
+	ITL             map[string]float64 `json:"itl_ms"` // inter-token latency p50, p90, p99
+	Model           string             `json:"model"`
+	PromptTokens    int                `json:"prompt_tokens"`
+	Streams         int                `json:"streams"`
+	TTFT            map[string]float64 `json:"ttft_ms"` // time to first token p50, p90, p99
 }
 
 // Serve runs cfg.Streams streaming generations at once and times their
@@ -70,13 +76,59 @@ func Serve(ctx context.Context, cfg ServeConfig) (*ServeResult, error) {
 	}
 	url := strings.TrimRight(cfg.Edge, "/") + "/ai/run/" + cfg.Model
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Streams}}
+	metrics := strings.TrimRight(cfg.Edge, "/") + "/metrics"
+	acc0, rej0 := draftCounts(ctx, client, metrics, cfg.Model)
 	stats := make([]streamStats, cfg.Streams)
 	var wg sync.WaitGroup
 	for i := range stats {
 		wg.Go(func() { stats[i] = streamOnce(ctx, client, url, cfg.Token, body) })
 	}
 	wg.Wait()
-	return summarize(cfg, stats)
+	res, err := summarize(cfg, stats)
+	if err != nil {
+		return nil, err
+	}
+	acc1, rej1 := draftCounts(ctx, client, metrics, cfg.Model)
+	if d := (acc1 - acc0) + (rej1 - rej0); d > 0 {
+		res.DraftedTokens = int(d)
+		res.DraftAcceptance = (acc1 - acc0) / d
+	}
+	return res, nil
+}
+
+// draftCounts sums model's accepted and rejected drafted tokens over the
+// workers in the Prometheus text at url (bulkhead_worker_draft_tokens_total);
+// zeros when it cannot be read.
+func draftCounts(ctx context.Context, client *http.Client, url, model string) (accepted, rejected float64) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		labels, ok := strings.CutPrefix(line, "bulkhead_worker_draft_tokens_total{")
+		if !ok || !strings.Contains(labels, `model="`+model+`"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(labels, `outcome="accepted"`):
+			accepted += v
+		case strings.Contains(labels, `outcome="rejected"`):
+			rejected += v
+		}
+	}
+	return accepted, rejected
 }
 
 // summarize turns the streams' timings into the result.
