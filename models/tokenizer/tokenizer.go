@@ -606,17 +606,20 @@ func (t *Tokenizer) AddBOS() bool { return t.addBOS }
 func (t *Tokenizer) AddEOS() bool { return t.addEOS }
 
 // EncodePair returns the ids of a pair of texts (a reranker's query and
-// document) as llama.cpp joins a pair: the first text with the special
-// tokens Encode adds, then PairSeparator if any, the second text and the
-// closing token: [CLS] a [SEP] b [SEP] for BERT, <s> a </s></s> b </s> for
-// XLM-RoBERTa. No special token is parsed from either text.
+// document) as llama.cpp's server joins them for its rerank endpoint
+// (format_prompt_rerank): the first text with the special tokens Encode
+// adds, then PairSeparator if any, the second text, and the closing token
+// where the vocabulary adds one (add_eos): <s> a </s></s> b </s> for
+// XLM-RoBERTa, [CLS] a [SEP] b for BERT, whose [SEP] llama.cpp adds as a
+// separator, not as an end token (transformers' pair encoding also closes
+// b with [SEP]). No special token is parsed from either text.
 func (t *Tokenizer) EncodePair(a, b string) []int32 {
 	ids := t.Encode(a, true, false)
 	if sep := t.PairSeparator(); sep >= 0 {
 		ids = append(ids, sep)
 	}
 	ids = append(ids, t.Encode(b, false, false)...)
-	if t.addEOS && t.eos >= 0 {
+	if t.addEOS && t.eos >= 0 && t.kind != kindWPM {
 		ids = append(ids, t.eos)
 	}
 	return ids

@@ -138,7 +138,7 @@ func (m *Model) Kernels() kernels.Set { return m.kernels }
 func (m *Model) Tokenize(text string) []int32 { return m.Tokenizer.Encode(text, true, false) }
 
 // PairTokens returns the ids of a query and document pair for rank
-// pooling (tokenizer.EncodePair): [CLS] query [SEP] document [SEP] for BERT,
+// pooling (tokenizer.EncodePair): [CLS] query [SEP] document for BERT,
 // <s> query </s></s> document </s> for XLM-RoBERTa; every token of type 0.
 func (m *Model) PairTokens(query, doc string) []int32 { return m.Tokenizer.EncodePair(query, doc) }
 
