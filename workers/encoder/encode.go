@@ -178,29 +178,29 @@ func (e *Encoder) layer(L *Layer, T int) {
 	p.MatMul(e.k, L.K, e.x, T)
 	p.MatMul(e.v, L.V, e.x, T)
 	e.rows(T, func(r int) {
-		addTo(e.q[r*E:][:E], L.QB)
-		addTo(e.k[r*E:][:E], L.KB)
-		addTo(e.v[r*E:][:E], L.VB)
+		e.addTo(e.q[r*E:][:E], L.QB)
+		e.addTo(e.k[r*E:][:E], L.KB)
+		e.addTo(e.v[r*E:][:E], L.VB)
 	})
 	e.attention()
 	p.MatMul(e.tmp, L.O, e.att, T)
 	e.rows(T, func(r int) {
 		t, x := e.tmp[r*E:][:E], e.x[r*E:][:E]
-		addTo(t, L.OB)
-		addTo(t, x)
+		e.addTo(t, L.OB)
+		e.addTo(t, x)
 		kernels.LayerNorm(x, t, L.AttnNorm, L.AttnNormB, h.NormEps)
 	})
 	p.MatMul(e.up, L.Up, e.x, T)
 	e.rows(T, func(r int) {
 		u := e.up[r*h.FFN:][:h.FFN]
-		addTo(u, L.UpB)
+		e.addTo(u, L.UpB)
 		e.ks.GELU(u, u)
 	})
 	p.MatMul(e.tmp, L.Down, e.up, T)
 	e.rows(T, func(r int) {
 		t, x := e.tmp[r*E:][:E], e.x[r*E:][:E]
-		addTo(t, L.DownB)
-		addTo(t, x)
+		e.addTo(t, L.DownB)
+		e.addTo(t, x)
 		kernels.LayerNorm(x, t, L.OutNorm, L.OutNormB, h.NormEps)
 	})
 }
@@ -221,13 +221,9 @@ func (e *Encoder) rows(T int, fn func(r int)) {
 }
 
 // addTo adds b to dst element by element; a nil b adds nothing.
-func addTo(dst, b []float32) {
-	if b == nil {
-		return
-	}
-	b = b[:len(dst)]
-	for i := range dst {
-		dst[i] += b[i]
+func (e *Encoder) addTo(dst, b []float32) {
+	if b != nil {
+		e.ks.Add(dst, b)
 	}
 }
 
@@ -292,7 +288,7 @@ func (e *Encoder) pooled(s span) []float32 {
 	if m.HasCls {
 		hid := make([]float32, E)
 		e.pool.MatMul(hid, m.Cls, out, 1)
-		addTo(hid, m.ClsB)
+		e.addTo(hid, m.ClsB)
 		for d, x := range hid {
 			hid[d] = float32(math.Tanh(float64(x)))
 		}
@@ -300,7 +296,7 @@ func (e *Encoder) pooled(s span) []float32 {
 	}
 	scores := make([]float32, m.Hyper.Labels)
 	e.pool.MatMul(scores, m.ClsOut, out, 1)
-	addTo(scores, m.ClsOutB)
+	e.addTo(scores, m.ClsOutB)
 	return scores
 }
 

@@ -74,6 +74,9 @@ func dotF32AVX(a, b *float32, n int) float32
 func axpyF16AVX(dst *float32, a float32, x *uint16, n int)
 
 //go:noescape
+func addAVX(dst, x *float32, n int)
+
+//go:noescape
 func f32ToF16AVX(dst *uint16, src *float32, n int)
 
 //go:noescape

@@ -593,6 +593,25 @@ axdone:
 	VZEROUPPER
 	RET
 
+// func addAVX(dst, x *float32, n int) — dst[i] += x[i], n&^7 elements.
+TEXT ·addAVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   adddone
+addloop:
+	VMOVUPS (DI), Y0
+	VADDPS  (SI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  addloop
+adddone:
+	VZEROUPPER
+	RET
+
 // func f32ToF16AVX(dst *uint16, src *float32, n int) — n&^7 elements, nearest even.
 TEXT ·f32ToF16AVX(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -233,6 +233,19 @@ func Add(dst, x []float32) {
 	}
 }
 
+// Add adds x[:len(dst)] into dst, eight at a time where the set has
+// vectors: the same sums as the package's Add.
+func (ks Set) Add(dst, x []float32) {
+	n := len(dst)
+	x = x[:n]
+	k := 0
+	if ks.asm() && n >= 8 {
+		addAVX(&dst[0], &x[0], n)
+		k = n &^ 7
+	}
+	Add(dst[k:], x[k:])
+}
+
 // DotsF16 sets out[j] = DotF16(q, k[j*stride:j*stride+len(q)]) * scale for
 // j < len(out): one query against a page of keys, bitwise what the calls one
 // key at a time would give. qf is q converted to float32 (F16ToF32s).

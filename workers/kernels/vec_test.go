@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
@@ -84,6 +85,25 @@ func TestAxpyF16(t *testing.T) {
 					checkClose(t, fmt.Sprintf("[%d]", i), dst[i], want[i], math.Abs(want[i])+1, 1e-6)
 				}
 			})
+		}
+	})
+}
+
+// TestSetAdd: Set.Add gives the package Add's sums bit for bit, at every
+// length around the vector width.
+func TestSetAdd(t *testing.T) {
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(27, 28))
+		for _, n := range []int{0, 1, 7, 8, 9, 16, 23, 384} {
+			dst, x := randVec(rng, n), randVec(rng, n)
+			want := slices.Clone(dst)
+			Add(want, x)
+			ks.Add(dst, x)
+			for i := range n {
+				if math.Float32bits(dst[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n %d [%d]: %g, want %g", n, i, dst[i], want[i])
+				}
+			}
 		}
 	})
 }
