@@ -140,6 +140,7 @@ func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler
 	copy(s.history, req.Prompt)
 	if len(req.Prediction) > 0 {
 		s.spec.predicted = append(append(make([]int32, 0, len(req.Prompt)+len(req.Prediction)), req.Prompt...), req.Prediction...)
+		s.spec.predAt = len(req.Prompt) // the output is expected to start as predicted
 	}
 	if err := ctx.Err(); err != nil {
 		s.cancelled.Store(&err)
@@ -185,6 +186,7 @@ func (s *sequence) accept(tok int32) {
 		}
 	}
 	s.history = append(s.history, tok)
+	s.spec.follow(tok)
 	s.generated++
 	if !s.req.IgnoreEOS && s.model.Tokenizer.IsEOG(tok) {
 		s.finished = "stop" // the end-of-generation token itself has no text

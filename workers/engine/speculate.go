@@ -59,6 +59,10 @@ type speculation struct {
 	// prompt.
 	predicted []int32
 	fromPred  bool // this step's drafts come from predicted
+	// predAt is where in predicted the next generated token is expected
+	// (0: nowhere known), following the output token by token (follow);
+	// predMiss counts the tokens since it last matched.
+	predAt, predMiss int
 	// hits and misses are decayed counts of drafts accepted and of
 	// rejections, the acceptance estimate's evidence (length).
 	hits, misses float64
@@ -76,12 +80,25 @@ func (s *sequence) draft(limit, batch int, cost float64) []int32 {
 	if limit <= 0 {
 		return sp.chunk
 	}
+	if sp.predAt > 0 {
+		// The output follows the prediction (an edit skipped at most two
+		// tokens of it): draft what comes next there.
+		sp.fromPred = true
+		prior := matchPrior(maxMatch)
+		if sp.predMiss > 0 {
+			prior = matchPrior(minMatch)
+		}
+		k := min(limit, len(sp.predicted)-sp.predAt, sp.length(limit, batch, cost, prior))
+		sp.chunk = append(sp.chunk, sp.predicted[sp.predAt:sp.predAt+k]...)
+		return sp.chunk
+	}
 	next, n := longestMatch(h, h, 0, len(h)-1)
 	text := h
 	if sp.predicted != nil {
 		pn, pl := longestMatch(sp.predicted, h, len(s.req.Prompt)-1, len(sp.predicted)-1)
 		if pl >= n && pl >= 1 {
 			next, n, text, sp.fromPred = pn, max(pl, minMatch), sp.predicted, true
+			sp.predAt, sp.predMiss = pn, 0 // the output found the prediction again
 		}
 	}
 	if n < minMatch {
@@ -95,6 +112,28 @@ func (s *sequence) draft(limit, batch int, cost float64) []int32 {
 	}
 	sp.chunk = append(sp.chunk, text[next:next+k]...)
 	return sp.chunk
+}
+
+// follow moves the prediction's expected position past the generated
+// token t: on when t is the predicted token, on as well after a token that
+// replaced it (an edit), and nowhere after three tokens in a row that the
+// prediction did not have there (draft then looks for it again).
+func (sp *speculation) follow(t int32) {
+	if sp.predAt <= 0 {
+		return
+	}
+	switch {
+	case sp.predAt >= len(sp.predicted):
+		sp.predAt = 0
+	case sp.predicted[sp.predAt] == t:
+		sp.predAt++
+		sp.predMiss = 0
+	case sp.predMiss >= 2:
+		sp.predAt, sp.predMiss = 0, 0
+	default:
+		sp.predAt++
+		sp.predMiss++
+	}
 }
 
 // matchPrior is the acceptance expected of a draft found by a match of n
@@ -142,8 +181,11 @@ type draftCost struct {
 	prior bool
 }
 
-// costEMA weighs a new step's time in draftCost's averages.
-const costEMA = 0.1
+// costEMA weighs a new step's time in draftCost's averages; costRelax
+// pulls the row's time back towards the prior's at each step without
+// drafts, so that one slow drafted step (a fault, a descheduled thread) does
+// not stop drafting for good: with no drafts nothing would correct it.
+const costEMA, costRelax = 0.1, 0.02
 
 // observe records a decode step of batch sequences and rows rows (drafts
 // included) that took dt seconds.
@@ -157,8 +199,11 @@ func (d *draftCost) observe(batch, rows int, dt float64) {
 		*b = dt
 	case rows == batch:
 		*b += costEMA * (dt - *b)
+		if d.row > 0 {
+			d.row += costRelax * (priorRowCost**b - d.row)
+		}
 	case *b > 0:
-		r := max(dt-*b, 0) / float64(rows-batch)
+		r := min(max(dt-*b, 0)/float64(rows-batch), 2**b) // a row costs at most two steps
 		if d.row == 0 {
 			d.row = r
 		} else {

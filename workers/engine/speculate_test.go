@@ -151,3 +151,40 @@ func TestLongestMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestDraftCost: the measured cost of a drafted row follows what steps
+// take, one slow drafted step is bounded and fades as steps without drafts
+// run, and what is drafted follows cost and acceptance.
+func TestDraftCost(t *testing.T) {
+	var d draftCost
+	if got := d.ratio(2); got != priorRowCost/2 {
+		t.Fatalf("unmeasured ratio %v, want the prior over the batch, %v", got, priorRowCost/2)
+	}
+	for range 50 {
+		d.observe(1, 1, 0.040) // one sequence, no drafts: 40 ms
+		d.observe(1, 5, 0.080) // four drafts add 40 ms: 10 ms a row
+	}
+	if got := d.ratio(1); got < 0.2 || got > 0.3 {
+		t.Fatalf("ratio %v after steady steps, want about 0.25", got)
+	}
+	d.observe(1, 2, 10) // a drafted step stalled for 10 s
+	if got := d.ratio(1); got > 0.3+costEMA*2 {
+		t.Fatalf("ratio %v after one stalled step, want it bounded by two steps a row", got)
+	}
+	for range 200 {
+		d.observe(1, 1, 0.040)
+	}
+	if got := d.ratio(1); got > priorRowCost+0.05 {
+		t.Fatalf("ratio %v after 200 steps without drafts, want it back near the prior %v", got, priorRowCost)
+	}
+	var sp speculation
+	if k := sp.length(8, 1, 0.25, 0.9); k < 4 {
+		t.Errorf("acceptance 0.9 at a quarter step a row drafts %d, want several", k)
+	}
+	if k := sp.length(8, 1, 0.5, 0.2); k != 0 {
+		t.Errorf("acceptance 0.2 at half a step a row drafts %d, want none", k)
+	}
+	if k := sp.length(8, 4, 0.25, 0.9); k >= sp.length(8, 1, 0.25, 0.9) {
+		t.Errorf("one of 4 sequences, a row a quarter of their step, drafts %d: no fewer than alone", k)
+	}
+}
