@@ -238,7 +238,7 @@ func BenchmarkVerifyStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	e.fw.run([]*chunk{{seq: kv, tokens: prompt, logits: true}})
-	for _, k := range []int{0, 1, 2, 4, 8} {
+	for _, k := range []int{0, 1, 2, 3, 4, 7, 8} {
 		b.Run(fmt.Sprintf("k=%d", k), func(b *testing.B) {
 			c := &chunk{seq: kv, tokens: prompt[:k+1], pos0: ctx, logits: true, every: k > 0}
 			for b.Loop() {
