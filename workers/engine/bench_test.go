@@ -152,14 +152,7 @@ func BenchmarkDecode(b *testing.B) {
 // matrix products and attention of continuous batching. The model is
 // BULKHEAD_BENCH_MODEL when set (a GGUF file), stories260K otherwise.
 func BenchmarkBatchStep(b *testing.B) {
-	m := loadStories(b)
-	if path := os.Getenv("BULKHEAD_BENCH_MODEL"); path != "" {
-		var err error
-		if m, err = Load(path); err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close()
-	}
+	m := benchModel(b)
 	const batch, ctx, steps = 16, 128, 64
 	e, err := New(nil, m, Config{Threads: 2, MaxBatch: batch, Context: ctx + steps, KVTokens: batch * (ctx + steps + 16)})
 	if err != nil {
@@ -211,17 +204,10 @@ func BenchmarkBatchStep(b *testing.B) {
 // context) verifying k drafted tokens: its last token and k drafts as one
 // chunk with logits after every row, then the drafts' KV rewound, as
 // speculative decoding runs it. Its step time over k=0's is what drafting
-// costs (draftRowCost). The model is BULKHEAD_BENCH_MODEL when set,
+// costs (priorRowCost). The model is BULKHEAD_BENCH_MODEL when set,
 // stories260K otherwise.
 func BenchmarkVerifyStep(b *testing.B) {
-	m := loadStories(b)
-	if path := os.Getenv("BULKHEAD_BENCH_MODEL"); path != "" {
-		var err error
-		if m, err = Load(path); err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close()
-	}
+	m := benchModel(b)
 	const ctx = 128
 	e, err := New(nil, m, Config{Threads: 2, MaxBatch: 1, Context: ctx + 32, KVTokens: ctx + 32})
 	if err != nil {
@@ -252,4 +238,19 @@ func BenchmarkVerifyStep(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchModel is BULKHEAD_BENCH_MODEL when set (a GGUF file, closed when the
+// benchmark ends), stories260K otherwise.
+func benchModel(b *testing.B) *Model {
+	path := os.Getenv("BULKHEAD_BENCH_MODEL")
+	if path == "" {
+		return loadStories(b)
+	}
+	m, err := Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return m
 }
