@@ -388,9 +388,11 @@ func (e *Engine) check(req Request, holdsCompletion bool) error {
 	if err := checkWeight(req.Weight); err != nil {
 		return err
 	}
-	for _, t := range slices.Concat(req.Prompt, req.Prediction) {
-		if t < 0 || int(t) >= e.model.Hyper.Vocab {
-			return fmt.Errorf("%w: token id %d outside vocabulary of %d", ErrInvalidRequest, t, e.model.Hyper.Vocab)
+	for _, ids := range [][]int32{req.Prompt, req.Prediction} {
+		for _, t := range ids {
+			if t < 0 || int(t) >= e.model.Hyper.Vocab {
+				return fmt.Errorf("%w: token id %d outside vocabulary of %d", ErrInvalidRequest, t, e.model.Hyper.Vocab)
+			}
 		}
 	}
 	if n+req.MaxTokens > e.cfg.Context {
@@ -562,9 +564,9 @@ func (e *Engine) publish(s *sequence) {
 }
 
 // step runs one forward pass over the batch: decoding sequences contribute their
-// last token, prefilling ones a chunk of prompt within the step's token budget.
+// last token (and their drafts), prefilling ones a chunk of prompt within the
+// step's token budget.
 func (e *Engine) step(active []*sequence) []*sequence {
-	budget := e.cfg.ChunkSize
 	// The step's chunks live in buffers reused from step to step (Run's
 	// goroutine owns them), so a decode step allocates nothing.
 	if cap(e.chunkBuf) < len(active) {
@@ -572,31 +574,63 @@ func (e *Engine) step(active []*sequence) []*sequence {
 		e.chunks = make([]*chunk, 0, len(active))
 		e.owners = make([]*sequence, 0, len(active))
 	}
-	chunks, owners := e.chunks[:0], e.owners[:0]
+	p := e.plan(active)
 	defer func() {
-		clear(e.chunkBuf[:len(chunks)])
-		clear(chunks)
-		clear(owners)
+		clear(e.chunkBuf[:len(p.chunks)])
+		clear(p.chunks)
+		clear(p.owners)
 	}()
-	held := 0
-	decoding := 0 // sequences that decode this step
+	var logits [][]float32
+	switch {
+	case len(p.chunks) > 0:
+		start := time.Now()
+		logits = e.fw.run(p.chunks)
+		if !p.prefilling {
+			e.cost.observe(len(p.chunks), p.rows, time.Since(start).Seconds())
+		}
+	case p.held > 0:
+		// Every sequence is held (HoldAt): wait a little for a cancel or
+		// a new request instead of spinning.
+		time.Sleep(time.Millisecond)
+	}
+	e.apply(p, logits)
+	return e.sweep(active)
+}
+
+// stepPlan is what one step computes: a chunk per sequence that takes
+// part (owners[i] is chunks[i]'s), how many were held, whether any
+// prefills, and its rows when it only decodes.
+type stepPlan struct {
+	chunks     []*chunk
+	owners     []*sequence
+	held       int
+	prefilling bool
+	rows       int // decode rows and drafts
+}
+
+// plan builds the step's chunks: a prompt chunk for a prefilling sequence
+// within the step's token budget, the last token and its drafts for a
+// decoding one.
+func (e *Engine) plan(active []*sequence) stepPlan {
+	p := stepPlan{chunks: e.chunks[:0], owners: e.owners[:0]}
+	budget := e.cfg.ChunkSize
+	decoding := 0
 	for _, s := range active {
 		if s.cancelErr() == nil && !e.holds(s) && s.prefilled >= s.target() {
 			decoding++
 		}
 	}
-	rows := stepDraftRows - decoding // drafts this step may still add
+	room := stepDraftRows - decoding // drafts this step may still add
 	cost := e.cost.ratio(decoding)
-	prefilling := false
 	for _, s := range active {
 		if s.cancelErr() != nil {
 			continue
 		}
 		if e.holds(s) {
-			held++
+			p.held++
 			continue
 		}
-		c := &e.chunkBuf[len(chunks)]
+		c := &e.chunkBuf[len(p.chunks)]
 		if target := s.target(); s.prefilled < target {
 			if budget <= 0 {
 				continue
@@ -605,31 +639,26 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			budget -= n
 			*c = chunk{seq: s.kv, tokens: s.history[s.prefilled : s.prefilled+n], pos0: s.prefilled}
 			c.logits = s.prefilled+n == target
-			prefilling = true
+			p.prefilling = true
 		} else {
-			toks := s.draft(e.draftLimit(s, rows), decoding, cost)
-			rows -= len(toks) - 1
+			toks := s.draft(e.draftLimit(s, room), decoding, cost)
+			room -= len(toks) - 1
+			p.rows += len(toks)
 			*c = chunk{seq: s.kv, tokens: toks, pos0: len(s.history) - 1, logits: true, every: len(toks) > 1}
 		}
-		chunks = append(chunks, c)
-		owners = append(owners, s)
+		p.chunks = append(p.chunks, c)
+		p.owners = append(p.owners, s)
 	}
-	var logits [][]float32
-	switch {
-	case len(chunks) > 0:
-		start := time.Now()
-		logits = e.fw.run(chunks)
-		if !prefilling {
-			e.cost.observe(len(chunks), stepDraftRows-rows, time.Since(start).Seconds())
-		}
-	case held > 0:
-		// Every sequence is held (HoldAt): wait a little for a cancel or
-		// a new request instead of spinning.
-		time.Sleep(time.Millisecond)
-	}
+	return p
+}
+
+// apply takes the step's results: prompt progress (and the prefix cache's
+// publication), then each chunk's logits: a Prefill's first token, a
+// draft's verification, or the next token.
+func (e *Engine) apply(p stepPlan, logits [][]float32) {
 	li := 0
-	for i, c := range chunks {
-		s := owners[i]
+	for i, c := range p.chunks {
+		s := p.owners[i]
 		if c.err != nil {
 			s.failed = c.err
 			continue
@@ -657,7 +686,11 @@ func (e *Engine) step(active []*sequence) []*sequence {
 			li++
 		}
 	}
-	// Drop finished, failed and cancelled sequences, freeing their pages.
+}
+
+// sweep drops finished, failed and cancelled sequences from active,
+// freeing their pages, and returns the rest.
+func (e *Engine) sweep(active []*sequence) []*sequence {
 	kept := active[:0]
 	for _, s := range active {
 		switch {
