@@ -83,76 +83,39 @@ func Speculation(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Spe
 	for _, p := range prompts {
 		window = max(window, 2*len(p)+2*cfg.GenTokens) // the copy workload's
 	}
-	page := kvcache.DefaultPageSize
 	var engines [2]*engine.Engine
 	for i, draft := range []int{-1, 0} {
-		eng, err := engine.New(log, m, engine.Config{
-			Threads: cfg.Threads, Context: window, KVTokens: (window + page - 1) / page * page,
-			MaxBatch: 1, QueueSize: 1, Draft: draft,
-		})
+		eng, stop, err := startEngine(ctx, log, m, engine.Config{Threads: cfg.Threads, Context: window, Draft: draft})
 		if err != nil {
 			return nil, err
 		}
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- eng.Run(runCtx) }()
-		defer func() { eng.Close(); cancel(); <-done }()
+		defer stop()
 		engines[i] = eng
 	}
 	plain, drafting := engines[0], engines[1]
-	res := &SpecResult{Model: m.Name, Kernels: plain.Kernels(), Threads: plain.Threads()}
-
-	// The plain outputs, which every drafted run must give again, and the
-	// predicted workload's requests.
-	var free, predicted, copying []engine.Request
-	var want, wantCopy [][]int32
-	for _, p := range prompts {
-		r := engine.Request{Owner: owner, Prompt: p, MaxTokens: cfg.GenTokens, IgnoreEOS: true}
-		out, err := plain.Generate(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		free = append(free, r)
-		want = append(want, out.CompletionTokens)
-		pr := r
-		pr.Prediction = slices.Clone(out.CompletionTokens)
-		for i := cfg.EditEvery - 1; i < len(pr.Prediction); i += cfg.EditEvery {
-			pr.Prediction[i] = int32(3 + (int(pr.Prediction[i])+7)%(m.Hyper.Vocab-3))
-		}
-		predicted = append(predicted, pr)
-		// The prompt, its output, the prompt again: a trained model
-		// mostly repeats the text it has just seen.
-		cr := r
-		cr.Prompt = slices.Concat(p, out.CompletionTokens, p)
-		again, err := plain.Generate(ctx, cr)
-		if err != nil {
-			return nil, err
-		}
-		copying = append(copying, cr)
-		wantCopy = append(wantCopy, again.CompletionTokens)
+	workloads, err := specWorkloads(ctx, plain, prompts, cfg)
+	if err != nil {
+		return nil, err
 	}
-	for _, w := range []struct {
-		name string
-		reqs []engine.Request
-		want [][]int32
-	}{{"free", free, want}, {"predicted", predicted, want}, {"copy", copying, wantCopy}} {
+	res := &SpecResult{Model: m.Name, Kernels: plain.Kernels(), Threads: plain.Threads()}
+	for _, w := range workloads {
 		sw := SpecWorkload{Name: w.name}
 		for rep := range cfg.Reps {
 			for i, r := range w.reqs {
 				// Each engine goes first in every other run: this
 				// machine's speed drifts.
 				for turn := range 2 {
-					if (turn+rep)%2 == 0 {
-						rate, _, err := timedDecode(ctx, plain, r, w.want[i])
-						if err != nil {
-							return nil, err
-						}
-						sw.Plain = max(sw.Plain, rate)
-						continue
+					eng := plain
+					if (turn+rep)%2 == 1 {
+						eng = drafting
 					}
-					rate, u, err := timedDecode(ctx, drafting, r, w.want[i])
+					rate, u, err := timedDecode(ctx, eng, r, w.want[i])
 					if err != nil {
 						return nil, err
+					}
+					if eng == plain {
+						sw.Plain = max(sw.Plain, rate)
+						continue
 					}
 					sw.Drafting = max(sw.Drafting, rate)
 					sw.Drafted += u.DraftedTokens
@@ -168,6 +131,60 @@ func Speculation(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Spe
 		res.Workloads = append(res.Workloads, sw)
 	}
 	return res, nil
+}
+
+// startEngine runs an engine of one sequence over m, its pool cfg.Context
+// tokens in whole pages, until stop.
+func startEngine(ctx context.Context, log *slog.Logger, m *engine.Model, cfg engine.Config) (eng *engine.Engine, stop func(), err error) {
+	page := kvcache.DefaultPageSize
+	cfg.KVTokens = (cfg.Context + page - 1) / page * page
+	cfg.MaxBatch, cfg.QueueSize = 1, 1
+	if eng, err = engine.New(log, m, cfg); err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	return eng, func() { eng.Close(); cancel(); <-done }, nil
+}
+
+// specWorkload is one workload's requests and the outputs plain decoding
+// gives them.
+type specWorkload struct {
+	name string
+	reqs []engine.Request
+	want [][]int32
+}
+
+// specWorkloads builds the free, predicted and copy workloads from the
+// prompts, with their plain outputs from the plain engine.
+func specWorkloads(ctx context.Context, plain *engine.Engine, prompts [][]int32, cfg SpecConfig) ([]specWorkload, error) {
+	vocab := plain.Model().Hyper.Vocab
+	free, predicted, copying := specWorkload{name: "free"}, specWorkload{name: "predicted"}, specWorkload{name: "copy"}
+	for _, p := range prompts {
+		r := engine.Request{Owner: owner, Prompt: p, MaxTokens: cfg.GenTokens, IgnoreEOS: true}
+		out, err := plain.Generate(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		free.reqs, free.want = append(free.reqs, r), append(free.want, out.CompletionTokens)
+		pr := r
+		pr.Prediction = slices.Clone(out.CompletionTokens)
+		for i := cfg.EditEvery - 1; i < len(pr.Prediction); i += cfg.EditEvery {
+			pr.Prediction[i] = int32(3 + (int(pr.Prediction[i])+7)%(vocab-3))
+		}
+		predicted.reqs, predicted.want = append(predicted.reqs, pr), append(predicted.want, out.CompletionTokens)
+		// The prompt, its output, the prompt again: a trained model
+		// mostly repeats the text it has just seen.
+		cr := r
+		cr.Prompt = slices.Concat(p, out.CompletionTokens, p)
+		again, err := plain.Generate(ctx, cr)
+		if err != nil {
+			return nil, err
+		}
+		copying.reqs, copying.want = append(copying.reqs, cr), append(copying.want, again.CompletionTokens)
+	}
+	return []specWorkload{free, predicted, copying}, nil
 }
 
 // timedDecode runs r and returns its decode rate (tokens after the first,
