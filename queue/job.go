@@ -292,8 +292,9 @@ type Usage struct {
 	// CachedTokens is how many of the PromptTokens were served from the
 	// tenant's prefix cache instead of being computed (Job.CachePrefix).
 	CachedTokens int `json:"cached_tokens,omitempty"`
-	// AcceptedPrediction counts the Job.Prediction tokens that decoding
-	// drafted and kept, RejectedPrediction the prediction's other tokens
+	// AcceptedPrediction counts the Job.Prediction tokens the output kept
+	// (as drafting followed the prediction), RejectedPrediction the
+	// prediction's other tokens
 	// (OpenAI's accepted_prediction_tokens and rejected_prediction_tokens).
 	// Both are 0 without a prediction; neither is billed beyond the
 	// CompletionTokens.

@@ -232,8 +232,9 @@ type Usage struct {
 	// verified, AcceptedTokens those verification kept (each is also one of
 	// the CompletionTokens).
 	DraftedTokens, AcceptedTokens int
-	// AcceptedPrediction counts the accepted drafts taken from
-	// Request.Prediction; RejectedPrediction the rest of the prediction.
+	// AcceptedPrediction counts the Request.Prediction tokens the output
+	// kept (where drafting followed the prediction through the output; 0
+	// with NoSpeculation), RejectedPrediction the rest of the prediction.
 	AcceptedPrediction, RejectedPrediction int
 }
 

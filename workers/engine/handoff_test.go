@@ -30,6 +30,7 @@ func collect(t *testing.T, events <-chan Event, prompt []int32) *Result {
 		res.Text += ev.Text
 		if ev.Done {
 			res.Finish = ev.Finish
+			res.Usage = ev.Usage
 		}
 	}
 	return res
@@ -98,7 +99,12 @@ func TestPrefillExportImportResume(t *testing.T) {
 	const n = 64
 	unified := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4})
 	a := startEngine(t, m, Config{Threads: 2, Poison: true, PageSize: 4, ChunkSize: 3, MaxBatch: 4})
-	b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4, KVTokens: 4096})
+	b, err := New(nil, m, Config{Threads: 1, Poison: true, PageSize: 4, KVTokens: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cost.prior = true // what is drafted depends on the tokens only
+	runEngine(t, b)
 	// Dirty B's pool: other tenants write and free pages first.
 	for _, c := range cases[:3] {
 		r := greedy(c.PromptTokens, 40)
@@ -128,6 +134,11 @@ func TestPrefillExportImportResume(t *testing.T) {
 				t.Fatal(errs[i])
 			}
 			req := greedy(c.PromptTokens, n)
+			if i%2 == 0 {
+				// The decode side drafts on the handed-over KV from a
+				// prediction (the unsplit output), output unchanged.
+				req.Prediction = want[i].CompletionTokens
+			}
 			seq := transfer(t, pre[i], b, req)
 			events, err := b.Resume(context.Background(), req, seq, pre[i].First)
 			if err != nil {
@@ -140,6 +151,9 @@ func TestPrefillExportImportResume(t *testing.T) {
 			}
 			if got.Text != want[i].Text || got.Finish != want[i].Finish {
 				t.Errorf("text %q finish %q, unified %q %q", got.Text, got.Finish, want[i].Text, want[i].Finish)
+			}
+			if req.Prediction != nil && got.Usage.AcceptedPrediction == 0 {
+				t.Errorf("a right prediction on the decode side: usage %+v, want drafts accepted", got.Usage)
 			}
 		})
 	}

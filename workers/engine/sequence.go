@@ -140,7 +140,9 @@ func newSequence(ctx context.Context, m *Model, req Request, smp *sample.Sampler
 	copy(s.history, req.Prompt)
 	if len(req.Prediction) > 0 {
 		s.spec.predicted = append(append(make([]int32, 0, len(req.Prompt)+len(req.Prediction)), req.Prompt...), req.Prediction...)
-		s.spec.predAt = len(req.Prompt) // the output is expected to start as predicted
+		if !req.NoSpeculation {
+			s.spec.predAt = len(req.Prompt) // the output is expected to start as predicted
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		s.cancelled.Store(&err)
@@ -242,7 +244,7 @@ func (s *sequence) finish(ev Event) {
 	}
 	ev.Usage = Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated, CachedTokens: s.cached,
 		DraftedTokens: s.spec.drafted, AcceptedTokens: s.spec.accepted,
-		AcceptedPrediction: s.spec.predAccepted, RejectedPrediction: len(s.req.Prediction) - s.spec.predAccepted}
+		AcceptedPrediction: s.spec.predMatched, RejectedPrediction: len(s.req.Prediction) - s.spec.predMatched}
 	s.ended = true
 	s.events <- ev
 	close(s.events)

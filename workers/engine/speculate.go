@@ -58,7 +58,6 @@ type speculation struct {
 	// one): a draft is looked up in it as if the prediction followed the
 	// prompt.
 	predicted []int32
-	fromPred  bool // this step's drafts come from predicted
 	// predAt is where in predicted the next generated token is expected
 	// (0: nowhere known), following the output token by token (follow);
 	// predMiss counts the tokens since it last matched.
@@ -67,7 +66,10 @@ type speculation struct {
 	// rejections, the acceptance estimate's evidence (length).
 	hits, misses float64
 
-	drafted, accepted, predAccepted int // totals, for Usage
+	drafted, accepted int // totals, for Usage
+	// predMatched counts the generated tokens that were the prediction's
+	// where it was followed: the prediction tokens the output kept.
+	predMatched int
 }
 
 // draft fills s.spec.chunk with s's last token and at most limit drafted
@@ -76,14 +78,12 @@ func (s *sequence) draft(limit, batch int, cost float64) []int32 {
 	sp := &s.spec
 	h := s.history
 	sp.chunk = append(sp.chunk[:0], h[len(h)-1])
-	sp.fromPred = false
 	if limit <= 0 {
 		return sp.chunk
 	}
 	if sp.predAt > 0 {
 		// The output follows the prediction (an edit skipped at most two
 		// tokens of it): draft what comes next there.
-		sp.fromPred = true
 		prior := matchPrior(maxMatch)
 		if sp.predMiss > 0 {
 			prior = matchPrior(minMatch)
@@ -97,7 +97,7 @@ func (s *sequence) draft(limit, batch int, cost float64) []int32 {
 	if sp.predicted != nil {
 		pn, pl := longestMatch(sp.predicted, h, len(s.req.Prompt)-1, len(sp.predicted)-1)
 		if pl >= n && pl >= 1 {
-			next, n, text, sp.fromPred = pn, max(pl, minMatch), sp.predicted, true
+			next, n, text = pn, max(pl, minMatch), sp.predicted
 			sp.predAt, sp.predMiss = pn, 0 // the output found the prediction again
 		}
 	}
@@ -128,6 +128,7 @@ func (sp *speculation) follow(t int32) {
 	case sp.predicted[sp.predAt] == t:
 		sp.predAt++
 		sp.predMiss = 0
+		sp.predMatched++
 	case sp.predMiss >= 2:
 		sp.predAt, sp.predMiss = 0, 0
 	default:
@@ -228,9 +229,6 @@ func (d *draftCost) ratio(batch int) float64 {
 func (sp *speculation) verified(k, m int) {
 	sp.drafted += k
 	sp.accepted += m
-	if sp.fromPred {
-		sp.predAccepted += m
-	}
 	sp.hits = sp.hits*acceptDecay + float64(m)
 	sp.misses *= acceptDecay
 	if m < k {
