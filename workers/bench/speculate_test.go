@@ -10,9 +10,8 @@ import (
 )
 
 // TestSpeculation runs the method on stories260K from a real prompt: three
-// workloads, each with both rates positive, and the predicted one drafting
-// and accepting (its prediction is mostly the output); a bad config is
-// ErrConfig.
+// workloads, each with both rates positive and drafting's outputs equal to
+// plain decoding's (Speculation checks that); a bad config is ErrConfig.
 func TestSpeculation(t *testing.T) {
 	m, err := engine.Load(refdatatest.Path(t, "models/stories260K.gguf"))
 	if err != nil {
@@ -35,8 +34,11 @@ func TestSpeculation(t *testing.T) {
 		if !(w.Plain > 0 && w.Drafting > 0 && w.Speedup > 0) || w.Generated != cfg.GenTokens {
 			t.Errorf("%s: %+v", w.Name, w)
 		}
-		if w.Name == "predicted" && (w.Drafted == 0 || w.Accepted == 0) {
-			t.Errorf("predicted workload drafted %d, accepted %d", w.Drafted, w.Accepted)
+		// How much is drafted depends on the engine's measured step times
+		// (engine's TestSpeculationKeepsOutputs pins them); the figures
+		// must only add up.
+		if w.Accepted > w.Drafted || w.Acceptance < 0 || w.Acceptance > 1 {
+			t.Errorf("%s: %d of %d drafts accepted, acceptance %v", w.Name, w.Accepted, w.Drafted, w.Acceptance)
 		}
 	}
 }
