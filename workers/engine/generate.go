@@ -11,10 +11,9 @@ type Result struct {
 	CompletionTokens []int32
 	Text             string
 	Finish           string
-	// CachedTokens is how many prompt tokens came from the prefix cache;
-	// the rest were computed.
-	CachedTokens int
-	Usage        Usage // the final event's
+	// Usage is the final event's: CachedTokens says how many prompt
+	// tokens came from the prefix cache (the rest were computed).
+	Usage Usage
 	// Logprobs are the generated tokens' log-probabilities, when asked.
 	Logprobs []*Logprob
 }
@@ -46,7 +45,6 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Result, error) {
 		text.WriteString(ev.Text)
 		if ev.Done {
 			res.Finish = ev.Finish
-			res.CachedTokens = ev.Usage.CachedTokens
 			res.Usage = ev.Usage
 		}
 	}

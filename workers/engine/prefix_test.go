@@ -87,8 +87,8 @@ func TestPrefixCacheGreedyEqual(t *testing.T) {
 					p := longPrompt(c.PromptTokens, l)
 					for run, cached := range []int{0, cachedFor(l, ps)} {
 						res := generate(t, e, tenantReq(ns, p, n, true))
-						if res.CachedTokens != cached {
-							t.Fatalf("run %d: %d cached tokens, want %d", run, res.CachedTokens, cached)
+						if res.Usage.CachedTokens != cached {
+							t.Fatalf("run %d: %d cached tokens, want %d", run, res.Usage.CachedTokens, cached)
 						}
 						if j := firstDiff(res.CompletionTokens, want[fmt.Sprint(p)]); j >= 0 {
 							t.Fatalf("run %d (%d cached): token %d differs from the uncached output:\n got %v\nwant %v", run, cached, j, res.CompletionTokens, want[fmt.Sprint(p)])
@@ -96,8 +96,8 @@ func TestPrefixCacheGreedyEqual(t *testing.T) {
 					}
 					longer := longPrompt(c.PromptTokens, l+13)
 					res := generate(t, e, tenantReq(ns, longer, n, true))
-					if res.CachedTokens != l/ps*ps {
-						t.Fatalf("extended prompt: %d cached tokens, want the %d published", res.CachedTokens, l/ps*ps)
+					if res.Usage.CachedTokens != l/ps*ps {
+						t.Fatalf("extended prompt: %d cached tokens, want the %d published", res.Usage.CachedTokens, l/ps*ps)
 					}
 					if j := firstDiff(res.CompletionTokens, want[fmt.Sprint(longer)]); j >= 0 {
 						t.Fatalf("extended prompt: token %d differs:\n got %v\nwant %v", j, res.CompletionTokens, want[fmt.Sprint(longer)])
@@ -171,8 +171,8 @@ func TestPrefixCacheTenantIsolation(t *testing.T) {
 		t.Fatalf("bob's lookup moved the counters from %+v to %+v", before, after)
 	}
 	res := generate(t, e, tenantReq("bob", prompt, 24, true)) // bob now hits his own copy
-	if !equal(res.CompletionTokens, want.CompletionTokens) || res.CachedTokens != aCached {
-		t.Fatalf("bob's cached run: %d cached, tokens %v, want %v", res.CachedTokens, res.CompletionTokens, want.CompletionTokens)
+	if !equal(res.CompletionTokens, want.CompletionTokens) || res.Usage.CachedTokens != aCached {
+		t.Fatalf("bob's cached run: %d cached, tokens %v, want %v", res.Usage.CachedTokens, res.CompletionTokens, want.CompletionTokens)
 	}
 
 	// Alice's entries are untouched: same pages, same owner, still hit.
@@ -209,8 +209,8 @@ func TestPrefixCacheOptOut(t *testing.T) {
 	fresh := longPrompt(cases[4].PromptTokens, 80)
 	for _, p := range [][]int32{cachedPrompt, fresh} {
 		res := generate(t, e, tenantReq("alice", p, 8, false))
-		if res.CachedTokens != 0 {
-			t.Fatalf("opted-out request used %d cached tokens", res.CachedTokens)
+		if res.Usage.CachedTokens != 0 {
+			t.Fatalf("opted-out request used %d cached tokens", res.Usage.CachedTokens)
 		}
 		if _, _, c := prefillPages(t, e, tenantReq("alice", p, 8, false)); c != 0 {
 			t.Fatalf("opted-out Prefill used %d cached tokens", c)
@@ -219,8 +219,8 @@ func TestPrefixCacheOptOut(t *testing.T) {
 	if after := kv.PrefixStats(); after != before {
 		t.Fatalf("opted-out requests moved the cache from %+v to %+v", before, after)
 	}
-	if res := generate(t, e, tenantReq("alice", fresh, 8, true)); res.CachedTokens != 0 {
-		t.Fatalf("a prompt only opted-out requests ran was cached (%d tokens)", res.CachedTokens)
+	if res := generate(t, e, tenantReq("alice", fresh, 8, true)); res.Usage.CachedTokens != 0 {
+		t.Fatalf("a prompt only opted-out requests ran was cached (%d tokens)", res.Usage.CachedTokens)
 	}
 }
 
@@ -313,7 +313,7 @@ func TestPrefixCacheConcurrent(t *testing.T) {
 					return
 				}
 				if j := firstDiff(res.CompletionTokens, want[fmt.Sprint(p)]); j >= 0 {
-					t.Errorf("worker %d round %d (%d cached): token %d differs", w, r, res.CachedTokens, j)
+					t.Errorf("worker %d round %d (%d cached): token %d differs", w, r, res.Usage.CachedTokens, j)
 				}
 			}
 		})
@@ -348,7 +348,7 @@ func BenchmarkTTFT512(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				cached = res.CachedTokens
+				cached = res.Usage.CachedTokens
 			}
 			b.ReportMetric(float64(cached), "cached-tokens")
 		})

@@ -92,6 +92,12 @@ func (s *sequence) draft(limit, batch int, cost float64) []int32 {
 		sp.chunk = append(sp.chunk, sp.predicted[sp.predAt:sp.predAt+k]...)
 		return sp.chunk
 	}
+	if sp.predicted == nil && sp.length(limit, batch, cost, matchPrior(maxMatch)) == 0 {
+		// Not even the longest match would pay: skip the scan (a
+		// prediction is still looked up, to follow it through the output).
+		sp.misses *= idleDecay
+		return sp.chunk
+	}
 	next, n := longestMatch(h, h, 0, len(h)-1)
 	text := h
 	if sp.predicted != nil {
