@@ -199,6 +199,11 @@ type Request struct {
 	// request, so weight 2 gets twice the tokens of weight 1 when both
 	// saturate the engine.
 	Weight float64
+	// Adapter, if set, applies a LoRA adapter bound to this engine's model
+	// to the request: its KV is its own (the prefix cache keys it by
+	// Adapter.Key). Like Owner, the caller resolves it for the verified
+	// tenant only.
+	Adapter *Adapter
 }
 
 // Event is one item on a request's stream: a token, or the final event (Done

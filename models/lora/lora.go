@@ -1,0 +1,76 @@
+package lora
+
+import (
+	"errors"
+)
+
+// MaxRank is the largest rank accepted (Workers AI's limit).
+const MaxRank = 32
+
+// Errors returned for files that cannot be used.
+var (
+	// ErrNotAdapter: the file is not a LoRA adapter at all (another GGUF,
+	// not safetensors, no adapter_config.json).
+	ErrNotAdapter = errors.New("lora: not a LoRA adapter")
+	// ErrBadAdapter: an adapter, but one that cannot be used (rank over
+	// MaxRank, an unknown target module, inconsistent shapes).
+	ErrBadAdapter = errors.New("lora: invalid adapter")
+)
+
+// Target names a projection an adapter applies to, by its GGUF tensor name
+// within a block ("attn_q" for blk.N.attn_q.weight).
+type Target string
+
+// The projections an adapter may target.
+const (
+	AttnQ      Target = "attn_q"
+	AttnK      Target = "attn_k"
+	AttnV      Target = "attn_v"
+	AttnQKV    Target = "attn_qkv" // fused Q, K, V (phi3)
+	AttnOutput Target = "attn_output"
+	FFNGate    Target = "ffn_gate"
+	FFNUp      Target = "ffn_up" // for phi3, fused gate and up
+	FFNDown    Target = "ffn_down"
+)
+
+// Pair is one projection's low-rank update, W' = W + scale·B·A: A is Rank
+// rows of In (the projection's input width), B is Out rows of Rank, both
+// row-major, in GGUF's row order (for a PEFT file of a llama model, Q and K
+// rows are still in Hugging Face's order: see Adapter.Format).
+type Pair struct {
+	Layer   int
+	Target  Target
+	In, Out int
+	A, B    []float32
+}
+
+// Adapter is a parsed adapter file.
+type Adapter struct {
+	Format string  // "gguf" or "peft"
+	Arch   string  // the base architecture the file names ("" if it names none)
+	Rank   int     // the largest rank of its pairs
+	Alpha  float32 // scale = Alpha/Rank (0: scale 1, llama.cpp's convention)
+	Pairs  []Pair
+}
+
+// Bytes is the memory the adapter's matrices take.
+func (a *Adapter) Bytes() int64 {
+	var n int64
+	for _, p := range a.Pairs {
+		n += 4 * int64(len(p.A)+len(p.B))
+	}
+	return n
+}
+
+// Targets lists the distinct projections the adapter updates.
+func (a *Adapter) Targets() []Target {
+	seen := map[Target]bool{}
+	var out []Target
+	for _, p := range a.Pairs {
+		if !seen[p.Target] {
+			seen[p.Target] = true
+			out = append(out, p.Target)
+		}
+	}
+	return out
+}
