@@ -230,7 +230,8 @@ func (a *Auth) nkeyUsers() []*server.NkeyUser {
 // streamsAll are the streams every role may look up (configuration and
 // state only; STREAM.INFO carries no message).
 func streamsAll() []string {
-	return []string{JobsStream, DecodeStream, UsageStream, ExportStream, NotifyStream, "KV_" + ResultsBucket, "KV_" + CapacityBucket}
+	return []string{JobsStream, DecodeStream, UsageStream, ExportStream, NotifyStream, "KV_" + ResultsBucket, "KV_" + CapacityBucket,
+		"KV_" + FinetunesBucket, "OBJ_" + AdaptersBucket}
 }
 
 // consumeOn is what consuming from stream takes: creating and looking up
@@ -253,6 +254,21 @@ func kvReadWrite(bucket string) []string {
 		"$JS.API.DIRECT.GET.KV_" + bucket, "$JS.API.DIRECT.GET.KV_" + bucket + ".>",
 		"$JS.API.STREAM.MSG.GET.KV_" + bucket,
 	}
+}
+
+// adaptersRead is what reading the adapters object store's files takes:
+// an object's metadata (direct or message get) and its chunks (an ordered
+// consumer).
+func adaptersRead() []string {
+	stream := "OBJ_" + AdaptersBucket
+	return append(consumeOn(stream), "$JS.API.DIRECT.GET."+stream, "$JS.API.DIRECT.GET."+stream+".>",
+		"$JS.API.STREAM.MSG.GET."+stream)
+}
+
+// adaptersWrite is what writing and deleting its files takes besides:
+// publishing chunks and metadata, and purging a deleted object's chunks.
+func adaptersWrite() []string {
+	return []string{"$O." + AdaptersBucket + ".>", "$JS.API.STREAM.PURGE.OBJ_" + AdaptersBucket}
 }
 
 // fleetService is the fleet service name a role's nodes register under.
@@ -299,10 +315,13 @@ func RolePermissions(role, pub string) *server.Permissions {
 	case RoleEdge:
 		pubs = append(pubs, JobsPrefix+">", CancelPrefix+">", ReadyPrefix+">")
 		pubs = append(pubs, kvReadWrite(ResultsBucket)...)
-		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...)                  // watching worker windows
-		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)                   // watching jobs end (WatchEnded)
-		pubs = append(pubs, consumeOn(NotifyStream)...)                          // delivering async notices to webhooks
-		pubs = append(pubs, EventsPrefix+">")                                    // and to tenants' subscribers (events.go)
+		pubs = append(pubs, consumeOn("KV_"+CapacityBucket)...) // watching worker windows
+		pubs = append(pubs, consumeOn("KV_"+ResultsBucket)...)  // watching jobs end (WatchEnded)
+		pubs = append(pubs, consumeOn(NotifyStream)...)         // delivering async notices to webhooks
+		pubs = append(pubs, EventsPrefix+">")                   // and to tenants' subscribers (events.go)
+		pubs = append(pubs, kvReadWrite(FinetunesBucket)...)    // tenants' finetunes (finetunes.go)
+		pubs = append(pubs, adaptersRead()...)                  // and their files
+		pubs = append(pubs, adaptersWrite()...)
 		subs = append(subs, ReplyPrefix+">", StatusPrefix+">", PrefixPrefix+">") // routing (docs/routing.md)
 	case RoleWorker:
 		pubs = append(pubs, ReplyPrefix+">", DecodePrefix+">", DecodeReadyPrefix+">", UsagePrefix+">", HandoffPrefix+">", NotifyPrefix+">", inbox)
@@ -312,6 +331,7 @@ func RolePermissions(role, pub string) *server.Permissions {
 		pubs = append(pubs, consumeOn(DecodeStream)...)
 		pubs = append(pubs, StatusPrefix+">", PrefixPrefix+">")
 		pubs = append(pubs, "$JS.API.STREAM.MSG.GET."+JobsStream) // the age of a tenant's backlog (Backlog)
+		pubs = append(pubs, adaptersRead()...)                    // the adapter files of jobs (Job.LoRA)
 		subs = append(subs, CancelPrefix+">", HandoffPrefix+">", ReadyPrefix+">", DecodeReadyPrefix+">", StatusPrefix+">")
 	case RoleBilling:
 		pubs = append(pubs, consumeOn(UsageStream)...)

@@ -110,6 +110,11 @@ type Job struct {
 	// NoDraft turns speculative decoding off for this job (the body's
 	// speculate false).
 	NoDraft bool `json:"no_draft,omitempty"`
+	// LoRA, when set, is the adapter the job runs with: one of Tenant's
+	// finetunes for Model, resolved by the edge (never by a client field
+	// naming another tenant). The worker reads its files from Tenant's
+	// objects only (AdapterObject) and checks their sha256.
+	LoRA *LoRARef `json:"lora,omitempty"`
 }
 
 // Subject is the jobs-stream subject the job is published on: its worker's
@@ -207,6 +212,11 @@ func (j *Job) Validate() error {
 	}
 	if err := ValidateMetadata(j.Metadata); err != nil {
 		return fmt.Errorf("%w: job %s metadata %v", ErrBadMessage, j.ID, err)
+	}
+	if j.LoRA != nil {
+		if err := j.LoRA.validate(); err != nil {
+			return fmt.Errorf("job %s: %w", j.ID, err)
+		}
 	}
 	if j.Embed != nil {
 		if err := j.Embed.validate(); err != nil {

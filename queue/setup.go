@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,6 +53,11 @@ type StreamConfig struct {
 	// dropped past either bound, read by then or not.
 	ExportMaxAge   time.Duration // default 7 days
 	ExportMaxBytes int64         // default 1 GiB
+
+	// Finetunes (finetunes.go): tenants' finetune records and their
+	// adapters' files, replicated as the streams are.
+	FinetunesMaxBytes int64 // bytes held by the finetunes bucket; default 64 MiB
+	AdaptersMaxBytes  int64 // bytes held by the adapters object store; default 1 GiB
 }
 
 // maxReplicas is JetStream's own limit on a stream's replicas.
@@ -112,6 +118,12 @@ func (c *StreamConfig) Validate() error {
 	if c.ExportMaxBytes == 0 {
 		c.ExportMaxBytes = 1 << 30
 	}
+	if c.FinetunesMaxBytes == 0 {
+		c.FinetunesMaxBytes = 64 << 20
+	}
+	if c.AdaptersMaxBytes == 0 {
+		c.AdaptersMaxBytes = 1 << 30
+	}
 	switch {
 	case c.MaxJobs < 0:
 		return fmt.Errorf("%w: MaxJobs %d", ErrConfig, c.MaxJobs)
@@ -141,6 +153,10 @@ func (c *StreamConfig) Validate() error {
 		return fmt.Errorf("%w: MaxNotices %d, MaxNoticeBytes %d", ErrConfig, c.MaxNotices, c.MaxNoticeBytes)
 	case c.ExportMaxAge < c.Duplicates || c.ExportMaxBytes < 0:
 		return fmt.Errorf("%w: ExportMaxAge %v (at least Duplicates %v), ExportMaxBytes %d", ErrConfig, c.ExportMaxAge, c.Duplicates, c.ExportMaxBytes)
+	case c.FinetunesMaxBytes < maxFinetunesRecord:
+		return fmt.Errorf("%w: FinetunesMaxBytes %d is under one tenant's record (%d)", ErrConfig, c.FinetunesMaxBytes, maxFinetunesRecord)
+	case c.AdaptersMaxBytes < MaxAdapterFileBytes:
+		return fmt.Errorf("%w: AdaptersMaxBytes %d is under one adapter file's bound (%d)", ErrConfig, c.AdaptersMaxBytes, MaxAdapterFileBytes)
 	}
 	return nil
 }
@@ -190,7 +206,41 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error 
 	if _, err := setupCapacity(ctx, js, cfg.CapacityTTL, cfg.Replicas); err != nil {
 		return err
 	}
+	return setupFinetunes(ctx, js, &cfg)
+}
+
+// setupFinetunes creates or updates the finetunes bucket and the adapters
+// object store, with the streams' storage and replicas.
+func setupFinetunes(ctx context.Context, js jetstream.JetStream, cfg *StreamConfig) error {
+	if _, err := js.CreateOrUpdateKeyValue(ctx, finetunesConfig(cfg)); err != nil {
+		return fmt.Errorf("queue: bucket %s: %w", FinetunesBucket, err)
+	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, adaptersConfig(cfg)); err != nil {
+		return fmt.Errorf("queue: object store %s: %w", AdaptersBucket, err)
+	}
 	return nil
+}
+
+func finetunesConfig(cfg *StreamConfig) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:       FinetunesBucket,
+		Description:  "Bulkhead finetunes: one record per tenant, its LoRA adapters",
+		History:      1,
+		MaxValueSize: maxFinetunesRecord,
+		MaxBytes:     cfg.FinetunesMaxBytes,
+		Storage:      cfg.storage(),
+		Replicas:     cfg.Replicas,
+	}
+}
+
+func adaptersConfig(cfg *StreamConfig) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{
+		Bucket:      AdaptersBucket,
+		Description: "Bulkhead LoRA adapter files, by tenant, finetune and sha256",
+		MaxBytes:    cfg.AdaptersMaxBytes,
+		Storage:     cfg.storage(),
+		Replicas:    cfg.Replicas,
+	}
 }
 
 func (c *StreamConfig) storage() jetstream.StorageType {
@@ -325,16 +375,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error
 // ErrTampered: a stream's configuration would copy what it holds elsewhere.
 var ErrTampered = errors.New("queue: stream configuration changed")
 
-// streamSubjects is the one subject filter of each stream Setup creates.
-func streamSubjects() map[string]string {
-	return map[string]string{
-		JobsStream:             JobsPrefix + ">",
-		DecodeStream:           DecodePrefix + ">",
-		UsageStream:            UsagePrefix + ">",
-		ExportStream:           ExportPrefix + ">",
-		NotifyStream:           NotifyPrefix + ">",
-		"KV_" + ResultsBucket:  "$KV." + ResultsBucket + ".>",
-		"KV_" + CapacityBucket: "$KV." + CapacityBucket + ".>",
+// streamSubjects is the subject filter of each stream Setup creates: one,
+// but for the adapters object store's chunks and metadata.
+func streamSubjects() map[string][]string {
+	return map[string][]string{
+		JobsStream:              {JobsPrefix + ">"},
+		DecodeStream:            {DecodePrefix + ">"},
+		UsageStream:             {UsagePrefix + ">"},
+		ExportStream:            {ExportPrefix + ">"},
+		NotifyStream:            {NotifyPrefix + ">"},
+		"KV_" + ResultsBucket:   {"$KV." + ResultsBucket + ".>"},
+		"KV_" + CapacityBucket:  {"$KV." + CapacityBucket + ".>"},
+		"KV_" + FinetunesBucket: {"$KV." + FinetunesBucket + ".>"},
+		"OBJ_" + AdaptersBucket: {"$O." + AdaptersBucket + ".C.>", "$O." + AdaptersBucket + ".M.>"},
 	}
 }
 
@@ -344,15 +397,15 @@ func streamSubjects() map[string]string {
 // stream changed otherwise (by a credential that could update streams) is
 // ErrTampered, naming the stream and what changed.
 func CheckStreams(ctx context.Context, js jetstream.JetStream) error {
-	for name, subject := range streamSubjects() {
+	for name, subjects := range streamSubjects() {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			return fmt.Errorf("queue: stream %s: %w", name, err)
 		}
 		cfg := st.CachedInfo().Config
 		switch {
-		case len(cfg.Subjects) != 1 || cfg.Subjects[0] != subject:
-			return fmt.Errorf("%w: %s captures %v, not %s alone", ErrTampered, name, cfg.Subjects, subject)
+		case !slices.Equal(cfg.Subjects, subjects):
+			return fmt.Errorf("%w: %s captures %v, not %v alone", ErrTampered, name, cfg.Subjects, subjects)
 		case cfg.RePublish != nil:
 			return fmt.Errorf("%w: %s republishes to %s", ErrTampered, name, cfg.RePublish.Destination)
 		case cfg.Mirror != nil || len(cfg.Sources) > 0:

@@ -81,6 +81,10 @@ type UsageEvent struct {
 	Metadata map[string]string `json:"metadata,omitempty"` // the request's (Job.Metadata)
 	User     string            `json:"user,omitempty"`     // the request's end user (Job.User)
 	Key      string            `json:"key,omitempty"`      // the tenant's API key (Job.Key)
+	// LoRA and LoRAName name the finetune the request ran with (Job.LoRA):
+	// its id and its name; empty without one.
+	LoRA     string `json:"lora,omitempty"`
+	LoRAName string `json:"lora_name,omitempty"`
 }
 
 // Validate checks what the ledger relies on.

@@ -425,6 +425,10 @@ type Request struct {
 	// Key is the tenant's API key the request came with (the token's key
 	// claim).
 	Key string `json:"key,omitempty"`
+	// LoRA and LoRAName name the finetune (LoRA adapter) the request ran
+	// with: its id and name.
+	LoRA     string `json:"lora,omitempty"`
+	LoRAName string `json:"lora_name,omitempty"`
 }
 
 // Requests is the answer of GET .../ai/usage/requests.
@@ -467,6 +471,7 @@ func (h *Handler) Requests(w http.ResponseWriter, r *http.Request) {
 			PromptTokens: ev.PromptTokens, CachedTokens: ev.CachedTokens, CompletionTokens: ev.CompletionTokens,
 			Neurons: price.Neurons(ev.MicroNeurons), QueueMs: ev.QueueMs, TTFTMs: ev.TTFTMs, TotalMs: ev.TotalMs,
 			WorkerID: ev.WorkerID, Metadata: ev.Metadata, User: ev.User, Key: ev.Key,
+			LoRA: ev.LoRA, LoRAName: ev.LoRAName,
 		})
 	}
 	writeJSON(w, out)

@@ -61,6 +61,9 @@ func usageEvent(job *queue.Job, m queue.Meter, outcome string, final *queue.Usag
 		QueueMs: ms(m.Claimed), TotalMs: ms(end), WorkerID: workerID,
 		Metadata: job.Metadata, User: job.User,
 	}
+	if job.LoRA != nil {
+		ev.LoRA, ev.LoRAName = job.LoRA.ID, job.LoRA.Name
+	}
 	if !m.FirstToken.IsZero() {
 		ev.TTFTMs = max(ms(m.FirstToken), 1)
 	}

@@ -1,0 +1,276 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func openFinetunes(t *testing.T) (*testEnv, *Finetunes) {
+	t.Helper()
+	env := startEnv(t, StreamConfig{Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ft, err := OpenFinetunes(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, ft
+}
+
+// TestFinetunesRoundTrip creates, uploads, lists, reads and deletes a
+// finetune, and checks the bounds: names unique per tenant, MaxFinetunes,
+// file names and sizes.
+func TestFinetunesRoundTrip(t *testing.T) {
+	_, ft := openFinetunes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := ft.Create(ctx, "alice", Finetune{Name: "poet", Model: "@cf/test/m", Description: "rhymes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !validFinetuneID(f.ID) || f.CreatedAt.IsZero() || f.Ready() {
+		t.Fatalf("created %+v", f)
+	}
+	if _, err := ft.Create(ctx, "alice", Finetune{Name: "poet", Model: "@cf/test/m"}); !errors.Is(err, ErrFinetuneExists) {
+		t.Fatalf("same name again: %v, want ErrFinetuneExists", err)
+	}
+	if _, err := ft.Create(ctx, "bob", Finetune{Name: "poet", Model: "@cf/test/m"}); err != nil {
+		t.Fatalf("another tenant's same name: %v", err)
+	}
+	cfg, model := []byte(`{"r":8}`), bytes.Repeat([]byte{7}, 3<<17) // several chunks
+	if _, err := ft.PutFile(ctx, "alice", f.ID, PEFTConfigFile, cfg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ft.PutFile(ctx, "alice", f.ID, PEFTModelFile, model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Ready() || len(got.Files) != 2 {
+		t.Fatalf("after both PEFT files: %+v", got)
+	}
+	b, err := ft.ReadFile(ctx, "alice", f.ID, *got.File(PEFTModelFile))
+	if err != nil || !bytes.Equal(b, model) {
+		t.Fatalf("read back %d bytes, %v", len(b), err)
+	}
+	for _, tc := range []struct {
+		name, file string
+		data       []byte
+		want       error
+	}{
+		{"unknown file name", "weights.bin", cfg, ErrFinetuneInvalid},
+		{"path in the name", "../x.gguf", cfg, ErrFinetuneInvalid},
+		{"empty file", PEFTConfigFile, nil, ErrFinetuneInvalid},
+		{"too large", "a.gguf", make([]byte, MaxAdapterFileBytes+1), ErrAdapterTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ft.PutFile(ctx, "alice", f.ID, tc.file, tc.data); !errors.Is(err, tc.want) {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
+	}
+	// A GGUF file replaces PEFT's pair.
+	got, err = ft.PutFile(ctx, "alice", f.ID, "adapter.gguf", []byte("GGUF..."))
+	if err != nil || len(got.Files) != 1 || !got.Ready() {
+		t.Fatalf("gguf: %+v %v", got, err)
+	}
+	list, err := ft.List(ctx, "alice")
+	if err != nil || len(list) != 1 || list[0].ID != f.ID {
+		t.Fatalf("list %+v %v", list, err)
+	}
+	if err := ft.Delete(ctx, "alice", f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ft.ReadFile(ctx, "alice", f.ID, got.Files[0]); !errors.Is(err, ErrFinetuneNotFound) {
+		t.Fatalf("file after delete: %v", err)
+	}
+	if _, err := ft.Get(ctx, "alice", "", f.ID); !errors.Is(err, ErrFinetuneNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+}
+
+// TestFinetunesBound: a tenant's 31st finetune is refused; another
+// tenant's are not counted.
+func TestFinetunesBound(t *testing.T) {
+	_, ft := openFinetunes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range MaxFinetunes {
+		if _, err := ft.Create(ctx, "alice", Finetune{Name: fmt.Sprint("n", i), Model: "m"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ft.Create(ctx, "alice", Finetune{Name: "one-more", Model: "m"}); !errors.Is(err, ErrFinetunesFull) {
+		t.Fatalf("31st: %v, want ErrFinetunesFull", err)
+	}
+	if _, err := ft.Create(ctx, "bob", Finetune{Name: "n0", Model: "m"}); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+}
+
+// TestFinetunesOtherTenant: tenant B's every lookup of tenant A's finetune,
+// by id or by name, is ErrFinetuneNotFound, as for one that never existed.
+func TestFinetunesOtherTenant(t *testing.T) {
+	_, ft := openFinetunes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := ft.Create(ctx, "alice", Finetune{Name: "secret", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ft.PutFile(ctx, "alice", f.ID, "a.gguf", []byte("GGUF"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		op   func() error
+	}{
+		{"get by id", func() error { _, err := ft.Get(ctx, "bob", "", f.ID); return err }},
+		{"get by name", func() error { _, err := ft.Get(ctx, "bob", "m", "secret"); return err }},
+		{"upload", func() error { _, err := ft.PutFile(ctx, "bob", f.ID, "a.gguf", []byte("x")); return err }},
+		{"delete", func() error { return ft.Delete(ctx, "bob", f.ID) }},
+		{"read file", func() error { _, err := ft.ReadFile(ctx, "bob", f.ID, got.Files[0]); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.op(); !errors.Is(err, ErrFinetuneNotFound) {
+				t.Fatalf("%v, want ErrFinetuneNotFound", err)
+			}
+		})
+	}
+	if list, err := ft.List(ctx, "bob"); err != nil || len(list) != 0 {
+		t.Fatalf("bob lists %+v %v", list, err)
+	}
+	if _, err := ft.Get(ctx, "alice", "", f.ID); err != nil {
+		t.Fatalf("alice's finetune after bob's tries: %v", err)
+	}
+}
+
+// TestAdapterDigestChecked: a file whose bytes do not match the sha256 its
+// reader was given is refused.
+func TestAdapterDigestChecked(t *testing.T) {
+	env, ft := openFinetunes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := ft.Create(ctx, "alice", Finetune{Name: "x", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ft.PutFile(ctx, "alice", f.ID, "a.gguf", []byte("GGUF-bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := OpenAdapters(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := got.Files[0]
+	if _, err := obj.PutBytes(ctx, AdapterObject("alice", f.ID, file), []byte("GGUF-other")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadAdapterFile(ctx, obj, "alice", f.ID, file); !errors.Is(err, ErrAdapterDigest) {
+		t.Fatalf("changed bytes: %v, want ErrAdapterDigest", err)
+	}
+}
+
+// TestFinetunesReplicatedAsStreams: on a three-server cluster the
+// finetunes bucket and the adapters object store get the streams'
+// replicas and storage, and Replicated waits for them too.
+func TestFinetunesReplicatedAsStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three-server cluster skipped in -short mode")
+	}
+	srvs := startCluster(t, 3)
+	nc, err := nats.Connect(clientURLs(srvs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func(ctx context.Context) error { return Setup(ctx, js, StreamConfig{Replicas: 3}) })
+	eventually(t, 30*time.Second, func(ctx context.Context) error { return Replicated(ctx, js, 3) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	jobs, err := js.Stream(ctx, JobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := jobs.CachedInfo().Config
+	for _, name := range []string{"KV_" + FinetunesBucket, "OBJ_" + AdaptersBucket} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.CachedInfo().Config
+		if got.Replicas != want.Replicas || got.Storage != want.Storage {
+			t.Errorf("%s: replicas %d storage %v, want the jobs stream's %d %v", name, got.Replicas, got.Storage, want.Replicas, want.Storage)
+		}
+	}
+	if err := CheckStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFinetunesRoles: on an authenticated bus the edge role creates,
+// uploads, reads and deletes finetunes, the worker role reads an adapter's
+// file, and the billing role reads neither store.
+func TestFinetunesRoles(t *testing.T) {
+	env := startAuthEnv(t, StreamConfig{Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, ejs := env.conn(t, RoleEdge)
+	ft, err := OpenFinetunes(ctx, ejs)
+	if err != nil {
+		t.Fatalf("edge opens finetunes: %v", err)
+	}
+	f, err := ft.Create(ctx, "alice", Finetune{Name: "x", Model: "m"})
+	if err != nil {
+		t.Fatalf("edge creates: %v", err)
+	}
+	data := bytes.Repeat([]byte("lora"), 1<<16)
+	got, err := ft.PutFile(ctx, "alice", f.ID, "a.gguf", data)
+	if err != nil {
+		t.Fatalf("edge uploads: %v", err)
+	}
+	if _, err := ft.ReadFile(ctx, "alice", f.ID, got.Files[0]); err != nil {
+		t.Fatalf("edge reads back: %v", err)
+	}
+	_, wjs := env.conn(t, RoleWorker)
+	obj, err := OpenAdapters(ctx, wjs)
+	if err != nil {
+		t.Fatalf("worker opens adapters: %v", err)
+	}
+	if b, err := ReadAdapterFile(ctx, obj, "alice", f.ID, got.Files[0]); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("worker reads %d bytes: %v", len(b), err)
+	}
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if _, err := obj.PutBytes(short, "alice/forged", []byte("x")); err == nil {
+		t.Fatal("worker wrote an adapter object")
+	}
+	_, bjs := env.conn(t, RoleBilling)
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer bcancel()
+	bft, err := OpenFinetunes(bctx, bjs) // stream info: every role may read configurations
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := bft.List(bctx, "alice"); err == nil {
+		t.Fatalf("billing read alice's finetunes: %+v", list)
+	}
+	if _, err := bft.ReadFile(bctx, "alice", f.ID, got.Files[0]); err == nil {
+		t.Fatal("billing read alice's adapter")
+	}
+	if err := ft.Delete(ctx, "alice", f.ID); err != nil {
+		t.Fatalf("edge deletes: %v", err)
+	}
+}
