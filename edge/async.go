@@ -116,7 +116,11 @@ func (s *Server) submitAsync(w http.ResponseWriter, r *http.Request, p auth.Prin
 	jobs := make([]*queue.Job, len(ins))
 	admits := make([]admitted, len(ins))
 	for i, in := range ins {
-		a, err := v.admit(r.Context(), in, m.ContextWindow, s.defaultMaxTokens(m))
+		err := s.resolveLoRA(r.Context(), p, m, in)
+		var a admitted
+		if err == nil {
+			a, err = v.admit(r.Context(), in, m.ContextWindow, s.defaultMaxTokens(m))
+		}
 		if err != nil {
 			var ie *InputError
 			if errors.As(err, &ie) {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/lora"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -144,7 +146,25 @@ var (
 	rowAsyncResultsFull = Row{"async_results_full", http.StatusTooManyRequests, 3052,
 		"Too many of your async results are kept; retry when older ones expire",
 		http.StatusTooManyRequests, "requests", "async_results_full"}
+	// Finetunes (LoRA adapters, finetunes.go). A finetune another tenant
+	// holds is rowNotFound with finetuneNotFound, as one nobody holds.
+	rowFinetuneExists = Row{"finetune_exists", http.StatusConflict, 3053, "A finetune of this name exists",
+		http.StatusConflict, "invalid_request_error", "finetune_exists"}
+	rowFinetunesFull = Row{"finetunes_full", http.StatusForbidden, 3054, "Finetune limit reached: delete one first",
+		http.StatusForbidden, "invalid_request_error", "finetunes_full"}
+	rowAdapterTooLarge = Row{"adapter_too_large", http.StatusRequestEntityTooLarge, 3055, "The adapter file is too large",
+		http.StatusRequestEntityTooLarge, "invalid_request_error", "adapter_too_large"}
+	rowNotAdapter = Row{"not_lora_adapter", http.StatusBadRequest, 3056, "The file is not a LoRA adapter",
+		http.StatusBadRequest, "invalid_request_error", "not_lora_adapter"}
+	rowBadAdapter = Row{"invalid_lora_adapter", http.StatusBadRequest, 3057, "The LoRA adapter cannot be used",
+		http.StatusBadRequest, "invalid_request_error", "invalid_lora_adapter"}
+	rowAdapterFailed = Row{"lora_failed", http.StatusBadRequest, 3058, "The LoRA adapter could not be applied to this model",
+		http.StatusBadRequest, "invalid_request_error", "lora_failed"}
 )
+
+// finetuneNotFound is the message of every finetune lookup that finds
+// nothing the caller holds.
+const finetuneNotFound = "No such finetune"
 
 // Retry-After of the 503s the edge answers at once.
 const (
@@ -163,7 +183,8 @@ func ErrorTable() []Row {
 		rowCapacity, rowTimeout, rowAborted, rowUnauthenticated, rowForbidden,
 		rowUnavailable, rowNotFound, rowInternal,
 		rowBodyTimeout, rowNoWorker, rowStoreFull, rowWorkerLost, rowDraining, rowTenantQueueFull,
-		rowAsyncResultsFull,
+		rowAsyncResultsFull, rowFinetuneExists, rowFinetunesFull, rowAdapterTooLarge, rowNotAdapter,
+		rowBadAdapter, rowAdapterFailed,
 	}
 }
 
@@ -279,9 +300,45 @@ func Classify(err error) *Error {
 	case chatError(err) != nil:
 		return chatError(err)
 	}
+	if e := finetuneError(err); e != nil {
+		return e
+	}
 	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
 	// only that the server failed; the cause goes to the log.
 	return newError(rowInternal, "", err)
+}
+
+// finetuneError maps the refusals of the finetune API and of a request's
+// lora; nil for any other error.
+func finetuneError(err error) *Error {
+	detail := func(r Row) string {
+		if d := clientDetail(err.Error()); d != "" {
+			return r.Message + ": " + d
+		}
+		return r.Message
+	}
+	switch {
+	case errors.Is(err, queue.ErrFinetuneNotFound):
+		e := newError(rowNotFound, finetuneNotFound, err)
+		e.Param = "lora"
+		return e
+	case errors.Is(err, queue.ErrFinetuneExists):
+		return newError(rowFinetuneExists, "", err)
+	case errors.Is(err, queue.ErrFinetunesFull):
+		return newError(rowFinetunesFull, fmt.Sprintf("%s (an account may hold %d)", rowFinetunesFull.Message, queue.MaxFinetunes), err)
+	case errors.Is(err, queue.ErrAdapterTooLarge):
+		return newError(rowAdapterTooLarge, fmt.Sprintf("%s: the limit is %d bytes", rowAdapterTooLarge.Message, queue.MaxAdapterFileBytes), err)
+	case errors.Is(err, queue.ErrFinetuneInvalid):
+		msg := clientDetail(strings.TrimPrefix(err.Error(), queue.ErrFinetuneInvalid.Error()+": "))
+		return newError(rowInvalidInput, msg, err) // the table's message when msg is ""
+	case errors.Is(err, lora.ErrNotAdapter):
+		return newError(rowNotAdapter, detail(rowNotAdapter), err)
+	case errors.Is(err, lora.ErrBadAdapter):
+		return newError(rowBadAdapter, detail(rowBadAdapter), err)
+	case errors.Is(err, ErrNoFinetunes):
+		return &Error{Row: rowInvalidInput, Message: "lora: LoRA adapters are not enabled on this deployment", Param: "lora", Err: err}
+	}
+	return nil
 }
 
 // limitMessage says how many jobs a concurrency or queue-bound refusal
@@ -357,6 +414,8 @@ func classifyFrame(fe *queue.FrameError) *Error {
 		r = rowAborted
 	case queue.ErrKindUnavailable:
 		return retryIn(newError(rowUnavailable, "", fe), retryUnavailable)
+	case queue.ErrKindAdapter:
+		r = rowAdapterFailed
 	default:
 		return newError(rowInternal, "", fe)
 	}

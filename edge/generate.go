@@ -143,6 +143,7 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 		Weight:       class.Weight,
 		Prediction:   in.prediction,
 		NoDraft:      in.noDraft,
+		LoRA:         in.adapter,
 	}
 	if span := infoOf(r).span; len(in.metadata) > 0 && span.IsRecording() {
 		span.SetAttributes(queue.MetadataAttributes(in.metadata)...) // sorted and allocated only when traced

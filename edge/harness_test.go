@@ -63,6 +63,8 @@ var testAuth = fakeAuth{
 	"dave":     {Tenant: "dave", Scopes: []string{auth.ScopeRun, auth.ScopeRead}},
 	"reader":   {Tenant: "reader", Scopes: []string{auth.ScopeRead}},
 	"limited":  {Tenant: "limited", Scopes: []string{auth.ScopeRun, auth.ScopeRead}, Models: []string{modelIdle}},
+	"alice-ft": {Tenant: "alice", Scopes: []string{auth.ScopeFinetunesWrite}},
+	"bob-ft":   {Tenant: "bob", Scopes: []string{auth.ScopeFinetunesWrite}},
 }
 
 // fakeLimiter admits or refuses with err and records what releases charged.
@@ -141,7 +143,8 @@ type harness struct {
 	js      jetstream.JetStream
 	limiter *fakeLimiter
 	catalog *catalog.Catalog
-	router  *router.Router // with harnessOpts.routed
+	router  *router.Router   // with harnessOpts.routed
+	ft      *queue.Finetunes // the edge's finetune store
 
 	mu      sync.Mutex // guards behave, jobs and headers
 	behave  behaviour
@@ -196,7 +199,11 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.live != nil {
 		qc = qc.WithLiveness(o.live)
 	}
-	h := &harness{t: t, nc: nc, js: js, limiter: &fakeLimiter{}, catalog: cat, behave: reply("Hello", " world")}
+	ft, err := queue.OpenFinetunes(ctx, js)
+	if err != nil {
+		t.Fatalf("finetunes: %v", err)
+	}
+	h := &harness{t: t, nc: nc, js: js, limiter: &fakeLimiter{}, catalog: cat, ft: ft, behave: reply("Hello", " world")}
 	var lim Limiter = h.limiter
 	if o.quota != nil {
 		lim = o.quota
@@ -213,7 +220,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound, Router: rt,
 		AsyncRecordsPerTenant: o.asyncRecords, AsyncRecordTTL: time.Hour,
 		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, TraceAllow: o.traceAllow, Metrics: o.metrics,
-		Webhooks: o.webhooks})
+		Webhooks: o.webhooks, Finetunes: ft})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)
 	}

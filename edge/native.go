@@ -160,6 +160,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeNativeError(w, s.refuse(r, &InputError{Field: "event_subject", Msg: "announces queued batches only (?queueRequest=true)"}))
 	default:
 		in, err := nativeInput(&req, "")
+		if err == nil {
+			err = s.resolveLoRA(r.Context(), p, m, in)
+		}
 		if err != nil {
 			writeNativeError(w, s.refuse(r, err))
 			return

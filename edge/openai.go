@@ -345,9 +345,12 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		writeOpenAIError(w, s.refuse(r, err))
 		return
 	}
-	m, v, err := s.lookupModel(p, name)
+	m, v, err := s.lookupModel(p, s.baseModel(name, in))
 	if err == nil {
 		err = encoderTask(m, catalog.TaskTextGeneration, "use /v1/embeddings for embeddings")
+	}
+	if err == nil {
+		err = s.resolveLoRA(r.Context(), p, m, in)
 	}
 	if err == nil {
 		err = checkChoices(in, formatFor(in, v))
@@ -366,6 +369,27 @@ func (s *Server) openAIRun(w http.ResponseWriter, r *http.Request, body any,
 		formats[i] = formatFor(in, v).(choicesFormat) // checkChoices: every one is; each a new one
 	}
 	s.generateChoices(w, r, c, formats)
+}
+
+// baseModel reads OpenAI's model "<base>:<finetune>": a name the catalog
+// does not hold whose part before its last colon it does is that base
+// model, the rest naming one of the caller's finetunes (in.lora, unless
+// the body's lora names one; then both must agree, else the name is left
+// whole and refused as unknown).
+func (s *Server) baseModel(name string, in *genInput) string {
+	if _, ok := s.cfg.Catalog.Lookup(name); ok {
+		return name
+	}
+	i := strings.LastIndexByte(name, ':')
+	if i <= 0 || i == len(name)-1 {
+		return name
+	}
+	base, ft := name[:i], name[i+1:]
+	if _, ok := s.cfg.Catalog.Lookup(base); !ok || in.lora != "" && in.lora != ft {
+		return name
+	}
+	in.lora = ft
+	return base
 }
 
 type openAIModel struct {

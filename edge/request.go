@@ -71,6 +71,11 @@ type genInput struct {
 	reasoningEffort string
 	// n is OpenAI's n: the choices to sample (choices.go); 0 or 1 is one.
 	n int
+	// lora names one of the caller's finetunes of the model (the body's
+	// lora, or OpenAI's model "<base>:<finetune>"); adapter is it once
+	// resolved (resolveLoRA), for queue.Job.LoRA.
+	lora    string
+	adapter *queue.LoRARef
 }
 
 // nativeRequest is the Workers AI text-generation body. Unknown fields are
@@ -95,6 +100,9 @@ type nativeRequest struct {
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
 	Options           *requestOptions `json:"options"`
+	// Lora names one of the caller's finetunes of the model, by name or
+	// id (Workers AI's lora).
+	Lora string `json:"lora"`
 
 	// Async batch submission (?queueRequest=true) and polling.
 	Requests  []json.RawMessage `json:"requests"`
@@ -125,17 +133,20 @@ type streamOptions struct {
 // openAIRequest holds the fields OpenAI's chat and completion bodies share;
 // both embed it, so they decode at the top level of the body.
 type openAIRequest struct {
-	Model            *string            `json:"model"`
-	MaxTokens        *int               `json:"max_tokens"`
-	Temperature      *float64           `json:"temperature"`
-	TopP             *float64           `json:"top_p"`
-	Seed             *int64             `json:"seed"`
-	Stop             json.RawMessage    `json:"stop"`
-	Stream           bool               `json:"stream"`
-	StreamOptions    *streamOptions     `json:"stream_options"`
-	FrequencyPenalty *float64           `json:"frequency_penalty"`
-	PresencePenalty  *float64           `json:"presence_penalty"`
-	N                *int               `json:"n"`
+	Model            *string         `json:"model"`
+	MaxTokens        *int            `json:"max_tokens"`
+	Temperature      *float64        `json:"temperature"`
+	TopP             *float64        `json:"top_p"`
+	Seed             *int64          `json:"seed"`
+	Stop             json.RawMessage `json:"stop"`
+	Stream           bool            `json:"stream"`
+	StreamOptions    *streamOptions  `json:"stream_options"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	N                *int            `json:"n"`
+	// Lora names one of the caller's finetunes of the model (as the
+	// native API's lora; also "model": "<base>:<finetune>").
+	Lora             string             `json:"lora"`
 	LogitBias        map[string]float64 `json:"logit_bias"`        // token id (decimal) → bias in [-100, 100]
 	Metadata         map[string]string  `json:"metadata"`          // up to 16 pairs, carried into usage (queue.ValidateMetadata)
 	PromptCacheKey   *string            `json:"prompt_cache_key"`  // routes like x-session-affinity
@@ -449,7 +460,7 @@ func parseContent(raw json.RawMessage) (string, error) {
 // names the body's place in a batch in the fields of its errors.
 func nativeInput(req *nativeRequest, prefix string) (*genInput, error) {
 	in := &genInput{raw: req.Raw, stream: req.Stream, cachePrefix: cacheAllowed(req.CachePrefix), noDraft: isFalse(req.Speculate),
-		rejectIfBusy: req.Options.busy(), now: time.Now()}
+		rejectIfBusy: req.Options.busy(), now: time.Now(), lora: req.Lora}
 	err := in.nativeText(req)
 	if err == nil {
 		err = in.nativeSampling(req)
@@ -557,6 +568,7 @@ func (in *genInput) nativeSampling(req *nativeRequest) error {
 // maxTokens is the endpoint's own token limit (chat's max_completion_tokens
 // wins over max_tokens).
 func (r *openAIRequest) input(in *genInput, maxTokens *int) error {
+	in.lora = r.Lora
 	for _, err := range []error{
 		checkInt("max_tokens", maxTokens, 1, math.MaxInt32),
 		checkInt("n", r.N, 1, MaxChoices),

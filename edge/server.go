@@ -134,6 +134,14 @@ type Config struct {
 	// rollups; DailyNeurons is the budget it reports (0: unlimited).
 	Ledger       *ledger.Ledger
 	DailyNeurons float64
+
+	// Finetunes, when set, serves the finetune API (tenants' LoRA
+	// adapters, finetunes.go) and resolves the lora of requests; nil: no
+	// finetune routes, and a request naming a lora is refused.
+	Finetunes FinetuneStore
+	// MaxUploads bounds the adapter uploads held in memory at once;
+	// default DefaultMaxUploads.
+	MaxUploads int
 }
 
 // Validate fills zero fields with their defaults and reports the first bad
@@ -162,6 +170,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: DefaultMaxTokens %d is negative", ErrConfig, c.DefaultMaxTokens)
 	case c.MaxBatchRequests < 0:
 		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrConfig, c.MaxBatchRequests)
+	case c.MaxUploads < 0:
+		return fmt.Errorf("%w: MaxUploads %d is negative", ErrConfig, c.MaxUploads)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		return err
@@ -177,6 +187,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatchRequests == 0 {
 		c.MaxBatchRequests = DefaultMaxBatchRequests
+	}
+	if c.MaxUploads == 0 {
+		c.MaxUploads = DefaultMaxUploads
 	}
 	if c.Tenants == nil {
 		t, err := tenants.New(tenants.Config{})
@@ -202,6 +215,8 @@ type Server struct {
 	tracing bool
 
 	drain drainer // requests in flight; refuses new ones once draining
+
+	uploads chan struct{} // a slot per adapter upload in progress (Config.MaxUploads)
 }
 
 // New validates cfg and loads every catalog model's tokenizer and chat
@@ -214,7 +229,7 @@ func New(log *slog.Logger, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{log: log, cfg: cfg, vocabs: make(map[string]*vocab)}
+	s := &Server{log: log, cfg: cfg, vocabs: make(map[string]*vocab), uploads: make(chan struct{}, cfg.MaxUploads)}
 	if s.tracing = tracingOn(cfg.TracerProvider); s.tracing {
 		s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -264,6 +279,7 @@ func (s *Server) routes() {
 		mux.HandleFunc("GET "+v1+"/models", s.handleModels)
 	}
 	s.billingRoutes(mux)
+	s.finetuneRoutes(mux)
 	mux.HandleFunc("/", s.handleNoRoute)
 	s.mux = mux
 }

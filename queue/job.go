@@ -293,6 +293,7 @@ const (
 	ErrKindAborted       ErrorKind = "aborted" // cancelled by the client
 	ErrKindInternal      ErrorKind = "internal"
 	ErrKindUnavailable   ErrorKind = "unavailable" // a store the job needs is full or down
+	ErrKindAdapter       ErrorKind = "lora_failed" // the job's LoRA adapter could not be fetched, verified or applied
 )
 
 // Usage counts a request's tokens.

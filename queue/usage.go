@@ -44,7 +44,7 @@ func OutcomeOf(kind ErrorKind) string {
 		return OutcomeCancelled
 	case ErrKindTimeout:
 		return OutcomeTimeout
-	case ErrKindPromptTooLong, ErrKindCapacity, ErrKindInvalidInput, ErrKindUnknownModel:
+	case ErrKindPromptTooLong, ErrKindCapacity, ErrKindInvalidInput, ErrKindUnknownModel, ErrKindAdapter:
 		return OutcomeRefused
 	}
 	return OutcomeError

@@ -15,6 +15,10 @@ const (
 	ScopeRead         = "ai:read"       // list models, read async results
 	ScopeBillingRead  = "billing:read"  // read usage and billing
 	ScopeBillingWrite = "billing:write" // set API key limits and budgets
+	// ScopeFinetunesWrite creates, uploads and deletes the tenant's
+	// finetunes (LoRA adapters); listing them also takes ai:read. Running
+	// a model with one takes only ai:run.
+	ScopeFinetunesWrite = "finetunes:write"
 )
 
 var (
