@@ -57,17 +57,21 @@ type PageInfo struct {
 // Manifest describes a request's KV handoff. The decode side verifies it
 // before it allocates anything or pulls a byte.
 type Manifest struct {
-	Version       int        `json:"version"`
-	TransferID    string     `json:"transfer_id"`
-	RequestID     string     `json:"request_id"`
-	Tenant        string     `json:"tenant"`
-	Model         string     `json:"model"`
-	WeightsDigest string     `json:"weights_digest"`
-	PromptTokens  int        `json:"prompt_tokens"`
-	PromptHash    string     `json:"prompt_hash"` // PromptHash of the prompt
-	FirstToken    int32      `json:"first_token"` // sampled by prefill from the last prompt position
-	Layout        Layout     `json:"layout"`
-	Pages         []PageInfo `json:"pages"`
+	Version       int    `json:"version"`
+	TransferID    string `json:"transfer_id"`
+	RequestID     string `json:"request_id"`
+	Tenant        string `json:"tenant"`
+	Model         string `json:"model"`
+	WeightsDigest string `json:"weights_digest"`
+	// AdapterKey is the key of the LoRA adapter the KV was computed under
+	// (engine.Adapter.Key); "" for none. KV computed under one adapter is
+	// wrong under any other, so it must be the decode side's own.
+	AdapterKey   string     `json:"adapter_key,omitempty"`
+	PromptTokens int        `json:"prompt_tokens"`
+	PromptHash   string     `json:"prompt_hash"` // PromptHash of the prompt
+	FirstToken   int32      `json:"first_token"` // sampled by prefill from the last prompt position
+	Layout       Layout     `json:"layout"`
+	Pages        []PageInfo `json:"pages"`
 }
 
 // Source is what the prefill side knows about a finished prefill.
@@ -77,6 +81,7 @@ type Source struct {
 	Tenant        string
 	Model         string
 	WeightsDigest string
+	AdapterKey    string  // the LoRA adapter's key; "" for none
 	Prompt        []int32 // every prompt token whose KV the pages hold
 	FirstToken    int32
 	Layout        Layout
@@ -98,6 +103,7 @@ func NewManifest(src Source, pages [][]byte) (*Manifest, error) {
 		Tenant:        src.Tenant,
 		Model:         src.Model,
 		WeightsDigest: src.WeightsDigest,
+		AdapterKey:    src.AdapterKey,
 		PromptTokens:  len(src.Prompt),
 		PromptHash:    PromptHash(src.Prompt),
 		FirstToken:    src.FirstToken,
@@ -112,6 +118,7 @@ func NewManifest(src Source, pages [][]byte) (*Manifest, error) {
 		Tenant:        src.Tenant,
 		Model:         src.Model,
 		WeightsDigest: src.WeightsDigest,
+		AdapterKey:    src.AdapterKey,
 		PromptTokens:  src.Prompt,
 		Layout:        src.Layout,
 	})
@@ -129,9 +136,12 @@ type Expect struct {
 	Tenant        string
 	Model         string
 	WeightsDigest string
-	PromptTokens  []int32
-	Layout        Layout
-	MaxPageBytes  int // largest page the caller accepts; 0 means no limit beyond Layout
+	// AdapterKey is the key of the LoRA adapter the decode side runs the
+	// job with; "" for none (and then the manifest must name none).
+	AdapterKey   string
+	PromptTokens []int32
+	Layout       Layout
+	MaxPageBytes int // largest page the caller accepts; 0 means no limit beyond Layout
 }
 
 // Verify checks the manifest against want, field by field, and its pages
@@ -162,6 +172,9 @@ func (m *Manifest) Verify(want Expect) error {
 		if f.got != f.want {
 			return fmt.Errorf("%w: transfer %s: %s is %q, want %q", ErrManifest, m.TransferID, f.name, f.got, f.want)
 		}
+	}
+	if m.AdapterKey != want.AdapterKey {
+		return fmt.Errorf("%w: transfer %s: KV computed under adapter %q, want %q", ErrManifest, m.TransferID, m.AdapterKey, want.AdapterKey)
 	}
 	if len(want.PromptTokens) == 0 {
 		return fmt.Errorf("%w: transfer %s: no expected prompt to check against", ErrManifest, m.TransferID)

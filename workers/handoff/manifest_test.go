@@ -39,6 +39,10 @@ func TestVerify(t *testing.T) {
 		{"tenant", func(m *Manifest, _ *Expect) { m.Tenant = "tenant-b" }, `tenant is "tenant-b", want "tenant-a"`},
 		{"model", func(m *Manifest, _ *Expect) { m.Model = "@cf/other" }, "model is"},
 		{"weights digest", func(m *Manifest, _ *Expect) { m.WeightsDigest = "sha256:def" }, "weights digest is"},
+		{"same adapter", func(m *Manifest, w *Expect) { m.AdapterKey, w.AdapterKey = "lora:a", "lora:a" }, ""},
+		{"KV under another adapter", func(m *Manifest, w *Expect) { m.AdapterKey, w.AdapterKey = "lora:a", "lora:b" }, `adapter "lora:a", want "lora:b"`},
+		{"KV under an adapter, decode without", func(m *Manifest, _ *Expect) { m.AdapterKey = "lora:a" }, `adapter "lora:a", want ""`},
+		{"KV without adapter, decode with one", func(_ *Manifest, w *Expect) { w.AdapterKey = "lora:b" }, `adapter "", want "lora:b"`},
 		{"token count", func(m *Manifest, _ *Expect) { m.PromptTokens = 1 }, "prompt tokens 1, want 10"},
 		{"prompt hash", func(_ *Manifest, w *Expect) {
 			w.PromptTokens = append([]int32(nil), w.PromptTokens...)

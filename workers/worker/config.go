@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -103,6 +104,14 @@ type Config struct {
 	Metrics *Metrics
 	// ID names this worker in usage events; default host-pid-random.
 	ID string
+	// LoRAMemory bounds the memory of the LoRA adapters the worker keeps
+	// loaded (least recently used evicted first); default
+	// DefaultLoRAMemory.
+	LoRAMemory int64
+	// LoRADir is where adapter files are written while they load; default
+	// the system's temporary directory. It must exist.
+	LoRADir string
+
 	// AfterToken, if set, runs after the n-th token frame (from 1) of a job
 	// went out, with the job's context. Fault tests hold a stream there
 	// until the job ends (bulkhead worker --fault-hold-at, built with -tags
@@ -146,6 +155,9 @@ func (c *Config) Validate() error {
 	if c.ID == "" {
 		c.ID = defaultID()
 	}
+	if c.LoRAMemory == 0 {
+		c.LoRAMemory = DefaultLoRAMemory
+	}
 	ackWait := c.Consumer.AckWait
 	if ackWait == 0 {
 		ackWait = 30 * time.Second
@@ -167,6 +179,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: BusyDelay %v", ErrConfig, c.BusyDelay)
 	case c.FetchWait < 0:
 		return fmt.Errorf("%w: FetchWait %v", ErrConfig, c.FetchWait)
+	case c.LoRAMemory < 0:
+		return fmt.Errorf("%w: LoRAMemory %d", ErrConfig, c.LoRAMemory)
+	}
+	if c.LoRADir != "" {
+		if st, err := os.Stat(c.LoRADir); err != nil || !st.IsDir() {
+			return fmt.Errorf("%w: LoRADir %q is not a directory", ErrConfig, c.LoRADir)
+		}
 	}
 	for name, e := range c.Models {
 		if name == "" {

@@ -135,6 +135,7 @@ func (d *delivery) verifyManifest(raw []byte) (*handoff.Manifest, error) {
 		Tenant:        d.job.Tenant,
 		Model:         d.job.Model,
 		WeightsDigest: d.eng.Model().Digest,
+		AdapterKey:    adapterKeyOf(d.req.Adapter),
 		PromptTokens:  d.req.Prompt,
 		Layout:        handoff.Layout(layout),
 		MaxPageBytes:  layout.PageBytes(layout.PageSize),

@@ -92,6 +92,14 @@ func (d *delivery) claim(ctx context.Context) bool {
 // admit); it reports false once it refused the job (error frame, ack).
 func (d *delivery) admit(ctx context.Context) bool {
 	req, ref := admit(d.job, d.eng)
+	if ref == nil && d.job.LoRA != nil {
+		a, err := d.w.adapters.get(ctx, d.job, d.eng)
+		if err != nil {
+			d.log.Warn("LoRA adapter", "lora", d.job.LoRA.ID, "err", err)
+			ref = adapterRefusal(err)
+		}
+		req.Adapter = a
+	}
 	if ref != nil {
 		d.end(ctx, ref.kind, ref.msg)
 		return false

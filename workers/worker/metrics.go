@@ -42,6 +42,10 @@ type Metrics struct {
 	handoffBytes  *prometheus.CounterVec   // model, side
 	handoffTime   *prometheus.HistogramVec // model, side
 	handoffFailed *prometheus.CounterVec   // model, side, reason
+	loraResident  *prometheus.GaugeVec     // worker
+	loraBytes     *prometheus.GaugeVec     // worker
+	loraLoads     *prometheus.CounterVec   // worker, outcome (ok, failed)
+	loraEvictions *prometheus.CounterVec   // worker
 
 	descs map[string]*prometheus.Desc // the collector's own series; read-only
 
@@ -89,6 +93,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"model", "side"}),
 		handoffFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_handoff_failures_total",
 			Help: "Failed KV hand-overs by side and reason."}, []string{"model", "side", "reason"}),
+		loraResident: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bulkhead_worker_lora_adapters",
+			Help: "LoRA adapters a worker keeps loaded."}, []string{"worker"}),
+		loraBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bulkhead_worker_lora_bytes",
+			Help: "Memory of the LoRA adapters a worker keeps loaded (at most its --lora-memory)."}, []string{"worker"}),
+		loraLoads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_lora_loads_total",
+			Help: "LoRA adapter loads (fetch, sha256 check, load) by outcome: ok or failed."}, []string{"worker", "outcome"}),
+		loraEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bulkhead_worker_lora_evictions_total",
+			Help: "LoRA adapters evicted to stay within the worker's --lora-memory."}, []string{"worker"}),
 		consumers: map[string]jetstream.Consumer{},
 		queues:    map[string]*queue.TenantQueues{},
 		descs: map[string]*prometheus.Desc{
@@ -123,7 +135,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		},
 	}
 	for _, c := range []prometheus.Collector{m.jobs, m.queueWait, m.promptTokens, m.cachedTokens, m.draftTokens, m.genTokens,
-		m.batch, m.handoffBytes, m.handoffTime, m.handoffFailed, m} {
+		m.batch, m.handoffBytes, m.handoffTime, m.handoffFailed, m.loraResident, m.loraBytes, m.loraLoads, m.loraEvictions, m} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: registering metrics: %w", err)
 		}
@@ -321,4 +333,33 @@ func handoffReason(err error) string {
 		return "transfer"
 	}
 	return "other"
+}
+
+// adapterLoad counts a LoRA adapter load.
+func (m *Metrics) adapterLoad(worker string, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "failed"
+	}
+	m.loraLoads.WithLabelValues(worker, outcome).Inc()
+}
+
+// adapterEvicted counts a LoRA adapter evicted from the cache.
+func (m *Metrics) adapterEvicted(worker string) {
+	if m == nil {
+		return
+	}
+	m.loraEvictions.WithLabelValues(worker).Inc()
+}
+
+// adaptersResident sets the adapters the cache holds and their bytes.
+func (m *Metrics) adaptersResident(worker string, n int, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.loraResident.WithLabelValues(worker).Set(float64(n))
+	m.loraBytes.WithLabelValues(worker).Set(float64(bytes))
 }

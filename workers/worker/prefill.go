@@ -78,6 +78,7 @@ func (d *delivery) handOver(rctx context.Context, p *engine.Prefilled) (err erro
 		Tenant:        job.Tenant,
 		Model:         job.Model,
 		WeightsDigest: eng.Model().Digest,
+		AdapterKey:    adapterKeyOf(d.req.Adapter),
 		Prompt:        d.req.Prompt,
 		FirstToken:    p.First,
 		Layout:        handoff.Layout(eng.KV().Layout()),

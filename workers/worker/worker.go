@@ -38,6 +38,8 @@ type Worker struct {
 	// pulls counts, per model, the jobs pulled and not yet in the engine's
 	// queue; set by Run before its fetch loops start, read-only after.
 	pulls map[string]*pulled
+	// adapters are the LoRA adapters loaded for jobs (Job.LoRA).
+	adapters *adapters
 }
 
 // New validates cfg and returns a worker. It does not touch the network until
@@ -53,6 +55,7 @@ func New(log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*
 		log = slog.New(slog.DiscardHandler)
 	}
 	w := &Worker{log: log, nc: nc, js: js, cfg: cfg}
+	w.adapters = newAdapters(log, js, &w.cfg)
 	if tp := cfg.TracerProvider; tp != nil {
 		if _, off := tp.(noop.TracerProvider); !off {
 			w.tracer, w.tracing = tp.Tracer(tracerName), true
