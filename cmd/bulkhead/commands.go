@@ -37,6 +37,7 @@ func commands() []command {
 		{"nats", "run a standalone NATS server with JetStream", runNATS},
 		{"token", "mint a tenant token with the dev signing key", runToken},
 		{"canary", "check a running edge for cross-tenant leaks with canary tenants", runCanary},
+		{"finetunes", "your LoRA adapters on a running edge: `finetunes create|upload|list|delete`", runFinetunes},
 		{"status", "list the fleet: workers (role, models, KV pool, running, waiting), edges, billing", runFleetStatus},
 	}
 }

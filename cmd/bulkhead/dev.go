@@ -247,7 +247,7 @@ func (d devNode) serve(ctx context.Context, f *devFlags, ws devWorkers, cat *cat
 	for i, engines := range ws.engines {
 		n.h.Add(fmt.Sprintf("engines_%d", i), func(context.Context) error { return worker.EnginesReady(engines) })
 	}
-	defer d.startWorkers(ws, conns, f.engine.concurrency)()
+	defer d.startWorkers(ws, conns, &f.engine)()
 	// Billing: usage events into the ledger the usage API and the budget read.
 	bnc, bjs, err := d.connect(ctx, queue.RoleBilling, "bulkhead-dev-billing")
 	if err != nil {
@@ -290,10 +290,11 @@ func (d devNode) connectWorkers(ctx context.Context, roles []worker.Role) (conns
 
 // startWorkers starts a worker on each connection with its role and
 // engines; stop stops them, the last started first, each after draining.
-func (d devNode) startWorkers(ws devWorkers, conns []workerConn, concurrency int) (stop func()) {
+func (d devNode) startWorkers(ws devWorkers, conns []workerConn, ef *engineFlags) (stop func()) {
 	stops := make([]func() error, len(conns))
 	for i, c := range conns {
-		n := workerNode{log: d.log.With("worker", i), nc: c.nc, js: c.js, engines: ws.engines[i], encoders: ws.encoders[i], role: ws.roles[i], concurrency: concurrency,
+		n := workerNode{log: d.log.With("worker", i), nc: c.nc, js: c.js, engines: ws.engines[i], encoders: ws.encoders[i], role: ws.roles[i],
+			concurrency: ef.concurrency, loraMemory: ef.loraMemory, loraDir: ef.loraDir,
 			obs: workerObs{tp: d.tel.tp, metrics: ws.metrics, name: fmt.Sprintf("dev-%d", i)}}
 		stops[i] = background(n.run)
 	}

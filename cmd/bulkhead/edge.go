@@ -140,6 +140,10 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 	if e.asyncRecords > 0 {
 		records = e.asyncRecords
 	}
+	finetunes, err := queue.OpenFinetunes(ctx, n.js)
+	if err != nil {
+		return err
+	}
 	var rt edge.Router
 	if !e.noRouting {
 		r, err := router.New(n.nc, router.Config{})
@@ -157,7 +161,7 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
 		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
 		Tenants: classes, TenantQueueBound: bound, AsyncRecordsPerTenant: records, AsyncRecordTTL: recordTTL,
-		DefaultMaxTokens: e.maxTokens, Router: rt, Webhooks: hooks,
+		DefaultMaxTokens: e.maxTokens, Router: rt, Webhooks: hooks, Finetunes: finetunes,
 		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, TraceAllow: splitList(e.traceAllow), Metrics: em, LogContent: n.logContent,
 	})
 	if err != nil {

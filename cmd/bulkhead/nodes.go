@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
+	"github.com/bulkhead-ai/bulkhead/workers/worker"
 )
 
 // listFlag collects a repeatable flag.
@@ -128,6 +131,8 @@ type engineFlags struct {
 	poison      bool
 	scrub       string
 	draft       int
+	loraMemory  int64  // --lora-memory, bytes
+	loraDir     string // --lora-dir
 
 	// onStep, when set, gives each model's engine its OnStep hook (metrics).
 	onStep func(model string) func(int)
@@ -172,6 +177,36 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&e.poison, "kv-poison", false, "debug: fill free KV pages with NaN so stale reads show")
 	fs.StringVar(&e.scrub, "kv-scrub", "on-free", "zero KV pages when freed: on-free or never")
 	fs.IntVar(&e.draft, "draft-tokens", 0, "most tokens a sequence drafts per step (speculative decoding from the prompt, its output and a request's prediction; outputs unchanged) for models whose catalog entry names none (0: 8; -1: off)")
+	e.loraMemory = worker.DefaultLoRAMemory
+	fs.Func("lora-memory", "memory for the LoRA adapters a worker keeps loaded, least recently used evicted first: bytes, or with KiB, MiB or GiB (default 1GiB)", func(s string) error {
+		n, err := parseByteSize(s)
+		if err != nil {
+			return err
+		}
+		e.loraMemory = n
+		return nil
+	})
+	fs.StringVar(&e.loraDir, "lora-dir", "", "directory adapter files are written to while they load (default: the system's temporary directory)")
+}
+
+// parseByteSize reads a size in bytes: a positive integer, optionally with
+// the suffix KiB, MiB or GiB.
+func parseByteSize(s string) (int64, error) {
+	unit := int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, unit = rest, u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("%q is not a positive size (bytes, KiB, MiB or GiB)", s)
+	}
+	return n * unit, nil
 }
 
 // applyContext sets the advertised context window on every catalog model.

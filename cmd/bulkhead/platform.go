@@ -118,7 +118,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("token", stderr)
 	tenant := fs.String("tenant", "", "tenant (account) id: the token's sub")
-	scope := fs.String("scope", auth.ScopeRun, `space-separated scopes: ai:run, ai:read, billing:read, billing:write`)
+	scope := fs.String("scope", auth.ScopeRun, `space-separated scopes: ai:run, ai:read, billing:read, billing:write, finetunes:write`)
 	models := fs.String("models", "", "comma-separated model allowlist (empty: all models)")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
 	apiKey := fs.String("key", "", "which of the tenant's API keys the token is (its \"key\" claim: spend is told apart per key; empty: none)")

@@ -117,6 +117,7 @@ func (f *workerCmdFlags) run(ctx context.Context, stderr io.Writer, role worker.
 	defer nc.Close()
 	h.Add("nats", natsCheck(nc))
 	n := workerNode{log: log, nc: nc, js: js, engines: engines, encoders: encoders, role: role, concurrency: f.engine.concurrency,
+		loraMemory: f.engine.loraMemory, loraDir: f.engine.loraDir,
 		grace: f.grace, id: id, obs: workerObs{tp: tel.tp, metrics: wm, name: "worker"}, afterToken: f.faults.workerHook(stderr)}
 	return n.run(ctx)
 }
@@ -143,6 +144,8 @@ type workerNode struct {
 	id          string        // its name in the capacity bucket; "": a new workerID
 	obs         workerObs
 	afterToken  func(context.Context, *queue.Job, int) // worker.Config.AfterToken (fault builds only)
+	loraMemory  int64                                  // worker.Config.LoRAMemory; 0: its default
+	loraDir     string                                 // worker.Config.LoRADir
 }
 
 // run serves jobs for the node's engines until ctx ends, then drains. It
@@ -156,7 +159,8 @@ func (n workerNode) run(ctx context.Context) error {
 	stopCap := background(n.keepCapacity(n.id))
 	defer stopCap()
 	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Encoders: n.encoders, Concurrency: n.concurrency,
-		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics, AfterToken: n.afterToken})
+		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics, AfterToken: n.afterToken,
+		LoRAMemory: n.loraMemory, LoRADir: n.loraDir})
 	if err != nil {
 		return err
 	}

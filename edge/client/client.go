@@ -82,6 +82,8 @@ type RunRequest struct {
 	PresencePenalty   *float64  `json:"presence_penalty,omitempty"`
 	Stop              []string  `json:"stop,omitempty"`
 	Stream            bool      `json:"stream,omitempty"`
+	// Lora names one of the tenant's finetunes of the model (name or id).
+	Lora string `json:"lora,omitempty"`
 }
 
 // Usage counts a request's tokens.
