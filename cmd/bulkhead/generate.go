@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
 	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
@@ -53,6 +55,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	ctxLen := fs.Int("context", 0, "context window (0: the model's)")
 	asJSON := fs.Bool("json", false, `print one object {"prompt_tokens":[...],"completion_tokens":[...],"text":"..."}`)
 	poison := fs.Bool("kv-poison", false, "debug: fill free KV pages with NaN")
+	var loras loraFlags
+	fs.Var(&loras, "lora", "LoRA adapter FILE[:SCALE] (a GGUF adapter, or a PEFT directory); repeatable, applied together")
 	smp := samplingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -83,7 +87,11 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer runEngine(log, eng)()
 
 	ids := m.Tokenizer.Encode(*prompt, true, false)
-	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: smp.params(),
+	adapter, err := loras.load(m)
+	if err != nil {
+		return err
+	}
+	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: smp.params(), Adapter: adapter,
 		Owner: kvcache.Owner{Namespace: "cli", Request: "generate"}}
 	if *asJSON {
 		res, err := eng.Generate(ctx, req)
@@ -117,4 +125,46 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	_, err = fmt.Fprintln(stdout)
 	return err
+}
+
+// loraFlags is generate's repeated --lora FILE[:SCALE].
+type loraFlags []loraArg
+
+type loraArg struct {
+	path  string
+	scale float32
+}
+
+func (l *loraFlags) String() string { return fmt.Sprint(*l) }
+
+// Set takes FILE or FILE:SCALE; a suffix that is not a number is part of the
+// path.
+func (l *loraFlags) Set(v string) error {
+	a := loraArg{path: v, scale: 1}
+	if i := strings.LastIndexByte(v, ':'); i > 0 {
+		if f, err := strconv.ParseFloat(v[i+1:], 32); err == nil {
+			a.path, a.scale = v[:i], float32(f)
+		}
+	}
+	if a.path == "" {
+		return fmt.Errorf("empty adapter path")
+	}
+	*l = append(*l, a)
+	return nil
+}
+
+// load binds the adapters to m and stacks them (nil for none).
+func (l loraFlags) load(m *engine.Model) (*engine.Adapter, error) {
+	if len(l) == 0 {
+		return nil, nil
+	}
+	var as []*engine.Adapter
+	for _, a := range l {
+		ad, err := engine.LoadAdapter(m, a.path, a.scale, "")
+		if err != nil {
+			return nil, fmt.Errorf("--lora %s: %w", a.path, err)
+		}
+		as = append(as, ad)
+	}
+	return engine.StackAdapters(as...)
 }

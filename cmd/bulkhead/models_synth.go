@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"github.com/bulkhead-ai/bulkhead/models/lora"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
@@ -29,9 +33,13 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 	shape := fs.String("shape", "", "model shape: "+strings.Join(shapes, ", "))
 	typ := fs.String("type", "f32", "weight type: f32, f16, q8_0, q4_0")
 	seed := fs.Uint64("seed", 0, "random seed; the same seed writes the same bytes")
-	out := fs.String("out", "", "output GGUF file")
+	out := fs.String("out", "", "output GGUF file (with --lora: the GGUF adapter)")
+	lf := loraSynthFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *lf.rank != 0 {
+		return synthLoRA(lf, *seed, *out, stdout)
 	}
 	if err := require(fs, "out"); err != nil {
 		return err
@@ -57,4 +65,72 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	_, err = fmt.Fprintf(stdout, "wrote %s: random-weight %s %s %s (seed %d); its text output is meaningless\n", *out, s.Arch, s.Name, t, *seed)
 	return err
+}
+
+// loraSynth is models synth's adapter flags.
+type loraSynth struct {
+	rank          *int
+	base, targets *string
+	peft          *string
+	alpha         *float64
+}
+
+func loraSynthFlags(fs *flag.FlagSet) loraSynth {
+	return loraSynth{
+		rank:    fs.Int("lora", 0, "write a random LoRA adapter of this rank (1 to 32) for --base instead of a model"),
+		base:    fs.String("base", "", "with --lora: the base model's GGUF file"),
+		targets: fs.String("targets", "attn", "with --lora: projections, comma-separated: attn_q, attn_k, attn_v, attn_qkv, attn_output, ffn_gate, ffn_up, ffn_down; attn (all attention), all"),
+		peft:    fs.String("peft", "", "with --lora: also write the same adapter as PEFT files into this directory"),
+		alpha:   fs.Float64("alpha", 0, "with --lora: lora_alpha (0: twice the rank)"),
+	}
+}
+
+// synthLoRA writes a random adapter for --base: GGUF to out, PEFT to --peft.
+func synthLoRA(f loraSynth, seed uint64, out string, stdout io.Writer) error {
+	if *f.base == "" || (out == "" && *f.peft == "") {
+		return fmt.Errorf("%w: --lora needs --base and --out or --peft", errUsage)
+	}
+	ts, err := lora.ParseTargets(*f.targets)
+	if err != nil {
+		return fmt.Errorf("%w: --targets: %v", errUsage, err)
+	}
+	a, err := synth.LoRA(synth.LoRAConfig{Base: *f.base, Rank: *f.rank, Targets: ts, Alpha: float32(*f.alpha), Seed: seed})
+	if err != nil {
+		return err
+	}
+	if out != "" {
+		if err := writeGGUFAdapter(out, a); err != nil {
+			return err
+		}
+	}
+	if *f.peft != "" {
+		heads, kvHeads, err := synth.HeadCounts(*f.base)
+		if err != nil {
+			return err
+		}
+		hf := a
+		if a.Arch == "llama" {
+			hf = a.Permuted(heads, kvHeads, true)
+		}
+		if err := os.MkdirAll(*f.peft, 0o755); err != nil {
+			return err
+		}
+		if err := lora.WritePEFT(*f.peft, hf, filepath.Base(*f.base)); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(stdout, "wrote a random rank-%d %s adapter (%d matrices, seed %d) for %s\n", a.Rank, a.Arch, 2*len(a.Pairs), seed, *f.base)
+	return err
+}
+
+func writeGGUFAdapter(path string, a *lora.Adapter) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := lora.WriteGGUF(f, a); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -2,6 +2,8 @@ package lora
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 )
 
 // MaxRank is the largest rank accepted (Workers AI's limit).
@@ -73,4 +75,24 @@ func (a *Adapter) Targets() []Target {
 		}
 	}
 	return out
+}
+
+// ParseTargets reads a comma-separated list of projections: their names,
+// "attn" (every attention projection) or "all" (attention and feed-forward).
+func ParseTargets(s string) ([]Target, error) {
+	var ts []Target
+	for _, name := range strings.Split(s, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "attn":
+			ts = append(ts, AttnQ, AttnK, AttnV, AttnQKV, AttnOutput)
+		case "all":
+			ts = append(ts, AttnQ, AttnK, AttnV, AttnQKV, AttnOutput, FFNGate, FFNUp, FFNDown)
+		default:
+			if !known[Target(name)] {
+				return nil, fmt.Errorf("%w: unknown projection %q", ErrBadAdapter, name)
+			}
+			ts = append(ts, Target(name))
+		}
+	}
+	return ts, nil
 }

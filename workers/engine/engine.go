@@ -390,6 +390,8 @@ func (e *Engine) check(req Request, holdsCompletion bool) error {
 		return fmt.Errorf("%w: no tenant namespace", ErrInvalidRequest)
 	case req.MaxTokens < 1:
 		return fmt.Errorf("%w: max_tokens %d < 1", ErrInvalidRequest, req.MaxTokens)
+	case req.Adapter != nil && req.Adapter.model != e.model:
+		return fmt.Errorf("%w: the adapter is bound to another model", ErrInvalidRequest)
 	}
 	if err := checkWeight(req.Weight); err != nil {
 		return err
@@ -547,7 +549,7 @@ func (e *Engine) reserve(s *sequence) (*kvcache.Sequence, error) {
 	}
 	ps := e.kv.PageSize()
 	n := len(s.req.Prompt)
-	cached, err := kv.AttachPrefix(e.model.Digest, s.req.Prompt[:(n-1)/ps*ps], s.reserve())
+	cached, err := kv.AttachPrefix(cacheModel(e.model, s.req.Adapter), s.req.Prompt[:(n-1)/ps*ps], s.reserve())
 	if err != nil {
 		kv.Free()
 		return nil, err
@@ -564,7 +566,7 @@ func (e *Engine) reserve(s *sequence) (*kvcache.Sequence, error) {
 func (e *Engine) publish(s *sequence) {
 	ps := e.kv.PageSize()
 	n := len(s.req.Prompt)
-	if _, err := s.kv.PublishPrefix(e.model.Digest, s.req.Prompt[:n/ps*ps]); err != nil {
+	if _, err := s.kv.PublishPrefix(cacheModel(e.model, s.req.Adapter), s.req.Prompt[:n/ps*ps]); err != nil {
 		e.log.Warn("prefix cache publish failed", "request", s.req.Owner.Request, "err", err)
 	}
 }
@@ -643,14 +645,14 @@ func (e *Engine) plan(active []*sequence) stepPlan {
 			}
 			n := min(budget, target-s.prefilled)
 			budget -= n
-			*c = chunk{seq: s.kv, tokens: s.history[s.prefilled : s.prefilled+n], pos0: s.prefilled}
+			*c = chunk{seq: s.kv, tokens: s.history[s.prefilled : s.prefilled+n], pos0: s.prefilled, adapter: s.req.Adapter}
 			c.logits = s.prefilled+n == target
 			p.prefilling = true
 		} else {
 			toks := s.draft(e.draftLimit(s, room), decoding, cost)
 			room -= len(toks) - 1
 			p.rows += len(toks)
-			*c = chunk{seq: s.kv, tokens: toks, pos0: len(s.history) - 1, logits: true, every: len(toks) > 1}
+			*c = chunk{seq: s.kv, tokens: toks, pos0: len(s.history) - 1, logits: true, every: len(toks) > 1, adapter: s.req.Adapter}
 		}
 		p.chunks = append(p.chunks, c)
 		p.owners = append(p.owners, s)

@@ -18,7 +18,9 @@ type chunk struct {
 	// every extends logits to every row of the chunk, in order (a decode
 	// step verifying drafted tokens, speculate.go).
 	every bool
-	err   error // set when this chunk failed; its rows are discarded
+	// adapter, when set, is the LoRA adapter the chunk's rows run under.
+	adapter *Adapter
+	err     error // set when this chunk failed; its rows are discarded
 }
 
 // logitRows is the number of rows the chunk wants logits for.
@@ -55,6 +57,7 @@ type forward struct {
 	groups                   []attnGroup    // attention's row groups this step
 	items                    []attnItem     // attention's units of work this step
 	views                    []kvcache.View // appendKV's result, reused
+	lora                     loraStep       // this step's adapters (lora_forward.go)
 
 	// The attention step's parameters, set before each pool.Run of attnFn
 	// (fw.attendSlots, bound once so the decode loop does not allocate).
@@ -218,6 +221,7 @@ func (fw *forward) size(chunks []*chunk) int {
 		r += len(chunks[c].tokens)
 	}
 	fw.listItems()
+	fw.lora.plan(chunks, T)
 	return T
 }
 
@@ -321,6 +325,7 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 	fw.attention(l, chunks, views, T)
 
 	fw.pool.MatMul(fw.tmp, L.O, fw.att, T)
+	fw.addLoRA(slotO, l, fw.tmp, fw.att, 0, T)
 	fw.residual(l, L.PostAttnNorm, T)
 
 	fw.eachRow(opFFNNorm, l, T)
@@ -331,8 +336,11 @@ func (fw *forward) layer(l int, chunks []*chunk, T int) {
 		n := min(fw.ffnRows, T-r0)
 		fw.pool.MatMul(fw.gate, L.Gate, fw.xn[r0*E:], n)
 		fw.pool.MatMul(fw.up, L.Up, fw.xn[r0*E:], n)
+		fw.addLoRA(slotGate, l, fw.gate, fw.xn[r0*E:], r0, n)
+		fw.addLoRA(slotUp, l, fw.up, fw.xn[r0*E:], r0, n)
 		fw.eachRow(opGLU, l, n)
 		fw.pool.MatMul(fw.tmp[r0*E:], L.Down, fw.gate, n)
+		fw.addLoRA(slotDown, l, fw.tmp[r0*E:], fw.gate, r0, n)
 	}
 	fw.residual(l, L.PostFFNNorm, T)
 }
@@ -412,6 +420,11 @@ func (fw *forward) qkv(l, T int) {
 	fw.pool.MatMul(fw.q, L.Q, fw.xn, T)
 	fw.pool.MatMul(fw.k, L.K, fw.xn, T)
 	fw.pool.MatMul(fw.v, L.V, fw.xn, T)
+	if fw.lora.on() {
+		fw.addLoRA(slotQ, l, fw.q, fw.xn, 0, T)
+		fw.addLoRA(slotK, l, fw.k, fw.xn, 0, T)
+		fw.addLoRA(slotV, l, fw.v, fw.xn, 0, T)
+	}
 	fw.eachRow(opQKV, l, T)
 }
 
