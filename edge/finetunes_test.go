@@ -8,10 +8,13 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/models/lora"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -329,4 +332,89 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// ggufAdapter is a GGUF adapter for arch with one attn_q pair of rank and
+// width 64 (stories260K's), or with target.
+func ggufAdapter(t *testing.T, arch string, rank int, target lora.Target) []byte {
+	t.Helper()
+	const width = 64
+	a := &lora.Adapter{Arch: arch, Alpha: float32(rank), Pairs: []lora.Pair{{Layer: 0, Target: target, In: width, Out: width,
+		A: make([]float32, rank*width), B: make([]float32, width*rank)}}}
+	var buf bytes.Buffer
+	if err := lora.WriteGGUF(&buf, a); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// peftAdapter is PEFT's pair for one q_proj of rank 8, its config naming
+// modules.
+func peftAdapter(t *testing.T, modules string) (weights, config []byte) {
+	t.Helper()
+	const width, rank = 64, 8
+	dir := t.TempDir()
+	a := &lora.Adapter{Arch: "llama", Alpha: 16, Pairs: []lora.Pair{{Layer: 0, Target: lora.AttnQ, In: width, Out: width,
+		A: make([]float32, rank*width), B: make([]float32, width*rank)}}}
+	if err := lora.WritePEFT(dir, a, "stories260K"); err != nil {
+		t.Fatal(err)
+	}
+	weights, err := os.ReadFile(filepath.Join(dir, queue.PEFTModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = []byte(`{"peft_type":"LORA","r":8,"lora_alpha":16,"target_modules":` + modules + `}`)
+	return weights, config
+}
+
+// TestFinetuneAdapterUploads: a GGUF adapter and PEFT's pair are taken and
+// make the finetune ready; a rank over 32, an unknown target module and an
+// adapter of another architecture are refused as invalid adapters (3057)
+// and not stored.
+func TestFinetuneAdapterUploads(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	assets := func(f queue.Finetune) string {
+		return fmt.Sprintf(finetunesPath, "alice") + "/" + f.ID + "/finetune-assets"
+	}
+	g := h.createFinetune("alice-ft", "alice", "gguf")
+	status, b := h.upload(assets(g), "alice-ft", "adapter.gguf", bytes.NewReader(ggufAdapter(t, "llama", 8, lora.AttnQ)))
+	if status != http.StatusOK || !finetuneOf(t, b).Ready() {
+		t.Fatalf("gguf adapter: %d %s", status, b)
+	}
+	weights, config := peftAdapter(t, `["q_proj"]`)
+	p := h.createFinetune("alice-ft", "alice", "peft")
+	if status, b = h.upload(assets(p), "alice-ft", queue.PEFTModelFile, bytes.NewReader(weights)); status != http.StatusOK {
+		t.Fatalf("peft weights: %d %s", status, b)
+	}
+	if status, b = h.upload(assets(p), "alice-ft", queue.PEFTConfigFile, bytes.NewReader(config)); status != http.StatusOK || !finetuneOf(t, b).Ready() {
+		t.Fatalf("peft config: %d %s", status, b)
+	}
+	_, unknownConfig := peftAdapter(t, `["q_proj","lm_head"]`)
+	u := h.createFinetune("alice-ft", "alice", "unknown-target")
+	if status, b = h.upload(assets(u), "alice-ft", queue.PEFTModelFile, bytes.NewReader(weights)); status != http.StatusOK {
+		t.Fatalf("peft weights: %d %s", status, b)
+	}
+	bad := h.createFinetune("alice-ft", "alice", "bad")
+	for _, tc := range []struct {
+		name string
+		f    queue.Finetune
+		file string
+		data []byte
+		says string
+	}{
+		{"rank 64", bad, "adapter.gguf", ggufAdapter(t, "llama", 64, lora.AttnQ), "rank 64"},
+		{"unknown target module", u, queue.PEFTConfigFile, unknownConfig, "unknown target module"},
+		{"another architecture", bad, "adapter.gguf", ggufAdapter(t, "qwen2", 8, lora.AttnQ), "for qwen2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, b := h.upload(assets(tc.f), "alice-ft", tc.file, bytes.NewReader(tc.data))
+			if status != http.StatusBadRequest || nativeCode(t, b) != rowBadAdapter.Code || !bytes.Contains(b, []byte(tc.says)) {
+				t.Fatalf("%d %s, want 400 with code %d saying %q", status, b, rowBadAdapter.Code, tc.says)
+			}
+			status, _, b = h.do("GET", fmt.Sprintf(finetunesPath, "alice")+"/"+tc.f.ID, "alice-ft", "")
+			if status != http.StatusOK || finetuneOf(t, b).Ready() {
+				t.Fatalf("after the refusal: %d %s", status, b)
+			}
+		})
+	}
 }

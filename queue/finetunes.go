@@ -85,14 +85,14 @@ type Finetune struct {
 
 // Ready reports whether the finetune holds a whole adapter: PEFT's two
 // files, or one GGUF file.
-func (f *Finetune) Ready() bool {
+func (f Finetune) Ready() bool {
 	return f.file(PEFTModelFile) != nil && f.file(PEFTConfigFile) != nil || len(f.Files) == 1 && IsGGUFFile(f.Files[0].Name)
 }
 
 // File returns the finetune's file called name, or nil.
-func (f *Finetune) File(name string) *FinetuneFile { return f.file(name) }
+func (f Finetune) File(name string) *FinetuneFile { return f.file(name) }
 
-func (f *Finetune) file(name string) *FinetuneFile {
+func (f Finetune) file(name string) *FinetuneFile {
 	for i := range f.Files {
 		if f.Files[i].Name == name {
 			return &f.Files[i]
@@ -102,7 +102,7 @@ func (f *Finetune) file(name string) *FinetuneFile {
 }
 
 // Ref is what a job carries of the finetune (Job.LoRA).
-func (f *Finetune) Ref() *LoRARef {
+func (f Finetune) Ref() *LoRARef {
 	return &LoRARef{ID: f.ID, Name: f.Name, Files: slices.Clone(f.Files)}
 }
 
@@ -201,7 +201,7 @@ func newFinetuneID() string {
 }
 
 // validateNew checks a finetune to be created.
-func (f *Finetune) validateNew() error {
+func (f Finetune) validateNew() error {
 	switch {
 	case f.Name == "" || len(f.Name) > MaxFinetuneName || !printable(f.Name):
 		return fmt.Errorf("%w: name must be 1 to %d printable characters", ErrFinetuneInvalid, MaxFinetuneName)
