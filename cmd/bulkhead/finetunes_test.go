@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +84,105 @@ func TestFinetunesCLI(t *testing.T) {
 	}
 	if out, errOut, code = cli(tok, "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("list after delete: %d %q %s", code, out, errOut)
+	}
+}
+
+// generated is `bulkhead generate --json`'s answer.
+type generated struct {
+	CompletionTokens []int32 `json:"completion_tokens"`
+	Text             string  `json:"text"`
+}
+
+// TestLoRAEndToEnd: an adapter written by `bulkhead models synth --lora`
+// for the built-in model, uploaded with `bulkhead finetunes`, changes dev's
+// greedy answer to exactly what `bulkhead generate --lora` gives (text and
+// token count), on the native API and OpenAI's "<model>:<finetune>", and
+// on dev --disaggregated (the prefill worker hands over KV computed under
+// the adapter; the decode worker checks the manifest's adapter key);
+// without lora the answer is the base model's.
+func TestLoRAEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dev twice")
+	}
+	dir := t.TempDir()
+	base, err := builtin.WriteTo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapter := filepath.Join(dir, "adapter.gguf")
+	if _, errOut, code := bulkhead(t, "models", "synth", "--lora", "8", "--base", base, "--targets", "all", "--seed", "7", "--out", adapter); code != 0 {
+		t.Fatalf("models synth --lora: %d %s", code, errOut)
+	}
+	const prompt, n = "Once upon a time", 24
+	gen := func(extra ...string) generated {
+		t.Helper()
+		out, errOut, code := bulkhead(t, append([]string{"generate", "--model", base, "--prompt", prompt, "--max-tokens", fmt.Sprint(n),
+			"--temperature", "0", "--threads", "1", "--json"}, extra...)...)
+		var g generated
+		if code != 0 || json.Unmarshal([]byte(out), &g) != nil {
+			t.Fatalf("generate %v: %d %s", extra, code, errOut)
+		}
+		return g
+	}
+	plain, tuned := gen(), gen("--lora", adapter)
+	if plain.Text == tuned.Text {
+		t.Fatalf("the adapter changed nothing: %q", plain.Text)
+	}
+	for _, args := range [][]string{{"--threads", "1"}, {"--threads", "1", "--disaggregated", "--prefill-workers", "1", "--decode-workers", "1"}} {
+		d := startDev(t, args...)
+		edgeURL := "http://" + d.addr
+		tok := d.scopedToken(t, "acme", auth.ScopeFinetunesWrite, auth.ScopeRun)
+		out, errOut, code := bulkhead(t, "finetunes", "create", "--edge", edgeURL, "--token", tok, "--name", "poet", "--model", builtin.Name, "--json")
+		if code != 0 {
+			t.Fatalf("create: %d %s", code, errOut)
+		}
+		if out, errOut, code = bulkhead(t, "finetunes", "upload", "--edge", edgeURL, "--token", tok, "--id", "poet", "--file", adapter); code != 0 {
+			t.Fatalf("upload: %d %q %s", code, out, errOut)
+		}
+		native := func(lora string) (string, int) {
+			t.Helper()
+			body := fmt.Sprintf(`{"prompt":%q,"raw":true,"temperature":0,"max_tokens":%d%s}`, prompt, n, lora)
+			status, b := post(t, tok, edgeURL+"/ai/run/"+builtin.Name, body)
+			var a struct {
+				Result struct {
+					Response string `json:"response"`
+					Usage    struct {
+						CompletionTokens int `json:"completion_tokens"`
+					} `json:"usage"`
+				} `json:"result"`
+			}
+			if status != 200 || json.Unmarshal(b, &a) != nil {
+				t.Fatalf("%v lora %q: %d %s", args, lora, status, b)
+			}
+			return a.Result.Response, a.Result.Usage.CompletionTokens
+		}
+		for _, tc := range []struct {
+			name, lora string
+			want       generated
+		}{
+			{"without lora", "", plain},
+			{"with lora", `,"lora":"poet"`, tuned},
+			{"without lora again", "", plain},
+		} {
+			text, count := native(tc.lora)
+			if text != tc.want.Text || count != len(tc.want.CompletionTokens) {
+				t.Errorf("%v %s: %q (%d tokens), want the engine's %q (%d)", args, tc.name, text, count, tc.want.Text, len(tc.want.CompletionTokens))
+			}
+		}
+		status, b := post(t, tok, edgeURL+"/v1/completions",
+			fmt.Sprintf(`{"model":%q,"prompt":%q,"temperature":0,"max_tokens":%d}`, builtin.Name+":poet", prompt, n))
+		var oa struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if status != 200 || json.Unmarshal(b, &oa) != nil || len(oa.Choices) != 1 || oa.Choices[0].Text != tuned.Text {
+			t.Errorf("%v OpenAI <model>:<finetune>: %d %s, want %q", args, status, b, tuned.Text)
+		}
+		if slices.Contains(args, "--disaggregated") {
+			if got := strings.Count(d.node.stderr.String(), "handed over to a decode worker"); got != 4 {
+				t.Errorf("dev --disaggregated logged %d hand-overs, want 4", got)
+			}
+		}
 	}
 }
