@@ -281,6 +281,24 @@ func TestLoRAReachesTheJob(t *testing.T) {
 			}
 		})
 	}
+	t.Run("async batch", func(t *testing.T) {
+		before := h.jobCount()
+		status, _, b := h.do("POST", "/ai/run/"+modelStories+"?queueRequest=true", "alice",
+			`{"requests":[{"prompt":"x","max_tokens":4,"lora":"poet"},{"prompt":"y","max_tokens":4}]}`)
+		if status != http.StatusOK {
+			t.Fatalf("%d %s", status, b)
+		}
+		asyncDoneResult(t, h, "alice", b)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		got := map[string]bool{}
+		for _, j := range h.jobs[before:] {
+			got[j.Prompt] = j.LoRA != nil && j.LoRA.ID == f.ID
+		}
+		if x, y := "user: x\nassistant:", "user: y\nassistant:"; len(got) != 2 || !got[x] || got[y] {
+			t.Fatalf("lora by prompt %v, want x's only", got)
+		}
+	})
 	status, _, b := h.do("POST", "/ai/run/"+modelStories, "alice", `{"prompt":"x","max_tokens":4}`)
 	if status != http.StatusOK || h.lastJob().LoRA != nil {
 		t.Fatalf("without lora: %d %s, job's lora %+v", status, b, h.lastJob().LoRA)

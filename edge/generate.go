@@ -172,7 +172,7 @@ func (s *Server) route(job *queue.Job, session string) {
 		return
 	}
 	prompt := ""
-	if job.CachePrefix {
+	if job.CachePrefix && job.LoRA == nil { // workers announce no prefix computed under an adapter
 		prompt = job.Prompt
 	}
 	d := s.cfg.Router.Route(job.Model, job.Tenant, session, prompt)

@@ -51,8 +51,11 @@ func (w *Worker) announce(ctx context.Context, engines map[string]*engine.Engine
 // announcePrefix tells the edges that this worker now holds (or is about to)
 // the prefix of job's prompt in its tenant's cache.
 func (w *Worker) announcePrefix(job *queue.Job) {
+	if !job.CachePrefix || job.LoRA != nil {
+		return // a prefix computed under an adapter is no hint for any other job's (docs/lora.md)
+	}
 	keys := queue.PrefixKeys(job.Tenant, job.Prompt)
-	if !job.CachePrefix || len(keys) == 0 {
+	if len(keys) == 0 {
 		return
 	}
 	w.publish(queue.PrefixSubject(job.Model), queue.PrefixNotice{Worker: w.cfg.ID, Tenant: queue.TenantToken(job.Tenant), Keys: keys})
