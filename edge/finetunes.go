@@ -35,6 +35,10 @@ var _ FinetuneStore = (*queue.Finetunes)(nil)
 // once (Config.MaxUploads).
 const DefaultMaxUploads = 2
 
+// DefaultUploadTimeout is how long an upload's body may take to arrive
+// (Config.UploadTimeout): 256 MiB at about 450 KiB/s.
+const DefaultUploadTimeout = 10 * time.Minute
+
 // Finetune refusals the edge decides itself.
 var (
 	// ErrUploadsBusy: MaxUploads uploads are in progress on this edge.
@@ -170,6 +174,8 @@ func (s *Server) handleFinetuneUpload(w http.ResponseWriter, r *http.Request) {
 		writeNativeError(w, s.refuse(r, retryIn(newError(rowCapacity, "Too many adapter uploads in progress on this edge, please retry", ErrUploadsBusy), time.Second)))
 		return
 	}
+	// The body may take longer than other requests' (HTTPLimits.BodyReadTimeout).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.UploadTimeout))
 	ctx, id := r.Context(), r.PathValue("id")
 	f, err := s.cfg.Finetunes.Get(ctx, p.Tenant, "", id)
 	if err != nil {

@@ -436,3 +436,28 @@ func TestFinetuneAdapterUploads(t *testing.T) {
 		})
 	}
 }
+
+// slowReader reads r in small pieces, pausing before each.
+type slowReader struct {
+	r     io.Reader
+	pause time.Duration
+}
+
+func (s slowReader) Read(p []byte) (int, error) {
+	time.Sleep(s.pause) // the slowness under test: a client's pace
+	return s.r.Read(p[:min(len(p), 64)])
+}
+
+// TestFinetuneUploadOutlivesBodyTimeout: an upload's body may take longer
+// than HTTPLimits.BodyReadTimeout (Config.UploadTimeout applies).
+func TestFinetuneUploadOutlivesBodyTimeout(t *testing.T) {
+	h := newHarness(t, harnessOpts{bodyTimeout: 300 * time.Millisecond})
+	f := h.createFinetune("alice-ft", "alice", "slow")
+	config := []byte(`{"peft_type":"LORA","r":8,"lora_alpha":16,"target_modules":["q_proj"]}`)
+	start := time.Now()
+	status, b := h.upload(fmt.Sprintf(finetunesPath, "alice")+"/"+f.ID+"/finetune-assets", "alice-ft", queue.PEFTConfigFile,
+		slowReader{bytes.NewReader(config), 100 * time.Millisecond})
+	if status != http.StatusOK || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("slow upload: %d %s after %v", status, b, time.Since(start))
+	}
+}

@@ -168,6 +168,7 @@ type harnessOpts struct {
 	properties     map[string]string    // catalog properties of modelStories
 	routed         bool                 // Config.Router: a router on the harness's NATS
 	webhooks       *WebhookConfig       // Config.Webhooks
+	bodyTimeout    time.Duration        // Config.HTTP.BodyReadTimeout
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -220,7 +221,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h.srv, err = New(nil, Config{Catalog: cat, Auth: testAuth, Quota: lim, Queue: qc, Tenants: o.tenants, TenantQueueBound: o.tenantBound, Router: rt,
 		AsyncRecordsPerTenant: o.asyncRecords, AsyncRecordTTL: time.Hour,
 		MaxBodyBytes: o.maxBody, RequestTimeout: 20 * time.Second, TracerProvider: o.tracer, ContinueClientTraces: o.continueTraces, TraceAllow: o.traceAllow, Metrics: o.metrics,
-		Webhooks: o.webhooks, Finetunes: ft})
+		Webhooks: o.webhooks, Finetunes: ft, HTTP: HTTPLimits{BodyReadTimeout: o.bodyTimeout}})
 	if err != nil {
 		t.Fatalf("edge.New: %v", err)
 	}

@@ -142,6 +142,10 @@ type Config struct {
 	// MaxUploads bounds the adapter uploads held in memory at once;
 	// default DefaultMaxUploads.
 	MaxUploads int
+	// UploadTimeout is how long an adapter upload's body may take to
+	// arrive (instead of HTTP.BodyReadTimeout); default
+	// DefaultUploadTimeout.
+	UploadTimeout time.Duration
 }
 
 // Validate fills zero fields with their defaults and reports the first bad
@@ -172,6 +176,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: MaxBatchRequests %d is negative", ErrConfig, c.MaxBatchRequests)
 	case c.MaxUploads < 0:
 		return fmt.Errorf("%w: MaxUploads %d is negative", ErrConfig, c.MaxUploads)
+	case c.UploadTimeout < 0:
+		return fmt.Errorf("%w: UploadTimeout %v is negative", ErrConfig, c.UploadTimeout)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		return err
@@ -190,6 +196,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUploads == 0 {
 		c.MaxUploads = DefaultMaxUploads
+	}
+	if c.UploadTimeout == 0 {
+		c.UploadTimeout = DefaultUploadTimeout
 	}
 	if c.Tenants == nil {
 		t, err := tenants.New(tenants.Config{})

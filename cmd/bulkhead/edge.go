@@ -159,7 +159,7 @@ func (e *edgeFlags) serve(ctx context.Context, n edgeNode) error {
 	srv, err := edge.New(n.log.With("node", "edge"), edge.Config{
 		Catalog: n.cat, Auth: n.verifier, Quota: q, Queue: queue.NewClient(n.nc, n.js).WithLiveness(live),
 		Ledger: n.ledger, DailyNeurons: e.dailyNeurons,
-		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http,
+		RequestTimeout: e.requestTimeout, MaxBodyBytes: e.maxBody, HTTP: e.http, UploadTimeout: e.uploadTimeout, MaxUploads: e.maxUploads,
 		Tenants: classes, TenantQueueBound: bound, AsyncRecordsPerTenant: records, AsyncRecordTTL: recordTTL,
 		DefaultMaxTokens: e.maxTokens, Router: rt, Webhooks: hooks, Finetunes: finetunes,
 		TracerProvider: n.tel.tp, ContinueClientTraces: e.continueTraces, TraceAllow: splitList(e.traceAllow), Metrics: em, LogContent: n.logContent,
@@ -260,6 +260,8 @@ type edgeFlags struct {
 	failOpen       bool
 	requestTimeout time.Duration
 	maxBody        int64
+	uploadTimeout  time.Duration // --upload-timeout
+	maxUploads     int           // --max-uploads
 	grace          time.Duration // --drain-grace
 	http           edge.HTTPLimits
 	classes        string // --tenant-classes
@@ -290,6 +292,8 @@ func (e *edgeFlags) register(fs *flag.FlagSet, withRedis bool) {
 	fs.BoolVar(&e.failOpen, "quota-fail-open", false, "admit requests when Redis is unreachable (default: refuse with 503)")
 	fs.DurationVar(&e.requestTimeout, "request-timeout", 2*time.Minute, "a request's deadline from acceptance")
 	fs.Int64Var(&e.maxBody, "max-body-bytes", 1<<20, "largest request body accepted")
+	fs.DurationVar(&e.uploadTimeout, "upload-timeout", edge.DefaultUploadTimeout, "how long a LoRA adapter upload's body may take to arrive (instead of --http-body-timeout)")
+	fs.IntVar(&e.maxUploads, "max-uploads", edge.DefaultMaxUploads, "LoRA adapter uploads this edge holds in memory at once (each up to 256 MiB); more are refused with 429")
 	fs.DurationVar(&e.grace, "drain-grace", defaultDrainGrace, "on SIGTERM, how long requests in flight may run on while new ones get 503 draining")
 	fs.StringVar(&e.classes, "tenant-classes", "", "tenant classes, e.g. \"free:max_queued=32,prefix_cache=off;pro:max_queued=512,weight=4\": max_queued bounds a tenant's jobs queued or running across models (counted in Redis; 0: the jobs stream's per-tenant bound, --jobs-per-tenant, across models too), weight its share of a worker, prefix_cache=off keeps its tenants out of the prefix cache (default on); the class \"default\" (max_queued=0, weight=1, prefix_cache=on unless listed) holds every tenant not in --tenant-class (docs/fairness.md)")
 	fs.IntVar(&e.asyncRecords, "async-results-per-tenant", 0, "async results one tenant may keep in the results store (each lives its TTL, 24 h by default), counted in Redis; over it a batch gets 429 async_results_full (0: a tenth of what half the store holds at 4 KiB a result, from its size at start)")
