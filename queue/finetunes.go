@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -226,6 +225,7 @@ func printable(s string) bool {
 // tenant the caller verified and touches that tenant's key and objects
 // only. It is safe for concurrent use.
 type Finetunes struct {
+	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	obj jetstream.ObjectStore
 }
@@ -241,7 +241,7 @@ func OpenFinetunes(ctx context.Context, js jetstream.JetStream) (*Finetunes, err
 	if err != nil {
 		return nil, err
 	}
-	return &Finetunes{kv: kv, obj: obj}, nil
+	return &Finetunes{js: js, kv: kv, obj: obj}, nil
 }
 
 // OpenAdapters opens the adapters object store: what a worker reads
@@ -417,12 +417,13 @@ func (s *Finetunes) PutFile(ctx context.Context, tenant, id, name string, data [
 	}
 	sum := sha256.Sum256(data)
 	file := FinetuneFile{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
-	if _, err := s.obj.Put(ctx, jetstream.ObjectMeta{Name: AdapterObject(tenant, id, file)}, bytes.NewReader(data)); err != nil {
+	wrote, err := putObject(ctx, s.js, s.obj, AdapterObject(tenant, id, file), data)
+	if err != nil {
 		return Finetune{}, unavailable(err)
 	}
 	var now Finetune
 	var replaced []FinetuneFile
-	err := s.update(ctx, tenant, func(tf *tenantFinetunes) error {
+	err = s.update(ctx, tenant, func(tf *tenantFinetunes) error {
 		i := slices.IndexFunc(tf.Finetunes, func(f Finetune) bool { return f.ID == id })
 		if i < 0 {
 			return ErrFinetuneNotFound
@@ -444,7 +445,9 @@ func (s *Finetunes) PutFile(ctx context.Context, tenant, id, name string, data [
 		return nil
 	})
 	if err != nil {
-		_ = s.deleteObject(context.WithoutCancel(ctx), tenant, id, file)
+		if wrote { // else a record may hold it already
+			_ = s.deleteObject(context.WithoutCancel(ctx), tenant, id, file)
+		}
 		return Finetune{}, err
 	}
 	for _, g := range replaced {

@@ -171,7 +171,10 @@ func TestAdapterDigestChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := got.Files[0]
-	if _, err := obj.PutBytes(ctx, AdapterObject("alice", f.ID, file), []byte("GGUF-other")); err != nil {
+	if err := obj.Delete(ctx, AdapterObject("alice", f.ID, file)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := putObject(ctx, env.js, obj, AdapterObject("alice", f.ID, file), []byte("GGUF-other")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadAdapterFile(ctx, obj, "alice", f.ID, file); !errors.Is(err, ErrAdapterDigest) {
@@ -254,7 +257,7 @@ func TestFinetunesRoles(t *testing.T) {
 	}
 	short, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
-	if _, err := obj.PutBytes(short, "alice/forged", []byte("x")); err == nil {
+	if _, err := putObject(short, wjs, obj, "alice/forged", []byte("x")); err == nil {
 		t.Fatal("worker wrote an adapter object")
 	}
 	_, bjs := env.conn(t, RoleBilling)
