@@ -22,6 +22,13 @@
 // connection (harden.go), refusing conflicting framing (framing.go), and
 // /healthz, /readyz and /metrics (health.go).
 //
+// Finetunes (finetunes.go): the tenant's LoRA adapters in Workers AI's
+// shape (/ai/finetunes: create, list, get, delete, and finetune-assets
+// uploads, each checked with models/lora before it is stored), and a
+// request's lora (or OpenAI's "<model>:<finetune>"), resolved among the
+// caller's own finetunes only into the job (queue.Job.LoRA); another
+// tenant's is answered exactly as one nobody holds.
+//
 // It also owns the one table of stable error codes (errors.go): every refusal
 // a client can see is a row of it, rendered in the native envelope or in
 // OpenAI's error shape, and one function maps Go errors to rows.

@@ -24,6 +24,11 @@
 // a worker (Job.Route) waits on that worker's queue of its tenant
 // (RouteSubject), which TenantQueues lets the other workers read once the
 // worker drains or falls silent; Backlog lists a model's tenants by jobs.
+// Finetunes (finetunes.go): tenants' LoRA adapters, their records in the
+// finetunes bucket (one compare-and-set key per tenant, at most
+// MaxFinetunes) and their files in the adapters object store under the
+// tenant, finetune and sha256 (AdapterObject); ReadAdapterFile is a
+// worker's checked fetch.
 // Every queue is bounded: the jobs and decode streams refuse new messages
 // when full (ErrQueueFull), reply subscriptions cap their pending frames, the results bucket has a size and a TTL.
 //

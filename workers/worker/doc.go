@@ -33,6 +33,14 @@
 // publishes; it reports the prefill side's count, which the hand-over
 // carries, bounded to the prompt it tokenized.
 //
+// LoRA adapters (adapters.go). A job naming an adapter (queue.Job.LoRA)
+// runs with it on every role: the worker fetches its files from the job's
+// tenant's objects only, checks their sha256, loads them with
+// engine.LoadAdapter and keeps them in an LRU bounded by Config.LoRAMemory;
+// a fetch or load that fails ends that job (queue.ErrKindAdapter or
+// ErrKindUnavailable), never the worker. Hand-over manifests carry the
+// adapter's key, and a decode worker refuses KV computed under another.
+//
 // Redelivery rule: a job runs again only if no frame of it reached the reply
 // subject; a job that already finished is acked and not rerun; a job whose
 // earlier worker died after sending frames ends with ErrKindInternal ("worker
