@@ -46,8 +46,10 @@ type adapters struct {
 	m      *Metrics
 	worker string
 
+	objMu sync.Mutex            // guards obj (apart from mu: opening it waits on the bus)
+	obj   jetstream.ObjectStore // opened at the first fetch
+
 	mu      sync.Mutex                 // guards the fields below
-	obj     jetstream.ObjectStore      // opened at the first fetch
 	lru     *list.List                 // of *loadedAdapter, most recently used first
 	byKey   map[string]*list.Element   // by adapterKey
 	loading map[string]*adapterLoading // loads in progress, by adapterKey
@@ -174,8 +176,8 @@ func (c *adapters) load(ctx context.Context, job *queue.Job, eng *engine.Engine)
 
 // store opens the adapters object store once.
 func (c *adapters) store(ctx context.Context) (jetstream.ObjectStore, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.objMu.Lock()
+	defer c.objMu.Unlock()
 	if c.obj != nil {
 		return c.obj, nil
 	}

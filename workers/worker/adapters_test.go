@@ -14,6 +14,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/lora"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/synth"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/models/testkit/promtest"
 	"github.com/bulkhead-ai/bulkhead/queue"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
@@ -99,7 +100,7 @@ func synthAdapter(t *testing.T, e *engine.Engine, seed uint64) ([]byte, int64) {
 // greedy text differs from the base model's, and is the same each time);
 // the adapter is loaded once, and a second adapter over the memory budget
 // evicts the first, which is loaded again when asked for. The metrics
-// count every load and eviction.
+// count every load and eviction; usage events name the adapter.
 func TestAdaptersCachedAndEvicted(t *testing.T) {
 	ev := startNATS(t)
 	e := startEngine(t, engine.Config{})
@@ -129,10 +130,21 @@ func TestAdaptersCachedAndEvicted(t *testing.T) {
 		t.Fatal(err)
 	}
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Metrics: m, Name: "w", LoRAMemory: size * 3 / 2})
+	usage := countUsage(t, ev.nc)
 	text := func(ref *queue.LoRARef) string {
 		t.Helper()
 		job := newJob(t, "Once upon a time", 16)
 		job.LoRA = ref
+		defer func() {
+			want := queue.UsageEvent{}
+			if ref != nil {
+				want.LoRA, want.LoRAName = ref.ID, ref.Name
+			}
+			testkit.Poll(t, 10*time.Second, testkit.Cond("the job's usage event", func() bool { return len(usage.get(job.ID)) == 1 }))
+			if got := usage.get(job.ID)[0]; got.LoRA != want.LoRA || got.LoRAName != want.LoRAName {
+				t.Errorf("usage event names lora %q %q, want %q %q", got.LoRA, got.LoRAName, want.LoRA, want.LoRAName)
+			}
+		}()
 		r, err := ev.client.Submit(ctx, job)
 		if err != nil {
 			t.Fatal(err)
