@@ -111,7 +111,9 @@ func TestRefusals(t *testing.T) {
 		{"rank 64", func() (*Adapter, error) { return ParseGGUF(big) }, ErrBadAdapter, "rank 64 is over the limit of 32"},
 		{"unknown target", func() (*Adapter, error) { return ParseGGUF(ggufBytes(t, embd)) }, ErrBadAdapter, `unknown target module "token_embd"`},
 		{"A without B", func() (*Adapter, error) { return ParseGGUF(dropTensor(t, ggufBytes(t, onlyA), "lora_b")) }, ErrBadAdapter, "lora_a without lora_b"},
-		{"PEFT DoRA", func() (*Adapter, error) { return ParsePEFT(w, patch(c, `"peft_type"`, `"use_dora": true, "peft_type"`)) }, ErrBadAdapter, "DoRA"},
+		{"PEFT DoRA", func() (*Adapter, error) {
+			return ParsePEFT(w, patch(c, `"peft_type"`, `"use_dora": true, "peft_type"`))
+		}, ErrBadAdapter, "DoRA"},
 		{"PEFT r 64", func() (*Adapter, error) { return ParsePEFT(w, patch(c, `"r": 4`, `"r": 64`)) }, ErrBadAdapter, "rank must be 1 to 32"},
 		{"PEFT lm_head", func() (*Adapter, error) { return ParsePEFT(w, patch(c, `"q_proj"`, `"q_proj", "lm_head"`)) }, ErrBadAdapter, `unknown target module "lm_head"`},
 		{"PEFT prompt tuning", func() (*Adapter, error) { return ParsePEFT(w, patch(c, `"LORA"`, `"PROMPT_TUNING"`)) }, ErrNotAdapter, "peft_type"},

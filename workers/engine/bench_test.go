@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -152,8 +153,38 @@ func BenchmarkDecode(b *testing.B) {
 // matrix products and attention of continuous batching. The model is
 // BULKHEAD_BENCH_MODEL when set (a GGUF file), stories260K otherwise.
 func BenchmarkBatchStep(b *testing.B) {
+	batchSteps(b, benchModel(b), make([]*Adapter, 16), false)
+}
+
+// BenchmarkLoRABatch is BenchmarkBatchStep with LoRA adapters (rank 16 on
+// every projection, random): "none" without adapters, "mixed" with the 16
+// sequences over 4 adapters and none in one batch (as the engine runs
+// them), "serial" the same sequences with one pass per adapter each step
+// (as an engine that cannot batch different adapters must run them).
+func BenchmarkLoRABatch(b *testing.B) {
 	m := benchModel(b)
-	const batch, ctx, steps = 16, 128, 64
+	path := os.Getenv("BULKHEAD_BENCH_MODEL")
+	if path == "" {
+		path = refdatatest.Path(b, "models/stories260K.gguf")
+	}
+	as := synthAdapters(b, m, path, loraSpec{16, "all", 1, 1}, loraSpec{16, "all", 2, 1}, loraSpec{16, "all", 3, 1}, loraSpec{16, "all", 4, 1})
+	mixed := make([]*Adapter, 16)
+	for i := range mixed {
+		if i%5 < 4 {
+			mixed[i] = as[i%5]
+		}
+	}
+	b.Run("none", func(b *testing.B) { batchSteps(b, m, make([]*Adapter, 16), false) })
+	b.Run("mixed", func(b *testing.B) { batchSteps(b, m, mixed, false) })
+	b.Run("serial", func(b *testing.B) { batchSteps(b, m, mixed, true) })
+}
+
+// batchSteps times decode steps of len(adapters) sequences, sequence i under
+// adapters[i], each from a 128-token context, 64 steps per iteration
+// (contexts 128..192). serial runs each step as one pass per adapter.
+func batchSteps(b *testing.B, m *Model, adapters []*Adapter, serial bool) {
+	const ctx, steps = 128, 64
+	batch := len(adapters)
 	e, err := New(nil, m, Config{Threads: 2, MaxBatch: batch, Context: ctx + steps, KVTokens: batch * (ctx + steps + 16)})
 	if err != nil {
 		b.Fatal(err)
@@ -174,22 +205,27 @@ func BenchmarkBatchStep(b *testing.B) {
 				b.Fatal(err)
 			}
 			prompt[0] = int32(3 + i)
-			e.fw.run([]*chunk{{seq: kv, tokens: prompt, logits: true}})
-			chunks[i] = &chunk{seq: kv, tokens: []int32{int32(5 + i)}, pos0: ctx, logits: true}
+			e.fw.run([]*chunk{{seq: kv, tokens: prompt, logits: true, adapter: adapters[i]}})
+			chunks[i] = &chunk{seq: kv, tokens: []int32{int32(5 + i)}, pos0: ctx, logits: true, adapter: adapters[i]}
 		}
 	}
+	var groups [][]*chunk
 	for b.Loop() {
 		b.StopTimer()
 		setup()
+		groups = [][]*chunk{chunks}
+		if serial {
+			groups = byAdapter(chunks)
+		}
 		b.StartTimer()
 		for range steps {
+			for _, g := range groups {
+				e.fw.run(g)
+			}
 			for _, c := range chunks {
 				if c.err != nil {
 					b.Fatal(c.err)
 				}
-			}
-			e.fw.run(chunks)
-			for _, c := range chunks {
 				c.pos0++
 			}
 		}
@@ -198,6 +234,22 @@ func BenchmarkBatchStep(b *testing.B) {
 		c.seq.Free()
 	}
 	b.ReportMetric(float64(batch*steps)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// byAdapter groups chunks by adapter, in order of first appearance.
+func byAdapter(chunks []*chunk) [][]*chunk {
+	var gs [][]*chunk
+	idx := map[*Adapter]int{}
+	for _, c := range chunks {
+		i, ok := idx[c.adapter]
+		if !ok {
+			i = len(gs)
+			idx[c.adapter] = i
+			gs = append(gs, nil)
+		}
+		gs[i] = append(gs[i], c)
+	}
+	return gs
 }
 
 // BenchmarkVerifyStep times one sequence's decode step (128 positions of

@@ -143,6 +143,7 @@ func newForward(m *Model, pool *kernels.Pool) *forward {
 	fw.embRow = make([]byte, m.Embed.RowBytes())
 	fw.attnFn = fw.attendSlots
 	fw.rowsFn = fw.rowRange
+	fw.lora.fn = fw.lora.job.run
 	fw.slot = make([]attnScratch, pool.Threads())
 	// Scores for up to 4096 positions up front, so decode does not grow them.
 	ctx := min(max(m.Hyper.Context, 16), 4096)

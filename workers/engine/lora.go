@@ -11,9 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/lora"
-	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // ErrAdapterMismatch is returned for an adapter that does not fit the model
@@ -34,11 +32,14 @@ const (
 	numSlots
 )
 
-// loraMat is one projection's update: out += scale·B·(A·x), A rank rows of
-// the projection's input, B its output rows of rank.
+// loraMat is one projection's update: out += scale·B·(A·x). a holds A's
+// rank rows of the projection's input width in; bt holds B transposed, rank
+// rows of the output width out, so B·t is rank vector updates of the output
+// (lora_forward.go).
 type loraMat struct {
-	a, b  kernels.Matrix
-	scale float32
+	a, bt         []float32
+	rank, in, out int
+	scale         float32
 }
 
 // Adapter is a LoRA adapter bound to one model: each targeted projection's
@@ -172,22 +173,20 @@ func (b *Adapter) bind(p lora.Pair, alpha, scale float32) error {
 	if p.In != in || p.Out != out {
 		return fmt.Errorf("%w: layer %d %s is %d x %d, the model's is %d x %d", ErrAdapterMismatch, p.Layer, p.Target, p.Out, p.In, out, in)
 	}
-	ks := b.model.kernels
-	A, err := ks.NewMatrix(gguf.TypeF32, rank, in, f32Bytes(p.A))
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrAdapterMismatch, err)
-	}
 	row := 0
 	for _, pt := range parts {
-		B, err := ks.NewMatrix(gguf.TypeF32, pt.rows, rank, f32Bytes(p.B[row*rank:(row+pt.rows)*rank]))
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrAdapterMismatch, err)
+		bt := make([]float32, rank*pt.rows)
+		for o := range pt.rows {
+			for j := range rank {
+				bt[j*pt.rows+o] = p.B[(row+o)*rank+j]
+			}
 		}
 		row += pt.rows
-		b.layers[p.Layer][pt.slot] = append(b.layers[p.Layer][pt.slot], &loraMat{a: A, b: B, scale: s})
-		b.bytes += int64(4 * pt.rows * rank)
+		m := &loraMat{a: p.A, bt: bt, rank: rank, in: in, out: pt.rows, scale: s}
+		b.layers[p.Layer][pt.slot] = append(b.layers[p.Layer][pt.slot], m)
+		b.bytes += int64(4 * len(bt))
 	}
-	b.bytes += int64(4 * rank * in)
+	b.bytes += int64(4 * len(p.A))
 	return nil
 }
 

@@ -1,12 +1,40 @@
 package engine
 
+import "github.com/bulkhead-ai/bulkhead/workers/kernels"
+
 // loraStep is a forward step's adapters: the distinct adapters among its
 // chunks, and each row's (an index into adapters, -1 for none).
 type loraStep struct {
 	adapters []*Adapter
 	row      []int
-	x, t, u  []float32 // an adapter's rows gathered, A·x, B·(A·x)
-	rows     []int     // the step's rows under the adapter at hand
+	rows     [][]int    // addLoRA: the rows under each adapter
+	items    []loraItem // addLoRA: its units of work
+	t        []float32  // addLoRA: A·x for every (matrix, row)
+	job      loraJob
+	fn       func(lo, hi int) // runs job's items [lo, hi), bound once
+}
+
+// loraBlock is the output columns one unit of B·t work updates.
+const loraBlock = 512
+
+// loraItem is one unit of an addLoRA phase: for matrix m of adapter ai,
+// rank rows [j0, j1) of A·x (phase A), or output columns [j0, j1) of
+// scale·B·t (phase B), for every row under the adapter. t is where its
+// rows' A·x start in loraStep.t.
+type loraItem struct {
+	m      *loraMat
+	ai, t  int
+	j0, j1 int
+}
+
+// loraJob is the addLoRA phase in progress.
+type loraJob struct {
+	ks     kernels.Set
+	out, x []float32
+	phaseB bool
+	rows   [][]int
+	items  []loraItem
+	t      []float32
 }
 
 // plan lists the step's adapters and each row's.
@@ -40,52 +68,90 @@ func (ls *loraStep) plan(chunks []*chunk, T int) {
 // on reports whether any row of the step runs under an adapter.
 func (ls *loraStep) on() bool { return len(ls.adapters) > 0 }
 
-// addLoRA adds each adapter's update of projection slot of layer l to out,
+// addLoRA adds every adapter's update of projection slot of layer l to out,
 // for rows r0..r0+n-1 of the step (out and x hold those n rows, x the
-// projection's input). The rows of one adapter are gathered and multiplied
-// together, whichever chunks they come from: one pass over each adapter's
-// matrices per step, the base projection's already shared by every row.
-// Each row's update is computed by the same operations whatever the batch,
-// as MatMul's are: a sequence gets the same tokens alone or in any mix.
+// projection's input), in two passes over the pool whatever the number of
+// adapters: A·x for each adapter's rows, then scale·B·(A·x) added to them.
+// Each adapter's matrices are read once per step, the rows under it taken
+// together; the base projection was computed once for all rows. Every
+// row's update is computed by the same operations whatever the batch (a
+// dot product per rank row and per output, in DotF32's order), so a
+// sequence gets the same tokens alone or in any mix.
 func (fw *forward) addLoRA(slot loraSlot, l int, out, x []float32, r0, n int) {
 	ls := &fw.lora
-	for ai, a := range ls.adapters {
-		for _, m := range a.layers[l][slot] {
-			fw.addUpdate(m, ai, out, x, r0, n)
-		}
-	}
-}
-
-// addUpdate adds one adapter matrix pair's update to the rows under adapter
-// ai (see addLoRA).
-func (fw *forward) addUpdate(m *loraMat, ai int, out, x []float32, r0, n int) {
-	ls := &fw.lora
-	in, od, rank := m.a.Cols, m.b.Rows, m.a.Rows
-	ls.rows = ls.rows[:0]
-	for i := range n {
-		if ls.row[r0+i] == ai {
-			ls.rows = append(ls.rows, i)
-		}
-	}
-	k := len(ls.rows)
-	if k == 0 {
+	if !ls.on() {
 		return
 	}
-	src := x
-	if k < n {
-		ls.x = grow(ls.x, k*in)
-		for j, i := range ls.rows {
-			copy(ls.x[j*in:(j+1)*in], x[i*in:(i+1)*in])
-		}
-		src = ls.x
+	for len(ls.rows) < len(ls.adapters) {
+		ls.rows = append(ls.rows, nil)
 	}
-	ls.t = grow(ls.t, k*rank)
-	ls.u = grow(ls.u, k*od)
-	fw.pool.MatMul(ls.t, m.a, src, k)
-	fw.pool.MatMul(ls.u, m.b, ls.t, k)
-	for j, i := range ls.rows {
-		u := ls.u[j*od : (j+1)*od]
-		fw.ks.Scale(u, m.scale)
-		fw.ks.Add(out[i*od:(i+1)*od], u)
+	for ai := range ls.adapters {
+		ls.rows[ai] = ls.rows[ai][:0]
+	}
+	for i := range n {
+		if ai := ls.row[r0+i]; ai >= 0 {
+			ls.rows[ai] = append(ls.rows[ai], i)
+		}
+	}
+	// Phase A's items, and where each matrix's A·x goes.
+	ls.items = ls.items[:0]
+	nt := 0
+	for ai, a := range ls.adapters {
+		k := len(ls.rows[ai])
+		if k == 0 {
+			continue
+		}
+		for _, m := range a.layers[l][slot] {
+			for j := 0; j < m.rank; j += 4 {
+				ls.items = append(ls.items, loraItem{m: m, ai: ai, t: nt, j0: j, j1: min(j+4, m.rank)})
+			}
+			nt += k * m.rank
+		}
+	}
+	if len(ls.items) == 0 {
+		return
+	}
+	ls.t = grow(ls.t, nt)
+	ls.job = loraJob{ks: fw.ks, out: out, x: x, rows: ls.rows, items: ls.items, t: ls.t}
+	fw.pool.Run(len(ls.items), ls.fn)
+	// Phase B: the same matrices, by blocks of output columns.
+	na := len(ls.items)
+	for i := 0; i < na; i++ {
+		it := ls.items[i]
+		if it.j0 != 0 {
+			continue
+		}
+		for c := 0; c < it.m.out; c += loraBlock {
+			ls.items = append(ls.items, loraItem{m: it.m, ai: it.ai, t: it.t, j0: c, j1: min(c+loraBlock, it.m.out)})
+		}
+	}
+	ls.job.items, ls.job.phaseB = ls.items[na:], true
+	fw.pool.Run(len(ls.job.items), ls.fn)
+	ls.job = loraJob{}
+}
+
+// run computes items [lo, hi) of the job's phase.
+func (j *loraJob) run(lo, hi int) {
+	var u [loraBlock]float32
+	for _, it := range j.items[lo:hi] {
+		m, rows := it.m, j.rows[it.ai]
+		if !j.phaseB {
+			for r, i := range rows {
+				xi := j.x[i*m.in : (i+1)*m.in]
+				t := j.t[it.t+r*m.rank:]
+				for jj := it.j0; jj < it.j1; jj++ {
+					t[jj] = j.ks.DotF32(m.a[jj*m.in:(jj+1)*m.in], xi)
+				}
+			}
+			continue
+		}
+		w := it.j1 - it.j0
+		for r, i := range rows {
+			t := j.t[it.t+r*m.rank : it.t+(r+1)*m.rank]
+			ub := u[:w]
+			j.ks.DotsT(ub, m.bt[it.j0:], m.out, t)
+			j.ks.Scale(ub, m.scale)
+			j.ks.Add(j.out[i*m.out+it.j0:i*m.out+it.j1], ub)
+		}
 	}
 }

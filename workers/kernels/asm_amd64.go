@@ -74,6 +74,9 @@ func dotF32AVX(a, b *float32, n int) float32
 func axpyF16AVX(dst *float32, a float32, x *uint16, n int)
 
 //go:noescape
+func axpyF32AVX(dst *float32, a float32, x *float32, n int)
+
+//go:noescape
 func addAVX(dst, x *float32, n int)
 
 //go:noescape

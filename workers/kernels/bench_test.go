@@ -89,3 +89,17 @@ func BenchmarkPoolRun(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDotsT times a rank-16 LoRA B·t for one row of a 1B model's
+// feed-forward (8192 outputs).
+func BenchmarkDotsT(b *testing.B) {
+	ks := Active()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n, cols = 16, 8192
+	w, x := randVec(rng, n*cols), randVec(rng, n)
+	out := make([]float32, cols)
+	for b.Loop() {
+		ks.DotsT(out, w, cols, x)
+	}
+	b.SetBytes(4 * n * cols)
+}

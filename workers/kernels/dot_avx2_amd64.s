@@ -593,6 +593,27 @@ axdone:
 	VZEROUPPER
 	RET
 
+// func axpyF32AVX(dst *float32, a float32, x *float32, n int) — dst[i] += a*x[i]
+// (one fused multiply-add), n&^7 elements.
+TEXT ·axpyF32AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	VBROADCASTSS a+8(FP), Y0
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   ax32done
+ax32loop:
+	VMOVUPS (SI), Y1
+	VFMADD213PS (DI), Y0, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  ax32loop
+ax32done:
+	VZEROUPPER
+	RET
+
 // func addAVX(dst, x *float32, n int) — dst[i] += x[i], n&^7 elements.
 TEXT ·addAVX(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -24,6 +24,7 @@ func dotQ5KAVX2(*byte, *q8K, int) float32                                { panic
 func dotF16AVX(*uint16, *uint16, int) float32                            { panic("kernels: no asm") }
 func dotF32AVX(*float32, *float32, int) float32                          { panic("kernels: no asm") }
 func axpyF16AVX(*float32, float32, *uint16, int)                         { panic("kernels: no asm") }
+func axpyF32AVX(*float32, float32, *float32, int)                        { panic("kernels: no asm") }
 func addAVX(*float32, *float32, int)                                     { panic("kernels: no asm") }
 func f32ToF16AVX(*uint16, *float32, int)                                 { panic("kernels: no asm") }
 func f16ToF32AVX(*float32, *uint16, int)                                 { panic("kernels: no asm") }

@@ -51,6 +51,80 @@ func (ks Set) AxpyF16(dst []float32, a float32, x []uint16) {
 	}
 }
 
+// AxpyF32 adds a*x[i] to dst[i] for i < len(dst): a fused multiply-add on
+// the vector path, a product rounded then added elsewhere. Each element is
+// computed the same wherever dst starts.
+func (ks Set) AxpyF32(dst []float32, a float32, x []float32) {
+	n := len(dst)
+	x = x[:n]
+	k := 0
+	if ks.asm() && n >= 8 {
+		axpyF32AVX(&dst[0], a, &x[0], n)
+		k = n &^ 7
+	}
+	for ; k < n; k++ {
+		dst[k] = dst[k] + float32(a*x[k])
+	}
+}
+
+// dotsTBlock is the columns DotsT takes at a time (its accumulators live on
+// the stack).
+const dotsTBlock = 256
+
+// DotsT sets out[o] to the dot product of column o of w with x, for
+// o < len(out): w holds len(x) rows of stride floats. Each is bitwise what
+// DotF32 gives for the column's values and x (the same lanes, fused or not
+// as the set's DotF32, the same horizontal sum and tail), computed for many
+// columns at once: a product by a matrix stored transposed (a LoRA
+// adapter's B·t, with B's rank columns as rows).
+func (ks Set) DotsT(out []float32, w []float32, stride int, x []float32) {
+	n := len(x)
+	var acc [8][dotsTBlock]float32
+	var pad [dotsTBlock]float32
+	for c0 := 0; c0 < len(out); c0 += dotsTBlock {
+		c1 := min(c0+dotsTBlock, len(out))
+		wd := c1 - c0
+		// A block's width rounds up to the vector's, so every column takes
+		// the vector path's operations (a ragged end is copied, zero padded).
+		wv := (wd + 7) &^ 7
+		k := 0
+		if n >= 8 {
+			for l := range acc {
+				clear(acc[l][:wv])
+			}
+			for ; k+8 <= n; k += 8 {
+				for l := range 8 {
+					row := w[(k+l)*stride+c0 : (k+l)*stride+c1]
+					if wv != wd {
+						copy(pad[:], row)
+						row = pad[:wv]
+					}
+					ks.AxpyF32(acc[l][:wv], x[k+l], row)
+				}
+			}
+		}
+		o := out[c0:c1]
+		if n >= 8 {
+			// DotF32's horizontal sum, ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)),
+			// a vector of columns at a time (Add's sums are the scalar ones).
+			for l := 0; l < 8; l += 2 {
+				ks.Add(acc[l][:wd], acc[l+1][:wd])
+			}
+			ks.Add(acc[0][:wd], acc[2][:wd])
+			ks.Add(acc[4][:wd], acc[6][:wd])
+			ks.Add(acc[0][:wd], acc[4][:wd])
+			copy(o, acc[0][:wd])
+		} else {
+			clear(o)
+		}
+		for ; k < n; k++ {
+			for c := range o {
+				o[c] = o[c] + float32(w[k*stride+c0+c]*x[k])
+			}
+		}
+	}
+}
+
 // F32ToF16s rounds src[:len(dst)] to IEEE half, to nearest even (as VCVTPS2PH).
 func (ks Set) F32ToF16s(dst []uint16, src []float32) {
 	n := len(dst)

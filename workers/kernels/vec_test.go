@@ -89,6 +89,46 @@ func TestAxpyF16(t *testing.T) {
 	})
 }
 
+func TestAxpyF32(t *testing.T) {
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(29, 30))
+		for _, n := range []int{0, 3, 8, 19, 64} {
+			dst, x := randVec(rng, n), randVec(rng, n)
+			want := make([]float64, n)
+			for i := range n {
+				want[i] = float64(dst[i]) - 1.25*float64(x[i])
+			}
+			ks.AxpyF32(dst, -1.25, x)
+			for i := range n {
+				checkClose(t, fmt.Sprintf("n%d[%d]", n, i), dst[i], want[i], math.Abs(want[i])+1, 1e-6)
+			}
+		}
+	})
+}
+
+// TestDotsT: every column's product is DotF32's of the column, bit for bit.
+func TestDotsT(t *testing.T) {
+	eachSet(t, func(t *testing.T, ks Set) {
+		rng := rand.New(rand.NewPCG(31, 32))
+		for _, n := range []int{1, 4, 8, 16, 19, 32} {
+			for _, cols := range []int{1, 8, 64, 136} {
+				w, x := randVec(rng, n*cols), randVec(rng, n)
+				out := make([]float32, cols)
+				ks.DotsT(out, w, cols, x)
+				col := make([]float32, n)
+				for c := range cols {
+					for k := range n {
+						col[k] = w[k*cols+c]
+					}
+					if want := ks.DotF32(col, x); math.Float32bits(out[c]) != math.Float32bits(want) {
+						t.Fatalf("n %d, %d columns: column %d is %v, DotF32 %v", n, cols, c, out[c], want)
+					}
+				}
+			}
+		}
+	})
+}
+
 // TestSetAdd: Set.Add gives the package Add's sums bit for bit, at every
 // length around the vector width.
 func TestSetAdd(t *testing.T) {
