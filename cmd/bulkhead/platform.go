@@ -49,6 +49,12 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tenantCreds := fs.String("tenant-creds", "", "comma-separated tenants to give a NATS credential for their event subjects (<auth-dir>/tenants/<tenant>.nk, created when missing; every file there is accepted): hand each tenant its file")
 	var lf loadFlags
 	lf.register(fs)
+	var adapters int64
+	fs.Func("adapters-max-bytes", "bytes the LoRA adapters object store holds, all tenants (bytes, or with KiB, MiB or GiB; default 1GiB)", func(s string) error {
+		n, err := parseByteSize(s)
+		adapters = n
+		return err
+	})
 	var cf clusterFlags
 	cf.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -68,6 +74,7 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	streams.Replicas = cf.streamReplicas()
+	streams.AdaptersMaxBytes = adapters
 	var natsAuth *queue.Auth
 	if !*noAuth {
 		if *authDir == "" {
