@@ -186,3 +186,24 @@ func TestLoRAEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestParseByteSize: --lora-memory's and --adapters-max-bytes's sizes.
+func TestParseByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64 // 0: refused
+	}{
+		{"1024", 1024}, {"512MiB", 512 << 20}, {"1GiB", 1 << 30}, {"64KiB", 64 << 10},
+		{"0", 0}, {"-1GiB", 0}, {"1.5GiB", 0}, {"GiB", 0}, {"", 0}, {"9000000000GiB", 0},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseByteSize(tc.in)
+			if tc.want == 0 && err == nil || tc.want != 0 && (err != nil || got != tc.want) {
+				t.Fatalf("parseByteSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+			}
+		})
+	}
+	if _, errOut, code := bulkhead(t, "worker", "--lora-memory", "0", "--model", "x=y"); code != 2 || !strings.Contains(errOut, "lora-memory") {
+		t.Fatalf("worker --lora-memory 0: exit %d %s; want a usage error naming the flag", code, errOut)
+	}
+}
