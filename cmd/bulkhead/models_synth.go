@@ -31,7 +31,7 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 	arch := fs.String("arch", "", "architecture: "+strings.Join(archs, ", ")+
 		"; alone, it selects the architecture's <arch>-tiny shape; with --shape, it must be the shape's")
 	shape := fs.String("shape", "", "model shape: "+strings.Join(shapes, ", "))
-	typ := fs.String("type", "f32", "weight type: f32, f16, q8_0, q4_0")
+	typ := fs.String("type", "f32", "weight type: f32, f16, q8_0, q4_0 (an adapter: f32, f16, bf16)")
 	seed := fs.Uint64("seed", 0, "random seed; the same seed writes the same bytes")
 	out := fs.String("out", "", "output GGUF file (with --lora: the GGUF adapter)")
 	lf := loraSynthFlags(fs)
@@ -39,7 +39,7 @@ func runModelsSynth(_ context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if *lf.rank != 0 {
-		return synthLoRA(lf, *seed, *out, stdout)
+		return synthLoRA(lf, *typ, *seed, *out, stdout)
 	}
 	if err := require(fs, "out"); err != nil {
 		return err
@@ -86,7 +86,7 @@ func loraSynthFlags(fs *flag.FlagSet) loraSynth {
 }
 
 // synthLoRA writes a random adapter for --base: GGUF to out, PEFT to --peft.
-func synthLoRA(f loraSynth, seed uint64, out string, stdout io.Writer) error {
+func synthLoRA(f loraSynth, typ string, seed uint64, out string, stdout io.Writer) error {
 	if *f.base == "" || (out == "" && *f.peft == "") {
 		return fmt.Errorf("%w: --lora needs --base and --out or --peft", errUsage)
 	}
@@ -94,7 +94,11 @@ func synthLoRA(f loraSynth, seed uint64, out string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --targets: %v", errUsage, err)
 	}
-	a, err := synth.LoRA(synth.LoRAConfig{Base: *f.base, Rank: *f.rank, Targets: ts, Alpha: float32(*f.alpha), Seed: seed})
+	t, err := gguf.ParseType(typ)
+	if err != nil {
+		return fmt.Errorf("%w: --type: %v", errUsage, err)
+	}
+	a, err := synth.LoRA(synth.LoRAConfig{Base: *f.base, Rank: *f.rank, Targets: ts, Alpha: float32(*f.alpha), Seed: seed, Type: t})
 	if err != nil {
 		return err
 	}

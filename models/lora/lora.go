@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
 
 // MaxRank is the largest rank accepted (Workers AI's limit).
@@ -44,6 +46,10 @@ type Pair struct {
 	Target  Target
 	In, Out int
 	A, B    []float32
+	// AType and BType are the types the file stores A and B in: a product
+	// with an F16 or BF16 matrix rounds its input to that type first, as
+	// llama.cpp's does.
+	AType, BType gguf.Type
 }
 
 // Adapter is a parsed adapter file.

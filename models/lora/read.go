@@ -192,7 +192,7 @@ func decodePair(ta, tb tensor) (Pair, error) {
 		return Pair{}, fmt.Errorf("%w: %s: %d x %d is too large", ErrBadAdapter, ta.name, tb.rows, ta.cols)
 	}
 	p := Pair{Layer: ta.layer, Target: ta.target, In: ta.cols, Out: tb.rows,
-		A: make([]float32, rank*ta.cols), B: make([]float32, tb.rows*rank)}
+		A: make([]float32, rank*ta.cols), B: make([]float32, tb.rows*rank), AType: ta.typ, BType: tb.typ}
 	if err := decode(ta, p.A); err != nil {
 		return Pair{}, err
 	}

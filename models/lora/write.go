@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
 
-// WriteGGUF writes a as llama.cpp's GGUF adapter (F32 tensors), for the
-// base architecture a.Arch.
+// WriteGGUF writes a as llama.cpp's GGUF adapter, for the base
+// architecture a.Arch: each matrix in its pair's AType or BType, F32, F16
+// or BF16 (values rounded to it).
 func WriteGGUF(w io.Writer, a *Adapter) error {
 	g := gguf.NewWriter()
 	g.SetString("general.architecture", a.Arch)
@@ -24,10 +26,18 @@ func WriteGGUF(w io.Writer, a *Adapter) error {
 	for _, p := range a.Pairs {
 		rank := uint64(len(p.A) / p.In)
 		name := fmt.Sprintf("blk.%d.%s.weight", p.Layer, p.Target)
-		if err := g.AddTensor(name+".lora_a", []uint64{uint64(p.In), rank}, gguf.TypeF32, f32Bytes(p.A)); err != nil {
+		ab, err := encode(p.A, p.AType)
+		if err != nil {
 			return err
 		}
-		if err := g.AddTensor(name+".lora_b", []uint64{rank, uint64(p.Out)}, gguf.TypeF32, f32Bytes(p.B)); err != nil {
+		bb, err := encode(p.B, p.BType)
+		if err != nil {
+			return err
+		}
+		if err := g.AddTensor(name+".lora_a", []uint64{uint64(p.In), rank}, p.AType, ab); err != nil {
+			return err
+		}
+		if err := g.AddTensor(name+".lora_b", []uint64{rank, uint64(p.Out)}, p.BType, bb); err != nil {
 			return err
 		}
 	}
@@ -51,7 +61,8 @@ func hfModule(t Target, arch string) string {
 	return string(t)
 }
 
-// WritePEFT writes a into dir as PEFT's adapter_model.safetensors (F32) and
+// WritePEFT writes a into dir as PEFT's adapter_model.safetensors (each
+// matrix in its pair's type, F32, F16 or BF16) and
 // adapter_config.json. Its pairs must already be in Hugging Face's row order
 // (ToHFOrder for llama's Q and K).
 func WritePEFT(dir string, a *Adapter, baseModel string) error {
@@ -59,6 +70,7 @@ func WritePEFT(dir string, a *Adapter, baseModel string) error {
 		name string
 		rows int
 		data []float32
+		typ  gguf.Type
 	}
 	var es []entry
 	var mods []string
@@ -72,24 +84,26 @@ func WritePEFT(dir string, a *Adapter, baseModel string) error {
 			block = "mlp"
 		}
 		base := fmt.Sprintf("base_model.model.model.layers.%d.%s.%s", p.Layer, block, mod)
-		es = append(es, entry{base + ".lora_A.weight", len(p.A) / p.In, p.A}, entry{base + ".lora_B.weight", p.Out, p.B})
+		es = append(es, entry{base + ".lora_A.weight", len(p.A) / p.In, p.A, p.AType}, entry{base + ".lora_B.weight", p.Out, p.B, p.BType})
 	}
 	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
 	var off int64
+	var data []byte
 	for _, e := range es {
-		n := int64(4 * len(e.data))
-		hdr[e.name] = safetensorsEntry{DType: "F32", Shape: []int{e.rows, len(e.data) / e.rows}, Offsets: [2]int64{off, off + n}}
-		off += n
+		b, err := encode(e.data, e.typ)
+		if err != nil {
+			return err
+		}
+		data = append(data, b...)
+		hdr[e.name] = safetensorsEntry{DType: strings.ToUpper(e.typ.String()), Shape: []int{e.rows, len(e.data) / e.rows}, Offsets: [2]int64{off, off + int64(len(b))}}
+		off += int64(len(b))
 	}
 	hj, err := json.Marshal(hdr)
 	if err != nil {
 		return err
 	}
 	buf := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-	buf = append(buf, hj...)
-	for _, e := range es {
-		buf = append(buf, f32Bytes(e.data)...)
-	}
+	buf = append(append(buf, hj...), data...)
 	if err := os.WriteFile(filepath.Join(dir, PEFTWeights), buf, 0o644); err != nil {
 		return err
 	}
@@ -102,12 +116,27 @@ func WritePEFT(dir string, a *Adapter, baseModel string) error {
 	return os.WriteFile(filepath.Join(dir, PEFTConfig), append(cj, '\n'), 0o644)
 }
 
-func f32Bytes(x []float32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+// encode writes x as F32, F16 or BF16 (rounded to nearest even).
+func encode(x []float32, t gguf.Type) ([]byte, error) {
+	switch t {
+	case gguf.TypeF32:
+		b := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		return b, nil
+	case gguf.TypeF16, gguf.TypeBF16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			h := gguf.F32ToF16(v)
+			if t == gguf.TypeBF16 {
+				h = gguf.F32ToBF16(v)
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+		}
+		return b, nil
 	}
-	return b
+	return nil, fmt.Errorf("%w: cannot write %s matrices", ErrBadAdapter, t)
 }
 
 // ToGGUFOrder reorders the rows of b (rows of cols floats) from Hugging

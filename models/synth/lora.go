@@ -16,6 +16,7 @@ type LoRAConfig struct {
 	Targets []lora.Target // the projections it updates
 	Alpha   float32       // 0: twice the rank (scale 2)
 	Seed    uint64
+	Type    gguf.Type // F32 (the zero value), F16 or BF16: A and B are rounded to it
 }
 
 // loraEffect is the size of a random adapter's update next to the base
@@ -28,6 +29,11 @@ const loraEffect = 0.3
 func LoRA(cfg LoRAConfig) (*lora.Adapter, error) {
 	if cfg.Rank < 1 || cfg.Rank > lora.MaxRank {
 		return nil, fmt.Errorf("%w: rank %d (1 to %d)", lora.ErrBadAdapter, cfg.Rank, lora.MaxRank)
+	}
+	switch cfg.Type {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
+	default:
+		return nil, fmt.Errorf("%w: adapters are written as F32, F16 or BF16, not %s", lora.ErrBadAdapter, cfg.Type)
 	}
 	if len(cfg.Targets) == 0 {
 		return nil, fmt.Errorf("%w: no targets", lora.ErrBadAdapter)
@@ -95,6 +101,18 @@ func randomPair(cfg LoRAConfig, info gguf.TensorInfo, data []byte, scale float64
 	}
 	for i := range p.B {
 		p.B[i] = float32(rng.NormFloat64() * bstd)
+	}
+	p.AType, p.BType = cfg.Type, cfg.Type
+	if cfg.Type != gguf.TypeF32 {
+		for _, x := range [][]float32{p.A, p.B} {
+			for i, v := range x {
+				if cfg.Type == gguf.TypeF16 {
+					x[i] = gguf.F16ToF32(gguf.F32ToF16(v))
+				} else {
+					x[i] = gguf.BF16ToF32(gguf.F32ToBF16(v))
+				}
+			}
+		}
 	}
 	return p, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/lora"
 )
 
@@ -40,6 +41,10 @@ type loraMat struct {
 	a, bt         []float32
 	rank, in, out int
 	scale         float32
+	// xType and tType are A's and B's types in the file: F16 or BF16 round
+	// the product's input to them first, as llama.cpp's products do (F32
+	// and quantized types take it as it is).
+	xType, tType gguf.Type
 }
 
 // Adapter is a LoRA adapter bound to one model: each targeted projection's
@@ -182,7 +187,7 @@ func (b *Adapter) bind(p lora.Pair, alpha, scale float32) error {
 			}
 		}
 		row += pt.rows
-		m := &loraMat{a: p.A, bt: bt, rank: rank, in: in, out: pt.rows, scale: s}
+		m := &loraMat{a: p.A, bt: bt, rank: rank, in: in, out: pt.rows, scale: s, xType: p.AType, tType: p.BType}
 		b.layers[p.Layer][pt.slot] = append(b.layers[p.Layer][pt.slot], m)
 		b.bytes += int64(4 * len(bt))
 	}

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/bulkhead-ai/bulkhead/workers/kernels"
+import (
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
+)
 
 // loraStep is a forward step's adapters: the distinct adapters among its
 // chunks, and each row's (an index into adapters, -1 for none).
@@ -10,6 +13,7 @@ type loraStep struct {
 	rows     [][]int    // addLoRA: the rows under each adapter
 	items    []loraItem // addLoRA: its units of work
 	t        []float32  // addLoRA: A·x for every (matrix, row)
+	xh, xb   []float32  // addLoRA: x rounded to F16 and to BF16, when a matrix wants them
 	job      loraJob
 	fn       func(lo, hi int) // runs job's items [lo, hi), bound once
 }
@@ -31,6 +35,7 @@ type loraItem struct {
 type loraJob struct {
 	ks     kernels.Set
 	out, x []float32
+	xh, xb []float32 // x rounded to F16, BF16 (roundRows)
 	phaseB bool
 	rows   [][]int
 	items  []loraItem
@@ -113,7 +118,9 @@ func (fw *forward) addLoRA(slot loraSlot, l int, out, x []float32, r0, n int) {
 	}
 	ls.t = grow(ls.t, nt)
 	ls.job = loraJob{ks: fw.ks, out: out, x: x, rows: ls.rows, items: ls.items, t: ls.t}
+	ls.roundInputs(x, n)
 	fw.pool.Run(len(ls.items), ls.fn)
+	ls.roundT()
 	// Phase B: the same matrices, by blocks of output columns.
 	na := len(ls.items)
 	for i := 0; i < na; i++ {
@@ -136,8 +143,15 @@ func (j *loraJob) run(lo, hi int) {
 	for _, it := range j.items[lo:hi] {
 		m, rows := it.m, j.rows[it.ai]
 		if !j.phaseB {
+			x := j.x
+			switch m.xType {
+			case gguf.TypeF16:
+				x = j.xh
+			case gguf.TypeBF16:
+				x = j.xb
+			}
 			for r, i := range rows {
-				xi := j.x[i*m.in : (i+1)*m.in]
+				xi := x[i*m.in : (i+1)*m.in]
 				t := j.t[it.t+r*m.rank:]
 				for jj := it.j0; jj < it.j1; jj++ {
 					t[jj] = j.ks.DotF32(m.a[jj*m.in:(jj+1)*m.in], xi)
@@ -154,4 +168,53 @@ func (j *loraJob) run(lo, hi int) {
 			j.ks.Add(j.out[i*m.out+it.j0:i*m.out+it.j1], ub)
 		}
 	}
+}
+
+// roundInputs rounds the step's inputs to F16 or BF16 for the matrices of
+// phase A that were stored so (llama.cpp converts a product's input to its
+// half-precision weights' type).
+func (ls *loraStep) roundInputs(x []float32, n int) {
+	var half, brain bool
+	for _, it := range ls.items {
+		half = half || it.m.xType == gguf.TypeF16
+		brain = brain || it.m.xType == gguf.TypeBF16
+	}
+	if half {
+		ls.xh = roundRows(ls.xh, x, n*ls.items[0].m.in, gguf.TypeF16)
+		ls.job.xh = ls.xh
+	}
+	if brain {
+		ls.xb = roundRows(ls.xb, x, n*ls.items[0].m.in, gguf.TypeBF16)
+		ls.job.xb = ls.xb
+	}
+}
+
+// roundT rounds each A·x to B's type where B was stored as F16 or BF16.
+func (ls *loraStep) roundT() {
+	for _, it := range ls.items {
+		if it.j0 != 0 || (it.m.tType != gguf.TypeF16 && it.m.tType != gguf.TypeBF16) {
+			continue
+		}
+		t := ls.t[it.t : it.t+len(ls.rows[it.ai])*it.m.rank]
+		for i, v := range t {
+			if it.m.tType == gguf.TypeF16 {
+				t[i] = gguf.F16ToF32(gguf.F32ToF16(v))
+			} else {
+				t[i] = gguf.BF16ToF32(gguf.F32ToBF16(v))
+			}
+		}
+	}
+}
+
+// roundRows returns x[:n] rounded to typ (F16 or BF16), in buf's storage.
+func roundRows(buf, x []float32, n int, typ gguf.Type) []float32 {
+	buf = grow(buf, n)
+	for i, v := range x[:n] {
+		if typ == gguf.TypeF16 {
+			buf[i] = gguf.F16ToF32(gguf.F32ToF16(v))
+		} else {
+			buf[i] = gguf.BF16ToF32(gguf.F32ToBF16(v))
+		}
+	}
+	return buf
 }

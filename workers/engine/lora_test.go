@@ -33,7 +33,13 @@ type loraGoldenAdapter struct {
 	Targets string  `json:"targets"`
 	Seed    uint64  `json:"seed"`
 	Scale   float32 `json:"scale"`
+	Type    string  `json:"type"`
 	SHA256  string  `json:"sha256"`
+}
+
+// key names a golden adapter's files for a base file k.
+func (g loraGoldenAdapter) key(k string) string {
+	return fmt.Sprintf("%s-r%d-%s-s%d-%s", k, g.Rank, g.Targets, g.Seed, g.Type)
 }
 
 // loraFiles is one adapter written both ways.
@@ -42,7 +48,8 @@ type loraFiles struct{ gguf, peft string }
 // TestLoRAFiles runs llama.cpp's greedy continuations under LoRA adapters:
 // llama, qwen3 and gemma3 tiny files in F32 and Q8_0, ranks 8 and 32,
 // attention-only and attention+FFN, plus qwen2, gemma2 and phi3 (fused
-// projections), a scaled adapter and two stacked. Every case runs from the
+// projections), a scaled adapter, two stacked, F16 and BF16 adapters, and
+// F16 base weights. Every case runs from the
 // GGUF adapter and from the same adapter as PEFT files: their tokens must
 // be identical, and llama.cpp's (a divergence only excused at a near-tie).
 func TestLoRAFiles(t *testing.T) {
@@ -65,7 +72,7 @@ func TestLoRAFiles(t *testing.T) {
 			bases[k] = writeSynthBase(t, dir, c.synthGoldenCase)
 		}
 		for _, a := range c.Adapters {
-			ak := fmt.Sprintf("%s-r%d-%s-s%d", k, a.Rank, a.Targets, a.Seed)
+			ak := a.key(k)
 			if adapters[ak].gguf == "" {
 				adapters[ak] = writeSynthAdapter(t, dir, ak, bases[k], a)
 			}
@@ -114,7 +121,11 @@ func writeSynthAdapter(t *testing.T, dir, name, base string, g loraGoldenAdapter
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := synth.LoRA(synth.LoRAConfig{Base: base, Rank: g.Rank, Targets: ts, Seed: g.Seed})
+	typ, err := gguf.ParseType(g.Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := synth.LoRA(synth.LoRAConfig{Base: base, Rank: g.Rank, Targets: ts, Seed: g.Seed, Type: typ})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +166,7 @@ func checkLoRACase(t *testing.T, e *Engine, c loraGoldenCase, files map[string]l
 	for i, peft := range []bool{false, true} {
 		var as []*Adapter
 		for _, g := range c.Adapters {
-			f := files[fmt.Sprintf("%s-%s-r%d-%s-s%d", c.Shape, c.Type, g.Rank, g.Targets, g.Seed)]
+			f := files[g.key(c.Shape+"-"+c.Type)]
 			path := f.gguf
 			if peft {
 				path = f.peft
