@@ -202,8 +202,10 @@ func newFinetuneID() string {
 // validateNew checks a finetune to be created.
 func (f Finetune) validateNew() error {
 	switch {
-	case f.Name == "" || len(f.Name) > MaxFinetuneName || !printable(f.Name):
-		return fmt.Errorf("%w: name must be 1 to %d printable characters", ErrFinetuneInvalid, MaxFinetuneName)
+	case f.Name == "" || len(f.Name) > MaxFinetuneName || !printable(f.Name) || strings.ContainsAny(f.Name, ":/"):
+		return fmt.Errorf("%w: name must be 1 to %d printable characters but ':' and '/' (OpenAI's model names a finetune after a colon)", ErrFinetuneInvalid, MaxFinetuneName)
+	case validFinetuneID(strings.ToLower(f.Name)):
+		return fmt.Errorf("%w: name %q has the form of a finetune id", ErrFinetuneInvalid, f.Name)
 	case f.Model == "":
 		return fmt.Errorf("%w: model is required", ErrFinetuneInvalid)
 	case len(f.Description) > MaxFinetuneDescription || !utf8.ValidString(f.Description):

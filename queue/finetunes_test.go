@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,11 @@ func TestFinetunesRoundTrip(t *testing.T) {
 	}
 	if _, err := ft.Create(ctx, "bob", Finetune{Name: "poet", Model: "@cf/test/m"}); err != nil {
 		t.Fatalf("another tenant's same name: %v", err)
+	}
+	for _, name := range []string{"", "a:b", "a/b", "line\nbreak", f.ID, strings.Repeat("n", MaxFinetuneName+1)} {
+		if _, err := ft.Create(ctx, "alice", Finetune{Name: name, Model: "@cf/test/m"}); !errors.Is(err, ErrFinetuneInvalid) {
+			t.Errorf("name %q: %v, want ErrFinetuneInvalid", name, err)
+		}
 	}
 	cfg, model := []byte(`{"r":8}`), bytes.Repeat([]byte{7}, 3<<17) // several chunks
 	if _, err := ft.PutFile(ctx, "alice", f.ID, PEFTConfigFile, cfg); err != nil {
