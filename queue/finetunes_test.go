@@ -283,3 +283,38 @@ func TestFinetunesRoles(t *testing.T) {
 		t.Fatalf("edge deletes: %v", err)
 	}
 }
+
+// TestJobLoRAValidated: a job's adapter names an id of ours and one or two
+// adapter files with sha256s; anything else does not decode.
+func TestJobLoRAValidated(t *testing.T) {
+	file := FinetuneFile{Name: "adapter.gguf", Size: 10, SHA256: strings.Repeat("ab", 32)}
+	for _, tc := range []struct {
+		name string
+		ref  *LoRARef
+		ok   bool
+	}{
+		{"valid", &LoRARef{ID: newFinetuneID(), Name: "poet", Files: []FinetuneFile{file}}, true},
+		{"id not ours", &LoRARef{ID: "../other", Files: []FinetuneFile{file}}, false},
+		{"no files", &LoRARef{ID: newFinetuneID()}, false},
+		{"three files", &LoRARef{ID: newFinetuneID(), Files: []FinetuneFile{file, file, file}}, false},
+		{"path as file name", &LoRARef{ID: newFinetuneID(), Files: []FinetuneFile{{Name: "../a.gguf", Size: 1, SHA256: file.SHA256}}}, false},
+		{"bad sha256", &LoRARef{ID: newFinetuneID(), Files: []FinetuneFile{{Name: "a.gguf", Size: 1, SHA256: "xyz"}}}, false},
+		{"empty file", &LoRARef{ID: newFinetuneID(), Files: []FinetuneFile{{Name: "a.gguf", SHA256: file.SHA256}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := testJob("j")
+			j.LoRA = tc.ref
+			b, err := EncodeJob(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := DecodeJob(b)
+			switch {
+			case tc.ok && (err != nil || got.LoRA.ID != tc.ref.ID || got.LoRA.Digest() != tc.ref.Digest()):
+				t.Fatalf("decoded %+v, %v", got, err)
+			case !tc.ok && !errors.Is(err, ErrBadMessage):
+				t.Fatalf("%v, want ErrBadMessage", err)
+			}
+		})
+	}
+}
