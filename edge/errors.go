@@ -326,6 +326,8 @@ func finetuneError(err error) *Error {
 		return newError(rowFinetuneExists, "", err)
 	case errors.Is(err, queue.ErrFinetunesFull):
 		return newError(rowFinetunesFull, fmt.Sprintf("%s (an account may hold %d)", rowFinetunesFull.Message, queue.MaxFinetunes), err)
+	case errors.Is(err, queue.ErrAdapterQuota):
+		return newError(rowAdapterTooLarge, "Your finetunes' files would exceed your share of the adapter store: delete some first", err)
 	case errors.Is(err, queue.ErrAdapterTooLarge):
 		return newError(rowAdapterTooLarge, fmt.Sprintf("%s: the limit is %d bytes", rowAdapterTooLarge.Message, queue.MaxAdapterFileBytes), err)
 	case errors.Is(err, queue.ErrFinetuneInvalid):

@@ -60,6 +60,9 @@ var (
 	ErrFinetunesFull    = errors.New("queue: too many finetunes")
 	ErrFinetuneInvalid  = errors.New("queue: invalid finetune")
 	ErrAdapterTooLarge  = errors.New("queue: adapter file too large")
+	// ErrAdapterQuota: the tenant's files would exceed its share of the
+	// adapters object store (Finetunes.TenantBytes).
+	ErrAdapterQuota = errors.New("queue: the tenant's adapter files would exceed its share of the store")
 	// ErrAdapterDigest: a stored file's bytes do not hash to its record's
 	// sha256.
 	ErrAdapterDigest = errors.New("queue: adapter file does not match its sha256")
@@ -227,10 +230,15 @@ func printable(s string) bool {
 // tenant the caller verified and touches that tenant's key and objects
 // only. It is safe for concurrent use.
 type Finetunes struct {
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	obj jetstream.ObjectStore
+	js          jetstream.JetStream
+	kv          jetstream.KeyValue
+	obj         jetstream.ObjectStore
+	tenantBytes int64 // TenantBytes
 }
+
+// tenantShare is the part of the adapters object store one tenant's files
+// may take, so that one tenant cannot fill it for the others.
+const tenantShare = 4
 
 // OpenFinetunes opens the finetunes bucket and the adapters object store
 // (Setup creates both).
@@ -243,7 +251,35 @@ func OpenFinetunes(ctx context.Context, js jetstream.JetStream) (*Finetunes, err
 	if err != nil {
 		return nil, err
 	}
-	return &Finetunes{js: js, kv: kv, obj: obj}, nil
+	st, err := js.Stream(ctx, "OBJ_"+AdaptersBucket)
+	if err != nil {
+		return nil, fmt.Errorf("queue: object store %s: %w", AdaptersBucket, err)
+	}
+	per := int64(2 * MaxAdapterFileBytes) // an unbounded store
+	if max := st.CachedInfo().Config.MaxBytes; max > 0 {
+		per = max / tenantShare
+	}
+	return &Finetunes{js: js, kv: kv, obj: obj, tenantBytes: max(per, MaxAdapterFileBytes+maxFinetunesRecord)}, nil
+}
+
+// TenantBytes bounds the bytes of one tenant's adapter files, all its
+// finetunes together: a quarter of the adapters object store, and at
+// least one file of MaxAdapterFileBytes with its config.
+func (s *Finetunes) TenantBytes() int64 { return s.tenantBytes }
+
+// tenantBytesWith is what tenant's files would take with file in place of
+// the files it replaces in finetune id (PutFile's rule).
+func tenantBytesWith(tf *tenantFinetunes, id string, file FinetuneFile) int64 {
+	n := file.Size
+	for _, f := range tf.Finetunes {
+		for _, g := range f.Files {
+			if f.ID == id && (g.Name == file.Name || IsGGUFFile(g.Name) || IsGGUFFile(file.Name)) {
+				continue
+			}
+			n += g.Size
+		}
+	}
+	return n
 }
 
 // OpenAdapters opens the adapters object store: what a worker reads
@@ -414,14 +450,21 @@ func (s *Finetunes) PutFile(ctx context.Context, tenant, id, name string, data [
 	case len(data) == 0:
 		return Finetune{}, fmt.Errorf("%w: file %s is empty", ErrFinetuneInvalid, name)
 	}
-	if _, err := s.Get(ctx, tenant, "", id); err != nil {
-		return Finetune{}, err
-	}
 	sum := sha256.Sum256(data)
 	file := FinetuneFile{Name: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+	tf, _, err := s.load(ctx, tenant)
+	if err != nil {
+		return Finetune{}, err
+	}
+	if !slices.ContainsFunc(tf.Finetunes, func(f Finetune) bool { return f.ID == id }) {
+		return Finetune{}, ErrFinetuneNotFound
+	}
+	if err := s.checkQuota(&tf, id, file); err != nil {
+		return Finetune{}, err
+	}
 	wrote, err := putObject(ctx, s.js, s.obj, AdapterObject(tenant, id, file), data)
 	if err != nil {
-		return Finetune{}, unavailable(err)
+		return Finetune{}, err
 	}
 	var now Finetune
 	var replaced []FinetuneFile
@@ -429,6 +472,9 @@ func (s *Finetunes) PutFile(ctx context.Context, tenant, id, name string, data [
 		i := slices.IndexFunc(tf.Finetunes, func(f Finetune) bool { return f.ID == id })
 		if i < 0 {
 			return ErrFinetuneNotFound
+		}
+		if err := s.checkQuota(tf, id, file); err != nil {
+			return err
 		}
 		f := &tf.Finetunes[i]
 		replaced = replaced[:0]
@@ -458,6 +504,13 @@ func (s *Finetunes) PutFile(ctx context.Context, tenant, id, name string, data [
 		}
 	}
 	return now, nil
+}
+
+func (s *Finetunes) checkQuota(tf *tenantFinetunes, id string, file FinetuneFile) error {
+	if n := tenantBytesWith(tf, id, file); n > s.tenantBytes {
+		return fmt.Errorf("%w: %d bytes with this file, the bound is %d", ErrAdapterQuota, n, s.tenantBytes)
+	}
+	return nil
 }
 
 // ReadFile returns the bytes of tenant's finetune id's file f, checked

@@ -318,3 +318,47 @@ func TestJobLoRAValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestFinetunesTenantShare: one tenant's files stay within its share of
+// the adapters object store (a quarter, at least one whole adapter); a
+// file replacing another counts once; another tenant has its own share.
+func TestFinetunesTenantShare(t *testing.T) {
+	env := startEnv(t, StreamConfig{Memory: true, AdaptersMaxBytes: 2 << 30})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ft, err := OpenFinetunes(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ft.TenantBytes(), int64(512<<20); got != want {
+		t.Fatalf("TenantBytes %d of a 2 GiB store, want %d", got, want)
+	}
+	ft.tenantBytes = 100 // small files below
+	a, err := ft.Create(ctx, "alice", Finetune{Name: "a", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ft.Create(ctx, "alice", Finetune{Name: "b", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ft.PutFile(ctx, "alice", a.ID, "a.gguf", make([]byte, 80)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ft.PutFile(ctx, "alice", a.ID, "b.gguf", make([]byte, 90)); err != nil {
+		t.Fatalf("a file replacing the other: %v", err)
+	}
+	if _, err := ft.PutFile(ctx, "alice", b.ID, PEFTConfigFile, make([]byte, 11)); !errors.Is(err, ErrAdapterQuota) {
+		t.Fatalf("past the share: %v, want ErrAdapterQuota", err)
+	}
+	if _, err := ft.PutFile(ctx, "alice", b.ID, PEFTConfigFile, make([]byte, 10)); err != nil {
+		t.Fatalf("up to the share: %v", err)
+	}
+	c, err := ft.Create(ctx, "bob", Finetune{Name: "c", Model: "m"})
+	if err == nil {
+		_, err = ft.PutFile(ctx, "bob", c.ID, "c.gguf", make([]byte, 100))
+	}
+	if err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+}

@@ -32,7 +32,7 @@ func putObject(ctx context.Context, js jetstream.JetStream, obj jetstream.Object
 	case err == nil && !info.Deleted:
 		return false, nil
 	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
-		return false, err
+		return false, unavailable(err)
 	}
 	id := rand.Text()
 	chunks := fmt.Sprintf("$O.%s.C.%s", AdaptersBucket, id)
@@ -43,7 +43,7 @@ func putObject(ctx context.Context, js jetstream.JetStream, obj jetstream.Object
 		h.Write(part)
 		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: chunks, Data: part}); err != nil {
 			purgeChunks(js, chunks)
-			return false, err
+			return false, objectError(err)
 		}
 		sent++
 	}
@@ -61,9 +61,19 @@ func putObject(ctx context.Context, js jetstream.JetStream, obj jetstream.Object
 	m.Data = b
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		purgeChunks(js, chunks)
-		return false, err
+		return false, objectError(err)
 	}
 	return true, nil
+}
+
+// objectError is a refused object write: ErrStoreFull when the store is
+// full, else ErrUnavailable.
+func objectError(err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode == jsStoreFailed {
+		return fmt.Errorf("%w: adapters object store: %s", ErrStoreFull, api.Description)
+	}
+	return unavailable(err)
 }
 
 // purgeChunks drops the chunks of an object whose writing failed (best
