@@ -13,6 +13,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/models/chat"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/models/lora"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -58,6 +59,17 @@ func TestClassify(t *testing.T) {
 		{"class queue bound", &quota.LimitError{Err: quota.ErrQueueBound, Limit: 8, InUse: 7, Requested: 2, RetryAfter: time.Second},
 			rowTenantQueueFull, "7 of your jobs are queued or running, this request adds 2, the limit is 8", "", time.Second},
 		{"stream's tenant bound", fmt.Errorf("%w: tenant a", queue.ErrTenantQueueFull), rowTenantQueueFull, "waiting in the queue", "", time.Second},
+		{"no such finetune", queue.ErrFinetuneNotFound, rowNotFound, "No such finetune", "lora", 0},
+		{"finetune name taken", fmt.Errorf("%w: %q", queue.ErrFinetuneExists, "poet"), rowFinetuneExists, "exists", "", 0},
+		{"finetunes full", queue.ErrFinetunesFull, rowFinetunesFull, "may hold 30", "", 0},
+		{"adapter file too large", queue.ErrAdapterTooLarge, rowAdapterTooLarge, "268435456 bytes", "", 0},
+		{"adapter share", queue.ErrAdapterQuota, rowAdapterTooLarge, "share of the adapter store", "", 0},
+		{"finetune invalid", fmt.Errorf("%w: model is required", queue.ErrFinetuneInvalid), rowInvalidInput, "model is required", "", 0},
+		{"not an adapter", fmt.Errorf("%w: general.type", lora.ErrNotAdapter), rowNotAdapter, "general.type", "", 0},
+		{"bad adapter", fmt.Errorf("%w: rank 64", lora.ErrBadAdapter), rowBadAdapter, "rank 64", "", 0},
+		{"adapter store full", fmt.Errorf("%w: adapters", queue.ErrStoreFull), rowStoreFull, "store is full", "", 2 * time.Second},
+		{"worker's adapter failure", &queue.FrameError{Kind: queue.ErrKindAdapter, Message: "the LoRA adapter does not fit the model"}, rowAdapterFailed,
+			"does not fit", "", 0},
 		{"redis down", quota.ErrUnavailable, rowUnavailable, "unavailable", "", 0},
 		{"queue full", fmt.Errorf("%w: maximum messages", queue.ErrQueueFull), rowCapacity, "Capacity", "", 0},
 		{"idle timeout", queue.ErrStreamTimeout, rowTimeout, "timeout", "", 0},
