@@ -97,6 +97,7 @@ func TestUsageAPI(t *testing.T) {
 		if i == 3 {
 			ev.Metadata = map[string]string{"app": "checkout", "team": "payments"}
 			ev.User = "u-17"
+			ev.LoRA, ev.LoRAName = "0b0f3b9e-1c2d-4e5f-8a9b-0c1d2e3f4a5b", "poet"
 		}
 		events = append(events, ev)
 		if ev.Time.After(now.Add(-24 * time.Hour)) {
@@ -197,8 +198,9 @@ func TestUsageAPI(t *testing.T) {
 					t.Fatalf("request %s twice or not alice's", x.ID)
 				}
 				seen[x.ID] = true
-				if want := (x.ID == "alice-3"); want != (x.Metadata["app"] == "checkout" && x.Metadata["team"] == "payments" && x.User == "u-17") {
-					t.Errorf("request %s metadata %v", x.ID, x.Metadata)
+				if want := (x.ID == "alice-3"); want != (x.Metadata["app"] == "checkout" && x.Metadata["team"] == "payments" && x.User == "u-17" &&
+					x.LoRA == "0b0f3b9e-1c2d-4e5f-8a9b-0c1d2e3f4a5b" && x.LoRAName == "poet") {
+					t.Errorf("request %s metadata %v, lora %q %q", x.ID, x.Metadata, x.LoRA, x.LoRAName)
 				}
 			}
 			if cursor = r.Result.Cursor; cursor == "" {
