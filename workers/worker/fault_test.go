@@ -83,6 +83,13 @@ func TestDecodeRefusesAlone(t *testing.T) {
 			m := manifest(t, sc, pages)
 			return m, m, pages
 		}, `tenant is "tenant-b"`, handoff.ErrAbandoned},
+		{"KV computed under an adapter", func(t *testing.T, job *queue.Job) (*handoff.Manifest, *handoff.Manifest, [][]byte) {
+			// The job runs without one here; KV under any adapter is wrong for it.
+			sc, pages := src.prefill(t, job, job.Tenant, prompt)
+			m := manifest(t, sc, pages)
+			m.AdapterKey = "lora:some-adapter"
+			return m, m, pages
+		}, `adapter "lora:some-adapter", want ""`, handoff.ErrAbandoned},
 		{"page missing", func(t *testing.T, job *queue.Job) (*handoff.Manifest, *handoff.Manifest, [][]byte) {
 			sc, pages := src.prefill(t, job, job.Tenant, prompt)
 			m := manifest(t, sc, pages)
