@@ -132,11 +132,11 @@ func TestLoRAEndToEnd(t *testing.T) {
 		d := startDev(t, args...)
 		edgeURL := "http://" + d.addr
 		tok := d.scopedToken(t, "acme", auth.ScopeFinetunesWrite, auth.ScopeRun)
-		out, errOut, code := bulkhead(t, "finetunes", "create", "--edge", edgeURL, "--token", tok, "--name", "poet", "--model", builtin.Name, "--json")
+		_, errOut, code := bulkhead(t, "finetunes", "create", "--edge", edgeURL, "--token", tok, "--name", "poet", "--model", builtin.Name, "--json")
 		if code != 0 {
 			t.Fatalf("create: %d %s", code, errOut)
 		}
-		if out, errOut, code = bulkhead(t, "finetunes", "upload", "--edge", edgeURL, "--token", tok, "--id", "poet", "--file", adapter); code != 0 {
+		if out, errOut, code := bulkhead(t, "finetunes", "upload", "--edge", edgeURL, "--token", tok, "--id", "poet", "--file", adapter); code != 0 {
 			t.Fatalf("upload: %d %q %s", code, out, errOut)
 		}
 		native := func(lora string) (string, int) {
