@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
@@ -30,10 +31,19 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	tokens := fs.String("tokens", "", "file of `tenant token` lines, one per canary tenant (for production edges)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	loraFile := fs.String("lora", "", "a LoRA adapter (GGUF) for the model: each tenant uploads it as a finetune, and a third of the prompts also run under it (tokens need finetunes:write)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	ts, err := canaryTenants(*edgeURL, *keyDir, *tokens, *tenants)
+	var adapter []byte
+	if *loraFile != "" {
+		b, err := os.ReadFile(*loraFile)
+		if err != nil {
+			return fmt.Errorf("--lora: %w", err)
+		}
+		adapter = b
+	}
+	ts, err := canaryTenants(*edgeURL, *keyDir, *tokens, *tenants, adapter != nil)
 	if err != nil {
 		return err
 	}
@@ -51,7 +61,7 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	rep, err := canary.Run(ctx, canary.Config{
 		Model: *model, Tenants: ts, Requests: *requests, Concurrency: *concurrency,
-		OversizeFraction: *oversize, MaxTokens: *maxTokens, Seed: *seed,
+		OversizeFraction: *oversize, MaxTokens: *maxTokens, Seed: *seed, Adapter: adapter,
 	})
 	if err != nil {
 		return err
@@ -62,9 +72,9 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	} else {
 		fmt.Fprintf(stdout, "canary: model %s, context window %d\n", rep.Model, rep.ContextWindow)
-		fmt.Fprintf(stdout, "%-12s %8s %7s %9s %8s %8s %7s\n", "tenant", "checked", "differ", "oversize", "refused", "foreign", "errors")
+		fmt.Fprintf(stdout, "%-12s %8s %7s %9s %8s %8s %7s %8s\n", "tenant", "checked", "differ", "oversize", "refused", "foreign", "errors", "adapter")
 		for _, t := range rep.Tenants {
-			fmt.Fprintf(stdout, "%-12s %8d %7d %9d %8d %8d %7d\n", t.Tenant, t.Checked, t.Differ, t.Oversize, t.OversizeRefused, t.Leaks, t.Errors)
+			fmt.Fprintf(stdout, "%-12s %8d %7d %9d %8d %8d %7d %4d/%-3d\n", t.Tenant, t.Checked, t.Differ, t.Oversize, t.OversizeRefused, t.Leaks, t.Errors, t.AdapterPairs-t.AdapterSame, t.AdapterPairs)
 			for _, p := range t.Problems {
 				fmt.Fprintf(stdout, "  ! %s\n", p)
 			}
@@ -77,12 +87,12 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // canaryTenants builds the tenants' clients from minted or given tokens.
-func canaryTenants(edgeURL, keyDir, tokenFile string, n int) ([]canary.Tenant, error) {
+func canaryTenants(edgeURL, keyDir, tokenFile string, n int, finetunes bool) ([]canary.Tenant, error) {
 	switch {
 	case keyDir != "" && tokenFile != "":
 		return nil, fmt.Errorf("%w: give --key-dir or --tokens, not both", errUsage)
 	case keyDir != "":
-		return mintTenants(edgeURL, keyDir, n)
+		return mintTenants(edgeURL, keyDir, n, finetunes)
 	case tokenFile != "":
 		ts, err := canary.LoadTenants(tokenFile, edgeURL)
 		if errors.Is(err, canary.ErrTokenFile) {
@@ -94,8 +104,8 @@ func canaryTenants(edgeURL, keyDir, tokenFile string, n int) ([]canary.Tenant, e
 }
 
 // mintTenants mints n canary tenants' tokens (canary-0, canary-1, ...)
-// with the dev key in keyDir.
-func mintTenants(edgeURL, keyDir string, n int) ([]canary.Tenant, error) {
+// with the dev key in keyDir, with the finetunes:write scope if finetunes.
+func mintTenants(edgeURL, keyDir string, n int, finetunes bool) ([]canary.Tenant, error) {
 	key, err := auth.LoadOrCreateDevKey(keyDir)
 	if err != nil {
 		return nil, err
@@ -103,7 +113,11 @@ func mintTenants(edgeURL, keyDir string, n int) ([]canary.Tenant, error) {
 	var out []canary.Tenant
 	for i := range n {
 		id := fmt.Sprintf("canary-%d", i)
-		tok, err := key.Mint(id, []string{auth.ScopeRun, auth.ScopeRead}, nil, time.Hour)
+		scopes := []string{auth.ScopeRun, auth.ScopeRead}
+		if finetunes {
+			scopes = append(scopes, auth.ScopeFinetunesWrite)
+		}
+		tok, err := key.Mint(id, scopes, nil, time.Hour)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,10 @@ func TestDevDisaggregated(t *testing.T) {
 // tenants, 400 requests, concurrency 8 and 20% over-long prompts against
 // `dev --disaggregated`, whose NaN-poisoned pools are small enough that pages
 // are reused many times over. It must report no foreign text, no response that
-// differs from its quiet reference, and every over-long prompt refused.
+// differs from its quiet reference, and every over-long prompt refused. Each
+// tenant also uploads a LoRA adapter (--lora), and a third of the prompts run
+// under it as well as without it: KV taken across the adapter would change
+// an answer.
 func TestCanaryDisaggregated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("canary run skipped in -short mode")
@@ -148,8 +152,12 @@ func TestCanaryDisaggregated(t *testing.T) {
 		"--context", "512", "--kv-pool-tokens", "1024", "--kv-poison", "--threads", "1")
 	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.out.String(), "serving") }))
 
+	adapter := filepath.Join(dir, "canary-lora.gguf")
+	if out, errOut, code := bulkhead(t, "models", "synth", "--lora", "8", "--targets", "all", "--base", refdatatest.Path(t, "models/stories260K.gguf"), "--out", adapter); code != 0 {
+		t.Fatalf("models synth --lora: %s %s", out, errOut)
+	}
 	stdout, stderr, code := bulkhead(t, "canary", "--edge", "http://"+addr, "--key-dir", dir,
-		"--tenants", "8", "--requests", "400", "--concurrency", "8", "--oversize-fraction", "0.2", "--json")
+		"--tenants", "8", "--requests", "400", "--concurrency", "8", "--oversize-fraction", "0.2", "--lora", adapter, "--json")
 	if code != 0 {
 		t.Fatalf("canary exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -161,22 +169,27 @@ func TestCanaryDisaggregated(t *testing.T) {
 			Oversize int `json:"oversize_sent"`
 			Refused  int `json:"oversize_refused"`
 			Foreign  int `json:"foreign_text"`
+			Pairs    int `json:"adapter_pairs"`
+			Same     int `json:"adapter_same"`
 		} `json:"tenants"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
-	var checked, oversize, refused int
+	var checked, oversize, refused, pairs, same int
 	for _, tr := range rep.Tenants {
 		checked += tr.Checked
 		oversize += tr.Oversize
 		refused += tr.Refused
-		if tr.Differ != 0 || tr.Foreign != 0 {
+		pairs += tr.Pairs
+		same += tr.Same
+		if tr.Differ != 0 || tr.Foreign != 0 || tr.Same == tr.Pairs {
 			t.Errorf("tenant report %+v", tr)
 		}
 	}
-	if rep.ContextWindow != 512 || len(rep.Tenants) != 8 || checked != 320 || oversize != 80 || refused != 80 {
-		t.Fatalf("report %s: want window 512, 8 tenants, 320 responses checked, 80 over-long prompts all refused", stdout)
+	// 320 prompts fit; the 107 of them at an index divisible by 3 run twice.
+	if rep.ContextWindow != 512 || len(rep.Tenants) != 8 || checked != 427 || oversize != 80 || refused != 80 || pairs != 107 {
+		t.Fatalf("report %s: want window 512, 8 tenants, 427 responses checked (107 under an adapter), 80 over-long prompts all refused", stdout)
 	}
-	t.Logf("canary: %d responses checked against their references, %d over-long refused", checked, refused)
+	t.Logf("canary: %d responses checked against their references (%d under the tenant's adapter, %d of them the base model's answer too), %d over-long refused", checked, pairs, same, refused)
 }

@@ -30,6 +30,13 @@ type Config struct {
 	OversizeFraction float64  // share of prompts longer than the context window; default 0.2
 	MaxTokens        int      // tokens generated per request; default 24
 	Seed             uint64   // makes the prompts reproducible
+	// Adapter, when set, is a LoRA adapter file for Model (GGUF): each
+	// tenant uploads it as a finetune of its own, and a third of the
+	// prompts that fit run twice, with the adapter and without, so KV
+	// computed under one would change the other's answer. The tenants'
+	// tokens need the finetunes:write scope; the finetunes are deleted
+	// at the end.
+	Adapter []byte
 }
 
 // Validate fills zero fields with their defaults and reports the first bad
@@ -77,6 +84,8 @@ type TenantReport struct {
 	Oversize        int      `json:"oversize_sent"`      // over-long prompts sent
 	OversizeRefused int      `json:"oversize_refused"`   // ... refused with the prompt-too-long error
 	Leaks           int      `json:"foreign_text"`       // responses holding another tenant's marker
+	AdapterPairs    int      `json:"adapter_pairs"`      // prompts run with the tenant's adapter and without (Config.Adapter)
+	AdapterSame     int      `json:"adapter_same"`       // ... whose two quiet answers were the same
 	Errors          int      `json:"unexpected_errors"`  // other failures
 	Problems        []string `json:"problems,omitempty"` // the first few, described
 }
@@ -94,6 +103,9 @@ func (r *Report) OK() bool {
 		if t.Differ > 0 || t.Leaks > 0 || t.Errors > 0 || t.OversizeRefused != t.Oversize {
 			return false
 		}
+		if t.AdapterPairs > 0 && t.AdapterSame == t.AdapterPairs {
+			return false // the adapter was never applied
+		}
 	}
 	return true
 }
@@ -104,6 +116,8 @@ type prompt struct {
 	marker   string
 	text     string
 	oversize bool
+	lora     string // the tenant's finetune the prompt runs under, or ""
+	twin     int    // with lora: the index of the same prompt without it
 }
 
 // Run executes a canary run: probe, quiet references, then the load phase.
@@ -124,9 +138,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r := &run{cfg: cfg, prompts: makePrompts(cfg, window, charsPerToken), rep: rep, refs: map[int]string{}}
+	if cfg.Adapter != nil {
+		names, err := uploadAdapters(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer deleteAdapters(cfg, names)
+		r.prompts, r.twinned = withTwins(r.prompts, names)
+	}
 	if err := r.references(ctx); err != nil {
 		return nil, err
 	}
+	r.checkAdapters()
 	r.load(ctx)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -138,7 +161,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // request.
 func probe(ctx context.Context, cfg Config) (float64, error) {
 	text := filler(rand.New(rand.NewPCG(cfg.Seed, 99)), 600)
-	res, err := cfg.Tenants[0].Client.Run(ctx, cfg.Model, request(text, 1))
+	res, err := cfg.Tenants[0].Client.Run(ctx, cfg.Model, request(text, 1, ""))
 	if err != nil {
 		return 0, fmt.Errorf("canary: probe request: %w", err)
 	}
@@ -156,6 +179,8 @@ type run struct {
 	mu   sync.Mutex // guards rep and refs
 	rep  *Report
 	refs map[int]string // prompt index → its quiet reference response
+
+	twinned map[int]bool // prompts run with and without an adapter (withTwins)
 }
 
 // note applies f to tenant t's report and records problem, if any, among
@@ -185,7 +210,15 @@ func (r *run) references(ctx context.Context) error {
 		if p.oversize {
 			continue
 		}
-		res, err := r.cfg.Tenants[p.tenant].Client.Run(ctx, r.cfg.Model, request(p.text, r.cfg.MaxTokens))
+		req := request(p.text, r.cfg.MaxTokens, p.lora)
+		if r.twinned[i] {
+			// Computed from the prompt alone: a cache that served the
+			// twin's KV across the adapter would otherwise make the
+			// reference wrong too.
+			off := false
+			req.CachePrefix = &off
+		}
+		res, err := r.cfg.Tenants[p.tenant].Client.Run(ctx, r.cfg.Model, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -231,7 +264,7 @@ send:
 // match its reference and hold no other tenant's marker.
 func (r *run) loadOne(ctx context.Context, i int) {
 	p := r.prompts[i]
-	res, err := r.cfg.Tenants[p.tenant].Client.Run(ctx, r.cfg.Model, request(p.text, r.cfg.MaxTokens))
+	res, err := r.cfg.Tenants[p.tenant].Client.Run(ctx, r.cfg.Model, request(p.text, r.cfg.MaxTokens, p.lora))
 	switch {
 	case p.oversize:
 		var apiErr *client.APIError
@@ -275,9 +308,9 @@ func (r *run) checkLeak(i int, response string) {
 	}
 }
 
-func request(text string, maxTokens int) client.RunRequest {
+func request(text string, maxTokens int, lora string) client.RunRequest {
 	zero := 0.0
-	return client.RunRequest{Prompt: text, Raw: true, MaxTokens: maxTokens, Temperature: &zero}
+	return client.RunRequest{Prompt: text, Raw: true, MaxTokens: maxTokens, Temperature: &zero, Lora: lora}
 }
 
 // contextWindow reads the model's advertised context window.

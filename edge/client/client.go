@@ -84,6 +84,9 @@ type RunRequest struct {
 	Stream            bool      `json:"stream,omitempty"`
 	// Lora names one of the tenant's finetunes of the model (name or id).
 	Lora string `json:"lora,omitempty"`
+	// CachePrefix false keeps the request out of the tenant's prefix cache
+	// (nil: the edge's default, on).
+	CachePrefix *bool `json:"cache_prefix,omitempty"`
 }
 
 // Usage counts a request's tokens.
