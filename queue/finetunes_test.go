@@ -223,9 +223,38 @@ func TestFinetunesReplicatedAsStreams(t *testing.T) {
 		if got.Replicas != want.Replicas || got.Storage != want.Storage {
 			t.Errorf("%s: replicas %d storage %v, want the jobs stream's %d %v", name, got.Replicas, got.Storage, want.Replicas, want.Storage)
 		}
+		if got.AllowDirect {
+			t.Errorf("%s allows direct gets: a follower may answer a read before it applied the write", name)
+		}
 	}
 	if err := CheckStreams(ctx, js); err != nil {
 		t.Fatal(err)
+	}
+	// Read after write through another server: a finetune created through
+	// one connection is found at once through the others.
+	fts := make([]*Finetunes, len(srvs))
+	for i, s := range srvs {
+		c, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cjs, err := jetstream.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fts[i], err = OpenFinetunes(ctx, cjs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		f, err := fts[i%3].Create(ctx, "acme", Finetune{Name: fmt.Sprintf("ft-%d", i), Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fts[(i+1)%3].Get(ctx, "acme", "m", f.ID); err != nil {
+			t.Fatalf("finetune %d created through server %d, read through %d: %v", i, i%3, (i+1)%3, err)
+		}
 	}
 }
 

@@ -218,6 +218,33 @@ func setupFinetunes(ctx context.Context, js jetstream.JetStream, cfg *StreamConf
 	if _, err := js.CreateOrUpdateObjectStore(ctx, adaptersConfig(cfg)); err != nil {
 		return fmt.Errorf("queue: object store %s: %w", AdaptersBucket, err)
 	}
+	for _, stream := range []string{"KV_" + FinetunesBucket, "OBJ_" + AdaptersBucket} {
+		if err := leaderReads(ctx, js, stream); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leaderReads turns off direct gets on stream, so that its reads go to the
+// stream's leader: with replicas, a direct get may be answered by a
+// follower that has not applied the latest write yet, and a finetune
+// created through one edge would be "no such finetune" for a moment on
+// another (deploy/local's TestAdapterOnEveryWorker saw it at once). Reads
+// of records and adapter files are rare; read-after-write matters more.
+func leaderReads(ctx context.Context, js jetstream.JetStream, name string) error {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("queue: stream %s: %w", name, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("queue: stream %s: reads from the leader: %w", name, err)
+	}
 	return nil
 }
 
