@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
@@ -157,7 +158,7 @@ func BenchmarkBatchStep(b *testing.B) {
 }
 
 // BenchmarkLoRABatch is BenchmarkBatchStep with LoRA adapters (rank 16 on
-// every projection, random): "none" without adapters, "mixed" with the 16
+// every projection, random; BULKHEAD_BENCH_LORA_RANK sets another rank): "none" without adapters, "mixed" with the 16
 // sequences over 4 adapters and none in one batch (as the engine runs
 // them), "serial" the same sequences with one pass per adapter each step
 // (as an engine that cannot batch different adapters must run them).
@@ -167,7 +168,11 @@ func BenchmarkLoRABatch(b *testing.B) {
 	if path == "" {
 		path = refdatatest.Path(b, "models/stories260K.gguf")
 	}
-	as := synthAdapters(b, m, path, loraSpec{16, "all", 1, 1}, loraSpec{16, "all", 2, 1}, loraSpec{16, "all", 3, 1}, loraSpec{16, "all", 4, 1})
+	rank := 16
+	if r, err := strconv.Atoi(os.Getenv("BULKHEAD_BENCH_LORA_RANK")); err == nil {
+		rank = r
+	}
+	as := synthAdapters(b, m, path, loraSpec{rank, "all", 1, 1}, loraSpec{rank, "all", 2, 1}, loraSpec{rank, "all", 3, 1}, loraSpec{rank, "all", 4, 1})
 	mixed := make([]*Adapter, 16)
 	for i := range mixed {
 		if i%5 < 4 {
