@@ -266,8 +266,9 @@ func TestLoRAMixedBatch(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("the adapters changed %d of 13 outputs", changed)
 	if changed < 10 {
-		t.Errorf("the adapters changed %d of %d outputs", changed, 13)
+		t.Errorf("the adapters changed %d of 13 outputs", changed)
 	}
 	batched := make([]*Result, len(reqs))
 	var wg sync.WaitGroup
