@@ -61,28 +61,6 @@ type Adapter struct {
 	Pairs  []Pair
 }
 
-// Bytes is the memory the adapter's matrices take.
-func (a *Adapter) Bytes() int64 {
-	var n int64
-	for _, p := range a.Pairs {
-		n += 4 * int64(len(p.A)+len(p.B))
-	}
-	return n
-}
-
-// Targets lists the distinct projections the adapter updates.
-func (a *Adapter) Targets() []Target {
-	seen := map[Target]bool{}
-	var out []Target
-	for _, p := range a.Pairs {
-		if !seen[p.Target] {
-			seen[p.Target] = true
-			out = append(out, p.Target)
-		}
-	}
-	return out
-}
-
 // ParseTargets reads a comma-separated list of projections: their names,
 // "attn" (every attention projection) or "all" (attention and feed-forward).
 func ParseTargets(s string) ([]Target, error) {
