@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,6 +156,61 @@ func TestFinetunesOtherTenant(t *testing.T) {
 	}
 	if _, err := ft.Get(ctx, "alice", "", f.ID); err != nil {
 		t.Fatalf("alice's finetune after bob's tries: %v", err)
+	}
+}
+
+// TestFinetunesLookupTimesAlike: tenant bob's lookups of alice's finetune,
+// by id and by name, send the bus exactly the requests that lookups of
+// finetunes nobody holds send (one read of bob's own record, nothing that
+// names alice), so the time they take tells bob nothing about alice's
+// adapters.
+func TestFinetunesLookupTimesAlike(t *testing.T) {
+	env, ft := openFinetunes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := ft.Create(ctx, "alice", Finetune{Name: "secret", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ft.Create(ctx, "bob", Finetune{Name: "mine", Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	spy, err := nats.Connect(env.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close()
+	seen := make(chan *nats.Msg, 64)
+	if _, err := spy.ChanSubscribe("$JS.API.>", seen); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// requests runs get and returns what it sent the bus, in order.
+	requests := func(ref string) []string {
+		t.Helper()
+		if _, err := ft.Get(ctx, "bob", "m", ref); !errors.Is(err, ErrFinetuneNotFound) {
+			t.Fatalf("bob's lookup of %q: %v, want ErrFinetuneNotFound", ref, err)
+		}
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for len(seen) > 0 {
+			m := <-seen
+			out = append(out, m.Subject+" "+string(m.Data))
+		}
+		return out
+	}
+	nobody := requests("00000000-0000-4000-8000-000000000000")
+	if len(nobody) != 1 || !strings.Contains(nobody[0], "bob") {
+		t.Fatalf("a lookup sent %q, want one read of bob's record", nobody)
+	}
+	for _, ref := range []string{f.ID, "secret", "no-such-name"} {
+		if got := requests(ref); !slices.Equal(got, nobody) || strings.Contains(strings.Join(got, " "), "alice") {
+			t.Errorf("bob's lookup of %q sent %q; a lookup of a finetune nobody holds sends %q", ref, got, nobody)
+		}
 	}
 }
 
