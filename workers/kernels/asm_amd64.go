@@ -278,3 +278,12 @@ func axpysF16Z(dst *float32, w *float32, v *uint16, vstride uintptr, nk int, hd 
 
 //go:noescape
 func axpys4F16Z(d0, d1, d2, d3 *float32, w0, w1, w2, w3 *float32, v *uint16, vstride uintptr, nk int, hd int)
+
+// axpysQ8AVX and axpysQ4AVX are AxpysQ8 and AxpysQ4 over nb blocks of nk
+// keys, vstride bytes apart (kvquant_avx2_amd64.s).
+//
+//go:noescape
+func axpysQ8AVX(dst *float32, w *float32, v *byte, vstride uintptr, nk int, nb int)
+
+//go:noescape
+func axpysQ4AVX(dst *float32, w *float32, v *byte, vstride uintptr, nk int, nb int)

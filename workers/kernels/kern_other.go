@@ -122,3 +122,6 @@ func axpysF16Z(*float32, *float32, *uint16, uintptr, int, int) { panic("kernels:
 func axpys4F16Z(*float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int) {
 	panic("kernels: no asm")
 }
+
+func axpysQ8AVX(*float32, *float32, *byte, uintptr, int, int) { panic("kernels: no asm") }
+func axpysQ4AVX(*float32, *float32, *byte, uintptr, int, int) { panic("kernels: no asm") }

@@ -1,0 +1,194 @@
+package kernels
+
+import (
+	"math"
+	"unsafe"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// KV cache rows held in 32-value blocks, as llama.cpp's -ctk/-ctv q8_0 and
+// q4_0 hold them: a Q8_0 block is an f16 scale and 32 int8 values (34
+// bytes), a Q4_0 block an f16 scale and 32 4-bit values (18 bytes). The
+// cache keeps its pages as []uint16, so a block is 17 or 9 halves and the
+// functions here take rows as halves; every row starts on a block.
+const (
+	Q8Halves = q8Block / 2 // halves per 32-value Q8_0 block
+	Q4Halves = q4Block / 2 // halves per 32-value Q4_0 block
+)
+
+// halfBytes views halves as their little-endian bytes.
+func halfBytes(h []uint16) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*len(h))
+}
+
+// QuantizeQ8Row writes x (a multiple of 32 long) as Q8_0 blocks into dst
+// (len(x)/32*34 bytes) as llama.cpp's x86 CPU quantizer does, the one that
+// stores its quantized KV cache and quantizes its flash attention's queries:
+// d = amax/127 stored as f16, q = x*(127/amax) rounded half to even.
+func QuantizeQ8Row(dst []byte, x []float32) {
+	_ = dst[len(x)/32*q8Block-1]
+	for b := 0; b < len(x)/32; b++ {
+		xs := x[b*32 : b*32+32 : b*32+32]
+		o := dst[b*q8Block : b*q8Block+q8Block : b*q8Block+q8Block]
+		var amax float32
+		for _, v := range xs {
+			amax = max(amax, abs32(v))
+		}
+		h := gguf.F32ToF16(amax / 127)
+		o[0], o[1] = byte(h), byte(h>>8)
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		for j, v := range xs {
+			o[2+j] = byte(int8(math.RoundToEven(float64(v * id))))
+		}
+	}
+}
+
+// QuantizeQ8Halves is QuantizeQ8Row into a row of halves (len(x)/32*17).
+func QuantizeQ8Halves(dst []uint16, x []float32) {
+	QuantizeQ8Row(halfBytes(dst[:len(x)/32*Q8Halves]), x)
+}
+
+// QuantizeQ4Halves writes x (a multiple of 32 long) as Q4_0 blocks into dst
+// (len(x)/32*9 halves) as llama.cpp's quantize_row_q4_0_ref does (its CPU
+// quantizer for Q4_0): d = m/-8 where m is the value of largest magnitude,
+// q = min(15, trunc(x/d + 8.5)), values j and j+16 sharing byte j.
+func QuantizeQ4Halves(dst []uint16, x []float32) {
+	out := halfBytes(dst[:len(x)/32*Q4Halves])
+	for b := 0; b < len(x)/32; b++ {
+		xs := x[b*32 : b*32+32 : b*32+32]
+		o := out[b*q4Block : b*q4Block+q4Block : b*q4Block+q4Block]
+		var amax, m float32
+		for _, v := range xs {
+			if abs32(v) > amax {
+				amax, m = abs32(v), v
+			}
+		}
+		d := m / -8
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		h := gguf.F32ToF16(d)
+		o[0], o[1] = byte(h), byte(h>>8)
+		for j := range 16 {
+			q0 := min(15, int8(float32(xs[j]*id)+8.5))
+			q1 := min(15, int8(float32(xs[16+j]*id)+8.5))
+			o[2+j] = byte(q0) | byte(q1)<<4
+		}
+	}
+}
+
+// DotsQ8 sets out[j] = dot(key j, q) * scale for j < len(out), where q is a
+// Q8_0 row of nb blocks and key j the Q8_0 row at k[j*stride:] (stride in
+// halves): per block the integer sum is exact, sum += (dk*dq)*isum in block
+// order, as MatMul's Q8_0 rows. Bitwise the same on every set.
+func (ks Set) DotsQ8(out []float32, q []byte, k []uint16, stride int, scale float32) {
+	ks.dotsQ(out, q, k, stride, scale, Q8Halves)
+}
+
+// DotsQ4 is DotsQ8 for Q4_0 keys (the query is Q8_0, as for Q4_0 weights).
+func (ks Set) DotsQ4(out []float32, q []byte, k []uint16, stride int, scale float32) {
+	ks.dotsQ(out, q, k, stride, scale, Q4Halves)
+}
+
+func (ks Set) dotsQ(out []float32, q []byte, k []uint16, stride int, scale float32, bh int) {
+	nb := len(q) / q8Block
+	if len(out) == 0 || nb == 0 {
+		return
+	}
+	_ = k[(len(out)-1)*stride+nb*bh-1]
+	kb := halfBytes(k)
+	j := 0
+	if ks.asm() {
+		var t [4]float32
+		for ; j+4 <= len(out); j += 4 {
+			dot4Q(bh, &kb[2*j*stride], uintptr(2*stride), &q[0], nb, &t)
+			for i := range 4 {
+				out[j+i] = t[i] * scale
+			}
+		}
+		for ; j < len(out); j++ {
+			dot4Q(bh, &kb[2*j*stride], 0, &q[0], nb, &t) // stride 0: row j four times
+			out[j] = t[0] * scale
+		}
+		return
+	}
+	for ; j < len(out); j++ {
+		row := kb[2*j*stride : 2*j*stride+2*nb*bh]
+		if bh == Q8Halves {
+			out[j] = dotQ8Go(row, q, nb) * scale
+		} else {
+			out[j] = dotQ4Go(row, q, nb) * scale
+		}
+	}
+}
+
+// dot4Q calls the four-row Q8_0 or Q4_0 (by block size in halves) product.
+func dot4Q(bh int, w *byte, wstride uintptr, x *byte, nb int, out *[4]float32) {
+	if bh == Q8Halves {
+		dot4Q8AVX(w, wstride, x, nb, out)
+	} else {
+		dot4Q4AVX(w, wstride, x, nb, out)
+	}
+}
+
+// AxpysQ8 adds w[j]*v_j[i] to dst[i] for i < len(dst), key j after key j for
+// j < len(w), where v_j is the Q8_0 row at v[j*stride:] (stride in halves):
+// per block c = w[j]*d, then dst[i] = dst[i] + c*q[i], each product rounded.
+// Bitwise the same on every set.
+func (ks Set) AxpysQ8(dst []float32, w []float32, v []uint16, stride int) {
+	nb := len(dst) / 32
+	if len(w) == 0 || nb == 0 {
+		return
+	}
+	_ = v[(len(w)-1)*stride+nb*Q8Halves-1]
+	vb := halfBytes(v)
+	if ks.asm() {
+		axpysQ8AVX(&dst[0], &w[0], &vb[0], uintptr(2*stride), len(w), nb)
+		return
+	}
+	for j, a := range w {
+		row := vb[2*j*stride:]
+		for b := range nb {
+			blk := row[b*q8Block : b*q8Block+q8Block : b*q8Block+q8Block]
+			c := a * half(blk)
+			o := dst[b*32 : b*32+32 : b*32+32]
+			for i := range o {
+				o[i] = o[i] + float32(c*float32(int8(blk[2+i])))
+			}
+		}
+	}
+}
+
+// AxpysQ4 is AxpysQ8 for Q4_0 rows: value i of a block is (nibble-8).
+func (ks Set) AxpysQ4(dst []float32, w []float32, v []uint16, stride int) {
+	nb := len(dst) / 32
+	if len(w) == 0 || nb == 0 {
+		return
+	}
+	_ = v[(len(w)-1)*stride+nb*Q4Halves-1]
+	vb := halfBytes(v)
+	if ks.asm() {
+		axpysQ4AVX(&dst[0], &w[0], &vb[0], uintptr(2*stride), len(w), nb)
+		return
+	}
+	for j, a := range w {
+		row := vb[2*j*stride:]
+		for b := range nb {
+			blk := row[b*q4Block : b*q4Block+q4Block : b*q4Block+q4Block]
+			c := a * half(blk)
+			o := dst[b*32 : b*32+32 : b*32+32]
+			for i := range 16 {
+				o[i] = o[i] + float32(c*float32(int8(blk[2+i]&15)-8))
+				o[16+i] = o[16+i] + float32(c*float32(int8(blk[2+i]>>4)-8))
+			}
+		}
+	}
+}
