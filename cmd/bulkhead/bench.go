@@ -10,6 +10,7 @@ import (
 
 	"github.com/bulkhead-ai/bulkhead/workers/bench"
 	"github.com/bulkhead-ai/bulkhead/workers/engine"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -33,6 +34,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.GenTokens, "gen-tokens", 128, "tokens generated per sequence")
 	fs.IntVar(&cfg.Batch, "batch", 1, "sequences run at once")
 	fs.IntVar(&cfg.DecodePromptTokens, "decode-prompt-tokens", -1, "prompt length of the decode sequences (-1: --prompt-tokens; 1 measures decode from an empty context, as llama-bench's tg)")
+	kvType := fs.String("kv-type", "f16", "KV cache element type: f16, q8_0 or q4_0")
 	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
@@ -42,6 +44,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.DecodePromptTokens < 0 {
 		cfg.DecodePromptTokens = cfg.PromptTokens
+	}
+	var err error
+	if cfg.KVType, err = kvcache.ParseDType(*kvType); err != nil {
+		return fmt.Errorf("%w: --kv-type %q must be f16, q8_0 or q4_0", errUsage, *kvType)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: need --prompt-tokens >= 1, --gen-tokens >= 2, --batch >= 1, --decode-prompt-tokens >= 1", errUsage)

@@ -55,6 +55,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	ctxLen := fs.Int("context", 0, "context window (0: the model's)")
 	asJSON := fs.Bool("json", false, `print one object {"prompt_tokens":[...],"completion_tokens":[...],"text":"..."}`)
 	poison := fs.Bool("kv-poison", false, "debug: fill free KV pages with NaN")
+	kvType := fs.String("kv-type", "f16", "KV cache element type: f16, q8_0 or q4_0 (llama.cpp's -ctk/-ctv)")
 	var loras loraFlags
 	fs.Var(&loras, "lora", "LoRA adapter FILE[:SCALE] (a GGUF adapter, or a PEFT directory); repeatable, applied together")
 	smp := samplingFlags(fs)
@@ -66,6 +67,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *maxTokens < 1 {
 		return fmt.Errorf("%w: --max-tokens must be at least 1", errUsage)
+	}
+	kvt, err := kvcache.ParseDType(*kvType)
+	if err != nil {
+		return fmt.Errorf("%w: --kv-type %q must be f16, q8_0 or q4_0", errUsage, *kvType)
 	}
 	m, err := engine.Load(*model)
 	if err != nil {
@@ -79,7 +84,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	eng, err := engine.New(log, m, engine.Config{
 		Threads: *threads, Context: window, KVTokens: window, Poison: *poison, MaxBatch: 1, QueueSize: 1,
-		Scrub: kvcache.ScrubOnFree,
+		Scrub: kvcache.ScrubOnFree, KVType: kvt,
 	})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/bulkhead-ai/bulkhead/models/catalog"
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 )
 
 // Where the machine's memory is read, once at start-up.
@@ -202,6 +203,9 @@ func (s poolSpec) attrs(b kvBudget) []any {
 // validatePool checks the flags that size the pools: --kv-memory-share in
 // (0, 0.9], and --max-batch at least 1 (it bounds a pool sized from memory).
 func (e *engineFlags) validatePool() error {
+	if _, err := kvcache.ParseDType(e.kvType); err != nil {
+		return fmt.Errorf("%w: --kv-type %q must be f16, q8_0 or q4_0", errUsage, e.kvType)
+	}
 	if !(e.memShare > 0 && e.memShare <= maxKVMemoryShare) {
 		return fmt.Errorf("%w: --kv-memory-share %v must lie in (0, %v]", errUsage, e.memShare, maxKVMemoryShare)
 	}

@@ -131,6 +131,7 @@ type engineFlags struct {
 	poison      bool
 	scrub       string
 	draft       int
+	kvType      string // --kv-type
 	loraMemory  int64  // --lora-memory, bytes
 	loraDir     string // --lora-dir
 
@@ -177,6 +178,7 @@ func (e *engineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&e.poison, "kv-poison", false, "debug: fill free KV pages with NaN so stale reads show")
 	fs.StringVar(&e.scrub, "kv-scrub", "on-free", "zero KV pages when freed: on-free or never")
 	fs.IntVar(&e.draft, "draft-tokens", 0, "most tokens a sequence drafts per step (speculative decoding from the prompt, its output and a request's prediction; outputs unchanged) for models whose catalog entry names none (0: 8; -1: off)")
+	fs.StringVar(&e.kvType, "kv-type", "f16", "KV cache element type for models whose catalog entry names none (kv_type): f16, q8_0 (1.88x the tokens per byte) or q4_0 (3.56x), as llama.cpp's -ctk/-ctv; a quantized type needs a head size that is a multiple of 32")
 	e.loraMemory = worker.DefaultLoRAMemory
 	fs.Func("lora-memory", "memory for the LoRA adapters a worker keeps loaded, least recently used evicted first: bytes, or with KiB, MiB or GiB (default 1GiB)", func(s string) error {
 		n, err := parseByteSize(s)
@@ -292,7 +294,11 @@ func (e *engineFlags) scrubMode() (kvcache.ScrubMode, error) {
 // would fit it.
 func (e *engineFlags) engine(log *slog.Logger, cm *catalog.Model, m *engine.Model, scrub kvcache.ScrubMode, b kvBudget) (*engine.Engine, poolSpec, error) {
 	h := m.Hyper
-	pageBytes, err := kvcache.Config{Layers: h.Layers, KVHeads: h.KVHeads, HeadDim: h.HeadDim, PageSize: pageSize}.BytesPerPage()
+	kvType := kvcache.DType(e.kvType)
+	if cm.KVType != "" {
+		kvType = kvcache.DType(cm.KVType)
+	}
+	pageBytes, err := kvcache.Config{Layers: h.Layers, KVHeads: h.KVHeads, HeadDim: h.HeadDim, PageSize: pageSize, DType: kvType}.BytesPerPage()
 	if err != nil {
 		return nil, poolSpec{}, fmt.Errorf("model %s: %w", cm.Name, err)
 	}
@@ -300,7 +306,7 @@ func (e *engineFlags) engine(log *slog.Logger, cm *catalog.Model, m *engine.Mode
 	cfg := engine.Config{
 		Threads: e.threads, Context: cm.ContextWindow, PageSize: pageSize, MaxBatch: e.maxBatch, QueueSize: e.queueSize,
 		Poison: e.poison, Scrub: scrub, KVTokens: pool.tokens, KVBytes: pool.bytes, ClampContext: e.clamp,
-		HoldAt: e.holdAt, Draft: e.draft,
+		HoldAt: e.holdAt, Draft: e.draft, KVType: kvType,
 	}
 	if cm.DraftTokens != 0 {
 		cfg.Draft = cm.DraftTokens

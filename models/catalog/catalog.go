@@ -153,6 +153,10 @@ func (p Prices) validate(fail func(field, msg string)) {
 	check("prices.neurons_per_m_cached_prompt_tokens", p.NeuronsPerMCachedPromptTokens)
 }
 
+// KVTypes are the KV cache element types a catalog entry may name
+// (kv_type): F16, and llama.cpp's 8-bit and 4-bit blocks.
+var KVTypes = []string{"f16", "q8_0", "q4_0"}
+
 // MaxDraftTokens bounds a model's draft_tokens: a step verifies at most 16
 // rows of drafts (workers/engine's speculation).
 const MaxDraftTokens = 16
@@ -180,6 +184,10 @@ type Model struct {
 	// takes the worker's --draft-tokens, -1 turns drafting off for this
 	// model (draft_tokens: 0 in a catalog file).
 	DraftTokens int
+
+	// KVType is the element type of the worker's KV cache for this model:
+	// one of KVTypes, or "" for the worker's --kv-type (docs/kv-types.md).
+	KVType string
 
 	Prices     Prices
 	Properties map[string]string // free-form key/values for the model search API

@@ -42,6 +42,7 @@ type entry struct {
 	KVPoolTokens  scalar            `yaml:"kv_pool_tokens"`
 	KVPoolBytes   scalar            `yaml:"kv_pool_bytes"`
 	DraftTokens   scalar            `yaml:"draft_tokens"`
+	KVType        string            `yaml:"kv_type"`
 	Prices        *pricesEntry      `yaml:"prices"`
 	Properties    map[string]string `yaml:"properties"`
 }
@@ -202,6 +203,10 @@ func (e *entry) model(i int, dir string) (*Model, error) {
 			m.DraftTokens = int(n)
 		}
 	}
+	if e.KVType != "" && !slices.Contains(KVTypes, e.KVType) {
+		errs = append(errs, &FieldError{Model: m.Name, Index: i, Field: "kv_type", Msg: fmt.Sprintf("%q is not one of %s", e.KVType, strings.Join(KVTypes, ", ")), Err: ErrInvalid})
+	}
+	m.KVType = e.KVType
 	if e.Prices != nil {
 		m.pricesSet = true
 		if e.Prices.Prompt != nil {

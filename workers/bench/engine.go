@@ -30,6 +30,8 @@ type Config struct {
 	GenTokens          int // tokens generated per decode sequence; at least 2
 	Batch              int // decode sequences run at once; at least 1
 	DecodePromptTokens int // prompt length of the decode sequences; at least 1
+	// KVType is the KV cache's element type ("": F16).
+	KVType kvcache.DType
 }
 
 // Validate reports a configuration that cannot be measured.
@@ -56,6 +58,7 @@ type Result struct {
 	DecodeBytesPerToken int     `json:"decode_weight_bytes_per_token"`
 	GenTokens           int     `json:"gen_tokens"`
 	Kernels             string  `json:"kernels"`
+	KVType              string  `json:"kv_type"`
 	KVPoolBytes         int64   `json:"kv_pool_bytes"`
 	KVPoolTokens        int     `json:"kv_pool_tokens"` // what the run needs, not the model's trained context
 	Model               string  `json:"model"`
@@ -86,7 +89,7 @@ func Engine(ctx context.Context, log *slog.Logger, m *engine.Model, cfg Config) 
 	page := kvcache.DefaultPageSize
 	eng, err := engine.New(log, m, engine.Config{
 		Threads: cfg.Threads, Context: window, KVTokens: cfg.Batch * (window + page - 1) / page * page,
-		MaxBatch: cfg.Batch, QueueSize: cfg.Batch,
+		MaxBatch: cfg.Batch, QueueSize: cfg.Batch, KVType: cfg.KVType,
 		Draft: -1, // plain decoding, as llama-bench's tg: bench speculate measures drafting
 	})
 	if err != nil {
@@ -150,6 +153,7 @@ func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, erro
 	}
 	res.DecodeShareOfBound = res.Decode / res.DecodeBound
 	res.KVPoolBytes = int64(eng.KV().TotalPages()) * eng.KV().BytesPerPage()
+	res.KVType = string(eng.KV().Config().DType)
 	res.ModelFileBytes = m.FileBytes()
 	if res.PeakResident = peakResident(); res.PeakResident > 0 {
 		res.ResidentRatio = float64(res.PeakResident) / float64(res.ModelFileBytes+res.KVPoolBytes)

@@ -38,7 +38,7 @@ func checkAttention(t *testing.T, rng *rand.Rand, ks kernels.Set, group, hd, win
 	}
 	pool := kernels.NewPool(2)
 	defer pool.Close()
-	fw := newForward(&Model{Hyper: h, kernels: ks}, pool)
+	fw := newForward(&Model{Hyper: h, kernels: ks}, pool, kvRot{})
 	kv, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: hd, PageSize: 16, Pages: 16, Kernels: ks})
 	if err != nil {
 		t.Fatal(err)

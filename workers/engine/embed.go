@@ -64,7 +64,7 @@ func NewEmbedder(m *Model, pool *kernels.Pool, pooling, passTokens int) (*Embedd
 	if err != nil {
 		return nil, err
 	}
-	return &Embedder{m: m, pool: pool, kv: kv, pooling: pooling, window: window, fw: newForward(m, pool)}, nil
+	return &Embedder{m: m, pool: pool, kv: kv, pooling: pooling, window: window, fw: newForward(m, pool, kvRot{})}, nil
 }
 
 // Window is the longest input.

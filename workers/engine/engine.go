@@ -66,6 +66,11 @@ type Config struct {
 	QueueSize int   // requests waiting for a slot; default 64; full → ErrQueueFull
 	Poison    bool  // fill free KV pages with NaN (debug)
 	Scrub     kvcache.ScrubMode
+	// KVType is the element type of the KV cache: F16 (""), or Q8_0 or
+	// Q4_0 (llama.cpp's -ctk/-ctv), which hold 1.88x or 3.56x the tokens
+	// in the same memory; a quantized type needs a head size that is a
+	// multiple of 32.
+	KVType kvcache.DType
 
 	// PrefillCost and DecodeCost weigh a prompt token computed and a token
 	// generated in the tenants' virtual token counters (fair.go); default 1
@@ -296,7 +301,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 	kv, err := kvcache.New(kvcache.Config{
 		Layers: m.Hyper.Layers, KVHeads: m.Hyper.KVHeads, HeadDim: m.Hyper.HeadDim,
 		PageSize: cfg.PageSize, Pages: cfg.KVPages, MemoryBytes: cfg.KVBytes,
-		Poison: cfg.Poison, Scrub: cfg.Scrub, Kernels: m.kernels,
+		Poison: cfg.Poison, Scrub: cfg.Scrub, Kernels: m.kernels, DType: cfg.KVType,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -310,7 +315,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 	log.Info("engine kernels", "kernels", m.kernels.String(), "threads", pool.Threads())
 	e := &Engine{
 		model: m, cfg: cfg, log: log, pool: pool, kv: kv,
-		fw:   newForward(m, pool),
+		fw:   newForward(m, pool, kvRotation(kv.Config().DType, m.Hyper.HeadDim)),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 		fair: newFairness(cfg),

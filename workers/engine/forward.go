@@ -57,6 +57,7 @@ type forward struct {
 	groups                   []attnGroup    // attention's row groups this step
 	items                    []attnItem     // attention's units of work this step
 	views                    []kvcache.View // appendKV's result, reused
+	rot                      kvRot          // the KV cache's rotations (from its type)
 	lora                     loraStep       // this step's adapters (lora_forward.go)
 
 	// The attention step's parameters, set before each pool.Run of attnFn
@@ -136,10 +137,11 @@ type attnScratch struct {
 	pad    [attnBlock][]float32 // attendHeads: outputs of the unused query slots
 	scores []float32
 	w16    []uint16 // softmax weights rounded to half
+	qq     []byte   // attendQ: the query as Q8_0 blocks
 }
 
-func newForward(m *Model, pool *kernels.Pool) *forward {
-	fw := &forward{m: m, ks: m.kernels, pool: pool, ffnRows: ffnBlockRows(m.Hyper.FFN)}
+func newForward(m *Model, pool *kernels.Pool, rot kvRot) *forward {
+	fw := &forward{m: m, ks: m.kernels, pool: pool, ffnRows: ffnBlockRows(m.Hyper.FFN), rot: rot}
 	fw.embRow = make([]byte, m.Embed.RowBytes())
 	fw.attnFn = fw.attendSlots
 	fw.rowsFn = fw.rowRange
@@ -150,6 +152,7 @@ func newForward(m *Model, pool *kernels.Pool) *forward {
 	for i := range fw.slot {
 		fw.slot[i].ks = m.kernels
 		fw.slot[i].q16 = make([]uint16, m.Hyper.HeadDim)
+		fw.slot[i].qq = make([]byte, m.Hyper.HeadDim/32*2*kernels.Q8Halves)
 		fw.slot[i].qf = make([]float32, m.Hyper.HeadDim)
 		fw.slot[i].q16x4 = make([]uint16, attnBlock*m.Hyper.HeadDim)
 		fw.slot[i].qf4 = make([]float32, attnBlock*m.Hyper.HeadDim)
@@ -479,6 +482,8 @@ func (fw *forward) appendKV(l int, chunks []*chunk) []kvcache.View {
 		if c.err == nil {
 			for j := 0; j < n && c.err == nil; j++ {
 				row := r + j
+				rotateRows(fw.k[row*kvd:(row+1)*kvd], fw.rot.k)
+				rotateRows(fw.v[row*kvd:(row+1)*kvd], fw.rot.v)
 				if err := c.seq.Write(l, c.pos0+j, fw.k[row*kvd:(row+1)*kvd], fw.v[row*kvd:(row+1)*kvd]); err != nil {
 					c.err = fmt.Errorf("engine: KV write at layer %d position %d: %w", l, c.pos0+j, err)
 				}
@@ -548,6 +553,22 @@ func (fw *forward) attendItem(sc *attnScratch, it attnItem) {
 	}
 	ah := attnHead{view: &a.views[fw.rowChunk[g.row]], koff: it.head / a.group * a.hd, kvd: a.kvd,
 		scale: a.scale, softCap: h.AttnSoftCap}
+	if dt := ah.view.DType(); dt != kvcache.DTypeF16 {
+		ah.koff, ah.kvd = it.head/a.group*dt.RowHalves(a.hd), ah.view.RowHalves()
+		for i := range g.n {
+			r := g.row + i
+			pos := fw.rowPos[r]
+			for hi := it.head; hi < it.head+it.nh; hi++ {
+				copy(sc.qf, fw.q[r*a.qd+hi*a.hd:r*a.qd+(hi+1)*a.hd])
+				rotateRows(sc.qf, fw.rot.k)
+				kernels.QuantizeQ8Row(sc.qq, sc.qf)
+				out := fw.att[r*a.qd+hi*a.hd : r*a.qd+(hi+1)*a.hd]
+				sc.attendQ(out, &ah, fw.windowStart(pos), pos+1)
+				rotateRows(out, fw.rot.v)
+			}
+		}
+		return
+	}
 	head := it.head
 	var outs [attnBlock][]float32
 	switch {
@@ -720,16 +741,89 @@ func (sc *attnScratch) prefetch(ah *attnHead, page []uint16, hd int) {
 // none), the softmax, and, as llama.cpp does, rounding to half before they
 // weight V.
 func (sc *attnScratch) weights(scores []float32, softCap float32) {
-	if softCap != 0 {
-		kernels.SoftCap(scores, softCap)
-	}
-	sc.ks.Softmax(scores)
+	sc.softmax(scores, softCap)
 	if cap(sc.w16) < len(scores) {
 		sc.w16 = make([]uint16, len(scores), 2*len(scores))
 	}
 	w16 := sc.w16[:len(scores)]
 	sc.ks.F32ToF16s(w16, scores)
 	sc.ks.F16ToF32s(scores, w16)
+}
+
+// kvRot is how llama.cpp rotates attention's inputs before a quantized KV
+// cache stores them (its attn_rot_k and attn_rot_v, on by default): K and
+// the query by the Walsh-Hadamard matrix of the largest power of two
+// dividing the head size, V by that of 64 and the attention output back by
+// the same (kernels.FWHT), for heads whose size is a multiple of 64. The
+// rotations leave every product unchanged but spread a head's outliers over
+// its blocks, so quantizing loses less. 0: no rotation.
+type kvRot struct{ k, v int }
+
+func kvRotation(dt kvcache.DType, hd int) kvRot {
+	if dt == kvcache.DTypeF16 || dt == "" || hd%64 != 0 {
+		return kvRot{}
+	}
+	k := 64
+	for hd%(2*k) == 0 {
+		k *= 2
+	}
+	return kvRot{k: k, v: 64}
+}
+
+// rotateRows applies kernels.FWHT to each n-value piece of x (n 0: none).
+func rotateRows(x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	for i := 0; i < len(x); i += n {
+		kernels.FWHT(x[i : i+n])
+	}
+}
+
+// softmax turns scores into attention weights in place: the soft cap (0:
+// none), then the softmax.
+func (sc *attnScratch) softmax(scores []float32, softCap float32) {
+	if softCap != 0 {
+		kernels.SoftCap(scores, softCap)
+	}
+	sc.ks.Softmax(scores)
+}
+
+// attendQ is attend over a Q8_0 or Q4_0 KV cache, computed as llama.cpp's
+// flash attention computes it over one: the query quantized to Q8_0 (sc.qq)
+// and dotted with each key's blocks, the weights kept in float32, each value
+// row's blocks scaled into the sums.
+func (sc *attnScratch) attendQ(out []float32, ah *attnHead, t0, n int) {
+	view, koff, stride := ah.view, ah.koff, ah.kvd
+	q8 := view.DType() == kvcache.DTypeQ8_0
+	m := n - t0
+	if cap(sc.scores) < m {
+		sc.scores = make([]float32, m, m+m/2)
+	}
+	scores := sc.scores[:m]
+	for p, t := t0/view.PageSize(), t0/view.PageSize()*view.PageSize(); t < n; p++ {
+		pl := view.PageLen(p)
+		j0, j1 := max(0, t0-t), min(pl, n-t)
+		kp := view.KPage(p)[j0*stride+koff:]
+		if q8 {
+			sc.ks.DotsQ8(scores[t+j0-t0:t+j1-t0], sc.qq, kp, stride, ah.scale)
+		} else {
+			sc.ks.DotsQ4(scores[t+j0-t0:t+j1-t0], sc.qq, kp, stride, ah.scale)
+		}
+		t += pl
+	}
+	sc.softmax(scores, ah.softCap)
+	for p, t := t0/view.PageSize(), t0/view.PageSize()*view.PageSize(); t < n; p++ {
+		pl := view.PageLen(p)
+		j0, j1 := max(0, t0-t), min(pl, n-t)
+		vp := view.VPage(p)[j0*stride+koff:]
+		if q8 {
+			sc.ks.AxpysQ8(out, scores[t+j0-t0:t+j1-t0], vp, stride)
+		} else {
+			sc.ks.AxpysQ4(out, scores[t+j0-t0:t+j1-t0], vp, stride)
+		}
+		t += pl
+	}
 }
 
 // attend computes one head's attention output into out over view positions

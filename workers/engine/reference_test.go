@@ -335,7 +335,7 @@ func engineLogitsFFN(t testing.TB, m *Model, tokens []int32, nPrompt, ffnRows in
 	if err := seq.Reserve(len(tokens)); err != nil {
 		t.Fatal(err)
 	}
-	fw := newForward(m, pool)
+	fw := newForward(m, pool, kvRot{})
 	if ffnRows > 0 {
 		fw.ffnRows = ffnRows
 	}

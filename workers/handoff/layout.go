@@ -2,9 +2,17 @@ package handoff
 
 import "fmt"
 
-// DTypeF16 is the element type of K and V in the pages this package knows how
-// to size: IEEE half precision, two bytes.
-const DTypeF16 = "f16"
+// The element types of K and V in the pages this package knows how to size
+// (kvcache.DType): IEEE half precision, two bytes a value; llama.cpp's 8-bit
+// and 4-bit blocks, 34 and 18 bytes per 32 values.
+const (
+	DTypeF16  = "f16"
+	DTypeQ8_0 = "q8_0"
+	DTypeQ4_0 = "q4_0"
+)
+
+// blockBytes is the bytes per 32 values of each quantized element type.
+var blockBytes = map[string]int{DTypeQ8_0: 34, DTypeQ4_0: 18}
 
 // Upper bounds on a Layout's dimensions. They keep every size computation far
 // from overflow whatever a manifest claims.
@@ -22,7 +30,7 @@ type Layout struct {
 	KVHeads  int    `json:"kv_heads"`
 	HeadDim  int    `json:"head_dim"`
 	PageSize int    `json:"page_size"` // token slots per page
-	DType    string `json:"dtype"`     // element type of K and V; DTypeF16
+	DType    string `json:"dtype"`     // element type of K and V: DTypeF16, DTypeQ8_0 or DTypeQ4_0
 }
 
 // Validate reports a dimension out of range or an unknown element type.
@@ -46,17 +54,26 @@ func (l Layout) Validate() error {
 			return err
 		}
 	}
-	if l.DType != DTypeF16 {
-		return fmt.Errorf("%w: layout dtype %q, want %q", ErrManifest, l.DType, DTypeF16)
+	if _, ok := blockBytes[l.DType]; ok {
+		if l.HeadDim%32 != 0 {
+			return fmt.Errorf("%w: layout dtype %s with head_dim %d, not a multiple of 32", ErrManifest, l.DType, l.HeadDim)
+		}
+	} else if l.DType != DTypeF16 {
+		return fmt.Errorf("%w: layout dtype %q, want %q, %q or %q", ErrManifest, l.DType, DTypeF16, DTypeQ8_0, DTypeQ4_0)
 	}
 	return nil
 }
 
 // PageBytes is the serialized size of a page holding written token slots at
 // every layer: per layer a 4-byte count, then the K rows and the V rows, each
-// KVHeads*HeadDim two-byte halves per slot. It assumes a valid layout.
+// KVHeads*HeadDim values per slot in the layout's element type. It assumes a
+// valid layout.
 func (l Layout) PageBytes(written int) int {
-	return l.Layers * (4 + 2*2*written*l.KVHeads*l.HeadDim)
+	row := 2 * l.KVHeads * l.HeadDim
+	if b, ok := blockBytes[l.DType]; ok {
+		row = l.KVHeads * l.HeadDim / 32 * b
+	}
+	return l.Layers * (4 + 2*written*row)
 }
 
 // pageCount is the number of pages prompt tokens fill.

@@ -192,3 +192,29 @@ func (ks Set) AxpysQ4(dst []float32, w []float32, v []uint16, stride int) {
 		}
 	}
 }
+
+// FWHT rotates x (a power-of-two length n) in place by the orthonormal
+// Walsh-Hadamard matrix of size n (Sylvester's order; it is its own
+// inverse), as llama.cpp's CPU backend does before a quantized KV cache
+// stores K and V (and after attention, to turn the output back): x is first
+// scaled by 1/sqrt(n), then butterflies of span 1, 2, 4, ... replace each
+// pair (u, v) by (u+v, u-v). The same bits on every set.
+func FWHT(x []float32) {
+	n := len(x)
+	if n&(n-1) != 0 {
+		panic("kernels: FWHT of a length that is not a power of two")
+	}
+	scale := 1 / float32(math.Sqrt(float64(n)))
+	for i := range x {
+		x[i] *= scale
+	}
+	for span := 1; span < n; span <<= 1 {
+		for i := 0; i < n; i += 2 * span {
+			a, b := x[i:i+span:i+span], x[i+span:i+2*span:i+2*span]
+			for j := range a {
+				u, v := a[j], b[j]
+				a[j], b[j] = u+v, u-v
+			}
+		}
+	}
+}

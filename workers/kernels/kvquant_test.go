@@ -175,3 +175,42 @@ func bytesHalves(b []byte) []uint16 {
 	}
 	return h
 }
+
+// TestFWHT: FWHT is the product by Sylvester's Hadamard matrix scaled by
+// 1/sqrt(n) (to float32 rounding), and applied twice gives x back.
+func TestFWHT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	for _, n := range []int{1, 2, 8, 64, 128} {
+		x := randVec(rng, n)
+		y := append([]float32(nil), x...)
+		FWHT(y)
+		for i := range n {
+			var s float64
+			for j := range n {
+				sign := 1.0
+				if bitsOnes(i&j)%2 == 1 {
+					sign = -1
+				}
+				s += sign * float64(x[j])
+			}
+			s /= math.Sqrt(float64(n))
+			if math.Abs(s-float64(y[i])) > 1e-5*(1+math.Abs(s)) {
+				t.Fatalf("n %d: [%d] %g, want %g", n, i, y[i], s)
+			}
+		}
+		FWHT(y)
+		for i := range n {
+			if math.Abs(float64(y[i]-x[i])) > 1e-5*(1+math.Abs(float64(x[i]))) {
+				t.Fatalf("n %d: twice gives [%d] %g, was %g", n, i, y[i], x[i])
+			}
+		}
+	}
+}
+
+func bitsOnes(v int) int {
+	n := 0
+	for ; v != 0; v &= v - 1 {
+		n++
+	}
+	return n
+}

@@ -42,6 +42,43 @@ func (m ScrubMode) String() string {
 	return fmt.Sprintf("ScrubMode(%d)", int(m))
 }
 
+// DType is the element type a pool stores K and V in. A quantized type
+// stores each row as 32-value blocks (kernels.QuantizeQ8Halves,
+// QuantizeQ4Halves), so it needs HeadDim to be a multiple of 32.
+type DType string
+
+const (
+	DTypeF16  DType = "f16"  // IEEE half precision (the default)
+	DTypeQ8_0 DType = "q8_0" // 8-bit blocks: 34 bytes per 32 values
+	DTypeQ4_0 DType = "q4_0" // 4-bit blocks: 18 bytes per 32 values
+)
+
+// DTypes lists the element types a pool can store, default first.
+var DTypes = []DType{DTypeF16, DTypeQ8_0, DTypeQ4_0}
+
+// ParseDType returns the element type named s ("" is DTypeF16).
+func ParseDType(s string) (DType, error) {
+	switch d := DType(s); d {
+	case "":
+		return DTypeF16, nil
+	case DTypeF16, DTypeQ8_0, DTypeQ4_0:
+		return d, nil
+	}
+	return "", fmt.Errorf("%w: KV type %q is not one of f16, q8_0, q4_0", ErrConfig, s)
+}
+
+// RowHalves is the storage, in 2-byte units, of one row of n values (n a
+// multiple of 32 for the quantized types).
+func (d DType) RowHalves(n int) int {
+	switch d {
+	case DTypeQ8_0:
+		return n / 32 * kernels.Q8Halves
+	case DTypeQ4_0:
+		return n / 32 * kernels.Q4Halves
+	}
+	return n
+}
+
 // Config describes a pool. Set exactly one of Pages and MemoryBytes.
 type Config struct {
 	Layers   int // transformer layers; > 0
@@ -58,13 +95,20 @@ type Config struct {
 	Poison bool
 	Scrub  ScrubMode
 
+	// DType is the element type K and V are stored in; "" means DTypeF16.
+	// A poisoned quantized row has NaN scales, so it still reads as NaN.
+	DType DType
+
 	// Kernels converts written K and V rows to half precision (bitwise the
 	// same on every set); the zero Set is the process's own.
 	Kernels kernels.Set
 }
 
-// KVDim is the number of half values in one K (or V) row: KVHeads*HeadDim.
+// KVDim is the number of values in one K (or V) row: KVHeads*HeadDim.
 func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
+
+// rowHalves is one K (or V) row's storage in halves.
+func (c Config) rowHalves() int { return c.DType.RowHalves(c.KVDim()) }
 
 // Validate applies the defaults and resolves Pages from MemoryBytes (which
 // becomes 0), or reports the first bad field, wrapping ErrConfig. It is
@@ -75,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
+	}
+	if c.DType == "" {
+		c.DType = DTypeF16
 	}
 	switch c.Scrub {
 	case ScrubOnFree, ScrubNever:
@@ -127,6 +174,12 @@ func (c Config) checkShape() error {
 			return fmt.Errorf("%w: %s must be > 0, got %d", ErrConfig, f.name, f.v)
 		}
 	}
+	if _, err := ParseDType(string(c.DType)); err != nil {
+		return err
+	}
+	if c.DType != DTypeF16 && c.DType != "" && c.HeadDim%32 != 0 {
+		return fmt.Errorf("%w: KV type %s stores 32-value blocks, and head size %d is not a multiple of 32", ErrConfig, c.DType, c.HeadDim)
+	}
 	if c.PageSize < 0 || c.PageSize > MaxPageSize || c.PageSize&(c.PageSize-1) != 0 {
 		return fmt.Errorf("%w: PageSize must be 0 or a power of two up to %d, got %d", ErrConfig, MaxPageSize, c.PageSize)
 	}
@@ -134,7 +187,8 @@ func (c Config) checkShape() error {
 	if ps == 0 {
 		ps = DefaultPageSize
 	}
-	// 2 (K and V) * 2 bytes * Layers * PageSize * KVHeads * HeadDim
+	// 2 (K and V) * 2 bytes * Layers * PageSize * KVHeads * HeadDim, an
+	// upper bound of every type's size
 	b := int64(4)
 	for _, f := range []int64{int64(c.Layers), ps, int64(c.KVHeads), int64(c.HeadDim)} {
 		if b > math.MaxInt64/f {
@@ -146,7 +200,8 @@ func (c Config) checkShape() error {
 }
 
 // BytesPerPage returns the bytes one page takes: K and V, every layer, all
-// PageSize slots, two bytes a value. It validates the shape fields only.
+// PageSize slots, two bytes a value for F16 (34/32 for Q8_0, 18/32 for
+// Q4_0). It validates the shape fields only.
 func (c Config) BytesPerPage() (int64, error) {
 	if err := c.checkShape(); err != nil {
 		return 0, err
@@ -155,7 +210,7 @@ func (c Config) BytesPerPage() (int64, error) {
 	if ps == 0 {
 		ps = DefaultPageSize
 	}
-	return 4 * int64(c.Layers) * int64(ps) * int64(c.KVHeads) * int64(c.HeadDim), nil
+	return 4 * int64(c.Layers) * int64(ps) * int64(c.rowHalves()), nil
 }
 
 // BytesForTokens returns the bytes of the whole pages one sequence of the given

@@ -6,10 +6,6 @@ import (
 	"hash/crc64"
 )
 
-// DTypeF16 names the one element type pages hold: IEEE half precision, stored
-// little-endian on the wire.
-const DTypeF16 = "f16"
-
 // Layout is the shape of a pool's pages: what a peer must agree on before it
 // can accept pages exported from this pool.
 type Layout struct {
@@ -17,7 +13,7 @@ type Layout struct {
 	KVHeads  int
 	HeadDim  int
 	PageSize int    // token slots per page
-	DType    string // element type of K and V; always DTypeF16
+	DType    string // element type of K and V: a DType
 }
 
 // Layout returns the shape of the pool's pages.
@@ -27,16 +23,17 @@ func (p *Pool) Layout() Layout {
 		KVHeads:  p.cfg.KVHeads,
 		HeadDim:  p.cfg.HeadDim,
 		PageSize: p.pageSize,
-		DType:    DTypeF16,
+		DType:    string(p.cfg.DType),
 	}
 }
 
 // PageBytes is the length of an exported page with written slots filled at
 // every layer: per layer a 4-byte count, then written K rows and written V
-// rows of KVHeads*HeadDim two-byte halves each. It does not check written
-// against PageSize.
+// rows of DType.RowHalves(KVHeads*HeadDim) two-byte halves each, each half
+// little-endian (a quantized row's halves are its blocks' bytes in pairs).
+// It does not check written against PageSize.
 func (l Layout) PageBytes(written int) int {
-	return l.Layers * (4 + 2*2*written*l.KVHeads*l.HeadDim)
+	return l.Layers * (4 + 2*2*written*DType(l.DType).RowHalves(l.KVHeads*l.HeadDim))
 }
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
@@ -59,7 +56,7 @@ func (s *Sequence) ExportPage(i int) ([]byte, error) {
 	p := s.pool
 	size := 0
 	for l := range p.layers {
-		size += 4 + 4*int(p.pageWritten[id*p.layers+l].Load())*p.kvDim
+		size += 4 + 4*int(p.pageWritten[id*p.layers+l].Load())*p.row
 	}
 	out := make([]byte, 0, size)
 	p.encodePage(id, func(b []byte) { out = append(out, b...) })
@@ -106,7 +103,7 @@ func (p *Pool) encodePage(id int, emit func([]byte)) {
 		w := p.pageWritten[id*p.layers+l].Load()
 		binary.LittleEndian.PutUint32(buf[:4], w)
 		emit(buf[:4])
-		m := int(w) * p.kvDim
+		m := int(w) * p.row
 		emitHalves(buf[:], p.k[l][off:off+m], emit)
 		emitHalves(buf[:], p.v[l][off:off+m], emit)
 	}
@@ -173,7 +170,7 @@ func (s *Sequence) ImportPage(i int, data []byte) error {
 
 	// Valid: store it. The page belongs to s, so nobody else reads these slots.
 	off := id * p.pageStride
-	m := n * p.kvDim
+	m := n * p.row
 	rest := data
 	for l := range p.layers {
 		rest = rest[4:]
@@ -211,7 +208,7 @@ func (p *Pool) checkPage(data []byte) (int, error) {
 	if want := p.Layout().PageBytes(n); len(data) != want {
 		return 0, fmt.Errorf("%w: %d bytes, want %d for %d slots x %d layers", ErrBadPage, len(data), want, n, p.layers)
 	}
-	per := 4 + 4*n*p.kvDim
+	per := 4 + 4*n*p.row
 	for l := 1; l < p.layers; l++ {
 		if got := binary.LittleEndian.Uint32(data[l*per:]); got != c {
 			return 0, fmt.Errorf("%w: layer %d has %d slots written, layer 0 has %d", ErrBadPage, l, got, c)

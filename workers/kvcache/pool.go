@@ -21,10 +21,11 @@ type Owner struct {
 type Pool struct {
 	cfg        Config // validated: PageSize and Pages set, MemoryBytes 0
 	layers     int
-	kvDim      int
+	kvDim      int // values per K (or V) row
+	row        int // halves per stored row (kvDim for F16)
 	pageSize   int
 	pageShift  uint // log2(pageSize)
-	pageStride int  // halves per page per layer: pageSize*kvDim
+	pageStride int  // halves per page per layer: pageSize*row
 
 	// k and v hold one slice per layer, page-major. A page's contents are
 	// touched only by the sequence that owns it, or by the allocator while the
@@ -64,18 +65,19 @@ func New(cfg Config) (*Pool, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	kvDim := c.KVDim()
-	perLayer := c.Pages * c.PageSize * kvDim
-	if perLayer/c.Pages/c.PageSize != kvDim {
+	kvDim, row := c.KVDim(), c.rowHalves()
+	perLayer := c.Pages * c.PageSize * row
+	if perLayer/c.Pages/c.PageSize != row {
 		return nil, fmt.Errorf("%w: %d pages of %d slots of %d values overflow", ErrConfig, c.Pages, c.PageSize, kvDim)
 	}
 	p := &Pool{
 		cfg:         c,
 		layers:      c.Layers,
 		kvDim:       kvDim,
+		row:         row,
 		pageSize:    c.PageSize,
 		pageShift:   uint(bits.TrailingZeros(uint(c.PageSize))),
-		pageStride:  c.PageSize * kvDim,
+		pageStride:  c.PageSize * row,
 		k:           make([][]uint16, c.Layers),
 		v:           make([][]uint16, c.Layers),
 		pageSeq:     make([]atomic.Uint64, c.Pages),
@@ -272,7 +274,7 @@ func (p *Pool) clean(id int32) {
 	}
 	off := int(id) * p.pageStride
 	for l := range p.layers {
-		n := int(p.pageWritten[int(id)*p.layers+l].Load()) * p.kvDim
+		n := int(p.pageWritten[int(id)*p.layers+l].Load()) * p.row
 		k := p.k[l][off : off+n]
 		v := p.v[l][off : off+n]
 		if p.cfg.Poison {

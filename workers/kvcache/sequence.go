@@ -2,6 +2,8 @@ package kvcache
 
 import (
 	"fmt"
+
+	"github.com/bulkhead-ai/bulkhead/workers/kernels"
 )
 
 // Sequence is one request's KV: the pages it reserved, in order, and how far it
@@ -137,15 +139,32 @@ func (s *Sequence) WriteRows(layer, pos0 int, k, v []float32, n int) error {
 			// anyway rather than trust that.
 			return fmt.Errorf("%w: write to page %d (index %d) of sequence %d", ErrNotOwner, id, pos>>p.pageShift, got)
 		}
-		off := (id<<p.pageShift + slot) * p.kvDim
+		off := (id<<p.pageShift + slot) * p.row
 		m := rows * p.kvDim
-		p.cfg.Kernels.F32ToF16s(dk[off:off+m], k[r*p.kvDim:r*p.kvDim+m])
-		p.cfg.Kernels.F32ToF16s(dv[off:off+m], v[r*p.kvDim:r*p.kvDim+m])
+		p.store(dk[off:off+rows*p.row], k[r*p.kvDim:r*p.kvDim+m])
+		p.store(dv[off:off+rows*p.row], v[r*p.kvDim:r*p.kvDim+m])
 		p.pageWritten[id*p.layers+layer].Store(uint32(slot + rows))
 		r += rows
 	}
 	s.written[layer] = pos0 + n
 	return nil
+}
+
+// store writes rows of kvDim values (len(src) a multiple of it) into dst in
+// the pool's element type.
+func (p *Pool) store(dst []uint16, src []float32) {
+	switch p.cfg.DType {
+	case DTypeQ8_0:
+		for r := 0; r < len(src); r += p.kvDim {
+			kernels.QuantizeQ8Halves(dst[r/p.kvDim*p.row:], src[r:r+p.kvDim])
+		}
+	case DTypeQ4_0:
+		for r := 0; r < len(src); r += p.kvDim {
+			kernels.QuantizeQ4Halves(dst[r/p.kvDim*p.row:], src[r:r+p.kvDim])
+		}
+	default:
+		p.cfg.Kernels.F32ToF16s(dst, src)
+	}
 }
 
 // View checks that this sequence owns every page covering positions [0, n) and
@@ -189,7 +208,8 @@ func (s *Sequence) View(layer, n int) (View, error) {
 		v:         p.v[layer],
 		pages:     s.pages[:np:np],
 		n:         n,
-		kvDim:     p.kvDim,
+		row:       p.row,
+		dtype:     p.cfg.DType,
 		pageShift: p.pageShift,
 		seq:       s,
 	}, nil
@@ -235,8 +255,8 @@ func (s *Sequence) Rewind(n int) error {
 			}
 			slot := pos & (p.pageSize - 1)
 			end := min((i+1)<<p.pageShift, w)
-			off := (int(id)<<p.pageShift + slot) * p.kvDim
-			m := (end - pos) * p.kvDim
+			off := (int(id)<<p.pageShift + slot) * p.row
+			m := (end - pos) * p.row
 			if p.cfg.Poison {
 				fill(p.k[l][off:off+m], PoisonF16)
 				fill(p.v[l][off:off+m], PoisonF16)

@@ -11,7 +11,8 @@ type View struct {
 	k, v      []uint16 // the layer's whole K and V storage
 	pages     []int32  // page ids covering [0, n)
 	n         int
-	kvDim     int
+	row       int   // halves per stored row
+	dtype     DType // what the halves hold
 	pageShift uint
 	seq       *Sequence
 }
@@ -19,16 +20,24 @@ type View struct {
 // Len is the number of positions in the view.
 func (w *View) Len() int { return w.n }
 
-// K returns position pos's K row: KVHeads*HeadDim halves, head-major.
+// DType is the element type of the view's rows.
+func (w *View) DType() DType { return w.dtype }
+
+// RowHalves is the length of each row K, V, KPage and VPage return, in
+// halves: KVHeads*HeadDim for F16; for a quantized type the heads' blocks,
+// head-major (head h starts at h*DType.RowHalves(HeadDim)).
+func (w *View) RowHalves() int { return w.row }
+
+// K returns position pos's K row: RowHalves halves, head-major.
 func (w *View) K(pos int) []uint16 {
 	off := w.rowOffset(pos)
-	return w.k[off : off+w.kvDim : off+w.kvDim]
+	return w.k[off : off+w.row : off+w.row]
 }
 
-// V returns position pos's V row: KVHeads*HeadDim halves, head-major.
+// V returns position pos's V row, laid out as K's.
 func (w *View) V(pos int) []uint16 {
 	off := w.rowOffset(pos)
-	return w.v[off : off+w.kvDim : off+w.kvDim]
+	return w.v[off : off+w.row : off+w.row]
 }
 
 func (w *View) rowOffset(pos int) int {
@@ -39,7 +48,7 @@ func (w *View) rowOffset(pos int) int {
 		panic("kvcache: view used after its sequence was freed")
 	}
 	mask := 1<<w.pageShift - 1
-	return (int(w.pages[pos>>w.pageShift])<<w.pageShift + pos&mask) * w.kvDim
+	return (int(w.pages[pos>>w.pageShift])<<w.pageShift + pos&mask) * w.row
 }
 
 // NumPages is the number of pages covering the view's positions.
@@ -58,7 +67,7 @@ func (w *View) PageLen(i int) int {
 }
 
 // KPage returns the K rows of the view's positions in page i, contiguous:
-// PageLen(i) rows of KVDim halves. Position i*PageSize+j is row j.
+// PageLen(i) rows of RowHalves halves. Position i*PageSize+j is row j.
 func (w *View) KPage(i int) []uint16 {
 	off, m := w.pageSpan(i)
 	return w.k[off : off+m : off+m]
@@ -75,5 +84,5 @@ func (w *View) pageSpan(i int) (off, m int) {
 	if w.seq.freed {
 		panic("kvcache: view used after its sequence was freed")
 	}
-	return int(w.pages[i]) << w.pageShift * w.kvDim, rows * w.kvDim
+	return int(w.pages[i]) << w.pageShift * w.row, rows * w.row
 }
