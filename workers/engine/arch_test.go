@@ -48,15 +48,36 @@ func TestArchBatchInvariance(t *testing.T) {
 	for _, ks := range kernelSets(t) {
 		for _, name := range archFiles {
 			t.Run(ks.String()+"/"+name, func(t *testing.T) {
-				testArchInvariance(t, loadArchOn(t, name, ks), prompts, n)
+				testArchInvariance(t, loadArchOn(t, name, ks), prompts, n, "")
 			})
 		}
 	}
 }
 
-func testArchInvariance(t *testing.T, m *Model, prompts [][]int32, n int) {
+// TestArchBatchInvarianceKVTypes is TestArchBatchInvariance with the KV
+// cache in Q8_0 and Q4_0: alone, a prompt's rows go through attention four
+// at a time and a decode step's query heads four at a time; in the batches,
+// with 3- and 7-token chunks, rows mostly one at a time. Every way computes
+// each row exactly as the others.
+func TestArchBatchInvarianceKVTypes(t *testing.T) {
+	prompts := [][]int32{
+		{1, 291, 376, 400, 428, 352, 303, 267, 265, 282, 295, 433, 291, 376, 400, 428, 352, 303, 267, 265, 282},
+		{1, 300, 301, 302, 303, 304, 305, 306, 307},
+	}
+	for _, ks := range kernelSets(t) {
+		for _, name := range archFiles {
+			for _, kt := range []kvcache.DType{kvcache.DTypeQ8_0, kvcache.DTypeQ4_0} {
+				t.Run(ks.String()+"/"+name+"/"+string(kt), func(t *testing.T) {
+					testArchInvariance(t, loadArchOn(t, name, ks), prompts, 24, kt)
+				})
+			}
+		}
+	}
+}
+
+func testArchInvariance(t *testing.T, m *Model, prompts [][]int32, n int, kt kvcache.DType) {
 	ref := make([][]int32, len(prompts))
-	alone := startEngine(t, m, Config{Threads: 1, Poison: true})
+	alone := startEngine(t, m, Config{Threads: 1, Poison: true, KVType: kt})
 	for i, p := range prompts {
 		res, err := alone.Generate(context.Background(), greedy(p, n))
 		if err != nil {
@@ -68,6 +89,7 @@ func testArchInvariance(t *testing.T, m *Model, prompts [][]int32, n int) {
 		{Threads: 2, Poison: true, KVTokens: 2048, ChunkSize: 3, MaxBatch: 4},
 		{Threads: 2, KVTokens: 2048, ChunkSize: 7, MaxBatch: 3, Scrub: kvcache.ScrubNever},
 	} {
+		cfg.KVType = kt
 		e := startEngine(t, m, cfg)
 		for _, p := range prompts { // dirty the pool
 			if _, err := e.Generate(context.Background(), greedy(p, 30)); err != nil {

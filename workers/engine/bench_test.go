@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"testing"
 
+	"github.com/bulkhead-ai/bulkhead/workers/kvcache"
 	"github.com/bulkhead-ai/bulkhead/workers/sample"
 )
 
@@ -310,4 +312,44 @@ func benchModel(b *testing.B) *Model {
 	}
 	b.Cleanup(func() { m.Close() })
 	return m
+}
+
+// BenchmarkDecodeLongContext reports batch-1 decode tokens/s from a
+// 2,048-token context (32 tokens per iteration), the attention-heavy case a
+// quantized KV cache must not slow down: BULKHEAD_BENCH_KV_TYPE (f16, q8_0
+// or q4_0; default f16) on BULKHEAD_BENCH_MODEL (a model whose head size is a
+// multiple of 32 for the quantized types).
+func BenchmarkDecodeLongContext(b *testing.B) {
+	m := benchModel(b)
+	kt, err := kvcache.ParseDType(os.Getenv("BULKHEAD_BENCH_KV_TYPE"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const ctx, gen = 2048, 32
+	e := startEngine(b, m, Config{Threads: 2, Context: ctx + gen, KVTokens: ctx + gen, MaxBatch: 1, Draft: -1, KVType: kt})
+	rng := rand.New(rand.NewPCG(5, 6))
+	prompt := make([]int32, ctx)
+	for i := range prompt {
+		prompt[i] = int32(rng.IntN(m.Hyper.Vocab))
+	}
+	// One request keeps its context: prefill once, then time decode steps
+	// through a prediction-free request that only generates.
+	for b.Loop() {
+		b.StopTimer()
+		ch, err := e.Submit(context.Background(), Request{Owner: own, Prompt: prompt, MaxTokens: gen, IgnoreEOS: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		first := true
+		for ev := range ch {
+			if ev.Err != nil {
+				b.Fatal(ev.Err)
+			}
+			if first { // the prompt is prefilled: time the decode steps
+				first = false
+				b.StartTimer()
+			}
+		}
+	}
+	b.ReportMetric(float64(gen-1)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 }

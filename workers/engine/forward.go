@@ -136,8 +136,11 @@ type attnScratch struct {
 	s4     [attnBlock][]float32 // attend4, attendHeads: each row's scores
 	pad    [attnBlock][]float32 // attendHeads: outputs of the unused query slots
 	scores []float32
-	w16    []uint16 // softmax weights rounded to half
-	qq     []byte   // attendQ: the query as Q8_0 blocks
+	w16    []uint16  // softmax weights rounded to half
+	qq     []byte    // attendQ: the query as Q8_0 blocks
+	qq4    []byte    // attendQHeads: 4 queries as Q8_0 blocks
+	sq     []float32 // attendQHeads: 4 rows of scores
+	o4     []float32 // attendQHeads: 4 outputs
 }
 
 func newForward(m *Model, pool *kernels.Pool, rot kvRot) *forward {
@@ -153,6 +156,8 @@ func newForward(m *Model, pool *kernels.Pool, rot kvRot) *forward {
 		fw.slot[i].ks = m.kernels
 		fw.slot[i].q16 = make([]uint16, m.Hyper.HeadDim)
 		fw.slot[i].qq = make([]byte, m.Hyper.HeadDim/32*2*kernels.Q8Halves)
+		fw.slot[i].qq4 = make([]byte, attnBlock*m.Hyper.HeadDim/32*2*kernels.Q8Halves)
+		fw.slot[i].o4 = make([]float32, attnBlock*m.Hyper.HeadDim)
 		fw.slot[i].qf = make([]float32, m.Hyper.HeadDim)
 		fw.slot[i].q16x4 = make([]uint16, attnBlock*m.Hyper.HeadDim)
 		fw.slot[i].qf4 = make([]float32, attnBlock*m.Hyper.HeadDim)
@@ -555,18 +560,7 @@ func (fw *forward) attendItem(sc *attnScratch, it attnItem) {
 		scale: a.scale, softCap: h.AttnSoftCap}
 	if dt := ah.view.DType(); dt != kvcache.DTypeF16 {
 		ah.koff, ah.kvd = it.head/a.group*dt.RowHalves(a.hd), ah.view.RowHalves()
-		for i := range g.n {
-			r := g.row + i
-			pos := fw.rowPos[r]
-			for hi := it.head; hi < it.head+it.nh; hi++ {
-				copy(sc.qf, fw.q[r*a.qd+hi*a.hd:r*a.qd+(hi+1)*a.hd])
-				rotateRows(sc.qf, fw.rot.k)
-				kernels.QuantizeQ8Row(sc.qq, sc.qf)
-				out := fw.att[r*a.qd+hi*a.hd : r*a.qd+(hi+1)*a.hd]
-				sc.attendQ(out, &ah, fw.windowStart(pos), pos+1)
-				rotateRows(out, fw.rot.v)
-			}
-		}
+		fw.attendQItem(sc, it, g, &ah)
 		return
 	}
 	head := it.head
@@ -599,6 +593,60 @@ func (fw *forward) attendItem(sc *attnScratch, it attnItem) {
 			sc.attend(fw.att[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd], &ah, fw.windowStart(pos), pos+1)
 		}
 	}
+}
+
+// attendQItem computes an item over a quantized KV cache: a row's heads that
+// share a KV head together (attendQHeads), every other row and head alone
+// (attendQ). Queries are rotated and quantized, outputs rotated back, as
+// llama.cpp's flash attention over such a cache (kvRot).
+func (fw *forward) attendQItem(sc *attnScratch, it attnItem, g attnGroup, ah *attnHead) {
+	a := &fw.aj
+	if it.nh > 1 {
+		r, pos := g.row, fw.rowPos[g.row]
+		nb := a.hd / 32 * 2 * kernels.Q8Halves
+		var outs [attnBlock][]float32
+		for i := range attnBlock {
+			hi := it.head + min(i, it.nh-1) // unused slots repeat the last head
+			fw.quantQuery(sc.qq4[i*nb:(i+1)*nb], sc.qf, r, hi)
+			outs[i] = fw.att[r*a.qd+hi*a.hd : r*a.qd+(hi+1)*a.hd]
+		}
+		sc.attendQHeads(&outs, it.nh, ah, fw.windowStart(pos), pos+1)
+		for i := range it.nh {
+			rotateRows(outs[i], fw.rot.v)
+		}
+		return
+	}
+	if g.n == attnBlock && a.window == 0 {
+		nb := a.hd / 32 * 2 * kernels.Q8Halves
+		var outs [attnBlock][]float32
+		for i := range attnBlock {
+			r := g.row + i
+			fw.quantQuery(sc.qq4[i*nb:(i+1)*nb], sc.qf, r, it.head)
+			outs[i] = fw.att[r*a.qd+it.head*a.hd : r*a.qd+(it.head+1)*a.hd]
+		}
+		sc.attendQRows(&outs, ah, fw.rowPos[g.row])
+		for i := range attnBlock {
+			rotateRows(outs[i], fw.rot.v)
+		}
+		return
+	}
+	for i := range g.n {
+		r := g.row + i
+		pos := fw.rowPos[r]
+		fw.quantQuery(sc.qq, sc.qf, r, it.head)
+		out := fw.att[r*a.qd+it.head*a.hd : r*a.qd+(it.head+1)*a.hd]
+		sc.attendQ(out, ah, fw.windowStart(pos), pos+1)
+		rotateRows(out, fw.rot.v)
+	}
+}
+
+// quantQuery writes row r's query for head, rotated (kvRot), as Q8_0
+// blocks into qq; qf is scratch of the head's size.
+func (fw *forward) quantQuery(qq []byte, qf []float32, r, head int) {
+	a := &fw.aj
+	copy(qf, fw.q[r*a.qd+head*a.hd:r*a.qd+(head+1)*a.hd])
+	rotateRows(qf, fw.rot.k)
+	kernels.QuantizeQ8Row(qq, qf)
 }
 
 // halfQuery rounds row r's query for head to half into q16, and gives it
@@ -729,6 +777,11 @@ func (sc *attnScratch) attendHeads(outs *[attnBlock][]float32, nh int, ah *attnH
 	}
 }
 
+// prefetchQ is prefetch for a quantized page: width halves of each row.
+func (sc *attnScratch) prefetchQ(ah *attnHead, page []uint16, width int) {
+	sc.ks.PrefetchRows(page[ah.koff:], ah.kvd, len(page)/ah.kvd, width)
+}
+
 // prefetch asks for the head's hd columns of every row of a K or V page to
 // be brought into cache while the page before it is worked on. Decode steps
 // of many sequences read more KV than the caches hold, and the hardware does
@@ -823,6 +876,143 @@ func (sc *attnScratch) attendQ(out []float32, ah *attnHead, t0, n int) {
 			sc.ks.AxpysQ4(out, scores[t+j0-t0:t+j1-t0], vp, stride)
 		}
 		t += pl
+	}
+}
+
+// attendQHeads is attendQ for the first nh of attnBlock queries of one row
+// (sc.qq4) that read the same KV head over positions [t0, n), the rest
+// filling the kernels' slots and discarded: each K and V page goes through
+// the four-query kernels once for all of them, and each query's result is
+// bitwise attendQ's.
+func (sc *attnScratch) attendQHeads(outs *[attnBlock][]float32, nh int, ah *attnHead, t0, n int) {
+	view, koff, stride := ah.view, ah.koff, ah.kvd
+	q8 := view.DType() == kvcache.DTypeQ8_0
+	m := n - t0
+	if cap(sc.sq) < attnBlock*m {
+		sc.sq = make([]float32, attnBlock*m, 2*attnBlock*m)
+	}
+	sq := sc.sq[:attnBlock*m]
+	ps := view.PageSize()
+	first, np := t0/ps, view.NumPages()
+	width := view.DType().RowHalves(len(outs[0]))
+	for p := first; p < min(first+2, np); p++ {
+		sc.prefetchQ(ah, view.KPage(p), width)
+	}
+	for p, t := first, first*ps; t < n; p++ {
+		pl := view.PageLen(p)
+		// As attendHeads: the page after next is asked for ahead, K pages
+		// while scoring, then the first V pages for the value sums.
+		switch {
+		case p+2 < np:
+			sc.prefetchQ(ah, view.KPage(p+2), width)
+		case p+2-np < 2 && first+p+2-np < np:
+			sc.prefetchQ(ah, view.VPage(first+p+2-np), width)
+		}
+		j0, j1 := max(0, t0-t), min(pl, n-t)
+		kp := view.KPage(p)[j0*stride+koff:]
+		if q8 {
+			sc.ks.Dots4Q8(sq[t+j0-t0:], m, j1-j0, sc.qq4, kp, stride, ah.scale)
+		} else {
+			sc.ks.Dots4Q4(sq[t+j0-t0:], m, j1-j0, sc.qq4, kp, stride, ah.scale)
+		}
+		t += pl
+	}
+	for i := range attnBlock {
+		if i < nh {
+			sc.softmax(sq[i*m:(i+1)*m], ah.softCap)
+		} else {
+			clear(sq[i*m : (i+1)*m]) // unused slots: no weights
+		}
+	}
+	hd := len(outs[0])
+	o4 := sc.o4[:attnBlock*hd]
+	clear(o4)
+	for p, t := first, first*ps; t < n; p++ {
+		pl := view.PageLen(p)
+		if p+2 < np {
+			sc.prefetchQ(ah, view.VPage(p+2), width)
+		}
+		j0, j1 := max(0, t0-t), min(pl, n-t)
+		vp := view.VPage(p)[j0*stride+koff:]
+		if q8 {
+			sc.ks.Axpys4Q8(o4, sq[t+j0-t0:], m, j1-j0, vp, stride)
+		} else {
+			sc.ks.Axpys4Q4(o4, sq[t+j0-t0:], m, j1-j0, vp, stride)
+		}
+		t += pl
+	}
+	for i := range nh {
+		copy(outs[i], o4[i*hd:(i+1)*hd])
+	}
+}
+
+// attendQRows is attendQ for 4 consecutive rows of one head at positions
+// p0..p0+3 with no window (sc.qq4 holds their queries): keys [0, p0] are
+// shared and go through the four-query kernels page by page, row i's last i
+// keys through the one-query ones; each row's result is bitwise attendQ's.
+func (sc *attnScratch) attendQRows(outs *[attnBlock][]float32, ah *attnHead, p0 int) {
+	view, koff, stride := ah.view, ah.koff, ah.kvd
+	q8 := view.DType() == kvcache.DTypeQ8_0
+	n0 := p0 + 1 // keys every row reads
+	m := n0 + attnBlock - 1
+	if cap(sc.sq) < attnBlock*m {
+		sc.sq = make([]float32, attnBlock*m, 2*attnBlock*m)
+	}
+	sq := sc.sq[:attnBlock*m]
+	nb := len(sc.qq4) / attnBlock
+	last := n0 + attnBlock - 1
+	for p, t := 0, 0; t < last; p++ {
+		pl := view.PageLen(p)
+		kp := view.KPage(p)
+		if e := min(t+pl, n0); e > t {
+			if q8 {
+				sc.ks.Dots4Q8(sq[t:], m, e-t, sc.qq4, kp[koff:], stride, ah.scale)
+			} else {
+				sc.ks.Dots4Q4(sq[t:], m, e-t, sc.qq4, kp[koff:], stride, ah.scale)
+			}
+		}
+		for i := 1; i < attnBlock; i++ {
+			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
+				qi, ki := sc.qq4[i*nb:(i+1)*nb], kp[(a-t)*stride+koff:]
+				if q8 {
+					sc.ks.DotsQ8(sq[i*m+a:i*m+b], qi, ki, stride, ah.scale)
+				} else {
+					sc.ks.DotsQ4(sq[i*m+a:i*m+b], qi, ki, stride, ah.scale)
+				}
+			}
+		}
+		t += pl
+	}
+	for i := range attnBlock {
+		sc.softmax(sq[i*m:i*m+n0+i], ah.softCap)
+	}
+	hd := len(outs[0])
+	o4 := sc.o4[:attnBlock*hd]
+	clear(o4)
+	for p, t := 0, 0; t < last; p++ {
+		pl := view.PageLen(p)
+		vp := view.VPage(p)
+		if e := min(t+pl, n0); e > t {
+			if q8 {
+				sc.ks.Axpys4Q8(o4, sq[t:], m, e-t, vp[koff:], stride)
+			} else {
+				sc.ks.Axpys4Q4(o4, sq[t:], m, e-t, vp[koff:], stride)
+			}
+		}
+		for i := 1; i < attnBlock; i++ {
+			if a, b := max(t, n0), min(t+pl, n0+i); b > a {
+				oi, vi := o4[i*hd:(i+1)*hd], vp[(a-t)*stride+koff:]
+				if q8 {
+					sc.ks.AxpysQ8(oi, sq[i*m+a:i*m+b], vi, stride)
+				} else {
+					sc.ks.AxpysQ4(oi, sq[i*m+a:i*m+b], vi, stride)
+				}
+			}
+		}
+		t += pl
+	}
+	for i := range attnBlock {
+		copy(outs[i], o4[i*hd:(i+1)*hd])
 	}
 }
 

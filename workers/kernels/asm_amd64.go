@@ -287,3 +287,18 @@ func axpysQ8AVX(dst *float32, w *float32, v *byte, vstride uintptr, nk int, nb i
 
 //go:noescape
 func axpysQ4AVX(dst *float32, w *float32, v *byte, vstride uintptr, nk int, nb int)
+
+// dots4Q8AVX, dots4Q4AVX, axpys4Q8AVX and axpys4Q4AVX are the four-query
+// forms of the KV kernels (kvquant_avx2_amd64.s).
+//
+//go:noescape
+func dots4Q8AVX(out *float32, ostride uintptr, q *byte, k *byte, kstride uintptr, nk int, nb int, scale float32)
+
+//go:noescape
+func dots4Q4AVX(out *float32, ostride uintptr, q *byte, k *byte, kstride uintptr, nk int, nb int, scale float32)
+
+//go:noescape
+func axpys4Q8AVX(dst *float32, dstride uintptr, w *float32, wstride uintptr, v *byte, vstride uintptr, nk int, nb int)
+
+//go:noescape
+func axpys4Q4AVX(dst *float32, dstride uintptr, w *float32, wstride uintptr, v *byte, vstride uintptr, nk int, nb int)

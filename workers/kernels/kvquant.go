@@ -45,9 +45,17 @@ func QuantizeQ8Row(dst []byte, x []float32) {
 			id = 127 / amax
 		}
 		for j, v := range xs {
-			o[2+j] = byte(int8(math.RoundToEven(float64(v * id))))
+			o[2+j] = byte(int8(roundEven(v * id)))
 		}
 	}
+}
+
+// roundEven rounds x (|x| < 2^22) to the nearest integer, ties to even, as
+// the CPU's default rounding does: adding and taking back 1.5*2^23 leaves no
+// fraction bits in between.
+func roundEven(x float32) float32 {
+	const magic = 1.5 * (1 << 23)
+	return float32(x+magic) - magic
 }
 
 // QuantizeQ8Halves is QuantizeQ8Row into a row of halves (len(x)/32*17).
@@ -215,6 +223,81 @@ func FWHT(x []float32) {
 				u, v := a[j], b[j]
 				a[j], b[j] = u+v, u-v
 			}
+		}
+	}
+}
+
+// Dots4Q8 is DotsQ8 for the four queries held one after another in q (each
+// a Q8_0 row of nb blocks, len(q) = 4*nb*34) against the same nk keys: the
+// query heads that share a KV head. It sets out[i*ostride+j] = dot(key j,
+// query i) * scale, bitwise four DotsQ8 calls; each key is loaded once for
+// the four.
+func (ks Set) Dots4Q8(out []float32, ostride, nk int, q []byte, k []uint16, stride int, scale float32) {
+	ks.dots4Q(out, ostride, nk, q, k, stride, scale, Q8Halves)
+}
+
+// Dots4Q4 is Dots4Q8 for Q4_0 keys.
+func (ks Set) Dots4Q4(out []float32, ostride, nk int, q []byte, k []uint16, stride int, scale float32) {
+	ks.dots4Q(out, ostride, nk, q, k, stride, scale, Q4Halves)
+}
+
+func (ks Set) dots4Q(out []float32, ostride, nk int, q []byte, k []uint16, stride int, scale float32, bh int) {
+	nb := len(q) / 4 / q8Block
+	if nk == 0 || nb == 0 {
+		return
+	}
+	_ = out[3*ostride+nk-1]
+	_ = k[(nk-1)*stride+nb*bh-1]
+	if ks.asm() {
+		kb := halfBytes(k)
+		if bh == Q8Halves {
+			dots4Q8AVX(&out[0], uintptr(4*ostride), &q[0], &kb[0], uintptr(2*stride), nk, nb, scale)
+		} else {
+			dots4Q4AVX(&out[0], uintptr(4*ostride), &q[0], &kb[0], uintptr(2*stride), nk, nb, scale)
+		}
+		return
+	}
+	for i := range 4 {
+		ks.dotsQ(out[i*ostride:i*ostride+nk], q[i*nb*q8Block:(i+1)*nb*q8Block], k, stride, scale, bh)
+	}
+}
+
+// Axpys4Q8 is AxpysQ8 for four outputs sharing the values: dst holds the 4
+// outputs one after another (len(dst)/4 values each, a multiple of 32), and
+// query i's weight for key j is w[i*wstride+j], j < nk. Bitwise four AxpysQ8
+// calls; each value row is loaded and converted once for the four.
+func (ks Set) Axpys4Q8(dst []float32, w []float32, wstride, nk int, v []uint16, stride int) {
+	ks.axpys4Q(dst, w, wstride, nk, v, stride, Q8Halves)
+}
+
+// Axpys4Q4 is Axpys4Q8 for Q4_0 values.
+func (ks Set) Axpys4Q4(dst []float32, w []float32, wstride, nk int, v []uint16, stride int) {
+	ks.axpys4Q(dst, w, wstride, nk, v, stride, Q4Halves)
+}
+
+func (ks Set) axpys4Q(dst []float32, w []float32, wstride, nk int, v []uint16, stride int, bh int) {
+	hd := len(dst) / 4
+	nb := hd / 32
+	if nk == 0 || nb == 0 {
+		return
+	}
+	_ = w[3*wstride+nk-1]
+	_ = v[(nk-1)*stride+nb*bh-1]
+	if ks.asm() {
+		vb := halfBytes(v)
+		if bh == Q8Halves {
+			axpys4Q8AVX(&dst[0], uintptr(4*hd), &w[0], uintptr(4*wstride), &vb[0], uintptr(2*stride), nk, nb)
+		} else {
+			axpys4Q4AVX(&dst[0], uintptr(4*hd), &w[0], uintptr(4*wstride), &vb[0], uintptr(2*stride), nk, nb)
+		}
+		return
+	}
+	for i := range 4 {
+		o, wi := dst[i*hd:(i+1)*hd], w[i*wstride:i*wstride+nk]
+		if bh == Q8Halves {
+			ks.AxpysQ8(o, wi, v, stride)
+		} else {
+			ks.AxpysQ4(o, wi, v, stride)
 		}
 	}
 }

@@ -214,3 +214,83 @@ func bitsOnes(v int) int {
 	}
 	return n
 }
+
+// TestKVQuant4Queries: the four-query kernels give, for each query, the bits
+// of the one-query kernels on every set, at every key count.
+func TestKVQuant4Queries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 48))
+	for _, bh := range []int{Q8Halves, Q4Halves} {
+		for _, hd := range []int{32, 64, 128} {
+			for _, nk := range []int{1, 3, 5, 16} {
+				stride := 2*hd/32*bh + 3
+				k := make([]uint16, nk*stride)
+				v := make([]uint16, nk*stride)
+				for j := range nk {
+					if bh == Q8Halves {
+						QuantizeQ8Halves(k[j*stride:], randVec(rng, hd))
+						QuantizeQ8Halves(v[j*stride:], randVec(rng, hd))
+					} else {
+						QuantizeQ4Halves(k[j*stride:], randVec(rng, hd))
+						QuantizeQ4Halves(v[j*stride:], randVec(rng, hd))
+					}
+				}
+				nb := hd / 32
+				q := make([]byte, 4*nb*q8Block)
+				for i := range 4 {
+					QuantizeQ8Row(q[i*nb*q8Block:], randVec(rng, hd))
+				}
+				const ostride = 19
+				w := randVec(rng, 3*ostride+nk)
+				init := randVec(rng, 4*hd)
+				eachSet(t, func(t *testing.T, ks Set) {
+					out := make([]float32, 3*ostride+nk)
+					dst := append([]float32(nil), init...)
+					if bh == Q8Halves {
+						ks.Dots4Q8(out, ostride, nk, q, k, stride, 0.25)
+						ks.Axpys4Q8(dst, w, ostride, nk, v, stride)
+					} else {
+						ks.Dots4Q4(out, ostride, nk, q, k, stride, 0.25)
+						ks.Axpys4Q4(dst, w, ostride, nk, v, stride)
+					}
+					for i := range 4 {
+						one := make([]float32, nk)
+						o := append([]float32(nil), init[i*hd:(i+1)*hd]...)
+						qi := q[i*nb*q8Block : (i+1)*nb*q8Block]
+						if bh == Q8Halves {
+							ks.DotsQ8(one, qi, k, stride, 0.25)
+							ks.AxpysQ8(o, w[i*ostride:i*ostride+nk], v, stride)
+						} else {
+							ks.DotsQ4(one, qi, k, stride, 0.25)
+							ks.AxpysQ4(o, w[i*ostride:i*ostride+nk], v, stride)
+						}
+						for j := range nk {
+							if math.Float32bits(one[j]) != math.Float32bits(out[i*ostride+j]) {
+								t.Fatalf("block %d hd %d keys %d: query %d key %d score %g, one query %g", bh, hd, nk, i, j, out[i*ostride+j], one[j])
+							}
+						}
+						for x := range hd {
+							if math.Float32bits(o[x]) != math.Float32bits(dst[i*hd+x]) {
+								t.Fatalf("block %d hd %d keys %d: query %d value [%d] %g, one query %g", bh, hd, nk, i, x, dst[i*hd+x], o[x])
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestRoundEven: roundEven is math.RoundToEven over the range Q8_0 uses,
+// ties included.
+func TestRoundEven(t *testing.T) {
+	rng := rand.New(rand.NewPCG(49, 50))
+	for i := range 200000 {
+		x := float32(rng.Float64()*300 - 150)
+		if i%4 == 0 {
+			x = float32(int(x)) + 0.5 // a tie
+		}
+		if got, want := roundEven(x), float32(math.RoundToEven(float64(x))); got != want {
+			t.Fatalf("roundEven(%v) = %v, want %v", x, got, want)
+		}
+	}
+}
