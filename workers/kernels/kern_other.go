@@ -126,8 +126,12 @@ func axpys4F16Z(*float32, *float32, *float32, *float32, *float32, *float32, *flo
 func axpysQ8AVX(*float32, *float32, *byte, uintptr, int, int) { panic("kernels: no asm") }
 func axpysQ4AVX(*float32, *float32, *byte, uintptr, int, int) { panic("kernels: no asm") }
 
-func dots4Q8AVX(*float32, uintptr, *byte, *byte, uintptr, int, int, float32) { panic("kernels: no asm") }
-func dots4Q4AVX(*float32, uintptr, *byte, *byte, uintptr, int, int, float32) { panic("kernels: no asm") }
+func dots4Q8AVX(*float32, uintptr, *byte, *byte, uintptr, int, int, float32) {
+	panic("kernels: no asm")
+}
+func dots4Q4AVX(*float32, uintptr, *byte, *byte, uintptr, int, int, float32) {
+	panic("kernels: no asm")
+}
 func axpys4Q8AVX(*float32, uintptr, *float32, uintptr, *byte, uintptr, int, int) {
 	panic("kernels: no asm")
 }
