@@ -273,7 +273,7 @@ func (e *engineFlags) engines(log *slog.Logger, cat *catalog.Catalog, b kvBudget
 		}
 		kv := en.KV()
 		log.Info("model ready", append([]any{"model", cm.Name, "path", cm.Path, "context", en.Context(),
-			"kv_pool_tokens", kv.MaxTokens(), "kv_pool_bytes", int64(kv.TotalPages()) * kv.BytesPerPage()}, pool.attrs(b)...)...)
+			"kv_type", kv.Config().DType, "kv_pool_tokens", kv.MaxTokens(), "kv_pool_bytes", int64(kv.TotalPages()) * kv.BytesPerPage()}, pool.attrs(b)...)...)
 	}
 	return out, stop, nil
 }

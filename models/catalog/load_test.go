@@ -44,6 +44,7 @@ func TestParseFieldErrors(t *testing.T) {
 		{"kv bytes float", one + "    kv_pool_bytes: 1.5\n", "@cf/meta/m", 0, "kv_pool_bytes", "not a whole number", ErrInvalid, 1},
 		{"negative draft tokens", one + "    draft_tokens: -1\n", "@cf/meta/m", 0, "draft_tokens", "-1 is negative", ErrInvalid, 1},
 		{"too many draft tokens", one + "    draft_tokens: 17\n", "@cf/meta/m", 0, "draft_tokens", "over the limit", ErrInvalid, 1},
+		{"unknown KV type", one + "    kv_type: q5_0\n", "@cf/meta/m", 0, "kv_type", `"q5_0" is not one of f16, q8_0, q4_0`, ErrInvalid, 1},
 		{"both kv sizes", one + "    kv_pool_tokens: 1024\n    kv_pool_bytes: 1MiB\n", "@cf/meta/m", 0, "kv_pool_bytes", "at most one", ErrInvalid, 1},
 		{"negative prompt price", one + "    prices: {neurons_per_m_prompt_tokens: -1}\n", "@cf/meta/m", 0, "prices.neurons_per_m_prompt_tokens", ">= 0", ErrInvalid, 1},
 		{"NaN completion price", one + "    prices: {neurons_per_m_completion_tokens: .nan}\n", "@cf/meta/m", 0, "prices.neurons_per_m_completion_tokens", "finite", ErrInvalid, 1},
@@ -415,6 +416,20 @@ func TestDraftTokens(t *testing.T) {
 		}
 		if got := c.Models()[0].DraftTokens; got != tc.want {
 			t.Errorf("%q: DraftTokens %d, want %d", tc.yaml, got, tc.want)
+		}
+	}
+}
+
+// TestKVType: kv_type absent leaves the worker's --kv-type (""); a named
+// type is kept.
+func TestKVType(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{{"", ""}, {"    kv_type: q8_0\n", "q8_0"}, {"    kv_type: q4_0\n", "q4_0"}, {"    kv_type: f16\n", "f16"}} {
+		c, err := Parse([]byte("models:\n  - name: m\n    path: m.gguf\n"+tc.yaml), "/cat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Models()[0].KVType; got != tc.want {
+			t.Errorf("%q: KVType %q, want %q", tc.yaml, got, tc.want)
 		}
 	}
 }

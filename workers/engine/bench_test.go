@@ -96,8 +96,20 @@ func TestDecodeAllocs(t *testing.T) {
 // layer, attention over the paged cache, logits) and greedy sampling allocate
 // nothing on the heap in steady state.
 func TestDecodeStepAllocs(t *testing.T) {
-	m := loadStories(t)
-	e, err := New(nil, m, Config{Threads: 2})
+	checkDecodeStepAllocs(t, loadStories(t), "")
+}
+
+// TestDecodeStepAllocsKVTypes is TestDecodeStepAllocs with the KV cache in
+// Q8_0 and Q4_0, on a model whose heads they hold (qwen3: 128 values, two
+// query heads per KV head).
+func TestDecodeStepAllocsKVTypes(t *testing.T) {
+	for _, kt := range []kvcache.DType{kvcache.DTypeQ8_0, kvcache.DTypeQ4_0} {
+		t.Run(string(kt), func(t *testing.T) { checkDecodeStepAllocs(t, loadArch(t, "qwen3-tiny-f32.gguf"), kt) })
+	}
+}
+
+func checkDecodeStepAllocs(t *testing.T, m *Model, kt kvcache.DType) {
+	e, err := New(nil, m, Config{Threads: 2, KVType: kt})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,3 +109,68 @@ func TestKVTypeNeedsBlocks(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestHandoffKVTypes: a prompt prefilled on one engine with a quantized KV
+// cache, its pages exported and imported by a decode engine of the same type
+// (its pool dirtied by another tenant first), decodes exactly the tokens of
+// an unsplit run; a decode engine with an F16 cache refuses the pages.
+func TestHandoffKVTypes(t *testing.T) {
+	m := loadArch(t, "qwen3-tiny-f32.gguf")
+	prompt := []int32{1, 291, 376, 400, 428, 352, 303, 267, 265, 282, 295, 433, 291, 376, 400, 428, 352, 303, 267, 265, 282}
+	const n = 24
+	for _, kt := range []kvcache.DType{kvcache.DTypeQ8_0, kvcache.DTypeQ4_0} {
+		t.Run(string(kt), func(t *testing.T) {
+			unified := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4, KVType: kt})
+			want, err := unified.Generate(context.Background(), greedy(prompt, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := startEngine(t, m, Config{Threads: 2, Poison: true, PageSize: 4, ChunkSize: 3, KVType: kt})
+			b := startEngine(t, m, Config{Threads: 1, Poison: true, PageSize: 4, KVTokens: 2048, KVType: kt})
+			dirt := greedy(prompt[:9], 30)
+			dirt.Owner = kvcache.Owner{Namespace: "other", Request: "dirt"}
+			if _, err := b.Generate(context.Background(), dirt); err != nil {
+				t.Fatal(err)
+			}
+			pre, err := a.Prefill(context.Background(), greedy(prompt, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.KV().Layout().DType; got != string(kt) {
+				t.Fatalf("prefill pool layout type %s, want %s", got, kt)
+			}
+			f16 := startEngine(t, m, Config{Threads: 1, PageSize: 4, KVTokens: 2048})
+			refused, err := f16.NewSequenceFor(greedy(prompt, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, err := pre.Seq.ExportPage(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := refused.ImportPage(0, page); !errors.Is(err, kvcache.ErrBadPage) {
+				t.Fatalf("an F16 decode pool imports a %s page: %v", kt, err)
+			}
+			refused.Free()
+			req := greedy(prompt, n)
+			seq := transfer(t, pre, b, req)
+			events, err := b.Resume(context.Background(), req, seq, pre.First)
+			if err != nil {
+				seq.Free()
+				t.Fatal(err)
+			}
+			var got []int32
+			for ev := range events {
+				if ev.Err != nil {
+					t.Fatal(ev.Err)
+				}
+				if !ev.Done {
+					got = append(got, ev.Token)
+				}
+			}
+			if i := firstDiff(got, want.CompletionTokens); i >= 0 {
+				t.Fatalf("token %d differs after the hand-over:\n got %v\nwant %v", i, got, want.CompletionTokens)
+			}
+		})
+	}
+}

@@ -53,6 +53,7 @@ func TestVerify(t *testing.T) {
 		{"layout heads", func(m *Manifest, _ *Expect) { m.Layout.KVHeads = 2 }, "layout"},
 		{"layout page size", func(m *Manifest, _ *Expect) { m.Layout.PageSize = 8 }, "layout"},
 		{"layout dtype", func(m *Manifest, _ *Expect) { m.Layout.DType = "f32" }, "layout"},
+		{"KV quantized, decode pool F16", func(m *Manifest, _ *Expect) { m.Layout.DType = DTypeQ8_0 }, "layout"},
 		{"expected layout invalid", func(m *Manifest, w *Expect) { m.Layout.Layers, w.Layout.Layers = 0, 0 }, "layout layers 0"},
 		{"fewer pages", func(m *Manifest, _ *Expect) { m.Pages = m.Pages[:2] }, "2 pages, want 3"},
 		{"more pages", func(m *Manifest, _ *Expect) { m.Pages = append(m.Pages, m.Pages[2]) }, "4 pages, want 3"},
@@ -205,4 +206,28 @@ func FuzzDecodeManifest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLayoutTypes: a page's size follows its element type (34 and 18 bytes
+// per 32 values for Q8_0 and Q4_0), and a quantized type on heads that are
+// not a multiple of 32 values is refused.
+func TestLayoutTypes(t *testing.T) {
+	l := Layout{Layers: 2, KVHeads: 2, HeadDim: 64, PageSize: 16, DType: DTypeF16}
+	for dt, row := range map[string]int{DTypeF16: 256, DTypeQ8_0: 136, DTypeQ4_0: 72} {
+		l.DType = dt
+		if err := l.Validate(); err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		if got, want := l.PageBytes(5), 2*(4+2*5*row); got != want {
+			t.Errorf("%s: PageBytes(5) = %d, want %d", dt, got, want)
+		}
+	}
+	for _, bad := range []Layout{
+		{Layers: 2, KVHeads: 2, HeadDim: 48, PageSize: 16, DType: DTypeQ8_0},
+		{Layers: 2, KVHeads: 2, HeadDim: 64, PageSize: 16, DType: "q5_0"},
+	} {
+		if err := bad.Validate(); !errors.Is(err, ErrManifest) {
+			t.Errorf("%+v: %v, want ErrManifest", bad, err)
+		}
+	}
 }
