@@ -58,9 +58,9 @@ type Result struct {
 	DecodeBytesPerToken int     `json:"decode_weight_bytes_per_token"`
 	GenTokens           int     `json:"gen_tokens"`
 	Kernels             string  `json:"kernels"`
-	KVType              string  `json:"kv_type"`
 	KVPoolBytes         int64   `json:"kv_pool_bytes"`
 	KVPoolTokens        int     `json:"kv_pool_tokens"` // what the run needs, not the model's trained context
+	KVType              string  `json:"kv_type"`        // the KV cache's element type
 	Model               string  `json:"model"`
 	ModelFileBytes      int64   `json:"model_file_bytes"`
 	// PeakResident is the process's peak resident memory (VmHWM; 0 where
