@@ -10,10 +10,11 @@ import (
 type loraStep struct {
 	adapters []*Adapter
 	row      []int
-	rows     [][]int    // addLoRA: the rows under each adapter
-	items    []loraItem // addLoRA: its units of work
-	t        []float32  // addLoRA: A·x for every (matrix, row)
-	xh, xb   []float32  // addLoRA: x rounded to F16 and to BF16, when a matrix wants them
+	rows     [][]int      // addLoRA: the rows under each adapter
+	items    []loraItem   // addLoRA: its units of work
+	mats     []loraMatRef // addLoRA: each adapter's matrices, adapter after adapter
+	t        []float32    // addLoRA: A·x for every (matrix, row)
+	xh, xb   []float32    // addLoRA: x rounded to F16 and to BF16, when a matrix wants them
 	job      loraJob
 	fn       func(lo, hi int) // runs job's items [lo, hi), bound once
 }
@@ -21,14 +22,24 @@ type loraStep struct {
 // loraBlock is the output columns one unit of B·t work updates.
 const loraBlock = 512
 
-// loraItem is one unit of an addLoRA phase: for matrix m of adapter ai,
-// rank rows [j0, j1) of A·x (phase A), or output columns [j0, j1) of
-// scale·B·t (phase B), for every row under the adapter. t is where its
-// rows' A·x start in loraStep.t.
+// loraItem is one unit of an addLoRA phase, for every row under adapter
+// ai: rank rows [j0, j1) of matrix m's A·x (phase A; t is where its rows'
+// A·x start in loraStep.t), or output columns [j0, j1) of scale·B·t for
+// each of the adapter's nm matrices from loraStep.mats[t] in turn (phase B:
+// stacked adapters add into the same outputs, so one item takes them all,
+// in order).
 type loraItem struct {
 	m      *loraMat
 	ai, t  int
 	j0, j1 int
+	nm     int
+}
+
+// loraMatRef is one matrix of a step's adapter ai and where its rows' A·x
+// start in loraStep.t.
+type loraMatRef struct {
+	m     *loraMat
+	ai, t int
 }
 
 // loraJob is the addLoRA phase in progress.
@@ -39,6 +50,7 @@ type loraJob struct {
 	phaseB bool
 	rows   [][]int
 	items  []loraItem
+	mats   []loraMatRef
 	t      []float32
 }
 
@@ -99,7 +111,7 @@ func (fw *forward) addLoRA(slot loraSlot, l int, out, x []float32, r0, n int) {
 		}
 	}
 	// Phase A's items, and where each matrix's A·x goes.
-	ls.items = ls.items[:0]
+	ls.items, ls.mats = ls.items[:0], ls.mats[:0]
 	nt := 0
 	for ai, a := range ls.adapters {
 		k := len(ls.rows[ai])
@@ -110,6 +122,7 @@ func (fw *forward) addLoRA(slot loraSlot, l int, out, x []float32, r0, n int) {
 			for j := 0; j < m.rank; j += 4 {
 				ls.items = append(ls.items, loraItem{m: m, ai: ai, t: nt, j0: j, j1: min(j+4, m.rank)})
 			}
+			ls.mats = append(ls.mats, loraMatRef{m: m, ai: ai, t: nt})
 			nt += k * m.rank
 		}
 	}
@@ -117,20 +130,22 @@ func (fw *forward) addLoRA(slot loraSlot, l int, out, x []float32, r0, n int) {
 		return
 	}
 	ls.t = grow(ls.t, nt)
-	ls.job = loraJob{ks: fw.ks, out: out, x: x, rows: ls.rows, items: ls.items, t: ls.t}
+	ls.job = loraJob{ks: fw.ks, out: out, x: x, rows: ls.rows, items: ls.items, mats: ls.mats, t: ls.t}
 	ls.roundInputs(x, n)
 	fw.pool.Run(len(ls.items), ls.fn)
 	ls.roundT()
-	// Phase B: the same matrices, by blocks of output columns.
+	// Phase B: each adapter's matrices together, by blocks of output columns.
 	na := len(ls.items)
-	for i := 0; i < na; i++ {
-		it := ls.items[i]
-		if it.j0 != 0 {
-			continue
+	for i := 0; i < len(ls.mats); {
+		ai, cols := ls.mats[i].ai, ls.mats[i].m.out
+		nm := 1
+		for i+nm < len(ls.mats) && ls.mats[i+nm].ai == ai {
+			nm++
 		}
-		for c := 0; c < it.m.out; c += loraBlock {
-			ls.items = append(ls.items, loraItem{m: it.m, ai: it.ai, t: it.t, j0: c, j1: min(c+loraBlock, it.m.out)})
+		for c := 0; c < cols; c += loraBlock {
+			ls.items = append(ls.items, loraItem{ai: ai, t: i, nm: nm, j0: c, j1: min(c+loraBlock, cols)})
 		}
+		i += nm
 	}
 	ls.job.items, ls.job.phaseB = ls.items[na:], true
 	fw.pool.Run(len(ls.job.items), ls.fn)
@@ -160,12 +175,15 @@ func (j *loraJob) run(lo, hi int) {
 			continue
 		}
 		w := it.j1 - it.j0
-		for r, i := range rows {
-			t := j.t[it.t+r*m.rank : it.t+(r+1)*m.rank]
-			ub := u[:w]
-			j.ks.DotsT(ub, m.bt[it.j0:], m.out, t)
-			j.ks.Scale(ub, m.scale)
-			j.ks.Add(j.out[i*m.out+it.j0:i*m.out+it.j1], ub)
+		for _, mr := range j.mats[it.t : it.t+it.nm] {
+			m := mr.m
+			for r, i := range rows {
+				t := j.t[mr.t+r*m.rank : mr.t+(r+1)*m.rank]
+				ub := u[:w]
+				j.ks.DotsT(ub, m.bt[it.j0:], m.out, t)
+				j.ks.Scale(ub, m.scale)
+				j.ks.Add(j.out[i*m.out+it.j0:i*m.out+it.j1], ub)
+			}
 		}
 	}
 }
