@@ -601,13 +601,13 @@ func (fw *forward) attendItem(sc *attnScratch, it attnItem) {
 // llama.cpp's flash attention over such a cache (kvRot).
 func (fw *forward) attendQItem(sc *attnScratch, it attnItem, g attnGroup, ah *attnHead) {
 	a := &fw.aj
+	qb := a.hd / 32 * 2 * kernels.Q8Halves // bytes of one quantized query
 	if it.nh > 1 {
 		r, pos := g.row, fw.rowPos[g.row]
-		nb := a.hd / 32 * 2 * kernels.Q8Halves
 		var outs [attnBlock][]float32
 		for i := range attnBlock {
 			hi := it.head + min(i, it.nh-1) // unused slots repeat the last head
-			fw.quantQuery(sc.qq4[i*nb:(i+1)*nb], sc.qf, r, hi)
+			fw.quantQuery(sc.qq4[i*qb:(i+1)*qb], sc.qf, r, hi)
 			outs[i] = fw.att[r*a.qd+hi*a.hd : r*a.qd+(hi+1)*a.hd]
 		}
 		sc.attendQHeads(&outs, it.nh, ah, fw.windowStart(pos), pos+1)
@@ -617,11 +617,10 @@ func (fw *forward) attendQItem(sc *attnScratch, it attnItem, g attnGroup, ah *at
 		return
 	}
 	if g.n == attnBlock && a.window == 0 {
-		nb := a.hd / 32 * 2 * kernels.Q8Halves
 		var outs [attnBlock][]float32
 		for i := range attnBlock {
 			r := g.row + i
-			fw.quantQuery(sc.qq4[i*nb:(i+1)*nb], sc.qf, r, it.head)
+			fw.quantQuery(sc.qq4[i*qb:(i+1)*qb], sc.qf, r, it.head)
 			outs[i] = fw.att[r*a.qd+it.head*a.hd : r*a.qd+(it.head+1)*a.hd]
 		}
 		sc.attendQRows(&outs, ah, fw.rowPos[g.row])

@@ -100,7 +100,8 @@ type Config struct {
 	DType DType
 
 	// Kernels converts written K and V rows to half precision (bitwise the
-	// same on every set); the zero Set is the process's own.
+	// same on every set; the quantized types use the kernels package's
+	// quantizers, which have one form); the zero Set is the process's own.
 	Kernels kernels.Set
 }
 
