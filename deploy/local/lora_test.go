@@ -57,8 +57,10 @@ func TestAdapterOnEveryWorker(t *testing.T) {
 
 	zero := 0.0
 	// A request in flight while the cluster replaces the dead server's
-	// stream and consumer leaders may time out (TestKillNATSServer counts
-	// such clear errors); a client retries it.
+	// stream and consumer leaders, or while a worker's connection moves to
+	// another server, may time out or be refused as unavailable
+	// (TestKillNATSServer counts such clear errors); a client retries it,
+	// pausing longer each time, as the SDKs do.
 	run := func(lora string) string {
 		t.Helper()
 		for try := 1; ; try++ {
@@ -67,8 +69,9 @@ func TestAdapterOnEveryWorker(t *testing.T) {
 			switch {
 			case err == nil:
 				return res.Response
-			case try < 4 && errors.As(err, &apiErr) && (apiErr.Status == http.StatusRequestTimeout || apiErr.Status >= 500):
+			case try < 8 && errors.As(err, &apiErr) && (apiErr.Status == http.StatusRequestTimeout || apiErr.Status >= 500):
 				t.Logf("lora %q, try %d: %v; retrying", lora, try, err)
+				time.Sleep(time.Duration(try) * 500 * time.Millisecond)
 			default:
 				t.Fatalf("lora %q: %v", lora, err)
 			}

@@ -216,5 +216,11 @@ func decodeFailure(err, cause error) (queue.ErrorKind, string) {
 	if kind, text, ok := ended(err, cause, "KV handoff failed: worker shut down"); ok {
 		return kind, text
 	}
+	if errors.Is(err, handoff.ErrTransfer) {
+		// The prefill worker died or could not be reached (a NATS server
+		// failing over): nothing is wrong with the request, which may be
+		// sent again.
+		return queue.ErrKindUnavailable, "KV handoff failed: the prefill worker could not be reached; retry"
+	}
 	return queue.ErrKindInternal, "KV handoff failed: " + err.Error()
 }

@@ -172,7 +172,7 @@ var slowReceiver = handoff.ReceiverConfig{Window: 1, MaxChunk: 64, RequestTimeou
 
 // TestDecodeDiesMidTransfer: the decode worker's connection drops after its
 // first chunk request. The prefill worker frees its pages and fails the
-// request; a request submitted meanwhile completes on a second decode worker;
+// request as retryable (unavailable: nothing was wrong with it); a request submitted meanwhile completes on a second decode worker;
 // every pool returns to baseline and the stale hand-over sends nothing.
 func TestDecodeDiesMidTransfer(t *testing.T) {
 	ev := startNATS(t)
@@ -200,7 +200,7 @@ func TestDecodeDiesMidTransfer(t *testing.T) {
 	if err == nil || len(frames) == 0 {
 		t.Fatalf("victim: %d frames then %v", len(frames), err)
 	}
-	toAnswer(frames).wantError(t, queue.ErrKindInternal, "KV handoff failed", "abandoned")
+	toAnswer(frames).wantError(t, queue.ErrKindUnavailable, "KV handoff failed", "decode worker could not be reached; retry")
 	if a := <-other; a == nil || a.last.Kind != queue.KindFinal || len(a.tokens) == 0 {
 		t.Fatalf("unrelated request: %+v", a)
 	}
@@ -230,7 +230,7 @@ func TestDecodeDiesMidTransfer(t *testing.T) {
 
 // TestPrefillDiesMidTransfer: the prefill worker's connection drops after the
 // decode worker's first chunk request. The decode worker frees its sequence
-// and fails the request; a request submitted meanwhile completes through a
+// and fails the request as retryable (unavailable); a request submitted meanwhile completes through a
 // second prefill worker; every pool returns to baseline.
 func TestPrefillDiesMidTransfer(t *testing.T) {
 	ev := startNATS(t)
@@ -257,7 +257,7 @@ func TestPrefillDiesMidTransfer(t *testing.T) {
 	if err == nil || len(frames) == 0 {
 		t.Fatalf("victim: %d frames then %v", len(frames), err)
 	}
-	toAnswer(frames).wantError(t, queue.ErrKindInternal, "KV handoff failed")
+	toAnswer(frames).wantError(t, queue.ErrKindUnavailable, "KV handoff failed", "prefill worker could not be reached; retry")
 	if a := <-other; a == nil || a.last.Kind != queue.KindFinal || len(a.tokens) == 0 {
 		t.Fatalf("unrelated request: %+v", a)
 	}

@@ -149,6 +149,10 @@ func handOverFailure(err, cause error, claimed bool, cfg handoff.SenderConfig) (
 		return queue.ErrKindCapacity, "no decode capacity: the decode queue is full"
 	case errors.Is(err, handoff.ErrAbandoned) && !claimed:
 		return queue.ErrKindCapacity, fmt.Sprintf("no decode worker took the request within %v", startTimeout(cfg))
+	case errors.Is(err, handoff.ErrAbandoned), errors.Is(err, handoff.ErrTransfer):
+		// The decode worker died or could not be reached mid-transfer:
+		// the request may be sent again.
+		return queue.ErrKindUnavailable, "KV handoff failed: the decode worker could not be reached; retry"
 	}
 	return queue.ErrKindInternal, "KV handoff failed: " + err.Error()
 }
