@@ -15,8 +15,8 @@ GLOBL kq0f<>(SB), RODATA, $4
 DATA kq30<>+0(SB)/4, $0x30303030
 GLOBL kq30<>(SB), RODATA, $4
 
-// Decode (P1) kernels ask for the super-block two ahead in their group while they
-// work on this one, as the AVX2 A1 kernels do: one activation row leaves the
+// Decode (P1) kernels ask for the super-block two ahead while they
+// work on this one (the AVX2 A1 kernels ask for the next): one activation row leaves the
 // weights' stream waiting on memory otherwise. PF4KCHUNK(j) covers Q4_K's
 // chunk j (8 lines), PF4KHEAD its scales, mins and d (7 lines); PF6KSUB(sb)
 // Q6_K's sub-block sb (3 lines), PF6KHEAD its d and scales (5 lines).

@@ -13,8 +13,8 @@ import (
 const spinLimit = 1 << 14
 
 // Pool runs data-parallel work on a fixed set of goroutines, created once and
-// reused. The caller of Run does the first share of the work itself, so a pool
-// of T threads owns T-1 goroutines.
+// reused. The caller of Run takes pieces of the work too, so a pool of T
+// threads owns T-1 goroutines.
 //
 // Run calls are serialized; a Pool is safe for use by several goroutines.
 type Pool struct {
@@ -33,6 +33,8 @@ type Pool struct {
 	// The current job, published before gen is advanced.
 	fn      func(lo, hi int)
 	n       int
+	piece   int          // items per piece of the current Run
+	taken   atomic.Int64 // pieces handed out in the current Run
 	gen     atomic.Uint64
 	pending atomic.Int32
 
@@ -45,7 +47,6 @@ type Pool struct {
 }
 
 type poolWorker struct {
-	index  int // chunk index, 1..threads-1
 	parked atomic.Bool
 	wake   chan struct{}
 }
@@ -59,7 +60,7 @@ func NewPool(threads int) *Pool {
 	p := &Pool{threads: threads, callerWake: make(chan struct{}, 1)}
 	p.rowsFn, p.prepFn, p.groupsFn = p.job.rows, p.job.prepRows, p.job.groups
 	for i := 1; i < threads; i++ {
-		w := &poolWorker{index: i, wake: make(chan struct{}, 1)}
+		w := &poolWorker{wake: make(chan struct{}, 1)}
 		p.workers = append(p.workers, w)
 		p.wg.Add(1)
 		go p.loop(w)
@@ -88,14 +89,17 @@ func (p *Pool) Close() {
 	})
 }
 
-// chunk returns the t-th of p.threads contiguous parts of [0,n).
-func chunk(n, threads, t int) (lo, hi int) {
-	return n * t / threads, n * (t + 1) / threads
-}
+// chunksPerThread is how many pieces Run cuts [0,n) into per thread, at
+// most: threads take pieces as they finish the last, so a thread slowed by
+// the machine (another process on its core, a page fault) leaves the rest to
+// the others instead of holding every thread at the barrier.
+const chunksPerThread = 8
 
-// Run splits [0,n) into Threads() contiguous chunks, calls fn on each non-empty
-// one concurrently, and returns when all calls have returned. fn must not call
-// Run on the same pool.
+// Run cuts [0,n) into contiguous pieces, calls fn on each from the pool's
+// threads concurrently (each piece once, in no fixed order, on whichever
+// thread takes it), and returns when all calls have returned. fn must not
+// call Run on the same pool, and its results must not depend on where the
+// pieces are cut.
 func (p *Pool) Run(n int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -111,6 +115,8 @@ func (p *Pool) Run(n int, fn func(lo, hi int)) {
 		return
 	}
 	p.fn, p.n = fn, n
+	p.piece = max(1, (n+p.threads*chunksPerThread-1)/(p.threads*chunksPerThread))
+	p.taken.Store(0)
 	p.pending.Store(int32(len(p.workers)))
 	p.gen.Add(1)
 	for _, w := range p.workers {
@@ -118,14 +124,23 @@ func (p *Pool) Run(n int, fn func(lo, hi int)) {
 			w.wake <- struct{}{}
 		}
 	}
-	if lo, hi := chunk(n, p.threads, 0); lo < hi {
-		fn(lo, hi)
-	}
+	p.work(fn, n)
 	p.waitDone()
 	p.fn = nil
 }
 
 // waitDone waits, spinning then parking, until every worker has finished.
+// work calls fn on pieces of [0,n) until none is left.
+func (p *Pool) work(fn func(lo, hi int), n int) {
+	for {
+		lo := int(p.taken.Add(1)-1) * p.piece
+		if lo >= n {
+			return
+		}
+		fn(lo, min(lo+p.piece, n))
+	}
+}
+
 func (p *Pool) waitDone() {
 	for spin := 0; p.pending.Load() != 0; spin++ {
 		if spin < spinLimit {
@@ -173,9 +188,7 @@ func (p *Pool) loop(w *poolWorker) {
 		if fn == nil { // closed
 			return
 		}
-		if lo, hi := chunk(n, p.threads, w.index); lo < hi {
-			fn(lo, hi)
-		}
+		p.work(fn, n)
 		if p.pending.Add(-1) == 0 && p.callerParked.CompareAndSwap(true, false) {
 			p.callerWake <- struct{}{}
 		}
