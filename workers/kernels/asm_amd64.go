@@ -101,6 +101,12 @@ func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride u
 func gemmQ4P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
+func gemmIQ4NLP4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmIQ4NLP1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+
+//go:noescape
 func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 
 // AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kquant_avx512_amd64.s).

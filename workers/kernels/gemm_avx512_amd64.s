@@ -250,6 +250,99 @@ q4p1done:
 	VZEROUPPER
 	RET
 
+// IQ4_NL: Q4_0's layout, each nibble selecting a codebook level
+// (gguf.IQ4NLValues, -127..113). The kernels look the nibbles up in the
+// levels plus 128 (1..241, unsigned for VPDPBUSD) and subtract 128 times the
+// block's sum of x (aux, K = 128, as for Q8_0): the exact sum of level times
+// x, then Q4_0's float update, bitwise dotIQ4NLGo's.
+DATA iq4nlu<>+0(SB)/8, $0x766A5D4F3F2D1801
+DATA iq4nlu<>+8(SB)/8, $0xF1D9C5B5A6998D81
+GLOBL iq4nlu<>(SB), RODATA|NOPTR, $16
+
+// NLSPLIT: Q4SPLIT, then both halves' nibbles looked up in Z19 (the
+// codebook plus 128 in every 128-bit lane).
+#define NLSPLIT(off, zl, zh) \
+	Q4SPLIT(off, zl, zh) \
+	VPSHUFB zl, Z19, zl \
+	VPSHUFB zh, Z19, zh
+
+// func gemmIQ4NLP4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmIQ4NLP4(SB), NOSPLIT, $0-64
+	SETUP4
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z18
+	VBROADCASTI32X4 iq4nlu<>(SB), Z19
+	TESTQ CX, CX
+	JZ    nlp4done
+nlp4loop:
+	VCVTPH2PS (SI), Z16
+	NLSPLIT(32, Z8, Z12)
+	NLSPLIT(96, Z9, Z13)
+	NLSPLIT(160, Z10, Z14)
+	NLSPLIT(224, Z11, Z15)
+	ZERO4
+	Q8STEP4(2, Z8)
+	Q8STEP4B(6, Z9)
+	Q8STEP4(10, Z10)
+	Q8STEP4B(14, Z11)
+	Q8STEP4(18, Z12)
+	Q8STEP4B(22, Z13)
+	Q8STEP4(26, Z14)
+	Q8STEP4B(30, Z15)
+	FIN4
+	NEXT4(288)
+	DECQ CX
+	JNZ  nlp4loop
+nlp4done:
+	STORE4
+	RET
+
+// func gemmIQ4NLP1(w *byte, nb int, x *byte, aux *byte, out *float32)
+TEXT ·gemmIQ4NLP1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z18
+	VBROADCASTI32X4 iq4nlu<>(SB), Z19
+	VPXORD Z0, Z0, Z0
+	TESTQ CX, CX
+	JZ    nlp1done
+nlp1loop:
+	PREFETCHT0 576(SI)
+	PREFETCHT0 640(SI)
+	PREFETCHT0 704(SI)
+	PREFETCHT0 768(SI)
+	PREFETCHT0 832(SI)
+	VCVTPH2PS (SI), Z16
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	NLSPLIT(32, Z8, Z12)
+	NLSPLIT(96, Z9, Z13)
+	VPDPBUSD.BCST 2(DI), Z8, Z4
+	VPDPBUSD.BCST 18(DI), Z12, Z5
+	VPDPBUSD.BCST 6(DI), Z9, Z4
+	VPDPBUSD.BCST 22(DI), Z13, Z5
+	NLSPLIT(160, Z10, Z14)
+	NLSPLIT(224, Z11, Z15)
+	VPDPBUSD.BCST 10(DI), Z10, Z4
+	VPDPBUSD.BCST 26(DI), Z14, Z5
+	VPDPBUSD.BCST 14(DI), Z11, Z4
+	VPDPBUSD.BCST 30(DI), Z15, Z5
+	VPADDD Z5, Z4, Z4
+	QFIN(Z4, Z0, DX)
+	ADDQ $288, SI
+	ADDQ $34, DI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  nlp1loop
+nlp1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
+
 DATA q8absmask<>+0(SB)/4, $0x7fffffff
 GLOBL q8absmask<>(SB), RODATA, $4
 DATA q8signmask<>+0(SB)/4, $0x80000000

@@ -473,6 +473,8 @@ func (j *matJob) groups(lo, hi int) {
 				gemmQ8P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			case gguf.TypeQ4_0:
 				gemmQ4P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+			case gguf.TypeIQ4_NL:
+				gemmIQ4NLP4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			default:
 				gemmQ5P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
 			}
@@ -484,6 +486,8 @@ func (j *matJob) groups(lo, hi int) {
 				gemmQ8P1(w, nb, x, a, o)
 			case gguf.TypeQ4_0:
 				gemmQ4P1(w, nb, x, a, o)
+			case gguf.TypeIQ4_NL:
+				gemmIQ4NLP1(w, nb, x, a, o)
 			default:
 				gemmQ5P1(w, nb, x, a, o)
 			}
@@ -575,7 +579,7 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 }
 
 // group2 is groups' work on one group of a 32-element block type on the AVX2
-// path (and IQ4_NL's, Q4_1's and Q5_1's on the AVX-512 path), shaped as
+// path (and Q4_1's and Q5_1's on the AVX-512 path), shaped as
 // groupK2.
 func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
