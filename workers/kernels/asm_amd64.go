@@ -112,6 +112,12 @@ func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 // AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kquant_avx512_amd64.s).
 
 //go:noescape
+func gemmIQ4XSP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+
+//go:noescape
+func gemmIQ4XSP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+
+//go:noescape
 func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
 
 //go:noescape

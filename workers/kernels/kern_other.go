@@ -46,6 +46,10 @@ func gemmQ4KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }
 func gemmQ4KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmIQ4XSP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func gemmIQ4XSP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ6KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

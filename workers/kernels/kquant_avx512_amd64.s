@@ -467,3 +467,198 @@ q6kp1done:
 	VMOVUPS Z0, (AX)
 	VZEROUPPER
 	RET
+
+// ---- IQ4_XS (2208 bytes per group and super-block: 16 f16 d at 0, the 8
+// signed sub-block scales [sub][row] at 32, then per 32-element sub-block ib
+// at 160+256ib 4 slices of 4 bytes per row, low nibbles elements 4s..4s+3,
+// high ones 16+4s..16+4s+3). The nibbles are looked up in the codebook plus
+// 128 (unsigned for VPDPBUSD), so a sub-block's sum carries 128 times the
+// activations' 32-element sum: the kernels subtract 128 times the sum over
+// sub-blocks of scale times that sum, taken once per super-block from the
+// scales as int16 pairs (VPERMW) and the aux's bs32 pairs (VPDPWSSD). Every
+// integer is exact, and the float update is dotIQ4XSGo's, so each row is
+// bitwise equal to it. Z28 holds the codebook plus 128, Z30 the pair order.
+DATA xsiq4u<>+0(SB)/8, $0x766A5D4F3F2D1801
+DATA xsiq4u<>+8(SB)/8, $0xF1D9C5B5A6998D81
+GLOBL xsiq4u<>(SB), RODATA|NOPTR, $16
+DATA xspairs<>+0(SB)/8, $0x0011000100100000
+DATA xspairs<>+8(SB)/8, $0x0013000300120002
+DATA xspairs<>+16(SB)/8, $0x0015000500140004
+DATA xspairs<>+24(SB)/8, $0x0017000700160006
+DATA xspairs<>+32(SB)/8, $0x0019000900180008
+DATA xspairs<>+40(SB)/8, $0x001b000b001a000a
+DATA xspairs<>+48(SB)/8, $0x001d000d001c000c
+DATA xspairs<>+56(SB)/8, $0x001f000f001e000e
+GLOBL xspairs<>(SB), RODATA|NOPTR, $64
+
+// XS8: sub-block ib's 4 slices, looked up, into Z8..Z11 (low nibbles) and
+// Z12..Z15 (high).
+#define XSSPLIT(off, zl, zh) \
+	VMOVDQU32 off(SI), zl \
+	VPSRLW $4, zl, zh \
+	VPANDD Z18, zl, zl \
+	VPANDD Z18, zh, zh \
+	VPSHUFB zl, Z28, zl \
+	VPSHUFB zh, Z28, zh
+#define XS8(ib) \
+	XSSPLIT((160+256*ib), Z8, Z12) \
+	XSSPLIT((160+256*ib+64), Z9, Z13) \
+	XSSPLIT((160+256*ib+128), Z10, Z14) \
+	XSSPLIT((160+256*ib+192), Z11, Z15)
+
+// XSSUB4: sub-block ib for 4 activation rows, its slices in Z8..Z15:
+// exact sums times the scales, into Z4..Z7.
+#define XSSUB4(ib) \
+	XS8(ib) \
+	ZP4 \
+	DP4((4+32*ib), Z8) \
+	DP4((8+32*ib), Z9) \
+	DP4((12+32*ib), Z10) \
+	DP4((16+32*ib), Z11) \
+	DP4((20+32*ib), Z12) \
+	DP4((24+32*ib), Z13) \
+	DP4((28+32*ib), Z14) \
+	DP4((32+32*ib), Z15) \
+	VPMOVSXBD (32+16*ib)(SI), Z19 \
+	SC4
+
+// XSPAIR: scale pair p of the 16 rows as int16 pairs in Z19.
+#define XSPAIR(p) \
+	VPMOVSXBW (32+32*p)(SI), Z19 \
+	VPERMW Z19, Z30, Z19
+
+// func gemmIQ4XSP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+TEXT ·gemmIQ4XSP4(SB), NOSPLIT, $0-64
+	SETUPK
+	VBROADCASTI32X4 xsiq4u<>(SB), Z28
+	VMOVDQU32 xspairs<>(SB), Z30
+	TESTQ CX, CX
+	JZ    xsp4done
+xsp4loop:
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	XSSUB4(0)
+	XSSUB4(1)
+	XSSUB4(2)
+	XSSUB4(3)
+	XSSUB4(4)
+	XSSUB4(5)
+	XSSUB4(6)
+	XSSUB4(7)
+	XSPAIR(0)
+	VPDPWSSD.BCST 16(DX), Z19, Z20
+	VPDPWSSD.BCST 16(R11), Z19, Z21
+	VPDPWSSD.BCST 16(R12), Z19, Z22
+	VPDPWSSD.BCST 16(R13), Z19, Z23
+	XSPAIR(1)
+	VPDPWSSD.BCST 20(DX), Z19, Z20
+	VPDPWSSD.BCST 20(R11), Z19, Z21
+	VPDPWSSD.BCST 20(R12), Z19, Z22
+	VPDPWSSD.BCST 20(R13), Z19, Z23
+	XSPAIR(2)
+	VPDPWSSD.BCST 24(DX), Z19, Z20
+	VPDPWSSD.BCST 24(R11), Z19, Z21
+	VPDPWSSD.BCST 24(R12), Z19, Z22
+	VPDPWSSD.BCST 24(R13), Z19, Z23
+	XSPAIR(3)
+	VPDPWSSD.BCST 28(DX), Z19, Z20
+	VPDPWSSD.BCST 28(R11), Z19, Z21
+	VPDPWSSD.BCST 28(R12), Z19, Z22
+	VPDPWSSD.BCST 28(R13), Z19, Z23
+	VPSLLD $7, Z20, Z20
+	VPSLLD $7, Z21, Z21
+	VPSLLD $7, Z22, Z22
+	VPSLLD $7, Z23, Z23
+	VPSUBD Z20, Z4, Z4
+	VPSUBD Z21, Z5, Z5
+	VPSUBD Z22, Z6, Z6
+	VPSUBD Z23, Z7, Z7
+	VCVTPH2PS (SI), Z16
+	FADD(Z4, Z16, Z0, DX)
+	FADD(Z5, Z16, Z1, R11)
+	FADD(Z6, Z16, Z2, R12)
+	FADD(Z7, Z16, Z3, R13)
+	NEXTK(2208)
+	DECQ CX
+	JNZ  xsp4loop
+xsp4done:
+	STOREK
+	RET
+
+// XSSUB1: sub-block ib for one activation row, in two chains, into Z4;
+// it asks for the same sub-block two super-blocks ahead.
+#define XSSUB1(ib) \
+	PREFETCHT0 (2*2208+160+256*ib)(SI) \
+	PREFETCHT0 (2*2208+160+256*ib+64)(SI) \
+	PREFETCHT0 (2*2208+160+256*ib+128)(SI) \
+	PREFETCHT0 (2*2208+160+256*ib+192)(SI) \
+	XS8(ib) \
+	VPXORD Z24, Z24, Z24 \
+	VPXORD Z25, Z25, Z25 \
+	VPDPBUSD.BCST (4+32*ib)(DI), Z8, Z24 \
+	VPDPBUSD.BCST (8+32*ib)(DI), Z9, Z25 \
+	VPDPBUSD.BCST (12+32*ib)(DI), Z10, Z24 \
+	VPDPBUSD.BCST (16+32*ib)(DI), Z11, Z25 \
+	VPDPBUSD.BCST (20+32*ib)(DI), Z12, Z24 \
+	VPDPBUSD.BCST (24+32*ib)(DI), Z13, Z25 \
+	VPDPBUSD.BCST (28+32*ib)(DI), Z14, Z24 \
+	VPDPBUSD.BCST (32+32*ib)(DI), Z15, Z25 \
+	VPADDD Z25, Z24, Z24 \
+	VPMOVSXBD (32+16*ib)(SI), Z19 \
+	VPMULLD Z19, Z24, Z24 \
+	VPADDD Z24, Z4, Z4
+
+// func gemmIQ4XSP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmIQ4XSP1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPBROADCASTD kq0f<>(SB), Z18
+	VBROADCASTI32X4 xsiq4u<>(SB), Z28
+	VMOVDQU32 xspairs<>(SB), Z30
+	TESTQ CX, CX
+	JZ    xsp1done
+xsp1loop:
+	PREFETCHT0 (2*2208)(SI)
+	PREFETCHT0 (2*2208+64)(SI)
+	PREFETCHT0 (2*2208+128)(SI)
+	VPXORD Z4, Z4, Z4
+	VPXORD Z20, Z20, Z20
+	XSSUB1(0)
+	XSSUB1(1)
+	XSSUB1(2)
+	XSSUB1(3)
+	XSSUB1(4)
+	XSSUB1(5)
+	XSSUB1(6)
+	XSSUB1(7)
+	XSPAIR(0)
+	VPDPWSSD.BCST 16(DX), Z19, Z20
+	XSPAIR(1)
+	VPDPWSSD.BCST 20(DX), Z19, Z20
+	XSPAIR(2)
+	VPDPWSSD.BCST 24(DX), Z19, Z20
+	XSPAIR(3)
+	VPDPWSSD.BCST 28(DX), Z19, Z20
+	VPSLLD $7, Z20, Z20
+	VPSUBD Z20, Z4, Z4
+	VCVTPH2PS (SI), Z16
+	FADD(Z4, Z16, Z0, DX)
+	ADDQ $2208, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  xsp1loop
+xsp1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET

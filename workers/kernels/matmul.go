@@ -528,31 +528,37 @@ func (j *matJob) groupsK(lo, hi int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
 	gs := nb * packBlock(j.m.Type)
-	q4 := j.m.Type == gguf.TypeQ4_K
+	typ := j.m.Type
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
 	pf := j.prefetcher(gs, hi)
 	for g := lo; g < hi; g++ {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
-		if j.p == pathAVX2 || avx2Packed(j.m.Type) {
+		if j.p == pathAVX2 || avx2Packed(typ) {
 			j.groupK2(w, i, pf, g)
 			continue
 		}
 		for ; r+4 <= j.n; r += 4 {
 			pf.next(g, r/4)
 			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
-			if q4 {
+			switch typ {
+			case gguf.TypeQ4_K:
 				gemmQ4KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
-			} else {
+			case gguf.TypeIQ4_XS:
+				gemmIQ4XSP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
+			default:
 				gemmQ6KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
 			}
 		}
 		for ; r < j.n; r++ {
 			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
-			if q4 {
+			switch typ {
+			case gguf.TypeQ4_K:
 				gemmQ4KP1(w, nb, x, a, o)
-			} else {
+			case gguf.TypeIQ4_XS:
+				gemmIQ4XSP1(w, nb, x, a, o)
+			default:
 				gemmQ6KP1(w, nb, x, a, o)
 			}
 		}

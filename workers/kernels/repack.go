@@ -68,19 +68,19 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 const packRows = 16
 
 // packs says whether path p has packed kernels for type t: Q8_0, Q4_0, Q5_0,
-// IQ4_NL, Q4_K and Q6_K on the AVX-512 path (VPDPBUSD) and on the AVX2 path
-// (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); IQ4_XS, Q4_1, Q5_1, Q2_K, Q3_K and
-// Q5_K on both with the AVX2 kernels.
+// IQ4_NL, Q4_K, Q6_K and IQ4_XS on the AVX-512 path (VPDPBUSD) and on the
+// AVX2 path (gemm_avx2_amd64.s, kgemm_avx2_amd64.s); Q4_1, Q5_1, Q2_K, Q3_K
+// and Q5_K on both with the AVX2 kernels.
 func packs(p path, t gguf.Type) bool {
 	return p >= pathAVX2 && packBlock(t) > 0
 }
 
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
-// Q5_0, IQ4_NL, Q4_K and Q6_K.
+// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS.
 func avx2Packed(t gguf.Type) bool {
 	switch t {
-	case gguf.TypeIQ4_XS, gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
+	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
 		return true
 	}
 	return false
