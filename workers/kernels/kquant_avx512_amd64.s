@@ -15,13 +15,13 @@ GLOBL kq0f<>(SB), RODATA, $4
 DATA kq30<>+0(SB)/4, $0x30303030
 GLOBL kq30<>(SB), RODATA, $4
 
-// Decode (P1) kernels ask for the super-block two ahead while they
-// work on this one (the AVX2 A1 kernels ask for the next): one activation row leaves the
-// weights' stream waiting on memory otherwise. PF4KCHUNK(j) covers Q4_K's
-// chunk j (8 lines), PF4KHEAD its scales, mins and d (7 lines); PF6KSUB(sb)
-// Q6_K's sub-block sb (3 lines), PF6KHEAD its d and scales (5 lines).
+// The Q4_K decode (P1) kernel asks for the super-block two ahead while it
+// works on this one: it reads each super-block's scales, data and mins out of
+// order, and without the hints it waited on memory (12-13 GB/s from DRAM on
+// one Zen 4 core, 19-21 with them). PF4KCHUNK(j) covers chunk j (8 lines),
+// PF4KHEAD the d, scales and mins (7 lines). Q6_K's kernel reads in order and
+// streams faster without them (BenchmarkMatMul/Q6_K/decode-dram).
 #define PF4K 4992
-#define PF6K 6720
 #define PF4KCHUNK(j) \
 	PREFETCHT0 (PF4K+448+512*j)(SI) \
 	PREFETCHT0 (PF4K+448+512*j+64)(SI) \
@@ -39,16 +39,6 @@ GLOBL kq30<>(SB), RODATA, $4
 	PREFETCHT0 (PF4K+256)(SI) \
 	PREFETCHT0 (PF4K+320)(SI) \
 	PREFETCHT0 (PF4K+384)(SI)
-#define PF6KSUB(sb) \
-	PREFETCHT0 (PF6K+288+192*sb)(SI) \
-	PREFETCHT0 (PF6K+288+192*sb+64)(SI) \
-	PREFETCHT0 (PF6K+288+192*sb+128)(SI)
-#define PF6KHEAD \
-	PREFETCHT0 PF6K(SI) \
-	PREFETCHT0 (PF6K+64)(SI) \
-	PREFETCHT0 (PF6K+128)(SI) \
-	PREFETCHT0 (PF6K+192)(SI) \
-	PREFETCHT0 (PF6K+256)(SI)
 
 // SETUPK loads a 4-row kernel's arguments: SI weights, CX super-blocks,
 // DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data.
@@ -422,38 +412,21 @@ TEXT ·gemmQ6KP1(SB), NOSPLIT, $0-40
 	JZ    q6kp1done
 q6kp1loop:
 	VPXORD Z4, Z4, Z4
-	PF6KHEAD
-	PF6KSUB(0)
 	Q6KSUB1(0, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(1)
 	Q6KSUB1(1, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(2)
 	Q6KSUB1(2, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(3)
 	Q6KSUB1(3, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(4)
 	Q6KSUB1(4, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(5)
 	Q6KSUB1(5, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(6)
 	Q6KSUB1(6, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(7)
 	Q6KSUB1(7, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(8)
 	Q6KSUB1(8, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(9)
 	Q6KSUB1(9, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(10)
 	Q6KSUB1(10, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(11)
 	Q6KSUB1(11, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(12)
 	Q6KSUB1(12, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(13)
 	Q6KSUB1(13, Z12, Z13, Z14, Z15, Z26, Z27)
-	PF6KSUB(14)
 	Q6KSUB1(14, Z8, Z9, Z10, Z11, Z24, Z25)
-	PF6KSUB(15)
 	Q6KSUB1(15, Z12, Z13, Z14, Z15, Z26, Z27)
 	VCVTPH2PS (SI), Z16
 	FADD(Z4, Z16, Z0, DX)
