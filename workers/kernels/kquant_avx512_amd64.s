@@ -15,30 +15,12 @@ GLOBL kq0f<>(SB), RODATA, $4
 DATA kq30<>+0(SB)/4, $0x30303030
 GLOBL kq30<>(SB), RODATA, $4
 
-// The Q4_K decode (P1) kernel asks for the super-block two ahead while it
-// works on this one: it reads each super-block's scales, data and mins out of
-// order, and without the hints it waited on memory (12-13 GB/s from DRAM on
-// one Zen 4 core, 19-21 with them). PF4KCHUNK(j) covers chunk j (8 lines),
-// PF4KHEAD the d, scales and mins (7 lines). Q6_K's kernel reads in order and
-// streams faster without them (BenchmarkMatMul/Q6_K/decode-dram).
-#define PF4K 4992
-#define PF4KCHUNK(j) \
-	PREFETCHT0 (PF4K+448+512*j)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+64)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+128)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+192)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+256)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+320)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+384)(SI) \
-	PREFETCHT0 (PF4K+448+512*j+448)(SI)
-#define PF4KHEAD \
-	PREFETCHT0 PF4K(SI) \
-	PREFETCHT0 (PF4K+64)(SI) \
-	PREFETCHT0 (PF4K+128)(SI) \
-	PREFETCHT0 (PF4K+192)(SI) \
-	PREFETCHT0 (PF4K+256)(SI) \
-	PREFETCHT0 (PF4K+320)(SI) \
-	PREFETCHT0 (PF4K+384)(SI)
+// Decode (P1) kernels read each super-block in address order (Q4_K's d,
+// dmin and mins first) and ask for nothing ahead: the hardware prefetcher
+// then keeps the stream flowing. Q4_K's kernel had read its mins and d after
+// the quants, with hints two super-blocks ahead, and drew 12-20 GB/s from
+// DRAM on one Zen 4 core; in order and without hints, 19-32
+// (BenchmarkMatMul/Q4_K/decode-dram). Q6_K's likewise.
 
 // SETUPK loads a 4-row kernel's arguments: SI weights, CX super-blocks,
 // DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data.
@@ -264,37 +246,32 @@ TEXT ·gemmQ4KP1(SB), NOSPLIT, $0-40
 q4kp1loop:
 	VPXORD Z4, Z4, Z4
 	VPXORD Z20, Z20, Z20
-	PF4KHEAD
-	PF4KCHUNK(0)
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	VMOVDQU32 192(SI), Z21
+	VMOVDQU32 256(SI), Z22
+	VMOVDQU32 320(SI), Z23
+	VMOVDQU32 384(SI), Z26
 	Q4K8LO(0)
 	Q4KSUB1(0, 0, 0)
 	Q4K8HI(0)
 	Q4KSUB1(0, 1, 1)
-	PF4KCHUNK(1)
 	Q4K8LO(1)
 	Q4KSUB1(1, 0, 2)
 	Q4K8HI(1)
 	Q4KSUB1(1, 1, 3)
-	PF4KCHUNK(2)
 	Q4K8LO(2)
 	Q4KSUB1(2, 0, 4)
 	Q4K8HI(2)
 	Q4KSUB1(2, 1, 5)
-	PF4KCHUNK(3)
 	Q4K8LO(3)
 	Q4KSUB1(3, 0, 6)
 	Q4K8HI(3)
 	Q4KSUB1(3, 1, 7)
-	VMOVDQU32 192(SI), Z19
-	VPDPWSSD.BCST 16(DX), Z19, Z20
-	VMOVDQU32 256(SI), Z19
-	VPDPWSSD.BCST 20(DX), Z19, Z20
-	VMOVDQU32 320(SI), Z19
-	VPDPWSSD.BCST 24(DX), Z19, Z20
-	VMOVDQU32 384(SI), Z19
-	VPDPWSSD.BCST 28(DX), Z19, Z20
-	VCVTPH2PS (SI), Z16
-	VCVTPH2PS 32(SI), Z17
+	VPDPWSSD.BCST 16(DX), Z21, Z20
+	VPDPWSSD.BCST 20(DX), Z22, Z20
+	VPDPWSSD.BCST 24(DX), Z23, Z20
+	VPDPWSSD.BCST 28(DX), Z26, Z20
 	FADD(Z4, Z16, Z0, DX)
 	FSUB(Z20, Z17, Z0, DX)
 	ADDQ $2496, SI
@@ -564,13 +541,8 @@ xsp4done:
 	STOREK
 	RET
 
-// XSSUB1: sub-block ib for one activation row, in two chains, into Z4;
-// it asks for the same sub-block two super-blocks ahead.
+// XSSUB1: sub-block ib for one activation row, in two chains, into Z4.
 #define XSSUB1(ib) \
-	PREFETCHT0 (2*2208+160+256*ib)(SI) \
-	PREFETCHT0 (2*2208+160+256*ib+64)(SI) \
-	PREFETCHT0 (2*2208+160+256*ib+128)(SI) \
-	PREFETCHT0 (2*2208+160+256*ib+192)(SI) \
 	XS8(ib) \
 	VPXORD Z24, Z24, Z24 \
 	VPXORD Z25, Z25, Z25 \
@@ -600,9 +572,7 @@ TEXT ·gemmIQ4XSP1(SB), NOSPLIT, $0-40
 	TESTQ CX, CX
 	JZ    xsp1done
 xsp1loop:
-	PREFETCHT0 (2*2208)(SI)
-	PREFETCHT0 (2*2208+64)(SI)
-	PREFETCHT0 (2*2208+128)(SI)
+	VCVTPH2PS (SI), Z16
 	VPXORD Z4, Z4, Z4
 	VPXORD Z20, Z20, Z20
 	XSSUB1(0)
@@ -623,7 +593,6 @@ xsp1loop:
 	VPDPWSSD.BCST 28(DX), Z19, Z20
 	VPSLLD $7, Z20, Z20
 	VPSUBD Z20, Z4, Z4
-	VCVTPH2PS (SI), Z16
 	FADD(Z4, Z16, Z0, DX)
 	ADDQ $2208, SI
 	ADDQ $292, DI
