@@ -441,8 +441,8 @@ DATA xspairs<>+48(SB)/8, $0x001d000d001c000c
 DATA xspairs<>+56(SB)/8, $0x001f000f001e000e
 GLOBL xspairs<>(SB), RODATA|NOPTR, $64
 
-// XS8: sub-block ib's 4 slices, looked up, into Z8..Z11 (low nibbles) and
-// Z12..Z15 (high).
+// XSSPLIT: the 64-byte slice at off(SI), low nibbles looked up into zl,
+// high ones into zh (gemm_avx512's NLSPLIT, with this file's table).
 #define XSSPLIT(off, zl, zh) \
 	VMOVDQU32 off(SI), zl \
 	VPSRLW $4, zl, zh \
@@ -450,6 +450,8 @@ GLOBL xspairs<>(SB), RODATA|NOPTR, $64
 	VPANDD Z18, zh, zh \
 	VPSHUFB zl, Z28, zl \
 	VPSHUFB zh, Z28, zh
+// XS8: sub-block ib's 4 slices, looked up, into Z8..Z11 (low nibbles) and
+// Z12..Z15 (high).
 #define XS8(ib) \
 	XSSPLIT((160+256*ib), Z8, Z12) \
 	XSSPLIT((160+256*ib+64), Z9, Z13) \
