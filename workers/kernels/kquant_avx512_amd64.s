@@ -599,3 +599,142 @@ xsp1done:
 	VMOVUPS Z0, (AX)
 	VZEROUPPER
 	RET
+
+// ---- Q5_K (3008 bytes per group and super-block: Q4_K's d at 0, dmin at
+// 32, scales [sub][row] at 64 and mins as int16 pairs at 192; per 64-element
+// chunk k at 448+640k eight slices, lane s at +64s holding the row's quant
+// bytes s, s+8, s+16, s+24 (low nibbles: sub-block 2k, high: 2k+1), then two
+// planes of fifth bits at +512 (lanes 0..3) and +576 (lanes 4..7), lane s's
+// at bit s%4 (sub-block 2k) and 4+s%4 (2k+1)). The activations come in lane
+// order (laneOrder) and the float sums are GGML's generic kernel's eight
+// lanes (dotQ5KGo). The decode kernel reads each super-block in address
+// order and keeps lane s's integer sums of the 16 rows in Zs (Z0..Z7): the
+// 5-bit values times the lane's 4 activation bytes (VPMADDUBSW, int16 pairs
+// that cannot saturate: 2*31*128 < 32768), times the sub-block's scale held
+// as an int16 pair per row (VPDPWSSD). Lane s's float sum is in Z8+s.
+DATA kq10<>+0(SB)/4, $0x10101010
+GLOBL kq10<>(SB), RODATA, $4
+
+// Q5KSCP: sub-block sub's scales, one per row, as the int16 pair (s, s).
+#define Q5KSCP(sub, z) \
+	VPMOVZXBD (64+16*sub)(SI), z \
+	VPSLLD $16, z, Z31 \
+	VPORD Z31, z, z
+
+// Q5KL: lane s of chunk k into acc: the low nibbles with their fifth bits
+// (the plane in Z22 shifted left by lsh) against sub-block 2k, the high ones
+// (the fifth bits at bit 4 of hb) against 2k+1; scales in Z21 and Z23.
+// Z18 holds 0x0f bytes, Z19 0x10.
+#define Q5KL(k, s, acc, lsh, hb) \
+	VMOVDQU32 (448+640*k+64*s)(SI), Z25 \
+	VPANDD Z18, Z25, Z26 \
+	VPSLLW $lsh, Z22, Z28 \
+	VPTERNLOGD $0xf8, Z19, Z28, Z26 \
+	VPSRLW $4, Z25, Z27 \
+	VPANDD Z18, Z27, Z27 \
+	VPTERNLOGD $0xf8, Z19, hb, Z27 \
+	VPBROADCASTD (4+64*k+4*s)(DI), Z29 \
+	VPMADDUBSW Z29, Z26, Z26 \
+	VPDPWSSD Z21, Z26, acc \
+	VPBROADCASTD (36+64*k+4*s)(DI), Z29 \
+	VPMADDUBSW Z29, Z27, Z27 \
+	VPDPWSSD Z23, Z27, acc
+
+// Q5KPLANE: lanes 4p..4p+3 of chunk k into za..zd, their plane of fifth
+// bits in Z22.
+#define Q5KPLANE(k, p, za, zb, zc, zd) \
+	VMOVDQU32 (448+640*k+512+64*p)(SI), Z22 \
+	Q5KL(k, (4*p), za, 4, Z22) \
+	VPSRLW $1, Z22, Z30 \
+	Q5KL(k, (4*p+1), zb, 3, Z30) \
+	VPSRLW $2, Z22, Z30 \
+	Q5KL(k, (4*p+2), zc, 2, Z30) \
+	VPSRLW $3, Z22, Z30 \
+	Q5KL(k, (4*p+3), zd, 1, Z30)
+
+// Q5KCHUNK: chunk k's 64 elements into the lane sums Z0..Z7.
+#define Q5KCHUNK(k) \
+	Q5KSCP((2*k), Z21) \
+	Q5KSCP((2*k+1), Z23) \
+	Q5KPLANE(k, 0, Z0, Z1, Z2, Z3) \
+	Q5KPLANE(k, 1, Z4, Z5, Z6, Z7)
+
+// LANEF: the float lane sum zf += dd * float(zi), dd in Z16.
+#define LANEF(zi, zf) \
+	VCVTDQ2PS zi, zi \
+	VMULPS zi, Z16, zi \
+	VADDPS zi, zf, zf
+
+// func gemmQ5KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+// The running sum of -dmin*msum in Z24, added to the lane sums, lane 0
+// first, at the end.
+TEXT ·gemmQ5KP1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z24, Z24, Z24
+	VPBROADCASTD kq0f<>(SB), Z18
+	VPBROADCASTD kq10<>(SB), Z19
+	TESTQ CX, CX
+	JZ    q5kp1done
+q5kp1loop:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z20, Z20, Z20
+	VCVTPH2PS (SI), Z16
+	VMULPS.BCST (DX), Z16, Z16
+	VCVTPH2PS 32(SI), Z17
+	VMOVDQU32 192(SI), Z25
+	VPDPWSSD.BCST 16(DX), Z25, Z20
+	VMOVDQU32 256(SI), Z26
+	VPDPWSSD.BCST 20(DX), Z26, Z20
+	VMOVDQU32 320(SI), Z27
+	VPDPWSSD.BCST 24(DX), Z27, Z20
+	VMOVDQU32 384(SI), Z28
+	VPDPWSSD.BCST 28(DX), Z28, Z20
+	FSUB(Z20, Z17, Z24, DX)
+	Q5KCHUNK(0)
+	Q5KCHUNK(1)
+	Q5KCHUNK(2)
+	Q5KCHUNK(3)
+	LANEF(Z0, Z8)
+	LANEF(Z1, Z9)
+	LANEF(Z2, Z10)
+	LANEF(Z3, Z11)
+	LANEF(Z4, Z12)
+	LANEF(Z5, Z13)
+	LANEF(Z6, Z14)
+	LANEF(Z7, Z15)
+	ADDQ $3008, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q5kp1loop
+q5kp1done:
+	VADDPS Z8, Z24, Z24
+	VADDPS Z9, Z24, Z24
+	VADDPS Z10, Z24, Z24
+	VADDPS Z11, Z24, Z24
+	VADDPS Z12, Z24, Z24
+	VADDPS Z13, Z24, Z24
+	VADDPS Z14, Z24, Z24
+	VADDPS Z15, Z24, Z24
+	MOVQ out+32(FP), AX
+	VMOVUPS Z24, (AX)
+	VZEROUPPER
+	RET

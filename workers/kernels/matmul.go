@@ -640,10 +640,11 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	}
 }
 
-// groupK2 is groupsK's work on one group on the AVX2 path (and IQ4_XS's and
-// Q2_K's on the AVX-512 path): each half of the
-// group (8 rows) against 4 activation rows per call while they last, then
-// the whole group against one activation row at a time.
+// groupK2 is groupsK's work on one group on the AVX2 path (and that of the
+// types avx2Packed names on the AVX-512 path): each half of the group (8
+// rows) against 4 activation rows per call while they last, then the whole
+// group against one activation row at a time (on the AVX-512 path Q5_K's
+// with its own kernel).
 func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
@@ -681,7 +682,11 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 		case gguf.TypeQ2_K:
 			gemmQ2KA1(w, nb, x, a, o)
 		case gguf.TypeQ5_K:
-			gemmQ5KA1(w, nb, x, a, o)
+			if j.p == pathAVX512 {
+				gemmQ5KP1(w, nb, x, a, o)
+			} else {
+				gemmQ5KA1(w, nb, x, a, o)
+			}
 		case gguf.TypeQ3_K:
 			gemmQ3KA1(w, nb, x, a, o)
 		default:

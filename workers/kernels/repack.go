@@ -49,7 +49,8 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     s+16, s+24 (lane s of sub-blocks 2k and 2k+1, as GGML's generic kernel
 //     sums them in float lane s) and two planes of their fifth bits in
 //     Q5_0's order; the activations are put in the same lane order
-//     (laneOrder). AVX2 kernels only; the AVX-512 path runs them too.
+//     (laneOrder). AVX2 kernels, which the AVX-512 path runs for 4
+//     activation rows; it has its own one-row (decode) kernel.
 //
 //   - Q3_K (per super-block, 1824 bytes): 16 f16 d, the signed scales of
 //     sub-blocks 2c and 2c+1 as byte pairs [c][row][2] per 32-element chunk
@@ -77,7 +78,8 @@ func packs(p path, t gguf.Type) bool {
 
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
-// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS.
+// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, and for Q5_K a one-row kernel
+// (groupK2).
 func avx2Packed(t gguf.Type) bool {
 	switch t {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
