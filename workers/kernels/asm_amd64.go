@@ -132,6 +132,9 @@ func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 //go:noescape
 func gemmQ5KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
+//go:noescape
+func gemmQ3KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+
 // AVX2 kernels over the same packed Q4_K/Q6_K groups (kgemm_avx2_amd64.s):
 // half 0 or 1 of a group (8 weight rows) by 4 activation rows (A4), or the
 // whole group by one (A1).

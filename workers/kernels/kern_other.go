@@ -55,6 +55,7 @@ func gemmQ6KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
 }
 func gemmQ6KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ5KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ3KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ4KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
 	panic("kernels: no asm")
 }

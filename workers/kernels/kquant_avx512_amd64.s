@@ -2,13 +2,15 @@
 
 #include "textflag.h"
 
-// AVX-512 VNNI kernels for Q4_K and Q6_K weights repacked into 16-row groups
+// AVX-512 VNNI kernels for K-quant weights repacked into 16-row groups
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
 // side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
-// 16-element sums). P4 kernels take 4 activation rows, P1 kernels one.
-// Per super-block every integer sum is exact and the float updates are the
-// portable kernels' (dotQ4KGo, dotQ6KGo), lane by lane, so each row's result
-// is bitwise equal to them. Sub-blocks are unrolled through macros.
+// 16-element sums). P4 kernels take 4 activation rows, P1 kernels one: Q4_K,
+// Q6_K and IQ4_XS have both, Q5_K and Q3_K a P1 kernel only (the AVX2 ones
+// take 4 rows). Per super-block every integer sum is exact and the float
+// updates are the portable kernels' (dotQ4KGo, dotQ6KGo, ...), lane by lane,
+// so each row's result is bitwise equal to them. Sub-blocks are unrolled
+// through macros.
 
 DATA kq0f<>+0(SB)/4, $0x0f0f0f0f
 GLOBL kq0f<>(SB), RODATA, $4
@@ -727,6 +729,139 @@ q5kp1loop:
 	JNZ  q5kp1loop
 q5kp1done:
 	VADDPS Z8, Z24, Z24
+	VADDPS Z9, Z24, Z24
+	VADDPS Z10, Z24, Z24
+	VADDPS Z11, Z24, Z24
+	VADDPS Z12, Z24, Z24
+	VADDPS Z13, Z24, Z24
+	VADDPS Z14, Z24, Z24
+	VADDPS Z15, Z24, Z24
+	MOVQ out+32(FP), AX
+	VMOVUPS Z24, (AX)
+	VZEROUPPER
+	RET
+
+// ---- Q3_K (1824 bytes per group and super-block: 16 f16 d at 0; the
+// signed scales of sub-blocks 2c and 2c+1 as byte pairs [c][row][2] at
+// 32+32c, c a 32-element chunk; per lane s at 288+64s the row's hmask bytes
+// s, s+8, s+16, s+24, inverted, chunk c's bit at c; per half h (chunks
+// 4h..4h+3) and lane s at 800+512h+64s the row's quant bytes 32h+s, +8, +16,
+// +24, chunk 4h+j's two bits at 2j). The activations come in Q5_K's lane
+// order and the float sums are dotQ3KGo's eight lanes. The values -4..3 are
+// taken 4 higher (0..7: the two low bits, bit 2 set unless the inverted
+// hmask bit is), unsigned for VPMADDUBSW; the stack holds, per chunk and
+// lane, -4 times the activations' two pair sums, which VPDPWSSD against
+// the scale pairs takes back off. Lane s's integer sums of the 16 rows are
+// in Zs (Z0..Z7), its float sum in Z8+s.
+DATA kq03<>+0(SB)/4, $0x03030303
+GLOBL kq03<>(SB), RODATA, $4
+DATA kq04<>+0(SB)/4, $0x04040404
+GLOBL kq04<>(SB), RODATA, $4
+
+// Q3KNEG: at off(SP), -4 times the pair sums of the activations' 64 bytes
+// at 4+off(DI) (chunk c's lane s at 32c+4s). Z18 holds 0x04 bytes, Z31 zero.
+#define Q3KNEG(off) \
+	VMOVDQU32 (4+off)(DI), Z30 \
+	VPMADDUBSW Z30, Z18, Z30 \
+	VPSUBW Z30, Z31, Z30 \
+	VMOVDQU32 Z30, off(SP)
+
+// Q3KJ: chunk c (the j-th of its half) of lane s into acc, the lane's quant
+// bytes in Z24, its hmask bytes in Z23 (chunk c's bit moved to bit 2 by
+// `sh $n`), the chunk's scale pairs in sc. Z17 holds 0x03 bytes.
+#define Q3KJ(c, j, s, acc, sc, sh, n) \
+	VPSRLW $(2*j), Z24, Z25 \
+	VPTERNLOGD $0xea, Z18, Z17, Z25 \
+	sh $n, Z23, Z27 \
+	VPTERNLOGD $0x78, Z18, Z27, Z25 \
+	VPBROADCASTD (4+32*c+4*s)(DI), Z28 \
+	VPMADDUBSW Z28, Z25, Z25 \
+	VPDPWSSD sc, Z25, acc \
+	VPDPWSSD.BCST (32*c+4*s)(SP), sc, acc
+
+// Q3KC0, Q3KC1: chunk j of half 0 or 1 for all 8 lanes into Z0..Z7, the
+// chunk's bit of the hmask moved to bit 2 by `sh $n`: lane s's hmask and
+// quant bytes are read again for each chunk (from L1 after the first), so
+// that consecutive products go to different lane sums.
+#define Q3KS(h, c, j, s, acc, sc, sh, n) \
+	VMOVDQU32 (288+64*s)(SI), Z23 \
+	VMOVDQU32 (800+512*h+64*s)(SI), Z24 \
+	Q3KJ(c, j, s, acc, sc, sh, n)
+#define Q3KC(h, c, j, sc, sh, n) \
+	Q3KS(h, c, j, 0, Z0, sc, sh, n) \
+	Q3KS(h, c, j, 1, Z1, sc, sh, n) \
+	Q3KS(h, c, j, 2, Z2, sc, sh, n) \
+	Q3KS(h, c, j, 3, Z3, sc, sh, n) \
+	Q3KS(h, c, j, 4, Z4, sc, sh, n) \
+	Q3KS(h, c, j, 5, Z5, sc, sh, n) \
+	Q3KS(h, c, j, 6, Z6, sc, sh, n) \
+	Q3KS(h, c, j, 7, Z7, sc, sh, n)
+
+// func gemmQ3KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ3KP1(SB), $256-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z31, Z31, Z31
+	VPBROADCASTD kq03<>(SB), Z17
+	VPBROADCASTD kq04<>(SB), Z18
+	TESTQ CX, CX
+	JZ    q3kp1done
+q3kp1loop:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	Q3KNEG(0)
+	Q3KNEG(64)
+	Q3KNEG(128)
+	Q3KNEG(192)
+	VCVTPH2PS (SI), Z16
+	VMULPS.BCST (DX), Z16, Z16
+	VPMOVSXBW 32(SI), Z19
+	VPMOVSXBW 64(SI), Z20
+	VPMOVSXBW 96(SI), Z21
+	VPMOVSXBW 128(SI), Z22
+	Q3KC(0, 0, 0, Z19, VPSLLW, 2)
+	Q3KC(0, 1, 1, Z20, VPSLLW, 1)
+	Q3KC(0, 2, 2, Z21, VPSRLW, 0)
+	Q3KC(0, 3, 3, Z22, VPSRLW, 1)
+	VPMOVSXBW 160(SI), Z19
+	VPMOVSXBW 192(SI), Z20
+	VPMOVSXBW 224(SI), Z21
+	VPMOVSXBW 256(SI), Z22
+	Q3KC(1, 4, 0, Z19, VPSRLW, 2)
+	Q3KC(1, 5, 1, Z20, VPSRLW, 3)
+	Q3KC(1, 6, 2, Z21, VPSRLW, 4)
+	Q3KC(1, 7, 3, Z22, VPSRLW, 5)
+	LANEF(Z0, Z8)
+	LANEF(Z1, Z9)
+	LANEF(Z2, Z10)
+	LANEF(Z3, Z11)
+	LANEF(Z4, Z12)
+	LANEF(Z5, Z13)
+	LANEF(Z6, Z14)
+	LANEF(Z7, Z15)
+	ADDQ $1824, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q3kp1loop
+q3kp1done:
+	VADDPS Z8, Z31, Z24
 	VADDPS Z9, Z24, Z24
 	VADDPS Z10, Z24, Z24
 	VADDPS Z11, Z24, Z24

@@ -644,7 +644,7 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 // types avx2Packed names on the AVX-512 path): each half of the group (8
 // rows) against 4 activation rows per call while they last, then the whole
 // group against one activation row at a time (on the AVX-512 path Q5_K's
-// with its own kernel).
+// and Q3_K's with their own kernels).
 func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
@@ -688,7 +688,11 @@ func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
 				gemmQ5KA1(w, nb, x, a, o)
 			}
 		case gguf.TypeQ3_K:
-			gemmQ3KA1(w, nb, x, a, o)
+			if j.p == pathAVX512 {
+				gemmQ3KP1(w, nb, x, a, o)
+			} else {
+				gemmQ3KA1(w, nb, x, a, o)
+			}
 		default:
 			gemmIQ4XSA1(w, nb, x, a, o)
 		}
