@@ -216,7 +216,7 @@ func (j *matJob) rows(lo, hi int) {
 		c1 := min(c0+chunk, rhi)
 		for x0 := 0; x0 < j.n; x0 += tile {
 			x1 := min(x0+tile, j.n)
-			i := j.rowsF32Z(c0, c1)
+			i := j.rowsF16(j.rowsF32Z(c0, c1), c1)
 			for ; i+4 <= c1; i += 4 {
 				j.block(i, j.rs, 4, x0, x1)
 			}
@@ -227,6 +227,17 @@ func (j *matJob) rows(lo, hi int) {
 			}
 		}
 	}
+}
+
+// rowsF16 is rowsF32Z for an F16 matrix on either vector path, 8 rows at a
+// time (dotRowsF16AVX: each row's bits are those dot4F16AVX gives it).
+func (j *matJob) rowsF16(i, rhi int) int {
+	if j.n != 1 || j.m.Type != gguf.TypeF16 || j.p < pathAVX2 || j.m.Cols%8 != 0 || rhi-i < 8 {
+		return i
+	}
+	nb := (rhi - i) / 8
+	dotRowsF16AVX(&j.m.Data[i*j.rs], uintptr(j.rs), &j.xf[0], j.m.Cols, nb, &j.out[i])
+	return i + 8*nb
 }
 
 // rowsF32Z computes, for a single activation row of an F32 matrix on the

@@ -265,6 +265,37 @@ func TestMatMulInvariance(t *testing.T) {
 	}
 }
 
+// TestDecodeRowsMatchBlocks checks the float types' one-row decode kernels,
+// which take many weight rows a call (rowsF32Z, rowsF16), against the block
+// kernels a batch takes: every output bitwise equal. The matrix is tall
+// enough for a pool piece to hold many rows, and 603 rows leave a tail for
+// the block kernels in each piece.
+func TestDecodeRowsMatchBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const rows, cols = 603, 256
+	for _, typ := range []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16} {
+		for _, kp := range paths() {
+			t.Run(fmt.Sprintf("%s/%s", typ, kp), func(t *testing.T) {
+				m := randMatrix(t, rng, typ, rows, cols)
+				x := randVec(rng, cols)
+				x3 := append(append(append([]float32{}, x...), x...), x...)
+				p := NewPool(1)
+				defer p.Close()
+				one, three := make([]float32, rows), make([]float32, 3*rows)
+				p.matMul(one, m, x, 1, kp)
+				p.matMul(three, m, x3, 3, kp)
+				for r := range 3 {
+					for i := range rows {
+						if a, b := one[i], three[r*rows+i]; math.Float32bits(a) != math.Float32bits(b) {
+							t.Fatalf("row %d: decode %x != batch row %d's %x", i, math.Float32bits(a), r, math.Float32bits(b))
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestAsmMatchesGo compares the assembly MatMul with the portable one: exactly
 // for the integer-dot types, within a tight tolerance for float types.
 func TestAsmMatchesGo(t *testing.T) {
