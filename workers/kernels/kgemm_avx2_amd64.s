@@ -24,7 +24,7 @@
 // kernels ask for weights (one super-block of a group). Decode streams
 // every weight from memory once per token; without these requests the
 // kernels wait on each line in turn (1B shape: 24 tokens/s, with them 31).
-#define PFQ4K 2496
+#define PFQ4K 2368
 #define PFQ6K 3360
 
 DATA k2q0f<>+0(SB)/4, $0x0f0f0f0f
@@ -105,17 +105,18 @@ GLOBL k2q30<>(SB), RODATA, $4
 	VMULPS ym, Y14, Y14 \
 	VSUBPS Y14, Y11, Y11
 
-// ---- Q4_K (2496 bytes per group and super-block: 16 f16 d at 0, 16 f16
-// dmin at 32, the sub-block scales [sub][row] at 64, the mins as int16 pairs
-// [pair][row][2] at 192, then per 32-byte chunk j at 448+512j 8 slices of 4
+// ---- Q4_K (2368 bytes per group and super-block: 16 f16 d at 0, 16 f16
+// dmin at 32, the sub-block scales [sub][row] at 64, the mins as byte pairs
+// [pair][row][2] at 192 (VPMOVZXBW: int16 pairs), then per 32-byte chunk j
+// at 320+512j 8 slices of 4
 // bytes per row: low nibbles sub-block 2j, high nibbles 2j+1).
 
 // Q4KW: slice s of chunk j into Y8, low (Q4KWLO) or high (Q4KWHI) nibbles.
 #define Q4KWLO(j, s) \
-	VPAND (448+512*j+64*s)(SI)(BX*4), Y15, Y8
+	VPAND (320+512*j+64*s)(SI)(BX*4), Y15, Y8
 
 #define Q4KWHI(j, s) \
-	VMOVDQU (448+512*j+64*s)(SI)(BX*4), Y8 \
+	VMOVDQU (320+512*j+64*s)(SI)(BX*4), Y8 \
 	VPSRLW $4, Y8, Y8 \
 	VPAND Y15, Y8, Y8
 
@@ -197,7 +198,7 @@ GLOBL k2q30<>(SB), RODATA, $4
 // Q4KMIN4: mins pair p times the pair (bs32[2p], bs32[2p+1]) of each row,
 // into Y4..Y7.
 #define Q4KMIN4(p) \
-	VMOVDQU (192+64*p)(SI)(BX*4), Y8 \
+	VPMOVZXBW (192+32*p)(SI)(BX*2), Y8 \
 	VPBROADCASTD (16+4*p)(DX), Y9 \
 	VPMADDWD Y9, Y8, Y9 \
 	VPADDD Y9, Y4, Y4 \
@@ -241,7 +242,7 @@ q4ka4loop:
 	VCVTPH2PS (SI)(BX*2), Y12
 	VCVTPH2PS 32(SI)(BX*2), Y13
 	EACH4(Q4KF)
-	NEXTA4(2496)
+	NEXTA4(2368)
 	DECQ CX
 	JNZ  q4ka4loop
 q4ka4done:
@@ -252,10 +253,10 @@ q4ka4done:
 // (16 rows), times 4 bytes at xoff of the one activation row, int16 pairs
 // into Y4 (rows 0..7) and Y5 (rows 8..15).
 #define Q4KLO16(j, s, xoff) \
-	PREFETCHT0 (PFQ4K+448+512*j+64*s)(SI) \
+	PREFETCHT0 (PFQ4K+320+512*j+64*s)(SI) \
 	VPBROADCASTD xoff(DI), Y9 \
-	VPAND (448+512*j+64*s)(SI), Y15, Y8 \
-	VPAND (448+512*j+64*s+32)(SI), Y15, Y10 \
+	VPAND (320+512*j+64*s)(SI), Y15, Y8 \
+	VPAND (320+512*j+64*s+32)(SI), Y15, Y10 \
 	VPMADDUBSW Y9, Y8, Y8 \
 	VPMADDUBSW Y9, Y10, Y10 \
 	VPADDW Y8, Y4, Y4 \
@@ -263,8 +264,8 @@ q4ka4done:
 
 #define Q4KHI16(j, s, xoff) \
 	VPBROADCASTD xoff(DI), Y9 \
-	VMOVDQU (448+512*j+64*s)(SI), Y8 \
-	VMOVDQU (448+512*j+64*s+32)(SI), Y10 \
+	VMOVDQU (320+512*j+64*s)(SI), Y8 \
+	VMOVDQU (320+512*j+64*s+32)(SI), Y10 \
 	VPSRLW $4, Y8, Y8 \
 	VPSRLW $4, Y10, Y10 \
 	VPAND Y15, Y8, Y8 \
@@ -319,9 +320,11 @@ q4ka4done:
 	PREFETCHT0 (PFQ4K+128*p)(SI) \
 	PREFETCHT0 (PFQ4K+128*p+64)(SI) \
 	VPBROADCASTD (16+4*p)(DX), Y9 \
-	VPMADDWD (192+64*p)(SI), Y9, Y8 \
+	VPMOVZXBW (192+32*p)(SI), Y8 \
+	VPMADDWD Y9, Y8, Y8 \
 	VPADDD Y8, Y4, Y4 \
-	VPMADDWD (224+64*p)(SI), Y9, Y10 \
+	VPMOVZXBW (208+32*p)(SI), Y10 \
+	VPMADDWD Y9, Y10, Y10 \
 	VPADDD Y10, Y5, Y5
 
 // FREG: ya += (Y12 * d_x) * float(yi), with d_x in Y10; FREGM: ya -= (Y13 *
@@ -377,7 +380,7 @@ q4ka1loop:
 	VCVTPH2PS 48(SI), Y13
 	FREG(Y1, Y3)
 	FREGM(Y5, Y3)
-	ADDQ $2496, SI
+	ADDQ $2368, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
 	DECQ CX
@@ -1003,12 +1006,12 @@ q2ka1done:
 	VZEROUPPER
 	RET
 
-// ---- Q5_K (3008 bytes per group and super-block: 16 f16 d at 0, 16 f16
-// dmin at 32, the sub-block scales [sub][row] at 64 and the mins as int16
+// ---- Q5_K (2880 bytes per group and super-block: 16 f16 d at 0, 16 f16
+// dmin at 32, the sub-block scales [sub][row] at 64 and the mins as byte
 // pairs [pair][row][2] at 192, as Q4_K's; then per 64-element chunk k at
-// 448+640k, 8 slices of 4 bytes per row, slice s holding the chunk's quant
+// 320+640k, 8 slices of 4 bytes per row, slice s holding the chunk's quant
 // bytes s, s+8, s+16, s+24 (low nibbles: lane s of sub-block 2k, high
-// nibbles: lane s of 2k+1), and at 448+640k+512 two 64-byte planes of fifth
+// nibbles: lane s of 2k+1), and at 320+640k+512 two 64-byte planes of fifth
 // bits, slice s's in plane s/4 at Q5_0's bits s%4 and 4+s%4).
 //
 // GGML's generic Q5_K kernel sums in eight float lanes (lane l: the elements
@@ -1019,7 +1022,7 @@ q2ka1done:
 // super-block (exact), then update its float sums, which live on the stack;
 // the running sums of -dmin*msum live in out (A4) or a register (A1).
 
-#define PFQ5K 3008
+#define PFQ5K 2880
 
 DATA k2q10<>+0(SB)/4, $0x10101010
 GLOBL k2q10<>(SB), RODATA, $4
@@ -1056,8 +1059,8 @@ GLOBL k2q10<>(SB), RODATA, $4
 	VPADDD Y9, acc, acc
 
 #define Q5KL4(k, s) \
-	VMOVDQU (448+640*k+512+64*(s/4))(SI)(BX*4), Y6 \
-	NIBBLES5R((s%4), (448+640*k+64*s)(SI)(BX*4), Y6, Y4, Y5, Y7) \
+	VMOVDQU (320+640*k+512+64*(s/4))(SI)(BX*4), Y6 \
+	NIBBLES5R((s%4), (320+640*k+64*s)(SI)(BX*4), Y6, Y4, Y5, Y7) \
 	Q5KDP4(DI, Y0, k, s) \
 	Q5KDP4(R8, Y1, k, s) \
 	Q5KDP4(R9, Y2, k, s) \
@@ -1139,7 +1142,7 @@ q5ka4loop:
 	VBROADCASTSS (R10), Y9
 	VMULPS Y9, Y13, Y13
 	LANES8(Q5KLANE4)
-	NEXTA4(3008)
+	NEXTA4(2880)
 	DECQ CX
 	JNZ  q5ka4loop
 q5ka4done:
@@ -1154,11 +1157,11 @@ q5ka4done:
 // Q5KL1: lane s of chunk k for both halves against the one activation row,
 // into Y0 (rows 0..7) and Y1 (rows 8..15).
 #define Q5KL1(k, s) \
-	PREFETCHT0 (PFQ5K+448+640*k+64*s)(SI) \
-	VMOVDQU (448+640*k+512+64*(s/4))(SI), Y6 \
-	VMOVDQU (448+640*k+512+64*(s/4)+32)(SI), Y7 \
-	NIBBLES5R((s%4), (448+640*k+64*s)(SI), Y6, Y4, Y5, Y8) \
-	NIBBLES5R((s%4), (448+640*k+64*s+32)(SI), Y7, Y2, Y3, Y8) \
+	PREFETCHT0 (PFQ5K+320+640*k+64*s)(SI) \
+	VMOVDQU (320+640*k+512+64*(s/4))(SI), Y6 \
+	VMOVDQU (320+640*k+512+64*(s/4)+32)(SI), Y7 \
+	NIBBLES5R((s%4), (320+640*k+64*s)(SI), Y6, Y4, Y5, Y8) \
+	NIBBLES5R((s%4), (320+640*k+64*s+32)(SI), Y7, Y2, Y3, Y8) \
 	VPBROADCASTD (4+64*k+4*s)(DI), Y9 \
 	VPMADDUBSW Y9, Y4, Y4 \
 	VPMADDWD (128*k)(SP), Y4, Y4 \
@@ -1194,9 +1197,11 @@ q5ka4done:
 // Y4, Y5.
 #define Q5KMIN16(p) \
 	VPBROADCASTD (16+4*p)(DX), Y9 \
-	VPMADDWD (192+64*p)(SI), Y9, Y8 \
+	VPMOVZXBW (192+32*p)(SI), Y8 \
+	VPMADDWD Y9, Y8, Y8 \
 	VPADDD Y8, Y4, Y4 \
-	VPMADDWD (224+64*p)(SI), Y9, Y2 \
+	VPMOVZXBW (208+32*p)(SI), Y2 \
+	VPMADDWD Y9, Y2, Y2 \
 	VPADDD Y2, Y5, Y5
 
 // Q5KFIN1: ya += the float lane sums of half h, lane 0 first.
@@ -1276,7 +1281,7 @@ q5ka1loop:
 	VCVTPH2PS 16(SI), Y13
 	VMULPS Y9, Y13, Y13
 	LANES8(Q5KLANE1)
-	ADDQ $3008, SI
+	ADDQ $2880, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
 	DECQ CX

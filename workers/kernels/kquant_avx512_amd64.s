@@ -110,30 +110,30 @@ GLOBL kq30<>(SB), RODATA, $4
 // Q4K8: the 8 slices of chunk j's low (Q4K8LO) or high (Q4K8HI) nibbles
 // (sub-block 2j or 2j+1) into Z8..Z15.
 #define Q4K8LO(j) \
-	VPANDD (448+512*j)(SI), Z18, Z8 \
-	VPANDD (448+512*j+64)(SI), Z18, Z9 \
-	VPANDD (448+512*j+128)(SI), Z18, Z10 \
-	VPANDD (448+512*j+192)(SI), Z18, Z11 \
-	VPANDD (448+512*j+256)(SI), Z18, Z12 \
-	VPANDD (448+512*j+320)(SI), Z18, Z13 \
-	VPANDD (448+512*j+384)(SI), Z18, Z14 \
-	VPANDD (448+512*j+448)(SI), Z18, Z15
+	VPANDD (320+512*j)(SI), Z18, Z8 \
+	VPANDD (320+512*j+64)(SI), Z18, Z9 \
+	VPANDD (320+512*j+128)(SI), Z18, Z10 \
+	VPANDD (320+512*j+192)(SI), Z18, Z11 \
+	VPANDD (320+512*j+256)(SI), Z18, Z12 \
+	VPANDD (320+512*j+320)(SI), Z18, Z13 \
+	VPANDD (320+512*j+384)(SI), Z18, Z14 \
+	VPANDD (320+512*j+448)(SI), Z18, Z15
 #define Q4K8HI(j) \
-	VPSRLW $4, (448+512*j+0)(SI), Z8 \
+	VPSRLW $4, (320+512*j+0)(SI), Z8 \
 	VPANDD Z18, Z8, Z8 \
-	VPSRLW $4, (448+512*j+64)(SI), Z9 \
+	VPSRLW $4, (320+512*j+64)(SI), Z9 \
 	VPANDD Z18, Z9, Z9 \
-	VPSRLW $4, (448+512*j+128)(SI), Z10 \
+	VPSRLW $4, (320+512*j+128)(SI), Z10 \
 	VPANDD Z18, Z10, Z10 \
-	VPSRLW $4, (448+512*j+192)(SI), Z11 \
+	VPSRLW $4, (320+512*j+192)(SI), Z11 \
 	VPANDD Z18, Z11, Z11 \
-	VPSRLW $4, (448+512*j+256)(SI), Z12 \
+	VPSRLW $4, (320+512*j+256)(SI), Z12 \
 	VPANDD Z18, Z12, Z12 \
-	VPSRLW $4, (448+512*j+320)(SI), Z13 \
+	VPSRLW $4, (320+512*j+320)(SI), Z13 \
 	VPANDD Z18, Z13, Z13 \
-	VPSRLW $4, (448+512*j+384)(SI), Z14 \
+	VPSRLW $4, (320+512*j+384)(SI), Z14 \
 	VPANDD Z18, Z14, Z14 \
-	VPSRLW $4, (448+512*j+448)(SI), Z15 \
+	VPSRLW $4, (320+512*j+448)(SI), Z15 \
 	VPANDD Z18, Z15, Z15
 // Q4KSUB4: sub-block sub (chunk j, half h) for 4 activation rows, its
 // slices already in Z8..Z15: exact dot products, times the scales, into Z4..Z7.
@@ -197,23 +197,23 @@ q4kp4loop:
 	Q4KSUB4(3, 0, 6)
 	Q4K8HI(3)
 	Q4KSUB4(3, 1, 7)
-	// mins (int16 pairs) times the 32-element sums of x (int16 pairs)
-	VMOVDQU32 192(SI), Z19
+	// mins (byte pairs made int16) times the 32-element sums of x (int16 pairs)
+	VPMOVZXBW 192(SI), Z19
 	VPDPWSSD.BCST 16(DX), Z19, Z20
 	VPDPWSSD.BCST 16(R11), Z19, Z21
 	VPDPWSSD.BCST 16(R12), Z19, Z22
 	VPDPWSSD.BCST 16(R13), Z19, Z23
-	VMOVDQU32 256(SI), Z19
+	VPMOVZXBW 224(SI), Z19
 	VPDPWSSD.BCST 20(DX), Z19, Z20
 	VPDPWSSD.BCST 20(R11), Z19, Z21
 	VPDPWSSD.BCST 20(R12), Z19, Z22
 	VPDPWSSD.BCST 20(R13), Z19, Z23
-	VMOVDQU32 320(SI), Z19
+	VPMOVZXBW 256(SI), Z19
 	VPDPWSSD.BCST 24(DX), Z19, Z20
 	VPDPWSSD.BCST 24(R11), Z19, Z21
 	VPDPWSSD.BCST 24(R12), Z19, Z22
 	VPDPWSSD.BCST 24(R13), Z19, Z23
-	VMOVDQU32 384(SI), Z19
+	VPMOVZXBW 288(SI), Z19
 	VPDPWSSD.BCST 28(DX), Z19, Z20
 	VPDPWSSD.BCST 28(R11), Z19, Z21
 	VPDPWSSD.BCST 28(R12), Z19, Z22
@@ -228,7 +228,7 @@ q4kp4loop:
 	FSUB(Z22, Z17, Z2, R12)
 	FADD(Z7, Z16, Z3, R13)
 	FSUB(Z23, Z17, Z3, R13)
-	NEXTK(2496)
+	NEXTK(2368)
 	DECQ CX
 	JNZ  q4kp4loop
 q4kp4done:
@@ -250,10 +250,10 @@ q4kp1loop:
 	VPXORD Z20, Z20, Z20
 	VCVTPH2PS (SI), Z16
 	VCVTPH2PS 32(SI), Z17
-	VMOVDQU32 192(SI), Z21
-	VMOVDQU32 256(SI), Z22
-	VMOVDQU32 320(SI), Z23
-	VMOVDQU32 384(SI), Z26
+	VPMOVZXBW 192(SI), Z21
+	VPMOVZXBW 224(SI), Z22
+	VPMOVZXBW 256(SI), Z23
+	VPMOVZXBW 288(SI), Z26
 	Q4K8LO(0)
 	Q4KSUB1(0, 0, 0)
 	Q4K8HI(0)
@@ -276,7 +276,7 @@ q4kp1loop:
 	VPDPWSSD.BCST 28(DX), Z26, Z20
 	FADD(Z4, Z16, Z0, DX)
 	FSUB(Z20, Z17, Z0, DX)
-	ADDQ $2496, SI
+	ADDQ $2368, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
 	DECQ CX
@@ -602,9 +602,9 @@ xsp1done:
 	VZEROUPPER
 	RET
 
-// ---- Q5_K (3008 bytes per group and super-block: Q4_K's d at 0, dmin at
-// 32, scales [sub][row] at 64 and mins as int16 pairs at 192; per 64-element
-// chunk k at 448+640k eight slices, lane s at +64s holding the row's quant
+// ---- Q5_K (2880 bytes per group and super-block: Q4_K's d at 0, dmin at
+// 32, scales [sub][row] at 64 and mins as byte pairs at 192; per 64-element
+// chunk k at 320+640k eight slices, lane s at +64s holding the row's quant
 // bytes s, s+8, s+16, s+24 (low nibbles: sub-block 2k, high: 2k+1), then two
 // planes of fifth bits at +512 (lanes 0..3) and +576 (lanes 4..7), lane s's
 // at bit s%4 (sub-block 2k) and 4+s%4 (2k+1)). The activations come in lane
@@ -628,7 +628,7 @@ GLOBL kq10<>(SB), RODATA, $4
 // (the fifth bits at bit 4 of hb) against 2k+1; scales in Z21 and Z23.
 // Z18 holds 0x0f bytes, Z19 0x10.
 #define Q5KL(k, s, acc, lsh, hb) \
-	VMOVDQU32 (448+640*k+64*s)(SI), Z25 \
+	VMOVDQU32 (320+640*k+64*s)(SI), Z25 \
 	VPANDD Z18, Z25, Z26 \
 	VPSLLW $lsh, Z22, Z28 \
 	VPTERNLOGD $0xf8, Z19, Z28, Z26 \
@@ -645,7 +645,7 @@ GLOBL kq10<>(SB), RODATA, $4
 // Q5KPLANE: lanes 4p..4p+3 of chunk k into za..zd, their plane of fifth
 // bits in Z22.
 #define Q5KPLANE(k, p, za, zb, zc, zd) \
-	VMOVDQU32 (448+640*k+512+64*p)(SI), Z22 \
+	VMOVDQU32 (320+640*k+512+64*p)(SI), Z22 \
 	Q5KL(k, (4*p), za, 4, Z22) \
 	VPSRLW $1, Z22, Z30 \
 	Q5KL(k, (4*p+1), zb, 3, Z30) \
@@ -701,13 +701,13 @@ q5kp1loop:
 	VCVTPH2PS (SI), Z16
 	VMULPS.BCST (DX), Z16, Z16
 	VCVTPH2PS 32(SI), Z17
-	VMOVDQU32 192(SI), Z25
+	VPMOVZXBW 192(SI), Z25
 	VPDPWSSD.BCST 16(DX), Z25, Z20
-	VMOVDQU32 256(SI), Z26
+	VPMOVZXBW 224(SI), Z26
 	VPDPWSSD.BCST 20(DX), Z26, Z20
-	VMOVDQU32 320(SI), Z27
+	VPMOVZXBW 256(SI), Z27
 	VPDPWSSD.BCST 24(DX), Z27, Z20
-	VMOVDQU32 384(SI), Z28
+	VPMOVZXBW 288(SI), Z28
 	VPDPWSSD.BCST 28(DX), Z28, Z20
 	FSUB(Z20, Z17, Z24, DX)
 	Q5KCHUNK(0)
@@ -722,7 +722,7 @@ q5kp1loop:
 	LANEF(Z5, Z13)
 	LANEF(Z6, Z14)
 	LANEF(Z7, Z15)
-	ADDQ $3008, SI
+	ADDQ $2880, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
 	DECQ CX

@@ -25,11 +25,12 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     the bits of elements 4s+c at bit s and 16+4s+c at bit 4+s (s < 4); the
 //     kernel subtracts 16*sum(x).
 //
-//   - Q4_K (per 256-element super-block, 2496 bytes): 16 f16 d, 16 f16 dmin,
-//     the 8 sub-block scales as bytes [sub][row], the 8 mins as int16 pairs
-//     [pair][row][2] (one VPDPWSSD per pair against the activations' 32-element
-//     sums), then per 32-byte chunk j of quants 8 slices of bytes 4s..4s+3:
-//     low nibbles are sub-block 2j, high nibbles 2j+1.
+//   - Q4_K (per 256-element super-block, 2368 bytes): 16 f16 d, 16 f16 dmin,
+//     the 8 sub-block scales as bytes [sub][row], the 8 mins as byte pairs
+//     [pair][row][2] (VPMOVZXBW makes them the int16 pairs of one VPDPWSSD
+//     per pair against the activations' 32-element sums), then per 32-byte
+//     chunk j of quants 8 slices of bytes 4s..4s+3: low nibbles are
+//     sub-block 2j, high nibbles 2j+1.
 //
 //   - Q4_1, Q5_1: 16 f16 d, 16 f16 m, then Q4_0's slices; Q5_1 adds Q5_0's
 //     plane of fifth bits (AVX2 kernels only; the AVX-512 path runs them
@@ -44,7 +45,7 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     scales as bytes [sub][row], then per 32-element sub-block Q4_0's 4
 //     slices of nibbles (AVX2 kernels only; the AVX-512 path runs them too).
 //
-//   - Q5_K (per super-block, 3008 bytes): Q4_K's d, dmin, scales and mins,
+//   - Q5_K (per super-block, 2880 bytes): Q4_K's d, dmin, scales and mins,
 //     then per 64-element chunk k 8 slices of the row's quant bytes s, s+8,
 //     s+16, s+24 (lane s of sub-blocks 2k and 2k+1, as GGML's generic kernel
 //     sums them in float lane s) and two planes of their fifth bits in
@@ -103,7 +104,7 @@ func packBlock(t gguf.Type) int {
 	case gguf.TypeQ5_0:
 		return 2*packRows + 20*packRows
 	case gguf.TypeQ4_K:
-		return 4*packRows + 8*packRows + 16*packRows + 128*packRows
+		return 4*packRows + 8*packRows + 8*packRows + 128*packRows
 	case gguf.TypeQ6_K:
 		return 2*packRows + 16*packRows + 192*packRows
 	case gguf.TypeIQ4_XS:
@@ -111,7 +112,7 @@ func packBlock(t gguf.Type) int {
 	case gguf.TypeQ2_K:
 		return 4*packRows + 16*packRows + 64*packRows
 	case gguf.TypeQ5_K:
-		return 4*packRows + 8*packRows + 16*packRows + 4*40*packRows
+		return 4*packRows + 8*packRows + 8*packRows + 4*40*packRows
 	case gguf.TypeQ3_K:
 		return 2*packRows + 16*packRows + 32*packRows + 64*packRows
 	}
@@ -186,11 +187,11 @@ func packQ4K(o, blk []byte, i int) {
 	for sub := range 8 {
 		sc, mn := q4KScaleMin(sub, blk[4:16])
 		o[64+sub*packRows+i] = sc
-		o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
+		o[192+(sub/2)*2*packRows+2*i+sub%2] = mn
 	}
 	for j := range 4 {
 		for s := range 8 {
-			copy(o[448+j*512+s*64+4*i:][:4], blk[16+32*j+4*s:][:4])
+			copy(o[320+j*512+s*64+4*i:][:4], blk[16+32*j+4*s:][:4])
 		}
 	}
 }
@@ -301,11 +302,11 @@ func packQ5K(o, blk []byte, i int) {
 	for sub := range 8 {
 		sc, mn := q4KScaleMin(sub, blk[4:16])
 		o[64+sub*packRows+i] = sc
-		o[192+(sub/2)*4*packRows+4*i+2*(sub%2)] = mn
+		o[192+(sub/2)*2*packRows+2*i+sub%2] = mn
 	}
 	qh, qs := blk[16:48], blk[48:176]
 	for k := range 4 {
-		p := o[448+640*k:][:640]
+		p := o[320+640*k:][:640]
 		for s := range 8 {
 			for c := range 4 {
 				l := s + 8*c
