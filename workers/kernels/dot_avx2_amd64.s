@@ -2,6 +2,17 @@
 
 #include "textflag.h"
 
+// HSUM4: the 8 lanes of ya, yb, yc, yd (four rows' sums) added pairwise, in
+// the fixed order every row kernel here shares, into 4 floats at dst; xa is
+// ya's low half, xt scratch.
+#define HSUM4(ya, yb, yc, yd, xa, xt, dst) \
+	VHADDPS yb, ya, ya \
+	VHADDPS yd, yc, yc \
+	VHADDPS yc, ya, ya \
+	VEXTRACTF128 $1, ya, xt \
+	VADDPS xt, xa, xa \
+	VMOVUPS xa, dst
+
 // Float kernels: one 8-lane accumulator per output element, FMA over k in steps
 // of 8, reduced as ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)) by VHADDPS. Every kernel
 // below uses that order, so an element's bits do not depend on which kernel (or
@@ -48,12 +59,7 @@ d41f32loop:
 	DECQ CX
 	JNZ  d41f32loop
 d41f32done:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
 	VZEROUPPER
 	RET
 
@@ -95,12 +101,7 @@ d41f16loop:
 	DECQ CX
 	JNZ  d41f16loop
 d41f16done:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
 	VZEROUPPER
 	RET
 
@@ -166,18 +167,8 @@ rf16loop:
 	DECQ CX
 	JNZ  rf16loop
 rf16sum:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
-	VHADDPS Y11, Y10, Y10
-	VHADDPS Y13, Y12, Y12
-	VHADDPS Y12, Y10, Y10
-	VEXTRACTF128 $1, Y10, X1
-	VADDPS X1, X10, X10
-	VMOVUPS X10, 16(R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
+	HSUM4(Y10, Y11, Y12, Y13, X10, X1, 16(R8))
 	LEAQ (R15)(BX*1), SI
 	ADDQ $32, R8
 	DECQ blocks+32(FP)
@@ -227,12 +218,7 @@ d41bf16loop:
 	DECQ CX
 	JNZ  d41bf16loop
 d41bf16done:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
 	VZEROUPPER
 	RET
 
@@ -292,24 +278,9 @@ d43f32loop:
 	DECQ CX
 	JNZ  d43f32loop
 d43f32done:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
-	VHADDPS Y5, Y4, Y4
-	VHADDPS Y7, Y6, Y6
-	VHADDPS Y6, Y4, Y4
-	VEXTRACTF128 $1, Y4, X5
-	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(R8)
-	VHADDPS Y9, Y8, Y8
-	VHADDPS Y11, Y10, Y10
-	VHADDPS Y10, Y8, Y8
-	VEXTRACTF128 $1, Y8, X9
-	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5, 16(R8))
+	HSUM4(Y8, Y9, Y10, Y11, X8, X9, 32(R8))
 	VZEROUPPER
 	RET
 
@@ -369,24 +340,9 @@ d43hhloop:
 	DECQ CX
 	JNZ  d43hhloop
 d43hhdone:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
-	VHADDPS Y5, Y4, Y4
-	VHADDPS Y7, Y6, Y6
-	VHADDPS Y6, Y4, Y4
-	VEXTRACTF128 $1, Y4, X5
-	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(R8)
-	VHADDPS Y9, Y8, Y8
-	VHADDPS Y11, Y10, Y10
-	VHADDPS Y10, Y8, Y8
-	VEXTRACTF128 $1, Y8, X9
-	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5, 16(R8))
+	HSUM4(Y8, Y9, Y10, Y11, X8, X9, 32(R8))
 	VZEROUPPER
 	RET
 
@@ -450,24 +406,9 @@ d43bf16loop:
 	DECQ CX
 	JNZ  d43bf16loop
 d43bf16done:
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMOVUPS X0, (R8)
-	VHADDPS Y5, Y4, Y4
-	VHADDPS Y7, Y6, Y6
-	VHADDPS Y6, Y4, Y4
-	VEXTRACTF128 $1, Y4, X5
-	VADDPS X5, X4, X4
-	VMOVUPS X4, 16(R8)
-	VHADDPS Y9, Y8, Y8
-	VHADDPS Y11, Y10, Y10
-	VHADDPS Y10, Y8, Y8
-	VEXTRACTF128 $1, Y8, X9
-	VADDPS X9, X8, X8
-	VMOVUPS X8, 32(R8)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5, 16(R8))
+	HSUM4(Y8, Y9, Y10, Y11, X8, X9, 32(R8))
 	VZEROUPPER
 	RET
 

@@ -216,7 +216,7 @@ func (j *matJob) rows(lo, hi int) {
 		c1 := min(c0+chunk, rhi)
 		for x0 := 0; x0 < j.n; x0 += tile {
 			x1 := min(x0+tile, j.n)
-			i := j.rowsF16(j.rowsF32Z(c0, c1), c1)
+			i := j.rowsDecode(c0, c1)
 			for ; i+4 <= c1; i += 4 {
 				j.block(i, j.rs, 4, x0, x1)
 			}
@@ -229,29 +229,29 @@ func (j *matJob) rows(lo, hi int) {
 	}
 }
 
-// rowsF16 is rowsF32Z for an F16 matrix on either vector path, 8 rows at a
-// time (dotRowsF16AVX: each row's bits are those dot4F16AVX gives it).
-func (j *matJob) rowsF16(i, rhi int) int {
-	if j.n != 1 || j.m.Type != gguf.TypeF16 || j.p < pathAVX2 || j.m.Cols%8 != 0 || rhi-i < 8 {
+// rowsDecode computes, for a single activation row of a float matrix, the
+// whole blocks of weight rows from i below rhi in one call, and returns the
+// first row it left (i where no kernel applies): F32 on the AVX-512 path 4
+// rows a block (dotRowsF32Z, the kernel block uses for one row), F16 on
+// either vector path 8 (dotRowsF16AVX: each row's bits those dot4F16AVX
+// gives it). Decode streams the weights from memory, and a call per block of
+// 4 rows costs a sixth of that time.
+func (j *matJob) rowsDecode(i, rhi int) int {
+	if j.n != 1 {
 		return i
 	}
-	nb := (rhi - i) / 8
-	dotRowsF16AVX(&j.m.Data[i*j.rs], uintptr(j.rs), &j.xf[0], j.m.Cols, nb, &j.out[i])
-	return i + 8*nb
-}
-
-// rowsF32Z computes, for a single activation row of an F32 matrix on the
-// AVX-512 path, the whole blocks of weight rows from i below rhi in one call
-// (dotRowsF32Z, the kernel block uses for one row), and returns the first row it
-// left; otherwise it returns i. Decode streams the weights from memory, and a
-// call per block of 4 rows costs a sixth of that time.
-func (j *matJob) rowsF32Z(i, rhi int) int {
-	if j.n != 1 || j.m.Type != gguf.TypeF32 || j.p < pathAVX512 || j.m.Cols%16 != 0 || rhi-i < 4 {
-		return i
+	w, c := &j.m.Data[i*j.rs], j.m.Cols
+	switch {
+	case j.m.Type == gguf.TypeF32 && j.p >= pathAVX512 && c%16 == 0 && rhi-i >= 4:
+		nb := (rhi - i) / 4
+		dotRowsF32Z(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i])
+		return i + 4*nb
+	case j.m.Type == gguf.TypeF16 && j.p >= pathAVX2 && c%8 == 0 && rhi-i >= 8:
+		nb := (rhi - i) / 8
+		dotRowsF16AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i])
+		return i + 8*nb
 	}
-	nb := (rhi - i) / 4
-	dotRowsF32Z(&j.m.Data[i*j.rs], uintptr(j.rs), &j.xf[0], j.m.Cols, nb, &j.out[i])
-	return i + 4*nb
+	return i
 }
 
 // block computes weight rows i..i+nw-1 (read with stride wstride; 0 repeats row

@@ -266,7 +266,7 @@ func TestMatMulInvariance(t *testing.T) {
 }
 
 // TestDecodeRowsMatchBlocks checks the float types' one-row decode kernels,
-// which take many weight rows a call (rowsF32Z, rowsF16), against the block
+// which take many weight rows a call (rowsDecode), against the block
 // kernels a batch takes: every output bitwise equal. The matrix is tall
 // enough for a pool piece to hold many rows, and 603 rows leave a tail for
 // the block kernels in each piece.
