@@ -772,12 +772,12 @@ GLOBL kq04<>(SB), RODATA, $4
 	VMOVDQU32 Z30, off(SP)
 
 // Q3KJ: chunk c (the j-th of its half) of lane s into acc, the lane's quant
-// bytes in Z24, its hmask bytes in Z23 (chunk c's bit moved to bit 2 by
-// `sh $n`), the chunk's scale pairs in sc. Z17 holds 0x03 bytes.
-#define Q3KJ(c, j, s, acc, sc, sh, n) \
+// bytes in Z24, its hmask bytes in hm (Z23; chunk c's bit moved to bit 2 in
+// ht, Z27, by `sh $n`), the chunk's scale pairs in sc. Z17 holds 0x03 bytes.
+#define Q3KJ(c, j, s, acc, sc, sh, n, hm, ht) \
 	VPSRLW $(2*j), Z24, Z25 \
 	VPTERNLOGD $0xea, Z18, Z17, Z25 \
-	sh $n, Z23, Z27 \
+	sh $n, hm, ht \
 	VPTERNLOGD $0x78, Z18, Z27, Z25 \
 	VPBROADCASTD (4+32*c+4*s)(DI), Z28 \
 	VPMADDUBSW Z28, Z25, Z25 \
@@ -791,7 +791,7 @@ GLOBL kq04<>(SB), RODATA, $4
 #define Q3KS(h, c, j, s, acc, sc, sh, n) \
 	VMOVDQU32 (288+64*s)(SI), Z23 \
 	VMOVDQU32 (800+512*h+64*s)(SI), Z24 \
-	Q3KJ(c, j, s, acc, sc, sh, n)
+	Q3KJ(c, j, s, acc, sc, sh, n, Z23, Z27)
 #define Q3KC(h, c, j, sc, sh, n) \
 	Q3KS(h, c, j, 0, Z0, sc, sh, n) \
 	Q3KS(h, c, j, 1, Z1, sc, sh, n) \
