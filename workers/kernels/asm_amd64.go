@@ -92,19 +92,19 @@ func f16ToF32AVX(dst *float32, src *uint16, n int)
 // 16 weight rows by 4 (P4) or 1 (P1) activation rows.
 
 //go:noescape
-func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ8P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
-func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ4P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
-func gemmIQ4NLP4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmIQ4NLP4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmIQ4NLP1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
@@ -115,19 +115,19 @@ func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 // AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kquant_avx512_amd64.s).
 
 //go:noescape
-func gemmIQ4XSP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmIQ4XSP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmIQ4XSP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ4KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
@@ -143,13 +143,13 @@ func gemmQ3KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 // whole group by one (A1).
 
 //go:noescape
-func gemmQ4KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ4KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ4KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ6KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
@@ -159,67 +159,67 @@ func gemmQ6KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 // the Q4_K/Q6_K ones.
 
 //go:noescape
-func gemmQ8A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ8A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ8A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
-func gemmQ4A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ4A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ4A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
-func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ5A1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
-func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmIQ4NLA1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
 //go:noescape
-func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmIQ4XSA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
+func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ41A1(w *byte, nb int, x *byte, out *float32)
 
 //go:noescape
-func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
+func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ51A1(w *byte, nb int, x *byte, out *float32)
 
 //go:noescape
-func gemmQ2KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ2KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ2KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ5KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ5KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ5KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ3KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ5P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
@@ -256,9 +256,6 @@ func dotRowsF32Z(w *byte, wstride uintptr, x *float32, n int, blocks int, out *f
 
 //go:noescape
 func readSumAVX(p *byte, n int) uint64
-
-//go:noescape
-func prefetchL2(p *byte, n int)
 
 // Softmax and Scale parts (softmax_avx512_amd64.s).
 

@@ -34,21 +34,6 @@ rsdone:
 	VZEROUPPER
 	RET
 
-// func prefetchL2(p *byte, n int)
-// Asks for the n bytes from p (whole 64-byte lines, n > 0) to be brought into
-// L2 without waiting for them: the next weight group, loaded while the
-// current one is computed.
-TEXT ·prefetchL2(SB), NOSPLIT, $0-16
-	MOVQ p+0(FP), SI
-	MOVQ n+8(FP), CX
-	ADDQ SI, CX
-pfloop:
-	PREFETCHT1 (SI)
-	ADDQ $64, SI
-	CMPQ SI, CX
-	JLT  pfloop
-	RET
-
 // func prefetchRows(p *byte, stride uintptr, rows int, width int)
 // Asks for the first width bytes (width > 0) of rows rows, stride bytes
 // apart, to be brought into L1 without waiting for them.

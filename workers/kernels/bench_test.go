@@ -20,6 +20,9 @@ func BenchmarkMatMul(b *testing.B) {
 		// Larger than a server's L3 for every type: the weights stream from
 		// DRAM, as a real model's do in decode.
 		{"decode-dram-32768x2048", 32768, 2048, 1},
+		{"verify4-dram-32768x2048", 32768, 2048, 4},
+		{"verify9-dram-32768x2048", 32768, 2048, 9},
+		{"batch16-dram-32768x2048", 32768, 2048, 16},
 		{"decode-ffn-1536x576", 1536, 576, 1},
 		{"decode-ffn-576x1536", 576, 1536, 1},
 		{"decode-vocab-49152x576", 49152, 576, 1},

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "prefetch_amd64.h"
 #include "avx2_amd64.h"
 
 // AVX2 kernels over Q8_0, Q4_0 and Q5_0 weights in the packed 16-row groups of the
@@ -41,6 +42,7 @@ GLOBL g2x10<>(SB), RODATA, $4
 // Y13 = 1 in every int16, Y4..Y7 (the running sums) = 0.
 #define SETUPB4 \
 	ARGS4 \
+	MOVQ pf+72(FP), R14 \
 	VPBROADCASTD g2one<>(SB), Y13 \
 	VXORPS Y4, Y4, Y4 \
 	VXORPS Y5, Y5, Y5 \
@@ -51,6 +53,7 @@ GLOBL g2x10<>(SB), RODATA, $4
 // DI/R8/R9/R10 activation rows; Y13 = 1 in every int16.
 #define SETUPM4 \
 	ARGSX4 \
+	MOVQ pf+56(FP), R14 \
 	VPBROADCASTD g2one<>(SB), Y13
 
 // ZEROOUTM4: ZEROOUT4 for the kernels without side data (out and ostride
@@ -93,6 +96,7 @@ GLOBL g2x10<>(SB), RODATA, $4
 
 #define NEXTB4(wb) \
 	ADDQ $wb, SI \
+	ADDQ $wb, R14 \
 	ADDQ $34, DI \
 	ADDQ $34, R8 \
 	ADDQ $34, R9 \
@@ -136,8 +140,8 @@ GLOBL g2x10<>(SB), RODATA, $4
 	Q8DP(s, R9, Y2) \
 	Q8DP(s, R10, Y3)
 
-// func gemmQ8A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ8A4(SB), NOSPLIT, $0-72
+// func gemmQ8A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ8A4(SB), NOSPLIT, $0-80
 	SETUPB4
 	VPBROADCASTD g2x80<>(SB), Y15
 	TESTQ CX, CX
@@ -145,13 +149,21 @@ TEXT ·gemmQ8A4(SB), NOSPLIT, $0-72
 q8a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	Q8S4(0)
+	PF2(0)
 	Q8S4(1)
+	PF1(2)
 	Q8S4(2)
+	PF1(3)
 	Q8S4(3)
+	PF1(4)
 	Q8S4(4)
+	PF1(5)
 	Q8S4(5)
+	PF1(6)
 	Q8S4(6)
+	PF1(7)
 	Q8S4(7)
+	PF1(8)
 	VCVTPH2PS (SI)(BX*2), Y12
 	FB(DX, Y0, Y4)
 	FB(R11, Y1, Y5)
@@ -253,8 +265,8 @@ q8a1done:
 	VPSUBD Y14, acc, acc \
 	FB(ar, acc, sum)
 
-// func gemmQ4A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ4A4(SB), NOSPLIT, $0-72
+// func gemmQ4A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ4A4(SB), NOSPLIT, $0-80
 	SETUPB4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	TESTQ CX, CX
@@ -262,9 +274,13 @@ TEXT ·gemmQ4A4(SB), NOSPLIT, $0-72
 q4a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	Q4S4(0)
+	PF2(0)
 	Q4S4(1)
+	PF1(2)
 	Q4S4(2)
+	PF1(3)
 	Q4S4(3)
+	PF1(4)
 	VCVTPH2PS (SI)(BX*2), Y12
 	Q4FIN(DX, Y0, Y4)
 	Q4FIN(R11, Y1, Y5)
@@ -365,8 +381,8 @@ q4a1done:
 	VPSUBD Y8, acc, acc \
 	SUMMEM(ar, acc)
 
-// func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ5A4(SB), NOSPLIT, $0-72
+// func gemmQ5A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ5A4(SB), NOSPLIT, $0-80
 	SETUPB4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VPBROADCASTD g2x10<>(SB), Y14
@@ -377,9 +393,13 @@ q5a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	VMOVDQU 288(SI)(BX*4), Y10
 	Q5S4(0)
+	PF2(0)
 	Q5S4(1)
+	PF2(2)
 	Q5S4(2)
+	PF1(4)
 	Q5S4(3)
+	PF1(5)
 	VCVTPH2PS (SI)(BX*2), Y12
 	EACHAUX4(Q5F)
 	NEXTB4(352)
@@ -483,8 +503,8 @@ IQ4CODEBOOK(g2iq4nl<>)
 // NLF: SUMMEM from the activation row's d at 0(ar).
 #define NLF(ar, acc, unused) SUMMEM(ar, acc)
 
-// func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmIQ4NLA4(SB), NOSPLIT, $0-72
+// func gemmIQ4NLA4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmIQ4NLA4(SB), NOSPLIT, $0-80
 	SETUPB4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VBROADCASTI128 g2iq4nl<>(SB), Y10
@@ -494,9 +514,13 @@ TEXT ·gemmIQ4NLA4(SB), NOSPLIT, $0-72
 nla4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	NLS4(0)
+	PF2(0)
 	NLS4(1)
+	PF1(2)
 	NLS4(2)
+	PF1(3)
 	NLS4(3)
+	PF1(4)
 	VCVTPH2PS (SI)(BX*2), Y12
 	EACHAUX4(NLF)
 	NEXTB4(288)
@@ -564,6 +588,7 @@ nla1done:
 
 #define NEXTM4(wb) \
 	ADDQ $wb, SI \
+	ADDQ $wb, R14 \
 	ADDQ $36, DI \
 	ADDQ $36, R8 \
 	ADDQ $36, R9 \
@@ -615,8 +640,8 @@ nla1done:
 	VPMADDWD Y13, Y2, Y2 \
 	VPMADDWD Y13, Y3, Y3
 
-// func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ41A4(SB), NOSPLIT, $0-56
+// func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ41A4(SB), NOSPLIT, $0-64
 	SETUPM4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	ZEROOUTM4(Y4)
@@ -625,9 +650,13 @@ TEXT ·gemmQ41A4(SB), NOSPLIT, $0-56
 q41a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	Q41S4(0)
+	PF2(0)
 	Q41S4(1)
+	PF1(2)
 	Q41S4(2)
+	PF1(3)
 	Q41S4(3)
+	PF1(4)
 	Q41W
 	MFLOAT4
 	NEXTM4(320)
@@ -656,8 +685,8 @@ q41a4done:
 	VPMADDWD Y13, Y8, Y8 \
 	VPADDD Y8, acc, acc
 
-// func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ51A4(SB), NOSPLIT, $0-56
+// func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ51A4(SB), NOSPLIT, $0-64
 	SETUPM4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VPBROADCASTD g2x10<>(SB), Y14
@@ -668,9 +697,13 @@ q51a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	VMOVDQU 320(SI)(BX*4), Y11
 	Q51S4(0)
+	PF2(0)
 	Q51S4(1)
+	PF2(2)
 	Q51S4(2)
+	PF1(4)
 	Q51S4(3)
+	PF1(5)
 	MFLOAT4
 	NEXTM4(384)
 	DECQ CX

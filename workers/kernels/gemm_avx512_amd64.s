@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "prefetch_amd64.h"
 
 // AVX-512 VNNI kernels over interleaved weights (see repack.go): 16 weight rows
 // by 1 or 4 activation rows per call. Per block and activation row, VPDPBUSD
@@ -36,7 +37,8 @@
 	VPDPBUSD.BCST off(R10), zw, Z23
 
 // SETUP4 loads the arguments of a 4-row kernel: SI weights, CX blocks,
-// DI/R8/R9/R10 activation rows, DX/R11/R12/R13 aux rows.
+// DI/R8/R9/R10 activation rows, DX/R11/R12/R13 aux rows, R14 the bytes to
+// prefetch (prefetch_amd64.h).
 #define SETUP4 \
 	MOVQ w+0(FP), SI \
 	MOVQ nb+8(FP), CX \
@@ -50,6 +52,7 @@
 	LEAQ (DX)(BX*1), R11 \
 	LEAQ (R11)(BX*1), R12 \
 	LEAQ (R12)(BX*1), R13 \
+	MOVQ pf+64(FP), R14 \
 	VPXORD Z0, Z0, Z0 \
 	VPXORD Z1, Z1, Z1 \
 	VPXORD Z2, Z2, Z2 \
@@ -77,6 +80,7 @@
 
 #define NEXT4(wb) \
 	ADDQ $wb, SI \
+	ADDQ $wb, R14 \
 	ADDQ $34, DI \
 	ADDQ $34, R8 \
 	ADDQ $34, R9 \
@@ -98,8 +102,8 @@
 	VMOVUPS Z3, (AX) \
 	VZEROUPPER
 
-// func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ8P4(SB), NOSPLIT, $0-64
+// func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ8P4(SB), NOSPLIT, $0-72
 	SETUP4
 	TESTQ CX, CX
 	JZ    q8p4done
@@ -114,6 +118,8 @@ q8p4loop:
 	VMOVDQU32 416(SI), Z14
 	VMOVDQU32 480(SI), Z15
 	ZERO4
+	PF5(0)
+	PF4(5)
 	Q8STEP4(2, Z8)
 	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)
@@ -180,8 +186,8 @@ q8p1done:
 	VPANDD Z18, zl, zl \
 	VPANDD Z18, zh, zh
 
-// func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ4P4(SB), NOSPLIT, $0-64
+// func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ4P4(SB), NOSPLIT, $0-72
 	SETUP4
 	MOVL $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z18
@@ -194,6 +200,7 @@ q4p4loop:
 	Q4SPLIT(160, Z10, Z14)
 	Q4SPLIT(224, Z11, Z15)
 	ZERO4
+	PF5(0)
 	Q8STEP4(2, Z8)
 	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)
@@ -266,8 +273,8 @@ GLOBL iq4nlu<>(SB), RODATA|NOPTR, $16
 	VPSHUFB zl, Z19, zl \
 	VPSHUFB zh, Z19, zh
 
-// func gemmIQ4NLP4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmIQ4NLP4(SB), NOSPLIT, $0-64
+// func gemmIQ4NLP4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmIQ4NLP4(SB), NOSPLIT, $0-72
 	SETUP4
 	MOVL $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z18
@@ -281,6 +288,7 @@ nlp4loop:
 	NLSPLIT(160, Z10, Z14)
 	NLSPLIT(224, Z11, Z15)
 	ZERO4
+	PF5(0)
 	Q8STEP4(2, Z8)
 	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)
@@ -457,9 +465,9 @@ GLOBL q5x10<>(SB), RODATA, $4
 	VPSRLW $3, Z30, Z31 \
 	VPTERNLOGD $0xf8, Z28, Z31, Z15
 
-// func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr)
+// func gemmQ5P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 // Q5_0 weights: as gemmQ4P4 with a fifth bit; aux holds 16*sum(x).
-TEXT ·gemmQ5P4(SB), NOSPLIT, $0-64
+TEXT ·gemmQ5P4(SB), NOSPLIT, $0-72
 	SETUP4
 	MOVL $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z18
@@ -474,6 +482,8 @@ q5p4loop:
 	Q4SPLIT(224, Z11, Z15)
 	Q5HIGH
 	ZERO4
+	PF5(0)
+	PF1(5)
 	Q8STEP4(2, Z8)
 	Q8STEP4B(6, Z9)
 	Q8STEP4(10, Z10)

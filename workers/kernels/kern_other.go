@@ -30,78 +30,78 @@ func addAVX(*float32, *float32, int)                                     { panic
 func f32ToF16AVX(*uint16, *float32, int)                                 { panic("kernels: no asm") }
 func f16ToF32AVX(*float32, *uint16, int)                                 { panic("kernels: no asm") }
 
-func gemmQ8P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmQ8P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ8P1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
-func gemmQ4P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmQ4P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ4P1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
-func gemmIQ4NLP4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmIQ4NLP4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmIQ4NLP1(*byte, int, *byte, *q8Aux, *float32)   { panic("kernels: no asm") }
 func quantQ8AVX512(*byte, *float32, int, *q8Aux, int32) { panic("kernels: no asm") }
-func gemmQ4KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmQ4KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ4KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmIQ4XSP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmIQ4XSP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmIQ4XSP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ6KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmQ6KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ6KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ5KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ3KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ4KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmQ4KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ4KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ6KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmQ6KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ6KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ8A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmQ8A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ8A1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
-func gemmQ4A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmQ4A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ4A1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
-func gemmQ5A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmQ5A4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ5A1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
-func gemmIQ4NLA4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmIQ4NLA4(*byte, int, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmIQ4NLA1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm") }
-func gemmIQ4XSA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmIQ4XSA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
-func gemmIQ4XSA1(*byte, int, *q8K, *q8KAux, *float32)              { panic("kernels: no asm") }
-func gemmQ41A4(*byte, int, int, *byte, uintptr, *float32, uintptr) { panic("kernels: no asm") }
-func gemmQ41A1(*byte, int, *byte, *float32)                        { panic("kernels: no asm") }
-func gemmQ51A4(*byte, int, int, *byte, uintptr, *float32, uintptr) { panic("kernels: no asm") }
-func gemmQ51A1(*byte, int, *byte, *float32)                        { panic("kernels: no asm") }
-func gemmQ2KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmIQ4XSA1(*byte, int, *q8K, *q8KAux, *float32)                     { panic("kernels: no asm") }
+func gemmQ41A4(*byte, int, int, *byte, uintptr, *float32, uintptr, *byte) { panic("kernels: no asm") }
+func gemmQ41A1(*byte, int, *byte, *float32)                               { panic("kernels: no asm") }
+func gemmQ51A4(*byte, int, int, *byte, uintptr, *float32, uintptr, *byte) { panic("kernels: no asm") }
+func gemmQ51A1(*byte, int, *byte, *float32)                               { panic("kernels: no asm") }
+func gemmQ2KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ2KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ5KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmQ5KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ5KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ3KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr) {
+func gemmQ3KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ3KA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr) {
+func gemmQ5P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
 func gemmQ5P1(*byte, int, *byte, *q8Aux, *float32)                       { panic("kernels: no asm") }
@@ -114,7 +114,6 @@ func axpysF16AVX(*float32, *float32, *uint16, uintptr, int, int)         { panic
 func dot4x4F32Z(*byte, uintptr, *float32, uintptr, int, *[16]float32)    { panic("kernels: no asm") }
 func dotRowsF32Z(*byte, uintptr, *float32, int, int, *float32)           { panic("kernels: no asm") }
 func readSumAVX(*byte, int) uint64                                       { panic("kernels: no asm") }
-func prefetchL2(*byte, int)                                              {}
 func maxF32AVX512(*float32, int) float32                                 { panic("kernels: no asm") }
 func sumF64AVX512(*float32, int) float64                                 { panic("kernels: no asm") }
 func scaleAVX512(*float32, int, float32)                                 { panic("kernels: no asm") }

@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "avx2_amd64.h"
+#include "prefetch_amd64.h"
 
 // AVX2 kernels over the K-quants and IQ4_XS in the packed 16-row groups of the
 // AVX-512 path (repack.go), dotted with Q8_K activations (292-byte q8K) and
@@ -37,6 +38,7 @@ GLOBL k2q30<>(SB), RODATA, $4
 // data; Y15 = 0x0f bytes. It zeroes the 4 output rows' 8 lanes.
 #define SETUPA4 \
 	ARGS4 \
+	MOVQ pf+72(FP), R14 \
 	VPBROADCASTD k2q0f<>(SB), Y15 \
 	ZEROOUT4(Y8)
 
@@ -74,6 +76,7 @@ GLOBL k2q30<>(SB), RODATA, $4
 
 #define NEXTA4(wb) \
 	ADDQ $wb, SI \
+	ADDQ $wb, R14 \
 	ADDQ $292, DI \
 	ADDQ $292, R8 \
 	ADDQ $292, R9 \
@@ -219,21 +222,29 @@ GLOBL k2q30<>(SB), RODATA, $4
 	FSUBM(ym) \
 	VMOVUPS Y11, (AX)
 
-// func gemmQ4KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ4KA4(SB), NOSPLIT, $0-72
+// func gemmQ4KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ4KA4(SB), NOSPLIT, $0-80
 	SETUPA4
 	TESTQ CX, CX
 	JZ    q4ka4done
 q4ka4loop:
 	ZERO4(Y0, Y1, Y2, Y3)
 	Q4KSUB4LO(0, 0)
+	PF5(0)
 	Q4KSUB4HI(0, 1)
+	PF5(5)
 	Q4KSUB4LO(1, 2)
+	PF5(10)
 	Q4KSUB4HI(1, 3)
+	PF5(15)
 	Q4KSUB4LO(2, 4)
+	PF5(20)
 	Q4KSUB4HI(2, 5)
+	PF5(25)
 	Q4KSUB4LO(3, 6)
+	PF5(30)
 	Q4KSUB4HI(3, 7)
+	PF2(35)
 	ZERO4(Y4, Y5, Y6, Y7)
 	Q4KMIN4(0)
 	Q4KMIN4(1)
@@ -483,8 +494,8 @@ q4ka1done:
 	FUPD(xr, yi) \
 	VMOVUPS Y11, (AX)
 
-// func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ6KA4(SB), NOSPLIT, $0-72
+// func gemmQ6KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ6KA4(SB), NOSPLIT, $0-80
 	SETUPA4
 	VPBROADCASTD k2q30<>(SB), Y14
 	TESTQ CX, CX
@@ -492,21 +503,37 @@ TEXT ·gemmQ6KA4(SB), NOSPLIT, $0-72
 q6ka4loop:
 	ZERO4(Y0, Y1, Y2, Y3)
 	Q6KSUB4(0)
+	PF4(0)
 	Q6KSUB4(1)
+	PF4(4)
 	Q6KSUB4(2)
+	PF4(8)
 	Q6KSUB4(3)
+	PF4(12)
 	Q6KSUB4(4)
+	PF4(16)
 	Q6KSUB4(5)
+	PF3(20)
 	Q6KSUB4(6)
+	PF3(23)
 	Q6KSUB4(7)
+	PF3(26)
 	Q6KSUB4(8)
+	PF3(29)
 	Q6KSUB4(9)
+	PF3(32)
 	Q6KSUB4(10)
+	PF3(35)
 	Q6KSUB4(11)
+	PF3(38)
 	Q6KSUB4(12)
+	PF3(41)
 	Q6KSUB4(13)
+	PF3(44)
 	Q6KSUB4(14)
+	PF3(47)
 	Q6KSUB4(15)
+	PF3(50)
 	ZERO4(Y4, Y5, Y6, Y7)
 	Q6KOFF4(0)
 	Q6KOFF4(1)
@@ -659,8 +686,8 @@ IQ4CODEBOOK(k2iq4nl<>)
 // XSF: the float update of one activation row: SUMMEM from its d at 0(xr).
 #define XSF(xr, acc, unused) SUMMEM(xr, acc)
 
-// func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmIQ4XSA4(SB), NOSPLIT, $0-72
+// func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmIQ4XSA4(SB), NOSPLIT, $0-80
 	SETUPA4
 	VBROADCASTI128 k2iq4nl<>(SB), Y10
 	TESTQ CX, CX
@@ -668,12 +695,19 @@ TEXT ·gemmIQ4XSA4(SB), NOSPLIT, $0-72
 xsa4loop:
 	ZERO4(Y0, Y1, Y2, Y3)
 	XSSUB4(0)
+	PF5(0)
 	XSSUB4(1)
+	PF5(5)
 	XSSUB4(2)
+	PF5(10)
 	XSSUB4(3)
+	PF5(15)
 	XSSUB4(4)
+	PF5(20)
 	XSSUB4(5)
+	PF5(25)
 	XSSUB4(6)
+	PF5(30)
 	XSSUB4(7)
 	VCVTPH2PS (SI)(BX*2), Y12
 	EACH4(XSF)
@@ -852,8 +886,8 @@ GLOBL k2q03<>(SB), RODATA, $4
 	VADDPS (AX), Y10, Y10 \
 	VMOVUPS Y10, (AX)
 
-// func gemmQ2KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ2KA4(SB), NOSPLIT, $0-72
+// func gemmQ2KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ2KA4(SB), NOSPLIT, $0-80
 	SETUPA4
 	VPBROADCASTD k2q03<>(SB), Y15
 	VPBROADCASTD k2w0f<>(SB), Y14
@@ -862,13 +896,21 @@ TEXT ·gemmQ2KA4(SB), NOSPLIT, $0-72
 q2ka4loop:
 	ZERO4(Y0, Y1, Y2, Y3)
 	Q2J4(0, 0, 0, 1)
+	PF3(0)
 	Q2J4(0, 1, 2, 3)
+	PF3(3)
 	Q2J4(0, 2, 4, 5)
+	PF3(6)
 	Q2J4(0, 3, 6, 7)
+	PF3(9)
 	Q2J4(1, 0, 8, 9)
+	PF3(12)
 	Q2J4(1, 1, 10, 11)
+	PF2(15)
 	Q2J4(1, 2, 12, 13)
+	PF2(17)
 	Q2J4(1, 3, 14, 15)
+	PF2(19)
 	ZERO4(Y4, Y5, Y6, Y7)
 	Q2MIN4(0)
 	Q2MIN4(1)
@@ -1079,6 +1121,13 @@ GLOBL k2q10<>(SB), RODATA, $4
 	Q5KLF(Y2, Y12, (768+32*s)) \
 	Q5KLF(Y3, Y13, (1024+32*s))
 
+// Q5KLANE4P: Q5KLANE4, then lane s's share of the next group's super-block
+// asked for (prefetch_amd64.h): 6 lines a lane covers its 45.
+#define Q5KLANE4P(s) \
+	Q5KLANE4(s) \
+	PF5(6*(s)) \
+	PF1(6*(s)+5)
+
 // Q5KMINF: the running sums at (AX) -= (dmin * d_x) * float(ym), dmin in
 // Y13, d_x the f32 at (xr).
 #define Q5KMINF(xr, yi, ym) \
@@ -1103,8 +1152,8 @@ GLOBL k2q10<>(SB), RODATA, $4
 	VADDPS (off+224)(SP), Y0, Y0 \
 	VMOVUPS Y0, (AX)
 
-// func gemmQ5KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ5KA4(SB), $1280-72
+// func gemmQ5KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ5KA4(SB), $1280-80
 	SETUPA4
 	VPBROADCASTD k2q10<>(SB), Y14
 	VXORPS Y0, Y0, Y0
@@ -1141,7 +1190,7 @@ q5ka4loop:
 	VMULPS Y12, Y13, Y12
 	VBROADCASTSS (R10), Y9
 	VMULPS Y9, Y13, Y13
-	LANES8(Q5KLANE4)
+	LANES8(Q5KLANE4P)
 	NEXTA4(2880)
 	DECQ CX
 	JNZ  q5ka4loop
@@ -1360,9 +1409,15 @@ GLOBL k2q04<>(SB), RODATA, $4
 	Q5KLF(Y2, Y12, (768+32*s)) \
 	Q5KLF(Y3, Y13, (1024+32*s))
 
-// func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
+// Q3KLANE4P: Q3KLANE4, then lane s's share of the next group's super-block
+// asked for (prefetch_amd64.h): 4 lines a lane covers its 29.
+#define Q3KLANE4P(s) \
+	Q3KLANE4(s) \
+	PF4(4*(s))
+
+// func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 // The stack as Q5_K's A4 kernel's, chunk c's scale pairs at 32c.
-TEXT ·gemmQ3KA4(SB), $1280-72
+TEXT ·gemmQ3KA4(SB), $1280-80
 	SETUPA4
 	VPBROADCASTD k2q03<>(SB), Y15
 	VPBROADCASTD k2q04<>(SB), Y14
@@ -1393,7 +1448,7 @@ q3ka4loop:
 	VMULPS Y12, Y13, Y12
 	VBROADCASTSS (R10), Y9
 	VMULPS Y9, Y13, Y13
-	LANES8(Q3KLANE4)
+	LANES8(Q3KLANE4P)
 	NEXTA4(1824)
 	DECQ CX
 	JNZ  q3ka4loop

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "prefetch_amd64.h"
 
 // AVX-512 VNNI kernels for K-quant weights repacked into 16-row groups
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
@@ -167,9 +168,10 @@ GLOBL kq30<>(SB), RODATA, $4
 	VPMULLD Z19, Z24, Z24 \
 	VPADDD Z24, Z4, Z4
 
-// func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ4KP4(SB), NOSPLIT, $0-64
+// func gemmQ4KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ4KP4(SB), NOSPLIT, $0-72
 	SETUPK
+	MOVQ pf+64(FP), R14
 	TESTQ CX, CX
 	JZ    q4kp4done
 q4kp4loop:
@@ -183,20 +185,28 @@ q4kp4loop:
 	VPXORD Z23, Z23, Z23
 	Q4K8LO(0)
 	Q4KSUB4(0, 0, 0)
+	PF5(0)
 	Q4K8HI(0)
 	Q4KSUB4(0, 1, 1)
+	PF5(5)
 	Q4K8LO(1)
 	Q4KSUB4(1, 0, 2)
+	PF5(10)
 	Q4K8HI(1)
 	Q4KSUB4(1, 1, 3)
+	PF5(15)
 	Q4K8LO(2)
 	Q4KSUB4(2, 0, 4)
+	PF5(20)
 	Q4K8HI(2)
 	Q4KSUB4(2, 1, 5)
+	PF5(25)
 	Q4K8LO(3)
 	Q4KSUB4(3, 0, 6)
+	PF5(30)
 	Q4K8HI(3)
 	Q4KSUB4(3, 1, 7)
+	PF3(35)
 	// mins (byte pairs made int16) times the 32-element sums of x (int16 pairs)
 	VPMOVZXBW 192(SI), Z19
 	VPDPWSSD.BCST 16(DX), Z19, Z20
@@ -229,6 +239,7 @@ q4kp4loop:
 	FADD(Z7, Z16, Z3, R13)
 	FSUB(Z23, Z17, Z3, R13)
 	NEXTK(2368)
+	ADDQ $2368, R14
 	DECQ CX
 	JNZ  q4kp4loop
 q4kp4done:
@@ -340,9 +351,10 @@ q4kp1done:
 	VPMULLD q, p, p \
 	VPADDD p, Z4, Z4
 
-// func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmQ6KP4(SB), NOSPLIT, $0-64
+// func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ6KP4(SB), NOSPLIT, $0-72
 	SETUPK
+	MOVQ pf+64(FP), R14
 	TESTQ CX, CX
 	JZ    q6kp4done
 q6kp4loop:
@@ -351,27 +363,44 @@ q6kp4loop:
 	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	Q6KSUB4(0, Z8, Z9, Z10, Z11)
+	PF4(0)
 	Q6KSUB4(1, Z12, Z13, Z14, Z15)
+	PF4(4)
 	Q6KSUB4(2, Z8, Z9, Z10, Z11)
+	PF4(8)
 	Q6KSUB4(3, Z12, Z13, Z14, Z15)
+	PF4(12)
 	Q6KSUB4(4, Z8, Z9, Z10, Z11)
+	PF4(16)
 	Q6KSUB4(5, Z12, Z13, Z14, Z15)
+	PF3(20)
 	Q6KSUB4(6, Z8, Z9, Z10, Z11)
+	PF3(23)
 	Q6KSUB4(7, Z12, Z13, Z14, Z15)
+	PF3(26)
 	Q6KSUB4(8, Z8, Z9, Z10, Z11)
+	PF3(29)
 	Q6KSUB4(9, Z12, Z13, Z14, Z15)
+	PF3(32)
 	Q6KSUB4(10, Z8, Z9, Z10, Z11)
+	PF3(35)
 	Q6KSUB4(11, Z12, Z13, Z14, Z15)
+	PF3(38)
 	Q6KSUB4(12, Z8, Z9, Z10, Z11)
+	PF3(41)
 	Q6KSUB4(13, Z12, Z13, Z14, Z15)
+	PF3(44)
 	Q6KSUB4(14, Z8, Z9, Z10, Z11)
+	PF3(47)
 	Q6KSUB4(15, Z12, Z13, Z14, Z15)
+	PF3(50)
 	VCVTPH2PS (SI), Z16
 	FADD(Z4, Z16, Z0, DX)
 	FADD(Z5, Z16, Z1, R11)
 	FADD(Z6, Z16, Z2, R12)
 	FADD(Z7, Z16, Z3, R13)
 	NEXTK(3360)
+	ADDQ $3360, R14
 	DECQ CX
 	JNZ  q6kp4loop
 q6kp4done:
@@ -490,9 +519,10 @@ GLOBL xspairs<>(SB), RODATA|NOPTR, $64
 	VPDPWSSD.BCST (16+4*p)(R12), Z19, Z22 \
 	VPDPWSSD.BCST (16+4*p)(R13), Z19, Z23
 
-// func gemmIQ4XSP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr)
-TEXT ·gemmIQ4XSP4(SB), NOSPLIT, $0-64
+// func gemmIQ4XSP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmIQ4XSP4(SB), NOSPLIT, $0-72
 	SETUPK
+	MOVQ pf+64(FP), R14
 	VBROADCASTI32X4 xsiq4u<>(SB), Z28
 	VMOVDQU32 xspairs<>(SB), Z30
 	TESTQ CX, CX
@@ -507,12 +537,19 @@ xsp4loop:
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
 	XSSUB4(0)
+	PF5(0)
 	XSSUB4(1)
+	PF5(5)
 	XSSUB4(2)
+	PF5(10)
 	XSSUB4(3)
+	PF5(15)
 	XSSUB4(4)
+	PF5(20)
 	XSSUB4(5)
+	PF5(25)
 	XSSUB4(6)
+	PF5(30)
 	XSSUB4(7)
 	XSOFF4(0)
 	XSOFF4(1)
@@ -532,6 +569,7 @@ xsp4loop:
 	FADD(Z6, Z16, Z2, R12)
 	FADD(Z7, Z16, Z3, R13)
 	NEXTK(2208)
+	ADDQ $2208, R14
 	DECQ CX
 	JNZ  xsp4loop
 xsp4done:

@@ -467,27 +467,26 @@ func (j *matJob) groups(lo, hi int) {
 	nb := c / 32
 	gs := nb * packBlock(j.m.Type)
 	typ := j.m.Type
-	pf := j.prefetcher(gs, hi)
 	for g := lo; g < hi; g++ {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
 		if j.p == pathAVX2 || avx2Packed(typ) {
-			j.group2(w, i, pf, g)
+			j.group2(w, i, j.nextGroup(w, g, hi, gs, 0))
 			continue
 		}
 		for ; r+4 <= j.n; r += 4 {
-			pf.next(g, r/4)
 			x, a, o := &j.xq[r*j.xqs], &j.xa[r*nb], &j.out[r*rows+i]
+			pn := j.nextGroup(w, g, hi, gs, r)
 			switch typ {
 			case gguf.TypeQ8_0:
-				gemmQ8P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmQ8P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeQ4_0:
-				gemmQ4P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmQ4P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeIQ4_NL:
-				gemmIQ4NLP4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmIQ4NLP4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			default:
-				gemmQ5P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmQ5P4(w, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			}
 		}
 		for ; r < j.n; r++ {
@@ -506,32 +505,14 @@ func (j *matJob) groups(lo, hi int) {
 	}
 }
 
-// groupPrefetch fetches the next group's packed weights while the current
-// group is computed: a batch of 4 rows or more takes a pass over each group
-// per 4 rows, long enough for a share of the next group to arrive meanwhile.
-// Without it the products wait on memory and compute in turn: weights stream
-// from DRAM once per step, since a model's weights outgrow the caches.
-type groupPrefetch struct {
-	pack      []byte
-	gs, share int // bytes per group, bytes asked for before each pass
-	hi        int // groups this thread computes end before hi
-}
-
-func (j *matJob) prefetcher(gs, hi int) groupPrefetch {
-	pf := groupPrefetch{pack: j.m.pack, gs: gs, hi: hi}
-	if passes := j.n / 4; passes > 0 {
-		pf.share = (gs/passes + 63) &^ 63
+// nextGroup is what the 4-row kernel for activation rows r.. over group g
+// (at w, gs bytes) prefetches as it goes (prefetch_amd64.h): the first pass
+// the next group, later passes and the thread's last group their own weights.
+func (j *matJob) nextGroup(w *byte, g, hi, gs, r int) *byte {
+	if r == 0 && g+1 < hi {
+		return &j.m.pack[(g+1)*gs]
 	}
-	return pf
-}
-
-// next asks, before pass pass over group g, for that pass's share of group
-// g+1.
-func (pf *groupPrefetch) next(g, pass int) {
-	end := (g + 2) * pf.gs
-	if off := (g+1)*pf.gs + pass*pf.share; pf.share > 0 && g+1 < pf.hi && off < end {
-		prefetchL2(&pf.pack[off], min(pf.share, end-off))
-	}
+	return w
 }
 
 // groupsK is groups for the packed K-quant types.
@@ -541,25 +522,24 @@ func (j *matJob) groupsK(lo, hi int) {
 	gs := nb * packBlock(j.m.Type)
 	typ := j.m.Type
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
-	pf := j.prefetcher(gs, hi)
 	for g := lo; g < hi; g++ {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
 		if j.p == pathAVX2 || avx2Packed(typ) {
-			j.groupK2(w, i, pf, g)
+			j.groupK2(w, i, j.nextGroup(w, g, hi, gs, 0))
 			continue
 		}
 		for ; r+4 <= j.n; r += 4 {
-			pf.next(g, r/4)
 			x, a, o := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i]
+			pn := j.nextGroup(w, g, hi, gs, r)
 			switch typ {
 			case gguf.TypeQ4_K:
-				gemmQ4KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ4KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			case gguf.TypeIQ4_XS:
-				gemmIQ4XSP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmIQ4XSP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			default:
-				gemmQ6KP4(w, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ6KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			}
 		}
 		for ; r < j.n; r++ {
@@ -598,7 +578,7 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 // group2 is groups' work on one group of a 32-element block type on the AVX2
 // path (and Q4_1's and Q5_1's on the AVX-512 path), shaped as
 // groupK2.
-func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
+func (j *matJob) group2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 32
 	typ := j.m.Type
@@ -606,26 +586,28 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 	var a *q8Aux
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
-		pf.next(g, r/4)
 		x := &j.xq[r*j.xqs]
 		if !legacy {
 			a = &j.xa[r*nb]
 		}
 		for h := range 2 {
-			o := &j.out[r*rows+i+8*h]
+			o, pn := &j.out[r*rows+i+8*h], w
+			if r == 0 && h == 0 {
+				pn = next // both halves read every line of the group
+			}
 			switch typ {
 			case gguf.TypeQ8_0:
-				gemmQ8A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmQ8A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeQ4_0:
-				gemmQ4A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmQ4A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeIQ4_NL:
-				gemmIQ4NLA4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmIQ4NLA4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeQ4_1:
-				gemmQ41A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4))
+				gemmQ41A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4), pn)
 			case gguf.TypeQ5_1:
-				gemmQ51A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4))
+				gemmQ51A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4), pn)
 			default:
-				gemmQ5A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4))
+				gemmQ5A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			}
 		}
 	}
@@ -656,30 +638,32 @@ func (j *matJob) group2(w *byte, i int, pf groupPrefetch, g int) {
 // rows) against 4 activation rows per call while they last, then the whole
 // group against one activation row at a time (on the AVX-512 path Q5_K's
 // and Q3_K's with their own kernels).
-func (j *matJob) groupK2(w *byte, i int, pf groupPrefetch, g int) {
+func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
 	typ := j.m.Type
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
-		pf.next(g, r/4)
 		x, a := &j.xk[r*nb], &j.xka[r*nb]
 		for h := range 2 {
-			o := &j.out[r*rows+i+8*h]
+			o, pn := &j.out[r*rows+i+8*h], w
+			if r == 0 && h == 0 {
+				pn = next // both halves read every line of the group
+			}
 			switch typ {
 			case gguf.TypeQ4_K:
-				gemmQ4KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ4KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			case gguf.TypeQ6_K:
-				gemmQ6KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ6KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			case gguf.TypeQ2_K:
-				gemmQ2KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ2KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			case gguf.TypeQ5_K:
-				gemmQ5KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ5KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			case gguf.TypeQ3_K:
-				gemmQ3KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmQ3KA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			default:
-				gemmIQ4XSA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4))
+				gemmIQ4XSA4(w, h, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 			}
 		}
 	}
