@@ -38,8 +38,9 @@ DATA g2x10<>+0(SB)/4, $0x10101010
 GLOBL g2x10<>(SB), RODATA, $4
 
 // SETUPB4 loads a 4-row kernel's arguments: SI weights, BX 8*half, CX
-// blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data;
-// Y13 = 1 in every int16, Y4..Y7 (the running sums) = 0.
+// blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data,
+// R14 the bytes to prefetch (prefetch_amd64.h); Y13 = 1 in every int16,
+// Y4..Y7 (the running sums) = 0.
 #define SETUPB4 \
 	ARGS4 \
 	MOVQ pf+72(FP), R14 \
@@ -50,7 +51,8 @@ GLOBL g2x10<>(SB), RODATA, $4
 	VXORPS Y7, Y7, Y7
 
 // SETUPM4: SETUPB4 without side data: SI weights, BX 8*half, CX blocks,
-// DI/R8/R9/R10 activation rows; Y13 = 1 in every int16.
+// DI/R8/R9/R10 activation rows, R14 the bytes to prefetch; Y13 = 1 in every
+// int16.
 #define SETUPM4 \
 	ARGSX4 \
 	MOVQ pf+56(FP), R14 \

@@ -35,7 +35,8 @@ GLOBL k2q30<>(SB), RODATA, $4
 
 // SETUPA4 loads a 4-row kernel's arguments: SI weights, BX 8*half, CX
 // super-blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side
-// data; Y15 = 0x0f bytes. It zeroes the 4 output rows' 8 lanes.
+// data, R14 the bytes to prefetch (prefetch_amd64.h); Y15 = 0x0f bytes. It
+// zeroes the 4 output rows' 8 lanes.
 #define SETUPA4 \
 	ARGS4 \
 	MOVQ pf+72(FP), R14 \

@@ -26,7 +26,8 @@ GLOBL kq30<>(SB), RODATA, $4
 // (BenchmarkMatMul/Q4_K/decode-dram). Q6_K's likewise.
 
 // SETUPK loads a 4-row kernel's arguments: SI weights, CX super-blocks,
-// DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data.
+// DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data. Each 4-row
+// kernel then loads R14, the bytes to prefetch (prefetch_amd64.h).
 #define SETUPK \
 	MOVQ w+0(FP), SI \
 	MOVQ nb+8(FP), CX \
