@@ -447,8 +447,11 @@ GLOBL q5x10<>(SB), RODATA, $4
 // Q5HIGH: or the fifth bits into the 8 nibble slices Z8..Z15 (see repack.go:
 // the plane at 288(SI) holds lo slice s's bits at bit s, hi slice s's at bit
 // 4+s; each is moved to bit 4). Z28 holds 0x10 bytes; uses Z30, Z31.
-#define Q5HIGH \
-	VMOVDQU32 288(SI), Z30 \
+// Q5HIGHAT is Q5HIGH with the plane at off(SI) (Q5_1's: 320).
+#define Q5HIGH Q5HIGHAT(288)
+
+#define Q5HIGHAT(off) \
+	VMOVDQU32 off(SI), Z30 \
 	VPSLLW $4, Z30, Z31 \
 	VPTERNLOGD $0xf8, Z28, Z31, Z8 \
 	VPSLLW $3, Z30, Z31 \
@@ -540,6 +543,111 @@ q5p1done:
 	MOVQ out+32(FP), AX
 	VMOVUPS Z0, (AX)
 	VZEROUPPER
+	RET
+
+// ---- Q4_1 and Q5_1 against Q8_1 activation blocks (36 bytes: f16 d, f16
+// s = d*sum(q), 32 int8; no side data). Groups: 16 f16 d at 0, 16 f16 m at
+// 32, Q4_0's 4 slices of nibbles at 64 (320 bytes a block), and for Q5_1
+// Q5_0's plane of fifth bits at 320 (384 bytes). The quants are unsigned,
+// so VPDPBUSD leaves isum itself; per block t = (d_w*d_x)*float(isum) +
+// m_w*s_x and sum += t, legacyMinTerm's order, lane by lane, with d_x and
+// s_x as f32 from aux (q81Aux). The one-row (decode) kernels are the AVX2
+// ones.
+
+// MSTEPS: the 8 slices Z8..Z15 against the 4 Q8_1 rows (quants at 4).
+#define MSTEPS \
+	Q8STEP4(4, Z8) \
+	Q8STEP4B(8, Z9) \
+	Q8STEP4(12, Z10) \
+	Q8STEP4B(16, Z11) \
+	Q8STEP4(20, Z12) \
+	Q8STEP4B(24, Z13) \
+	Q8STEP4(28, Z14) \
+	Q8STEP4B(32, Z15)
+
+// MFIN: za += (d_w*d_x)*float(zi) + m_w*s_x for the aux row at ar (d_x,
+// s_x); d_w in Z16, m_w in Z17; Z24, Z25 scratch.
+#define MFIN(zi, za, ar) \
+	VMULPS.BCST (ar), Z16, Z24 \
+	VCVTDQ2PS zi, zi \
+	VMULPS zi, Z24, Z24 \
+	VMULPS.BCST 4(ar), Z17, Z25 \
+	VADDPS Z25, Z24, Z24 \
+	VADDPS Z24, za, za
+
+#define MFIN4 \
+	VPADDD Z20, Z4, Z4 \
+	VPADDD Z21, Z5, Z5 \
+	VPADDD Z22, Z6, Z6 \
+	VPADDD Z23, Z7, Z7 \
+	MFIN(Z4, Z0, DX) \
+	MFIN(Z5, Z1, R11) \
+	MFIN(Z6, Z2, R12) \
+	MFIN(Z7, Z3, R13)
+
+#define NEXTM4(wb) \
+	ADDQ $wb, SI \
+	ADDQ $wb, R14 \
+	ADDQ $36, DI \
+	ADDQ $36, R8 \
+	ADDQ $36, R9 \
+	ADDQ $36, R10 \
+	ADDQ $8, DX \
+	ADDQ $8, R11 \
+	ADDQ $8, R12 \
+	ADDQ $8, R13
+
+// func gemmQ41P4(w *byte, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ41P4(SB), NOSPLIT, $0-72
+	SETUP4
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z18
+	TESTQ CX, CX
+	JZ    q41p4done
+q41p4loop:
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	Q4SPLIT(64, Z8, Z12)
+	Q4SPLIT(128, Z9, Z13)
+	Q4SPLIT(192, Z10, Z14)
+	Q4SPLIT(256, Z11, Z15)
+	ZERO4
+	PF5(0)
+	MSTEPS
+	MFIN4
+	NEXTM4(320)
+	DECQ CX
+	JNZ  q41p4loop
+q41p4done:
+	STORE4
+	RET
+
+// func gemmQ51P4(w *byte, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ51P4(SB), NOSPLIT, $0-72
+	SETUP4
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z18
+	VPBROADCASTD q5x10<>(SB), Z28
+	TESTQ CX, CX
+	JZ    q51p4done
+q51p4loop:
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	Q4SPLIT(64, Z8, Z12)
+	Q4SPLIT(128, Z9, Z13)
+	Q4SPLIT(192, Z10, Z14)
+	Q4SPLIT(256, Z11, Z15)
+	Q5HIGHAT(320)
+	ZERO4
+	PF5(0)
+	PF1(5)
+	MSTEPS
+	MFIN4
+	NEXTM4(384)
+	DECQ CX
+	JNZ  q51p4loop
+q51p4done:
+	STORE4
 	RET
 
 // F32 kernels with 16-lane accumulators, for rows whose length is a multiple

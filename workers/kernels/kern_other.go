@@ -84,7 +84,13 @@ func gemmIQ4NLA1(*byte, int, *byte, *q8Aux, *float32) { panic("kernels: no asm")
 func gemmIQ4XSA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
-func gemmIQ4XSA1(*byte, int, *q8K, *q8KAux, *float32)                     { panic("kernels: no asm") }
+func gemmIQ4XSA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ41P4(*byte, int, *byte, uintptr, *q81Aux, uintptr, *float32, uintptr, *byte) {
+	panic("kernels: no asm")
+}
+func gemmQ51P4(*byte, int, *byte, uintptr, *q81Aux, uintptr, *float32, uintptr, *byte) {
+	panic("kernels: no asm")
+}
 func gemmQ41A4(*byte, int, int, *byte, uintptr, *float32, uintptr, *byte) { panic("kernels: no asm") }
 func gemmQ41A1(*byte, int, *byte, *float32)                               { panic("kernels: no asm") }
 func gemmQ51A4(*byte, int, int, *byte, uintptr, *float32, uintptr, *byte) { panic("kernels: no asm") }

@@ -43,6 +43,7 @@ type matJob struct {
 	xqs int       // bytes per Q8_0/Q8_1 activation row
 	xa  []q8Aux   // packed kernels: per activation block, d as f32 and the offset term
 	xka []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
+	xm  []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
 }
 
 // q8KAux is what the packed K-quant kernels need of one Q8_K activation block
@@ -65,6 +66,13 @@ func (a *q8KAux) fill(x *q8K) {
 	for s := range 16 {
 		a.c16[s] = 32 * int32(x.bsums[s])
 	}
+}
+
+// q81Aux is what the AVX-512 Q4_1 and Q5_1 kernels need of one Q8_1
+// activation block beyond its quants: its d and s as float32, converted once
+// per product rather than once per group of weight rows.
+type q81Aux struct {
+	d, s float32
 }
 
 // q8Aux is what the packed kernels need of one Q8_0 activation block beyond its
@@ -132,6 +140,9 @@ func (j *matJob) prepare(p *Pool) {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		j.xqs = c / 32 * q81Block
 		j.xq = grow(j.xq, n*j.xqs)
+		if j.packed() && j.p >= pathAVX512 {
+			j.xm = grow(j.xm, n*c/32)
+		}
 	case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 		j.xk = grow(j.xk, n*c/256)
 		if j.packed() {
@@ -184,7 +195,15 @@ func (j *matJob) prepRows(lo, hi int) {
 				}
 			}
 		case gguf.TypeQ4_1, gguf.TypeQ5_1:
-			quantizeQ8_1(j.xq[r*j.xqs:(r+1)*j.xqs], x)
+			xq := j.xq[r*j.xqs : (r+1)*j.xqs]
+			quantizeQ8_1(xq, x)
+			if j.packed() && j.p >= pathAVX512 {
+				for b, a := range j.xm[r*c/32 : (r+1)*c/32] {
+					blk := xq[b*q81Block:]
+					a.d, a.s = half(blk[0:2]), half(blk[2:4])
+					j.xm[r*c/32+b] = a
+				}
+			}
 		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 			xk := j.xk[r*c/256 : (r+1)*c/256]
 			quantizeQ8K(xk, x)
@@ -576,8 +595,8 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 }
 
 // group2 is groups' work on one group of a 32-element block type on the AVX2
-// path (and Q4_1's and Q5_1's on the AVX-512 path), shaped as
-// groupK2.
+// path (and Q4_1's and Q5_1's on the AVX-512 path, whose 4 activation rows
+// take the AVX-512 kernels gemmQ41P4/gemmQ51P4), shaped as groupK2.
 func (j *matJob) group2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 32
@@ -587,6 +606,19 @@ func (j *matJob) group2(w *byte, i int, next *byte) {
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
 		x := &j.xq[r*j.xqs]
+		if legacy && j.p >= pathAVX512 { // whole-group VPDPBUSD kernels
+			o, pn := &j.out[r*rows+i], w
+			if r == 0 {
+				pn = next
+			}
+			m := &j.xm[r*nb]
+			if typ == gguf.TypeQ4_1 {
+				gemmQ41P4(w, nb, x, uintptr(j.xqs), m, uintptr(nb*8), o, uintptr(rows*4), pn)
+			} else {
+				gemmQ51P4(w, nb, x, uintptr(j.xqs), m, uintptr(nb*8), o, uintptr(rows*4), pn)
+			}
+			continue
+		}
 		if !legacy {
 			a = &j.xa[r*nb]
 		}

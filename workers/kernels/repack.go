@@ -33,8 +33,8 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     sub-block 2j, high nibbles 2j+1.
 //
 //   - Q4_1, Q5_1: 16 f16 d, 16 f16 m, then Q4_0's slices; Q5_1 adds Q5_0's
-//     plane of fifth bits (AVX2 kernels only; the AVX-512 path runs them
-//     too).
+//     plane of fifth bits (AVX-512 kernels for 4 activation rows; the AVX2
+//     kernels for one, on both paths).
 //
 //   - Q2_K (per super-block, 1344 bytes): 16 f16 d, 16 f16 dmin, the 16
 //     sub-blocks' scale|min<<4 bytes [sub][row], then per half of 128
@@ -79,8 +79,8 @@ func packs(p path, t gguf.Type) bool {
 
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
-// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, and for Q5_K and Q3_K one-row
-// kernels (groupK2).
+// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K and Q3_K one-row kernels
+// (groupK2), and for Q4_1 and Q5_1 4-row ones (group2).
 func avx2Packed(t gguf.Type) bool {
 	switch t {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
