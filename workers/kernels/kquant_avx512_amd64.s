@@ -8,7 +8,7 @@
 // side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
 // 16-element sums). P4 kernels take 4 activation rows, P1 kernels one: Q4_K,
 // Q6_K and IQ4_XS have both, Q5_K and Q3_K a P1 kernel only (the AVX2 ones
-// take 4 rows). Per super-block every integer sum is exact and the float
+// take 4 rows), Q2_K a P4 kernel only. Per super-block every integer sum is exact and the float
 // updates are the portable kernels' (dotQ4KGo, dotQ6KGo, ...), lane by lane,
 // so each row's result is bitwise equal to them. Sub-blocks are unrolled
 // through macros.
@@ -639,6 +639,136 @@ xsp1done:
 	MOVQ out+32(FP), AX
 	VMOVUPS Z0, (AX)
 	VZEROUPPER
+	RET
+
+// ---- Q2_K (1344 bytes per group and super-block: 16 f16 d at 0, 16 f16
+// dmin at 32, the 16 sub-blocks' scale|min<<4 bytes [sub][row] at 64, then
+// per half h of 128 elements at 320+512h 8 slices of 4 quant bytes per row:
+// bits 2j of byte c of slice s are element 128h+32j+4s+c, of sub-block
+// 8h+2j+s/4). The 4-row kernel: a sub-block's 4 slices of 2-bit values by
+// VPDPBUSD (at most 16*3*127, so the sum is exact in the low int16 of its
+// lane), times the sub-block's scale by VPDPWSSD against the scale as a
+// dword (high word zero); the mins as int16 pairs of sub-blocks 2p and 2p+1
+// against the activations' 16-element sums (bsums[2p], bsums[2p+1]). Per
+// super-block t = (d*dx)*float(isum) - (dmin*dx)*float(msum), then sum +=
+// t: dotQ2KGo's order. One activation row takes the AVX2 kernel.
+
+DATA kqw0f<>+0(SB)/4, $0x0000000f
+GLOBL kqw0f<>(SB), RODATA, $4
+
+// Q2V4: the 4 slices s0..s0+3 of half h, bits 2j, as values 0..3 into
+// Z8..Z11. Z18 holds 0x03 bytes.
+#define Q2V4(h, j, s0) \
+	VPSRLW $(2*j), (320+512*h+64*s0)(SI), Z8 \
+	VPANDD Z18, Z8, Z8 \
+	VPSRLW $(2*j), (320+512*h+64*s0+64)(SI), Z9 \
+	VPANDD Z18, Z9, Z9 \
+	VPSRLW $(2*j), (320+512*h+64*s0+128)(SI), Z10 \
+	VPANDD Z18, Z10, Z10 \
+	VPSRLW $(2*j), (320+512*h+64*s0+192)(SI), Z11 \
+	VPANDD Z18, Z11, Z11
+
+// Q2SUBP4: sub-block sub (half h, bits 2j, slices s0..s0+3) for the 4
+// activation rows, times its scales (Z28 holds 0x0000000f dwords), into
+// Z4..Z7.
+#define Q2SUBP4(h, j, s0, sub) \
+	Q2V4(h, j, s0) \
+	ZP4 \
+	DP4((4+128*h+32*j+4*s0), Z8) \
+	DP4((8+128*h+32*j+4*s0), Z9) \
+	DP4((12+128*h+32*j+4*s0), Z10) \
+	DP4((16+128*h+32*j+4*s0), Z11) \
+	VPMOVZXBD (64+16*sub)(SI), Z19 \
+	VPANDD Z28, Z19, Z19 \
+	VPDPWSSD Z19, Z24, Z4 \
+	VPDPWSSD Z19, Z25, Z5 \
+	VPDPWSSD Z19, Z26, Z6 \
+	VPDPWSSD Z19, Z27, Z7
+
+#define Q2JP4(h, j) \
+	Q2SUBP4(h, j, 0, (8*h+2*j)) \
+	Q2SUBP4(h, j, 4, (8*h+2*j+1))
+
+// Q2MINP4: the mins of sub-blocks 2p and 2p+1 as int16 pairs per row, times
+// (bsums[2p], bsums[2p+1]) of each activation row, into Z20..Z23.
+#define Q2MINP4(p) \
+	VMOVDQU32 (64+32*p)(SI), X24 \
+	VMOVDQU32 (80+32*p)(SI), X25 \
+	VPUNPCKLBW X25, X24, X26 \
+	VPUNPCKHBW X25, X24, X27 \
+	VINSERTI32X4 $1, X27, Y26, Y26 \
+	VPMOVZXBW Y26, Z26 \
+	VPSRLW $4, Z26, Z26 \
+	VPDPWSSD.BCST (260+4*p)(DI), Z26, Z20 \
+	VPDPWSSD.BCST (260+4*p)(R8), Z26, Z21 \
+	VPDPWSSD.BCST (260+4*p)(R9), Z26, Z22 \
+	VPDPWSSD.BCST (260+4*p)(R10), Z26, Z23
+
+// Q2F: za += (d*dx)*float(zi) - (dmin*dx)*float(zm), the difference first;
+// d in Z16, dmin in Z17, dx the f32 at 0(ar).
+#define Q2F(zi, zm, za, ar) \
+	VCVTDQ2PS zi, zi \
+	VMULPS.BCST (ar), Z16, Z29 \
+	VMULPS zi, Z29, Z29 \
+	VCVTDQ2PS zm, zm \
+	VMULPS.BCST (ar), Z17, Z30 \
+	VMULPS zm, Z30, Z30 \
+	VSUBPS Z30, Z29, Z29 \
+	VADDPS Z29, za, za
+
+// func gemmQ2KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ2KP4(SB), NOSPLIT, $0-72
+	SETUPK
+	MOVQ pf+64(FP), R14
+	VPBROADCASTD kq03<>(SB), Z18
+	VPBROADCASTD kqw0f<>(SB), Z28
+	TESTQ CX, CX
+	JZ    q2kp4done
+q2kp4loop:
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	Q2JP4(0, 0)
+	PF3(0)
+	Q2JP4(0, 1)
+	PF3(3)
+	Q2JP4(0, 2)
+	PF3(6)
+	Q2JP4(0, 3)
+	PF3(9)
+	Q2JP4(1, 0)
+	PF3(12)
+	Q2JP4(1, 1)
+	PF2(15)
+	Q2JP4(1, 2)
+	PF2(17)
+	Q2JP4(1, 3)
+	PF2(19)
+	Q2MINP4(0)
+	Q2MINP4(1)
+	Q2MINP4(2)
+	Q2MINP4(3)
+	Q2MINP4(4)
+	Q2MINP4(5)
+	Q2MINP4(6)
+	Q2MINP4(7)
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	Q2F(Z4, Z20, Z0, DX)
+	Q2F(Z5, Z21, Z1, R11)
+	Q2F(Z6, Z22, Z2, R12)
+	Q2F(Z7, Z23, Z3, R13)
+	NEXTK(1344)
+	ADDQ $1344, R14
+	DECQ CX
+	JNZ  q2kp4loop
+q2kp4done:
+	STOREK
 	RET
 
 // ---- Q5_K (2880 bytes per group and super-block: Q4_K's d at 0, dmin at

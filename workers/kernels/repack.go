@@ -39,7 +39,8 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //   - Q2_K (per super-block, 1344 bytes): 16 f16 d, 16 f16 dmin, the 16
 //     sub-blocks' scale|min<<4 bytes [sub][row], then per half of 128
 //     elements 8 slices of bytes 4s..4s+3 of each row's 32 quant bytes
-//     (AVX2 kernels only; the AVX-512 path runs them too).
+//     (an AVX-512 kernel for 4 activation rows; the AVX2 kernel for one, on
+//     both paths).
 //
 //   - IQ4_XS (per super-block, 2208 bytes): 16 f16 d, the 8 signed sub-block
 //     scales as bytes [sub][row], then per 32-element sub-block Q4_0's 4
@@ -80,7 +81,8 @@ func packs(p path, t gguf.Type) bool {
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
 // Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K and Q3_K one-row kernels
-// (groupK2), and for Q4_1 and Q5_1 4-row ones (group2).
+// and for Q2_K a 4-row one (groupK2), and for Q4_1 and Q5_1 4-row ones
+// (group2).
 func avx2Packed(t gguf.Type) bool {
 	switch t {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
