@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "prefetch_amd64.h"
+#include "avx512_amd64.h"
 
 // AVX-512 VNNI kernels over interleaved weights (see repack.go): 16 weight rows
 // by 1 or 4 activation rows per call. Per block and activation row, VPDPBUSD
@@ -58,37 +59,35 @@
 	VPXORD Z2, Z2, Z2 \
 	VPXORD Z3, Z3, Z3
 
-#define ZERO4 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7 \
-	VPXORD Z20, Z20, Z20 \
-	VPXORD Z21, Z21, Z21 \
-	VPXORD Z22, Z22, Z22 \
-	VPXORD Z23, Z23, Z23
-
-#define FIN4 \
+// FIN4BY: the two chains of each row added, then F (QFIN, MFIN) on the
+// sums with the rows' aux pointers.
+#define FIN4BY(F) \
 	VPADDD Z20, Z4, Z4 \
 	VPADDD Z21, Z5, Z5 \
 	VPADDD Z22, Z6, Z6 \
 	VPADDD Z23, Z7, Z7 \
-	QFIN(Z4, Z0, DX) \
-	QFIN(Z5, Z1, R11) \
-	QFIN(Z6, Z2, R12) \
-	QFIN(Z7, Z3, R13)
+	F(Z4, Z0, DX) \
+	F(Z5, Z1, R11) \
+	F(Z6, Z2, R12) \
+	F(Z7, Z3, R13)
 
-#define NEXT4(wb) \
+#define FIN4 FIN4BY(QFIN)
+
+// NEXTX4: the next block: wb weight bytes, xb activation bytes (34 for
+// Q8_0, 36 for Q8_1), 8 aux bytes.
+#define NEXTX4(wb, xb) \
 	ADDQ $wb, SI \
 	ADDQ $wb, R14 \
-	ADDQ $34, DI \
-	ADDQ $34, R8 \
-	ADDQ $34, R9 \
-	ADDQ $34, R10 \
+	ADDQ $xb, DI \
+	ADDQ $xb, R8 \
+	ADDQ $xb, R9 \
+	ADDQ $xb, R10 \
 	ADDQ $8, DX \
 	ADDQ $8, R11 \
 	ADDQ $8, R12 \
 	ADDQ $8, R13
+
+#define NEXT4(wb) NEXTX4(wb, 34)
 
 #define STORE4 \
 	MOVQ out+48(FP), AX \
@@ -186,6 +185,14 @@ q8p1done:
 	VPANDD Z18, zl, zl \
 	VPANDD Z18, zh, zh
 
+// Q4SPLIT4: a block's 4 slices from off(SI): low nibbles in Z8..Z11, high
+// in Z12..Z15.
+#define Q4SPLIT4(off) \
+	Q4SPLIT(off, Z8, Z12) \
+	Q4SPLIT(off+64, Z9, Z13) \
+	Q4SPLIT(off+128, Z10, Z14) \
+	Q4SPLIT(off+192, Z11, Z15)
+
 // func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *byte, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 TEXT ·gemmQ4P4(SB), NOSPLIT, $0-72
 	SETUP4
@@ -195,10 +202,7 @@ TEXT ·gemmQ4P4(SB), NOSPLIT, $0-72
 	JZ    q4p4done
 q4p4loop:
 	VCVTPH2PS (SI), Z16
-	Q4SPLIT(32, Z8, Z12)
-	Q4SPLIT(96, Z9, Z13)
-	Q4SPLIT(160, Z10, Z14)
-	Q4SPLIT(224, Z11, Z15)
+	Q4SPLIT4(32)
 	ZERO4
 	PF5(0)
 	Q8STEP4(2, Z8)
@@ -479,10 +483,7 @@ TEXT ·gemmQ5P4(SB), NOSPLIT, $0-72
 	JZ    q5p4done
 q5p4loop:
 	VCVTPH2PS (SI), Z16
-	Q4SPLIT(32, Z8, Z12)
-	Q4SPLIT(96, Z9, Z13)
-	Q4SPLIT(160, Z10, Z14)
-	Q4SPLIT(224, Z11, Z15)
+	Q4SPLIT4(32)
 	Q5HIGH
 	ZERO4
 	PF5(0)
@@ -519,10 +520,7 @@ q5p1loop:
 	VCVTPH2PS (SI), Z16
 	VPXORD Z4, Z4, Z4
 	VPXORD Z5, Z5, Z5
-	Q4SPLIT(32, Z8, Z12)
-	Q4SPLIT(96, Z9, Z13)
-	Q4SPLIT(160, Z10, Z14)
-	Q4SPLIT(224, Z11, Z15)
+	Q4SPLIT4(32)
 	Q5HIGH
 	VPDPBUSD.BCST 2(DI), Z8, Z4
 	VPDPBUSD.BCST 18(DI), Z12, Z5
@@ -575,27 +573,9 @@ q5p1done:
 	VADDPS Z25, Z24, Z24 \
 	VADDPS Z24, za, za
 
-#define MFIN4 \
-	VPADDD Z20, Z4, Z4 \
-	VPADDD Z21, Z5, Z5 \
-	VPADDD Z22, Z6, Z6 \
-	VPADDD Z23, Z7, Z7 \
-	MFIN(Z4, Z0, DX) \
-	MFIN(Z5, Z1, R11) \
-	MFIN(Z6, Z2, R12) \
-	MFIN(Z7, Z3, R13)
+#define MFIN4 FIN4BY(MFIN)
 
-#define NEXTM4(wb) \
-	ADDQ $wb, SI \
-	ADDQ $wb, R14 \
-	ADDQ $36, DI \
-	ADDQ $36, R8 \
-	ADDQ $36, R9 \
-	ADDQ $36, R10 \
-	ADDQ $8, DX \
-	ADDQ $8, R11 \
-	ADDQ $8, R12 \
-	ADDQ $8, R13
+#define NEXTM4(wb) NEXTX4(wb, 36)
 
 // func gemmQ41P4(w *byte, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 TEXT ·gemmQ41P4(SB), NOSPLIT, $0-72
@@ -607,10 +587,7 @@ TEXT ·gemmQ41P4(SB), NOSPLIT, $0-72
 q41p4loop:
 	VCVTPH2PS (SI), Z16
 	VCVTPH2PS 32(SI), Z17
-	Q4SPLIT(64, Z8, Z12)
-	Q4SPLIT(128, Z9, Z13)
-	Q4SPLIT(192, Z10, Z14)
-	Q4SPLIT(256, Z11, Z15)
+	Q4SPLIT4(64)
 	ZERO4
 	PF5(0)
 	MSTEPS
@@ -633,10 +610,7 @@ TEXT ·gemmQ51P4(SB), NOSPLIT, $0-72
 q51p4loop:
 	VCVTPH2PS (SI), Z16
 	VCVTPH2PS 32(SI), Z17
-	Q4SPLIT(64, Z8, Z12)
-	Q4SPLIT(128, Z9, Z13)
-	Q4SPLIT(192, Z10, Z14)
-	Q4SPLIT(256, Z11, Z15)
+	Q4SPLIT4(64)
 	Q5HIGHAT(320)
 	ZERO4
 	PF5(0)

@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "prefetch_amd64.h"
+#include "avx512_amd64.h"
 
 // AVX-512 VNNI kernels for K-quant weights repacked into 16-row groups
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
@@ -176,14 +177,7 @@ TEXT ·gemmQ4KP4(SB), NOSPLIT, $0-72
 	TESTQ CX, CX
 	JZ    q4kp4done
 q4kp4loop:
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	ZERO4
 	Q4K8LO(0)
 	Q4KSUB4(0, 0, 0)
 	PF5(0)
@@ -529,14 +523,7 @@ TEXT ·gemmIQ4XSP4(SB), NOSPLIT, $0-72
 	TESTQ CX, CX
 	JZ    xsp4done
 xsp4loop:
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	ZERO4
 	XSSUB4(0)
 	PF5(0)
 	XSSUB4(1)
@@ -725,14 +712,7 @@ TEXT ·gemmQ2KP4(SB), NOSPLIT, $0-72
 	TESTQ CX, CX
 	JZ    q2kp4done
 q2kp4loop:
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	ZERO4
 	Q2JP4(0, 0)
 	PF3(0)
 	Q2JP4(0, 1)
