@@ -198,10 +198,10 @@ func (j *matJob) prepRows(lo, hi int) {
 			xq := j.xq[r*j.xqs : (r+1)*j.xqs]
 			quantizeQ8_1(xq, x)
 			if j.packed() && j.p >= pathAVX512 {
-				for b, a := range j.xm[r*c/32 : (r+1)*c/32] {
-					blk := xq[b*q81Block:]
-					a.d, a.s = half(blk[0:2]), half(blk[2:4])
-					j.xm[r*c/32+b] = a
+				xm := j.xm[r*c/32 : (r+1)*c/32]
+				for b := range xm {
+					blk := xq[b*q81Block : (b+1)*q81Block]
+					xm[b] = q81Aux{d: half(blk[0:2]), s: half(blk[2:4])}
 				}
 			}
 		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
