@@ -109,8 +109,5 @@ func (r *Replier) FinalVectors(ctx context.Context, v *Vectors, usage Usage) err
 	if r.job.Async {
 		r.rec.Vectors = v
 	}
-	if err := r.record(ctx); err != nil {
-		return err
-	}
-	return r.notify(ctx)
+	return r.recordEnd(ctx)
 }

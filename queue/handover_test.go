@@ -203,3 +203,63 @@ func TestFailIfHeld(t *testing.T) {
 		t.Errorf("claim after failure: %v, want finished", claim)
 	}
 }
+
+// TestFailIfHeldUnrecorded: a FailIfHeld whose write finds no stream to
+// answer it (a results bucket without a leader) sends nothing and leaves
+// the end unrecorded; RecordEnd, once the bucket answers again, writes the
+// failure and only then sends the error frame, once.
+func TestFailIfHeldUnrecorded(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := testJob("held-unrecorded")
+	sub, err := env.nc.SubscribeSync(job.Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	rp, claim, err := res.Claim(ctx, env.nc, job)
+	if err != nil || claim != ClaimRun {
+		t.Fatalf("claim %v, %v", claim, err)
+	}
+	listening := res.stream.CachedInfo().Config
+	deaf := listening
+	deaf.Subjects = []string{"paused." + ResultsBucket + ".>"}
+	if _, err := env.js.UpdateStream(ctx, deaf); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = rp.FailIfHeld(short, ErrKindUnavailable, "KV handoff failed: y")
+	cancel()
+	if err == nil || errors.Is(err, ErrLostClaim) || !rp.Unrecorded() {
+		t.Fatalf("FailIfHeld on a deaf bucket: %v, unrecorded %v; want an error and unrecorded", err, rp.Unrecorded())
+	}
+	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("frame sent before the failure was recorded: %s", m.Data)
+	}
+	if _, err := env.js.UpdateStream(ctx, listening); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.RecordEnd(ctx); err != nil || rp.Unrecorded() {
+		t.Fatalf("RecordEnd: %v, unrecorded %v", err, rp.Unrecorded())
+	}
+	m, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := DecodeFrame(m.Data); err != nil || f.Kind != KindError || f.Error.Kind != ErrKindUnavailable {
+		t.Fatalf("frame %+v, %v", f, err)
+	}
+	if rec, _, _ := res.Get(ctx, job.ID); rec.Status != StatusFailed || rec.Error == nil {
+		t.Errorf("record %+v", rec)
+	}
+	if err := rp.RecordEnd(ctx); err != nil {
+		t.Errorf("RecordEnd after the end was recorded: %v", err)
+	}
+	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("a second frame: %s", m.Data)
+	}
+}

@@ -38,6 +38,12 @@ type Replier struct {
 	end  bool
 	m    Meter // what ran, for the usage event
 
+	// unrecorded: the job ended here, but its record's write failed for
+	// another reason than a lost claim (see Unrecorded); owed is what the
+	// end still has to send once it is written (FailIfHeld's error frame).
+	unrecorded bool
+	owed       *Frame
+
 	ended atomic.Bool // end, for Heartbeat on another goroutine
 }
 
@@ -169,10 +175,44 @@ func (r *Replier) Final(ctx context.Context, text, finish string, usage Usage) e
 		r.text.WriteString(text)
 		r.rec.Text = r.text.String()
 	}
+	return r.recordEnd(ctx)
+}
+
+// recordEnd writes the record of a job that ended here, then announces the
+// end (notify). A write that fails for another reason than a lost claim
+// leaves the end to write again (Unrecorded, RecordEnd).
+func (r *Replier) recordEnd(ctx context.Context) error {
 	if err := r.record(ctx); err != nil {
+		r.unrecorded = !errors.Is(err, ErrLostClaim)
 		return err
 	}
-	return r.notify(ctx)
+	r.unrecorded = false
+	var perr error
+	if r.owed != nil {
+		perr = r.publish(r.owed)
+		r.owed = nil
+	}
+	return errors.Join(perr, r.notify(ctx))
+}
+
+// Unrecorded reports whether the job ended here (Final, FinalVectors, Fail,
+// FailIfHeld) but its record still says otherwise: the write failed for
+// another reason than a lost claim, such as a results bucket without a
+// leader for longer than a write's retries. An async job's record is its
+// only answer, so the caller writes it again (RecordEnd) rather than let the
+// job's message go.
+func (r *Replier) Unrecorded() bool { return r.unrecorded }
+
+// RecordEnd writes the end of an Unrecorded job again, and then sends what
+// the end still owes (the notice; FailIfHeld's error frame). ErrLostClaim
+// means the record moved on meanwhile: another worker claimed the job, or
+// an earlier try that timed out was stored after all. Without an unrecorded
+// end it does nothing.
+func (r *Replier) RecordEnd(ctx context.Context) error {
+	if !r.unrecorded {
+		return nil
+	}
+	return r.recordEnd(ctx)
 }
 
 // notify announces the job's end, once its record says so, when the job
@@ -200,10 +240,7 @@ func (r *Replier) Fail(ctx context.Context, kind ErrorKind, msg string) error {
 	r.rec.Status = StatusFailed
 	r.rec.Error = fe
 	r.rec.Text = ""
-	if err := r.record(ctx); err != nil {
-		return errors.Join(perr, err)
-	}
-	return errors.Join(perr, r.notify(ctx))
+	return errors.Join(perr, r.recordEnd(ctx))
 }
 
 // Requeue gives the claim back without having sent anything, so the job may
@@ -268,11 +305,18 @@ func (r *Replier) FailIfHeld(ctx context.Context, kind ErrorKind, msg string) er
 		r.ended.Store(true)
 		return fmt.Errorf("%w: %s", ErrLostClaim, r.job.ID)
 	}
+	r.rec, r.end = &rec, true
+	r.ended.Store(true)
 	if err != nil {
+		// Still held as far as anyone knows: the failure is written again
+		// by RecordEnd, and the error frame goes out once it is.
+		r.unrecorded = true
+		if r.job.Reply != "" {
+			r.owed = &Frame{Kind: KindError, Error: fe}
+		}
 		return err
 	}
-	r.rec, r.rev, r.end = &rec, rev, true
-	r.ended.Store(true)
+	r.rev = rev
 	nerr := r.notify(ctx)
 	if r.job.Reply == "" {
 		return nerr

@@ -41,6 +41,10 @@ type delivery struct {
 	kind    queue.ErrorKind
 
 	entered bool // the job reached the engine's queue, or ended (enterEngine)
+
+	// stop is closed when the worker cancels its jobs (shutdown past its
+	// grace): settleEnded stops writing a job's end again then.
+	stop <-chan struct{}
 }
 
 // refusal is a job ended before it reached the engine.
@@ -281,9 +285,63 @@ func (d *delivery) heartbeat() (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// end fails the job (fail) and acks its message.
+// end fails the job (fail) and acks its message (settleEnded).
 func (d *delivery) end(ctx context.Context, kind queue.ErrorKind, text string) {
 	d.fail(ctx, kind, text)
+	d.settleEnded(ctx)
+}
+
+// RecordRetry bounds how long a worker keeps writing again the end of an
+// async job whose record's write failed (queue.Replier.Unrecorded), the
+// job's message kept in progress: longer than a JetStream cluster takes to
+// elect a results-bucket leader after losing a server (an election waits 4
+// to 9 s, and one without a winner starts again) and than the cluster takes
+// to notice a lost quorum (10 s); shorter than AckWait × MaxDeliver.
+const RecordRetry = time.Minute
+
+// recordRetryEvery is the pause between two writes of an unrecorded end.
+const recordRetryEvery = time.Second
+
+// settleEnded acks the message of a job that ended. An async job's record
+// is its only answer: while its end is unrecorded, the message is kept in
+// progress and the end written again, for up to RecordRetry; one still
+// unrecorded then (or when the worker cancels its jobs) is given back, so
+// the job runs again, rather than acked with its answer nowhere. A
+// synchronous job's client has its answer in its frames already.
+func (d *delivery) settleEnded(ctx context.Context) {
+	if d.rp == nil || !d.rp.Unrecorded() || !d.job.Async {
+		d.settle(d.msg.Ack())
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(RecordRetry)
+	for d.rp.Unrecorded() && time.Now().Before(deadline) {
+		select {
+		case <-d.stop:
+			deadline = time.Now()
+			continue
+		case <-time.After(recordRetryEvery):
+		}
+		if err := d.msg.InProgress(); err != nil {
+			d.log.Warn("marking job in progress", "err", err)
+		}
+		switch err := d.rp.RecordEnd(ctx); {
+		case errors.Is(err, queue.ErrLostClaim):
+			d.log.Info("the job's record moved on (claimed again, or an earlier write was stored); leaving it", "err", err)
+		case err != nil && d.rp.Unrecorded():
+			d.log.Warn("recording the job's end; will retry", "err", err)
+		case err != nil:
+			d.log.Warn("the job's end is recorded; announcing it failed", "err", err)
+		default:
+			d.log.Info("the job's end is recorded")
+		}
+	}
+	if d.rp.Unrecorded() {
+		d.log.Error("the job's end could not be recorded; giving the job back to run again")
+		d.outcome = outcomeRequeued
+		d.settle(d.msg.NakWithDelay(d.w.cfg.BusyDelay))
+		return
+	}
 	d.settle(d.msg.Ack())
 }
 

@@ -63,7 +63,7 @@ func (w *Worker) handleEmbed(ctx context.Context, res *queue.Results, model stri
 	if span := trace.SpanFromContext(kctx); span.IsRecording() {
 		span.SetAttributes(queue.AttrInTokens.Int(tokens), queue.AttrOutTokens.Int(0))
 	}
-	d.settle(d.msg.Ack())
+	d.settleEnded(kctx)
 }
 
 // refuseEmbed ends an encoder job whose inputs the server did not encode:

@@ -251,7 +251,7 @@ func (d *delivery) finish(kctx context.Context, final *engine.Event, handedCache
 		span.SetAttributes(queue.AttrInTokens.Int(u.PromptTokens), queue.AttrOutTokens.Int(u.CompletionTokens),
 			attrCached.Int(u.CachedTokens), queue.AttrFinish.StringSlice([]string{final.Finish}))
 	}
-	d.settle(d.msg.Ack())
+	d.settleEnded(kctx)
 }
 
 // refuseUndecodable ends a job that does not decode: an error frame if a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +101,73 @@ func TestAsync(t *testing.T) {
 	})
 	if st.Text != want.Text || st.Finish != want.Finish || st.Usage.CompletionTokens != len(want.CompletionTokens) || st.Tenant != job.Tenant {
 		t.Errorf("result %+v, want text %q finish %s", st, want.Text, want.Finish)
+	}
+}
+
+// TestAsyncEndOutlivesLeaderlessBucket: an async job's record is its only
+// answer. When no stream answers the results bucket's writes at the job's
+// end for longer than a write's retries (queue.LeaderWait: a JetStream
+// cluster electing a leader after losing a server can take longer), the
+// worker keeps the job's message in progress and writes the end again once
+// the bucket answers: the job ends done with its text, billed once.
+func TestAsyncEndOutlivesLeaderlessBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out queue.LeaderWait")
+	}
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{})
+	ctx := context.Background()
+	bucket, err := ev.js.Stream(ctx, "KV_"+queue.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listening := bucket.CachedInfo().Config
+	deaf := listening
+	deaf.Subjects = []string{"paused." + queue.ResultsBucket + ".>"}
+	paused := make(chan struct{})
+	var once sync.Once
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e},
+		AfterToken: func(_ context.Context, _ *queue.Job, n int) {
+			// After the claim, before the end: the bucket stops answering.
+			once.Do(func() {
+				if _, err := ev.js.UpdateStream(ctx, deaf); err != nil {
+					t.Error(err)
+				}
+				close(paused)
+			})
+		}})
+	usage := countUsage(t, ev.nc)
+	job := newJob(t, "Once upon a time", 24)
+	job.Reply = ""
+	if err := ev.client.SubmitAsync(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	<-paused
+	time.Sleep(queue.LeaderWait + 3*time.Second) // the worker's write of the end gave up
+	if _, err := ev.js.UpdateStream(ctx, listening); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.Model().Tokenizer.Encode(job.Prompt, true, false)
+	want, err := e.Generate(ctx, engine.Request{Owner: kvcache.Owner{Namespace: "ref", Request: "r"}, Prompt: ids, MaxTokens: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *queue.AsyncResult
+	testkit.Poll(t, 20*time.Second, func() error {
+		st, err = ev.client.AsyncStatus(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if st.Status != queue.StatusDone {
+			return fmt.Errorf("status %s after the bucket answered again", st.Status)
+		}
+		return nil
+	})
+	if st.Text != want.Text || st.Attempts != 1 {
+		t.Errorf("result %+v, want text %q from one attempt", st, want.Text)
+	}
+	if n := len(usage.get(job.ID)); n != 1 {
+		t.Errorf("%d usage events, want 1", n)
 	}
 }
 

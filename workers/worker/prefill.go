@@ -46,7 +46,7 @@ func (d *delivery) prefill(ctx context.Context) {
 		d.outcome = outcomeHandedOver
 		d.log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens, "cached_tokens", p.CachedTokens)
 	}
-	d.settle(d.msg.Ack())
+	d.settleEnded(ctx)
 }
 
 // handOver exports p's pages, offers them and publishes the hand-over, then

@@ -60,7 +60,7 @@ func (w *Worker) startDelivery(ctx context.Context, res *queue.Results, model st
 			wait.End(trace.WithTimestamp(now))
 		}
 	}
-	d := &delivery{w: w, log: w.log.With("model", model), msg: msg, res: res, model: model, eng: eng}
+	d := &delivery{w: w, log: w.log.With("model", model), msg: msg, res: res, model: model, eng: eng, stop: ctx.Done()}
 	if w.tracing {
 		ctx, d.span = w.tracer.Start(ctx, spanJob, trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(queue.AttrModel.String(model), attrRole.String(string(w.cfg.Role)),
