@@ -280,7 +280,7 @@ func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
 	if err := res.asyncRoom(ctx); err != nil {
 		return err
 	}
-	_, err = res.Create(ctx, &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusQueued})
+	_, err = res.Create(ctx, &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusQueued, Deadline: job.Deadline})
 	if err == nil {
 		res.fill.wrote(recordBytes)
 	}
@@ -310,14 +310,19 @@ func (c *Client) SubmitAsync(ctx context.Context, job *Job) error {
 }
 
 // AsyncStatus returns the record of an async job; ErrNotFound when unknown.
-// The caller must check the record's Tenant against its principal.
+// A job still queued or running LostAfter past its deadline is reported
+// failed (ErrKindTimeout): it is lost. The caller must check the record's
+// Tenant against its principal.
 func (c *Client) AsyncStatus(ctx context.Context, id string) (*AsyncResult, error) {
 	res, err := c.openResults(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r, _, err := res.Get(ctx, id)
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	return lostJob(r, time.Now()), nil
 }
 
 // Replies reads one job's reply frames in seq order. It is used by one

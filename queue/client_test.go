@@ -279,6 +279,60 @@ func TestAsyncStatus(t *testing.T) {
 	}
 }
 
+// TestAsyncStatusLost: an async job whose record still says queued or
+// running LostAfter past its deadline is lost (no worker holds a job past
+// its deadline): its status is failed with a timeout, not queued or running
+// for the bucket's TTL. Within LostAfter it is what the record says; a job
+// that ended keeps its end.
+func TestAsyncStatusLost(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	c := NewClient(env.nc, env.js)
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(id string, deadline time.Time) *Job {
+		t.Helper()
+		job := testJob(id)
+		job.Reply, job.Deadline = "", deadline
+		if err := c.SubmitAsync(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		return job
+	}
+	past := time.Now().Add(-LostAfter - time.Second)
+	queued := submit("lost-queued", past)
+	running := submit("lost-running", past)
+	if _, claim, err := res.Claim(ctx, env.nc, running); err != nil || claim != ClaimRun {
+		t.Fatalf("claim %v, %v", claim, err)
+	}
+	ended := submit("lost-ended", past)
+	rp, _, err := res.Claim(ctx, env.nc, ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.Final(ctx, "The end", "stop", Usage{PromptTokens: 2, CompletionTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	within := submit("within", time.Now().Add(-LostAfter+time.Minute))
+	for _, tc := range []struct {
+		job  *Job
+		want string
+	}{{queued, StatusFailed}, {running, StatusFailed}, {ended, StatusDone}, {within, StatusQueued}} {
+		st, err := c.AsyncStatus(ctx, tc.job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != tc.want || (tc.want == StatusFailed) != (st.Error != nil && st.Error.Kind == ErrKindTimeout) {
+			t.Errorf("%s: status %q, error %+v; want %s", tc.job.ID, st.Status, st.Error, tc.want)
+		}
+		if st.Deadline.IsZero() {
+			t.Errorf("%s: the record keeps no deadline", tc.job.ID)
+		}
+	}
+}
+
 // TestClaim checks the redelivery rule for each state a job's record can be in.
 func TestClaim(t *testing.T) {
 	env := startEnv(t, StreamConfig{})

@@ -43,7 +43,36 @@ type AsyncResult struct {
 	Error    *FrameError `json:"error,omitempty"`
 	Streamed bool        `json:"streamed,omitempty"` // a frame went out on the reply subject
 	Attempts int         `json:"attempts,omitempty"` // worker claims so far
+	Deadline time.Time   `json:"deadline,omitzero"`  // the job's (Job.Deadline); zero in records written before it was kept
 	Updated  time.Time   `json:"updated"`
+}
+
+// EndRetry bounds how long a worker writes again the end of an async job
+// whose record's write failed (Replier.Unrecorded), keeping the job's
+// message in progress: longer than a JetStream cluster takes to elect a
+// results-bucket leader after losing a server (an election waits 4 to 9 s,
+// and one without a winner starts again) and than it takes to notice a lost
+// quorum (10 s); shorter than AckWait × MaxDeliver.
+const EndRetry = time.Minute
+
+// LostAfter is how long past its deadline an async job's record may still
+// say queued or running. No worker holds a job past its deadline (the
+// worker's context ends there, and its end is written within EndRetry), so
+// a record that still does has lost its job: a worker died on the job's
+// last delivery (MaxDeliver), or the job's message is gone. AsyncStatus
+// answers such a job failed (ErrKindTimeout) instead of running for good.
+// The margin covers one record write's own retries and clock skew.
+const LostAfter = EndRetry + 30*time.Second
+
+// lostJob reports rec, as of now, failed if its job is lost (LostAfter).
+func lostJob(rec *AsyncResult, now time.Time) *AsyncResult {
+	if rec.Status != StatusQueued && rec.Status != StatusRunning || rec.Deadline.IsZero() || now.Before(rec.Deadline.Add(LostAfter)) {
+		return rec
+	}
+	lost := *rec
+	lost.Status = StatusFailed
+	lost.Error = &FrameError{Kind: ErrKindTimeout, Message: "the request did not end by its deadline, and no worker holds it any more"}
+	return &lost
 }
 
 // ResultKey is the results-bucket key of a job id: hex of its SHA-256, so any
@@ -318,7 +347,7 @@ func (r *Results) claim(ctx context.Context, nc *nats.Conn, job *Job) (*Replier,
 			return nil, ClaimFinished, nil
 		}
 		if cur == nil {
-			rec := &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusRunning, Attempts: 1}
+			rec := &AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: StatusRunning, Attempts: 1, Deadline: job.Deadline}
 			rev, err := r.put(ctx, rec, 0, job)
 			if errors.Is(err, ErrConflict) {
 				continue

@@ -291,20 +291,12 @@ func (d *delivery) end(ctx context.Context, kind queue.ErrorKind, text string) {
 	d.settleEnded(ctx)
 }
 
-// RecordRetry bounds how long a worker keeps writing again the end of an
-// async job whose record's write failed (queue.Replier.Unrecorded), the
-// job's message kept in progress: longer than a JetStream cluster takes to
-// elect a results-bucket leader after losing a server (an election waits 4
-// to 9 s, and one without a winner starts again) and than the cluster takes
-// to notice a lost quorum (10 s); shorter than AckWait × MaxDeliver.
-const RecordRetry = time.Minute
-
 // recordRetryEvery is the pause between two writes of an unrecorded end.
 const recordRetryEvery = time.Second
 
 // settleEnded acks the message of a job that ended. An async job's record
 // is its only answer: while its end is unrecorded, the message is kept in
-// progress and the end written again, for up to RecordRetry; one still
+// progress and the end written again, for up to queue.EndRetry; one still
 // unrecorded then (or when the worker cancels its jobs) is given back, so
 // the job runs again, rather than acked with its answer nowhere. A
 // synchronous job's client has its answer in its frames already.
@@ -314,7 +306,7 @@ func (d *delivery) settleEnded(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	deadline := time.Now().Add(RecordRetry)
+	deadline := time.Now().Add(queue.EndRetry)
 	for d.rp.Unrecorded() && time.Now().Before(deadline) {
 		select {
 		case <-d.stop:
