@@ -314,6 +314,66 @@ func TestNoDecodeWorker(t *testing.T) {
 	checkBaseline(t, de)
 }
 
+// TestPrefillRedeliveredAfterHandOver: a prefill delivery whose job was
+// handed over already (an earlier delivery published the hand-over and its
+// ack was lost, as when its NATS server dies) finds its hand-over a
+// duplicate: it leaves the job to the decode side (no error frame, the
+// record untouched), acks, and frees its pages. It used to fail the job as
+// internal (3045), ending a job that was running or done.
+func TestPrefillRedeliveredAfterHandOver(t *testing.T) {
+	ev := startNATS(t)
+	ctx := context.Background()
+	job := newJob(t, "Once upon a time", 16)
+	// The earlier delivery's hand-over, still on the decode stream: no
+	// decode worker runs here.
+	if err := queue.PublishHandover(ctx, ev.js, &queue.Handover{Job: *job, Manifest: []byte(`{"earlier":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	pe := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
+	startWorker(t, ev.conn(t), Config{Role: RolePrefill, Models: map[string]*engine.Engine{model: pe}})
+	sub, err := ev.nc.SubscribeSync(job.Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	r, err := ev.client.Submit(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The jobs stream is a work queue: the job leaves it once acked.
+	testkit.Poll(t, 20*time.Second, func() error {
+		s, err := ev.js.Stream(ctx, queue.JobsStream)
+		if err != nil {
+			return err
+		}
+		if st := s.CachedInfo().State; st.LastSeq == 0 || st.Msgs != 0 {
+			return fmt.Errorf("jobs stream: %d messages, last sequence %d", st.Msgs, st.LastSeq)
+		}
+		return nil
+	})
+	for {
+		m, err := sub.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if f, err := queue.DecodeFrame(m.Data); err != nil || f.Kind != queue.KindHeartbeat {
+			t.Errorf("the prefill worker answered a job the decode side holds: %s", m.Data)
+		}
+	}
+	res, err := queue.OpenResults(ctx, ev.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err := res.Get(ctx, job.ID); err != nil || rec.Status != queue.StatusRunning {
+		t.Errorf("record %+v, %v; want running (the decode side's)", rec, err)
+	}
+	if n := handovers(t, ev); n != 1 {
+		t.Errorf("%d hand-overs published, want the earlier one only", n)
+	}
+	checkBaseline(t, pe)
+}
+
 // TestDisaggregatedCancel: a cancel reaches the decode worker mid-stream;
 // the stream ends aborted and both pools return to baseline.
 func TestDisaggregatedCancel(t *testing.T) {

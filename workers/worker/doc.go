@@ -44,7 +44,12 @@
 // Redelivery rule: a job runs again only if no frame of it reached the reply
 // subject; a job that already finished is acked and not rerun; a job whose
 // earlier worker died after sending frames ends with ErrKindInternal ("worker
-// lost mid-stream"). See queue.Results.Claim.
+// lost mid-stream"). See queue.Results.Claim. A prefill delivery whose
+// hand-over turns out a duplicate (an earlier delivery published it, and its
+// ack was lost) leaves the job to the decode side. An async job's record is
+// its only answer: a worker whose write of the job's end fails keeps the
+// message in progress and writes it again (delivery.settleEnded) before it
+// acks.
 //
 // Cancellation: the edge records a cancel in the results bucket and then
 // publishes it on the job's cancel subject. Claim treats a cancelled job as

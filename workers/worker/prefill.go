@@ -40,9 +40,16 @@ func (d *delivery) prefill(ctx context.Context) {
 	err = d.handOver(rctx, p)
 	p.Release() // Serve has returned: nothing reads the pages any more
 	stopBeat()
-	if err != nil {
+	switch {
+	case errors.Is(err, queue.ErrDuplicate):
+		// An earlier delivery of this job published its hand-over (its ack
+		// was lost): the decode side has the job. Failing it here would end
+		// a job that is running or done.
+		d.outcome = outcomeFinished
+		d.log.Info("an earlier delivery handed the job over already; leaving it to the decode side")
+	case err != nil:
 		d.failHandOver(ctx, err, context.Cause(rctx))
-	} else {
+	default:
 		d.outcome = outcomeHandedOver
 		d.log.Info("handed over to a decode worker", "prompt_tokens", p.PromptTokens, "cached_tokens", p.CachedTokens)
 	}
