@@ -80,6 +80,15 @@ func (d *delivery) claim(ctx context.Context) bool {
 		d.settle(d.msg.Ack())
 		return false
 	case queue.ClaimLostMidStream:
+		if d.w.cfg.Role == RolePrefill {
+			// Only decode workers stream: this job was handed over and
+			// streamed (an ack of this worker's was lost). If that decode
+			// worker died, the hand-over's redelivery ends the job.
+			d.outcome = outcomeFinished
+			d.log.Info("job redelivered after the decode side streamed it; leaving it to that side")
+			d.settle(d.msg.Ack())
+			return false
+		}
 		d.log.Warn("job redelivered after its worker sent frames; failing it")
 		d.end(ctx, queue.ErrKindInternal, "worker lost mid-stream")
 		return false

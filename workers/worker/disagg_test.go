@@ -374,6 +374,53 @@ func TestPrefillRedeliveredAfterHandOver(t *testing.T) {
 	checkBaseline(t, pe)
 }
 
+// TestPrefillRedeliveredAfterStream: a prefill delivery of a job the decode
+// side has streamed (the prefill worker's ack was lost) leaves the job
+// alone: no error frame ends the client's stream, the record is untouched.
+// Only decode workers stream, and the hand-over's own redelivery ends a job
+// whose decode worker died.
+func TestPrefillRedeliveredAfterStream(t *testing.T) {
+	ev := startNATS(t)
+	ctx := context.Background()
+	job := newJob(t, "Once upon a time", 16)
+	res, err := queue.OpenResults(ctx, ev.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := &queue.AsyncResult{ID: job.ID, Tenant: job.Tenant, Model: job.Model, Status: queue.StatusRunning, Streamed: true, Attempts: 2}
+	if _, err := res.Create(ctx, streamed); err != nil {
+		t.Fatal(err)
+	}
+	pe := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
+	startWorker(t, ev.conn(t), Config{Role: RolePrefill, Models: map[string]*engine.Engine{model: pe}})
+	sub, err := ev.nc.SubscribeSync(job.Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	r, err := ev.client.Submit(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	testkit.Poll(t, 20*time.Second, func() error {
+		s, err := ev.js.Stream(ctx, queue.JobsStream)
+		if err != nil {
+			return err
+		}
+		if st := s.CachedInfo().State; st.LastSeq == 0 || st.Msgs != 0 {
+			return fmt.Errorf("jobs stream: %d messages, last sequence %d", st.Msgs, st.LastSeq)
+		}
+		return nil
+	})
+	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("the prefill worker sent a frame on a stream the decode side owns: %s", m.Data)
+	}
+	if rec, _, err := res.Get(ctx, job.ID); err != nil || rec.Status != queue.StatusRunning || rec.Attempts != 2 {
+		t.Errorf("record %+v, %v; want it as the decode side left it", rec, err)
+	}
+}
+
 // TestDisaggregatedCancel: a cancel reaches the decode worker mid-stream;
 // the stream ends aborted and both pools return to baseline.
 func TestDisaggregatedCancel(t *testing.T) {

@@ -44,9 +44,10 @@
 // Redelivery rule: a job runs again only if no frame of it reached the reply
 // subject; a job that already finished is acked and not rerun; a job whose
 // earlier worker died after sending frames ends with ErrKindInternal ("worker
-// lost mid-stream"). See queue.Results.Claim. A prefill delivery whose
-// hand-over turns out a duplicate (an earlier delivery published it, and its
-// ack was lost) leaves the job to the decode side. An async job's record is
+// lost mid-stream"). See queue.Results.Claim. Only decode workers stream in
+// disaggregated serving, so a prefill delivery that finds its job streamed,
+// or its hand-over a duplicate (an earlier delivery published it, and its
+// ack was lost), leaves the job to the decode side. An async job's record is
 // its only answer: a worker whose write of the job's end fails keeps the
 // message in progress and writes it again (delivery.settleEnded) before it
 // acks.
