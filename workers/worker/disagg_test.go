@@ -314,6 +314,47 @@ func TestNoDecodeWorker(t *testing.T) {
 	checkBaseline(t, de)
 }
 
+// prefillAgain runs job through a prefill worker of its own, as a
+// redelivery would, and returns, once the job's message is acked (the jobs
+// stream is a work queue: the job leaves it), the frames other than
+// heartbeats the job's reply subject got, and the prefill engine.
+func prefillAgain(t *testing.T, ev *env, job *queue.Job) ([]string, *engine.Engine) {
+	t.Helper()
+	ctx := context.Background()
+	pe := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
+	startWorker(t, ev.conn(t), Config{Role: RolePrefill, Models: map[string]*engine.Engine{model: pe}})
+	sub, err := ev.nc.SubscribeSync(job.Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	r, err := ev.client.Submit(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	testkit.Poll(t, 20*time.Second, func() error {
+		s, err := ev.js.Stream(ctx, queue.JobsStream)
+		if err != nil {
+			return err
+		}
+		if st := s.CachedInfo().State; st.LastSeq == 0 || st.Msgs != 0 {
+			return fmt.Errorf("jobs stream: %d messages, last sequence %d", st.Msgs, st.LastSeq)
+		}
+		return nil
+	})
+	var frames []string
+	for {
+		m, err := sub.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			return frames, pe
+		}
+		if f, err := queue.DecodeFrame(m.Data); err != nil || f.Kind != queue.KindHeartbeat {
+			frames = append(frames, string(m.Data))
+		}
+	}
+}
+
 // TestPrefillRedeliveredAfterHandOver: a prefill delivery whose job was
 // handed over already (an earlier delivery published the hand-over and its
 // ack was lost, as when its NATS server dies) finds its hand-over a
@@ -329,37 +370,9 @@ func TestPrefillRedeliveredAfterHandOver(t *testing.T) {
 	if err := queue.PublishHandover(ctx, ev.js, &queue.Handover{Job: *job, Manifest: []byte(`{"earlier":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	pe := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
-	startWorker(t, ev.conn(t), Config{Role: RolePrefill, Models: map[string]*engine.Engine{model: pe}})
-	sub, err := ev.nc.SubscribeSync(job.Reply)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	r, err := ev.client.Submit(ctx, job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	// The jobs stream is a work queue: the job leaves it once acked.
-	testkit.Poll(t, 20*time.Second, func() error {
-		s, err := ev.js.Stream(ctx, queue.JobsStream)
-		if err != nil {
-			return err
-		}
-		if st := s.CachedInfo().State; st.LastSeq == 0 || st.Msgs != 0 {
-			return fmt.Errorf("jobs stream: %d messages, last sequence %d", st.Msgs, st.LastSeq)
-		}
-		return nil
-	})
-	for {
-		m, err := sub.NextMsg(100 * time.Millisecond)
-		if err != nil {
-			break
-		}
-		if f, err := queue.DecodeFrame(m.Data); err != nil || f.Kind != queue.KindHeartbeat {
-			t.Errorf("the prefill worker answered a job the decode side holds: %s", m.Data)
-		}
+	frames, pe := prefillAgain(t, ev, job)
+	if len(frames) != 0 {
+		t.Errorf("the prefill worker answered a job the decode side holds: %q", frames)
 	}
 	res, err := queue.OpenResults(ctx, ev.js)
 	if err != nil {
@@ -391,30 +404,8 @@ func TestPrefillRedeliveredAfterStream(t *testing.T) {
 	if _, err := res.Create(ctx, streamed); err != nil {
 		t.Fatal(err)
 	}
-	pe := startEngine(t, engine.Config{Poison: true, PageSize: pageSize})
-	startWorker(t, ev.conn(t), Config{Role: RolePrefill, Models: map[string]*engine.Engine{model: pe}})
-	sub, err := ev.nc.SubscribeSync(job.Reply)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	r, err := ev.client.Submit(ctx, job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	testkit.Poll(t, 20*time.Second, func() error {
-		s, err := ev.js.Stream(ctx, queue.JobsStream)
-		if err != nil {
-			return err
-		}
-		if st := s.CachedInfo().State; st.LastSeq == 0 || st.Msgs != 0 {
-			return fmt.Errorf("jobs stream: %d messages, last sequence %d", st.Msgs, st.LastSeq)
-		}
-		return nil
-	})
-	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
-		t.Errorf("the prefill worker sent a frame on a stream the decode side owns: %s", m.Data)
+	if frames, _ := prefillAgain(t, ev, job); len(frames) != 0 {
+		t.Errorf("the prefill worker sent frames on a stream the decode side owns: %q", frames)
 	}
 	if rec, _, err := res.Get(ctx, job.ID); err != nil || rec.Status != queue.StatusRunning || rec.Attempts != 2 {
 		t.Errorf("record %+v, %v; want it as the decode side left it", rec, err)
