@@ -133,6 +133,9 @@ func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride 
 func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
+func gemmQ5KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+
+//go:noescape
 func gemmQ5KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape

@@ -16,8 +16,8 @@
 // (AVX2/FMA/F16C assembly: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
 // Q4_K, Q5_K, Q6_K and IQ4_XS on the same 16-row groups, half a group by 4
 // activation rows or a whole group by one per call, VPMADDUBSW/VPMADDWD in
-// place of VPDPBUSD (the AVX-512 path runs the Q4_1, Q5_1, IQ4_NL, Q2_K, Q3_K,
-// Q5_K and IQ4_XS ones too); F32, F16 and BF16 in the file's layout) and go
+// place of VPDPBUSD (the AVX-512 path runs those it has no kernel of its own
+// for); F32, F16 and BF16 in the file's layout) and go
 // (portable, the reference; forced by the purego build tag).
 // Quantized weights are dotted with activations quantized as GGML does (Q8_0,
 // Q8_1 or Q8_K, by weight type); every path's quantized products are bitwise

@@ -8,8 +8,8 @@
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
 // side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
 // 16-element sums). P4 kernels take 4 activation rows, P1 kernels one: Q4_K,
-// Q6_K and IQ4_XS have both, Q5_K and Q3_K a P1 kernel only (the AVX2 ones
-// take 4 rows), Q2_K a P4 kernel only. Per super-block every integer sum is exact and the float
+// Q6_K, IQ4_XS and Q5_K have both, Q3_K a P1 kernel only (the AVX2 one
+// takes 4 rows), Q2_K a P4 kernel only. Per super-block every integer sum is exact and the float
 // updates are the portable kernels' (dotQ4KGo, dotQ6KGo, ...), lane by lane,
 // so each row's result is bitwise equal to them. Sub-blocks are unrolled
 // through macros.
@@ -927,6 +927,203 @@ q5kp1done:
 	LANESUM(Z24)
 	MOVQ out+32(FP), AX
 	VMOVUPS Z24, (AX)
+	VZEROUPPER
+	RET
+
+
+// The 4-row Q5_K kernel walks the super-block lane by lane: lane s of each
+// chunk is decoded once (Q5KV4) and taken against the 4 activation rows,
+// the low nibbles' products of row r summed in Zr, the high ones' in Z4+r
+// (exact integers, added before the float update). The 8 sub-blocks' scale
+// pairs stay in Z8..Z15 for the super-block, d*dx of row r in Z16+r. The
+// float lane sums of row r (lane s at 512r+64s) and its running sum of
+// -dmin*msum (at 2048+64r) live on the stack: 4 rows x 8 lanes would take
+// every register. Per row the float updates are gemmQ5KP1's, in its order.
+
+// Q5KV4: lane s of chunk k as 5-bit values, the low nibbles (sub-block 2k)
+// in Z22 and the high ones (2k+1) in Z23; the lane's fifth bits are bits b
+// and 4+b of plane p. Z20 holds 0x0f bytes, Z21 0x10.
+#define Q5KV4(k, s, p, b) \
+	VPANDD (320+640*k+64*s)(SI), Z20, Z22 \
+	VPSRLW $4, (320+640*k+64*s)(SI), Z23 \
+	VPANDD Z20, Z23, Z23 \
+	VPSLLW $(4-b), (320+640*k+512+64*p)(SI), Z24 \
+	VPTERNLOGD $0xf8, Z21, Z24, Z22 \
+	VPSRLW $b, (320+640*k+512+64*p)(SI), Z25 \
+	VPTERNLOGD $0xf8, Z21, Z25, Z23
+
+// Q5KR4: the values in Z22 and Z23 against lane s of chunk k of the
+// activation row at xr, times the scale pairs slo and shi, into alo and ahi.
+#define Q5KR4(k, s, xr, slo, shi, alo, ahi) \
+	VPBROADCASTD (4+64*k+4*s)(xr), Z26 \
+	VPMADDUBSW Z26, Z22, Z28 \
+	VPDPWSSD slo, Z28, alo \
+	VPBROADCASTD (36+64*k+4*s)(xr), Z27 \
+	VPMADDUBSW Z27, Z23, Z29 \
+	VPDPWSSD shi, Z29, ahi
+
+#define Q5KC4(k, s, p, b, slo, shi) \
+	Q5KV4(k, s, p, b) \
+	Q5KR4(k, s, DI, slo, shi, Z0, Z4) \
+	Q5KR4(k, s, R8, slo, shi, Z1, Z5) \
+	Q5KR4(k, s, R9, slo, shi, Z2, Z6) \
+	Q5KR4(k, s, R10, slo, shi, Z3, Z7)
+
+// Q5KF: the float lane sum at off(SP) += dd * float(lo + hi).
+#define Q5KF(lo, hi, dd, off) \
+	VPADDD hi, lo, lo \
+	VCVTDQ2PS lo, lo \
+	VMULPS lo, dd, lo \
+	VADDPS off(SP), lo, lo \
+	VMOVUPS lo, off(SP)
+
+// Q5KLANE4: lane s (bits b and 4+b of plane p) over the super-block's 4
+// chunks, then into the 4 rows' float sums of lane s.
+#define Q5KLANE4(s, p, b) \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	Q5KC4(0, s, p, b, Z8, Z9) \
+	Q5KC4(1, s, p, b, Z10, Z11) \
+	Q5KC4(2, s, p, b, Z12, Z13) \
+	Q5KC4(3, s, p, b, Z14, Z15) \
+	Q5KF(Z0, Z4, Z16, (64*s)) \
+	Q5KF(Z1, Z5, Z17, (512+64*s)) \
+	Q5KF(Z2, Z6, Z18, (1024+64*s)) \
+	Q5KF(Z3, Z7, Z19, (1536+64*s))
+
+// Q5KM: the running sum at off(SP) -= (dmin*dx) * float(zi); dmin in Z23,
+// dx the f32 at 0(ar).
+#define Q5KM(zi, ar, off) \
+	VCVTDQ2PS zi, zi \
+	VMULPS.BCST (ar), Z23, Z29 \
+	VMULPS zi, Z29, Z29 \
+	VMOVUPS off(SP), Z30 \
+	VSUBPS Z29, Z30, Z30 \
+	VMOVUPS Z30, off(SP)
+
+// Q5KMIN4: the mins (byte pairs made int16) times the activations'
+// 32-element sum pairs, into the 4 rows' running sums.
+#define Q5KMIN4 \
+	ZERO4Z(Z24, Z25, Z26, Z27) \
+	VPMOVZXBW 192(SI), Z22 \
+	VPDPWSSD.BCST 16(DX), Z22, Z24 \
+	VPDPWSSD.BCST 16(R11), Z22, Z25 \
+	VPDPWSSD.BCST 16(R12), Z22, Z26 \
+	VPDPWSSD.BCST 16(R13), Z22, Z27 \
+	VPMOVZXBW 224(SI), Z22 \
+	VPDPWSSD.BCST 20(DX), Z22, Z24 \
+	VPDPWSSD.BCST 20(R11), Z22, Z25 \
+	VPDPWSSD.BCST 20(R12), Z22, Z26 \
+	VPDPWSSD.BCST 20(R13), Z22, Z27 \
+	VPMOVZXBW 256(SI), Z22 \
+	VPDPWSSD.BCST 24(DX), Z22, Z24 \
+	VPDPWSSD.BCST 24(R11), Z22, Z25 \
+	VPDPWSSD.BCST 24(R12), Z22, Z26 \
+	VPDPWSSD.BCST 24(R13), Z22, Z27 \
+	VPMOVZXBW 288(SI), Z22 \
+	VPDPWSSD.BCST 28(DX), Z22, Z24 \
+	VPDPWSSD.BCST 28(R11), Z22, Z25 \
+	VPDPWSSD.BCST 28(R12), Z22, Z26 \
+	VPDPWSSD.BCST 28(R13), Z22, Z27 \
+	VCVTPH2PS 32(SI), Z23 \
+	Q5KM(Z24, DX, 2048) \
+	Q5KM(Z25, R11, 2112) \
+	Q5KM(Z26, R12, 2176) \
+	Q5KM(Z27, R13, 2240)
+
+#define ZERO4Z(a, b, c, d) \
+	VPXORD a, a, a \
+	VPXORD b, b, b \
+	VPXORD c, c, c \
+	VPXORD d, d, d
+
+// ZST8: zero the 8 stack sums from off on (Z22 is zero).
+#define ZST8(off) \
+	VMOVUPS Z22, (off)(SP) \
+	VMOVUPS Z22, (off+64)(SP) \
+	VMOVUPS Z22, (off+128)(SP) \
+	VMOVUPS Z22, (off+192)(SP) \
+	VMOVUPS Z22, (off+256)(SP) \
+	VMOVUPS Z22, (off+320)(SP) \
+	VMOVUPS Z22, (off+384)(SP) \
+	VMOVUPS Z22, (off+448)(SP)
+
+// Q5KOUT: row r's result, its running sum plus lanes 0..7 (gemmQ5KP1's
+// LANESUM order), to (AX).
+#define Q5KOUT(r) \
+	VMOVUPS (2048+64*r)(SP), Z0 \
+	VADDPS (512*r)(SP), Z0, Z0 \
+	VADDPS (512*r+64)(SP), Z0, Z0 \
+	VADDPS (512*r+128)(SP), Z0, Z0 \
+	VADDPS (512*r+192)(SP), Z0, Z0 \
+	VADDPS (512*r+256)(SP), Z0, Z0 \
+	VADDPS (512*r+320)(SP), Z0, Z0 \
+	VADDPS (512*r+384)(SP), Z0, Z0 \
+	VADDPS (512*r+448)(SP), Z0, Z0 \
+	VMOVUPS Z0, (AX)
+
+// func gemmQ5KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ5KP4(SB), $2304-72
+	SETUPK
+	MOVQ pf+64(FP), R14
+	VPBROADCASTD kq0f<>(SB), Z20
+	VPBROADCASTD kq10<>(SB), Z21
+	VPXORD Z22, Z22, Z22
+	ZST8(0)
+	ZST8(512)
+	ZST8(1024)
+	ZST8(1536)
+	VMOVUPS Z22, 2048(SP)
+	VMOVUPS Z22, 2112(SP)
+	VMOVUPS Z22, 2176(SP)
+	VMOVUPS Z22, 2240(SP)
+	TESTQ CX, CX
+	JZ    q5kp4done
+q5kp4loop:
+	VCVTPH2PS (SI), Z22
+	VMULPS.BCST (DX), Z22, Z16
+	VMULPS.BCST (R11), Z22, Z17
+	VMULPS.BCST (R12), Z22, Z18
+	VMULPS.BCST (R13), Z22, Z19
+	Q5KMIN4
+	PF5(0)
+	Q5KSCP(0, Z8)
+	Q5KSCP(1, Z9)
+	Q5KSCP(2, Z10)
+	Q5KSCP(3, Z11)
+	Q5KSCP(4, Z12)
+	Q5KSCP(5, Z13)
+	Q5KSCP(6, Z14)
+	Q5KSCP(7, Z15)
+	Q5KLANE4(0, 0, 0)
+	PF5(5)
+	Q5KLANE4(1, 0, 1)
+	PF5(10)
+	Q5KLANE4(2, 0, 2)
+	PF5(15)
+	Q5KLANE4(3, 0, 3)
+	PF5(20)
+	Q5KLANE4(4, 1, 0)
+	PF5(25)
+	Q5KLANE4(5, 1, 1)
+	PF5(30)
+	Q5KLANE4(6, 1, 2)
+	PF5(35)
+	Q5KLANE4(7, 1, 3)
+	PF5(40)
+	NEXTK(2880)
+	ADDQ $2880, R14
+	DECQ CX
+	JNZ  q5kp4loop
+q5kp4done:
+	MOVQ out+48(FP), AX
+	MOVQ ostride+56(FP), BX
+	Q5KOUT(0)
+	ADDQ BX, AX
+	Q5KOUT(1)
+	ADDQ BX, AX
+	Q5KOUT(2)
+	ADDQ BX, AX
+	Q5KOUT(3)
 	VZEROUPPER
 	RET
 

@@ -668,8 +668,9 @@ func (j *matJob) group2(w *byte, i int, next *byte) {
 // groupK2 is groupsK's work on one group on the AVX2 path (and that of the
 // types avx2Packed names on the AVX-512 path): each half of the group (8
 // rows) against 4 activation rows per call while they last, then the whole
-// group against one activation row at a time (on the AVX-512 path Q2_K's 4
-// rows and Q5_K's and Q3_K's one take their own kernels).
+// group against one activation row at a time (on the AVX-512 path Q2_K's and
+// Q5_K's 4 rows take whole-group kernels, and Q5_K's and Q3_K's one their
+// own).
 func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
@@ -678,12 +679,16 @@ func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
 		x, a := &j.xk[r*nb], &j.xka[r*nb]
-		if typ == gguf.TypeQ2_K && j.p >= pathAVX512 { // the whole-group VPDPBUSD kernel
+		if (typ == gguf.TypeQ2_K || typ == gguf.TypeQ5_K) && j.p >= pathAVX512 { // whole-group kernels
 			o, pn := &j.out[r*rows+i], w
 			if r == 0 {
 				pn = next
 			}
-			gemmQ2KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
+			if typ == gguf.TypeQ2_K {
+				gemmQ2KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
+			} else {
+				gemmQ5KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
+			}
 			continue
 		}
 		for h := range 2 {

@@ -51,8 +51,8 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     s+16, s+24 (lane s of sub-blocks 2k and 2k+1, as GGML's generic kernel
 //     sums them in float lane s) and two planes of their fifth bits in
 //     Q5_0's order; the activations are put in the same lane order
-//     (laneOrder). AVX2 kernels, which the AVX-512 path runs for 4
-//     activation rows; it has its own one-row (decode) kernel.
+//     (laneOrder). AVX2 kernels; the AVX-512 path has its own for a whole
+//     group by 4 activation rows and for one (decode).
 //
 //   - Q3_K (per super-block, 1824 bytes): 16 f16 d, the signed scales of
 //     sub-blocks 2c and 2c+1 as byte pairs [c][row][2] per 32-element chunk
@@ -80,9 +80,9 @@ func packs(p path, t gguf.Type) bool {
 
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
-// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K and Q3_K one-row kernels
-// and for Q2_K a 4-row one (groupK2), and for Q4_1 and Q5_1 4-row ones
-// (group2).
+// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K both a one-row and a
+// whole-group 4-row kernel, for Q3_K a one-row one, for Q2_K a whole-group
+// 4-row one (groupK2), and for Q4_1 and Q5_1 4-row ones (group2).
 func avx2Packed(t gguf.Type) bool {
 	switch t {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
