@@ -8,8 +8,7 @@
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
 // side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
 // 16-element sums). P4 kernels take 4 activation rows, P1 kernels one: Q4_K,
-// Q6_K, IQ4_XS and Q5_K have both, Q3_K a P1 kernel only (the AVX2 one
-// takes 4 rows), Q2_K a P4 kernel only. Per super-block every integer sum is exact and the float
+// Q6_K, IQ4_XS, Q5_K and Q3_K have both, Q2_K a P4 kernel only. Per super-block every integer sum is exact and the float
 // updates are the portable kernels' (dotQ4KGo, dotQ6KGo, ...), lane by lane,
 // so each row's result is bitwise equal to them. Sub-blocks are unrolled
 // through macros.
@@ -1229,5 +1228,174 @@ q3kp1done:
 	LANESUM(Z31)
 	MOVQ out+32(FP), AX
 	VMOVUPS Z31, (AX)
+	VZEROUPPER
+	RET
+
+// The 4-row Q3_K kernel takes the values signed (-4..3) and the activations
+// 128 higher (unsigned, a copy on the stack at 256r per row r, in lane
+// order), so VPMADDUBSW can take them; the surplus, 128 times the sum over
+// the super-block of scale times value per row and lane, is the weights'
+// alone and is taken once for the 4 rows (Z24, per lane). As Q5_K's 4-row
+// kernel it walks the super-block lane by lane: chunk c's scale pairs in
+// Z8+c, row r's integer sums of chunks 0..3 in Zr and of 4..7 in Z4+r, d*dx
+// of row r in Z16+r, the float lane sums of row r on the stack at
+// 1024+512r+64s. Per row the float updates are gemmQ3KP1's, in its order.
+DATA kq01<>+0(SB)/4, $0x01010101
+GLOBL kq01<>(SB), RODATA, $4
+DATA kq80<>+0(SB)/4, $0x80808080
+GLOBL kq80<>(SB), RODATA, $4
+
+// Q3KX4: the 64 activation bytes at off of the q8K block at xr, plus 128, to
+// soff(SP). Z31 holds 0x80 bytes.
+#define Q3KX4(xr, off, soff) \
+	VPXORD (4+off)(xr), Z31, Z25 \
+	VMOVDQU32 Z25, soff(SP)
+
+// Q3KC4: chunk c (the j-th of its half, its quant bytes in Z22) of lane s
+// for the 4 rows; the lane's inverted hmask bytes in hm (Z23), chunk c's bit
+// moved to bit 2 in ht (Z31) by `sh $n`. The value is made as gemmQ3KP1 makes it (0..7), then
+// 4 lower. Z20 holds 0x03 bytes, Z21 0x04, Z30 0x01.
+#define Q3KC4(c, j, s, sc, a0, a1, a2, a3, sh, n, hm, ht) \
+	VPSRLW $(2*j), Z22, Z25 \
+	VPTERNLOGD $0xea, Z21, Z20, Z25 \
+	sh $n, hm, ht \
+	VPTERNLOGD $0x78, Z21, ht, Z25 \
+	VPSUBB Z21, Z25, Z25 \
+	VPMADDUBSW Z25, Z30, Z29 \
+	VPDPWSSD sc, Z29, Z24 \
+	VPBROADCASTD (32*c+4*s)(SP), Z26 \
+	VPMADDUBSW Z25, Z26, Z28 \
+	VPDPWSSD sc, Z28, a0 \
+	VPBROADCASTD (256+32*c+4*s)(SP), Z27 \
+	VPMADDUBSW Z25, Z27, Z29 \
+	VPDPWSSD sc, Z29, a1 \
+	VPBROADCASTD (512+32*c+4*s)(SP), Z26 \
+	VPMADDUBSW Z25, Z26, Z28 \
+	VPDPWSSD sc, Z28, a2 \
+	VPBROADCASTD (768+32*c+4*s)(SP), Z27 \
+	VPMADDUBSW Z25, Z27, Z29 \
+	VPDPWSSD sc, Z29, a3
+
+// Q3KF: row r's float lane sum at off(SP) += dd * float(a + b - Z24), Z24
+// holding 128 times the lane's surplus.
+#define Q3KF(a, b, dd, off) \
+	VPADDD b, a, a \
+	VPSUBD Z24, a, a \
+	VCVTDQ2PS a, a \
+	VMULPS a, dd, a \
+	VADDPS off(SP), a, a \
+	VMOVUPS a, off(SP)
+
+// Q3KLANE4: lane s over the super-block's 8 chunks, then into the 4 rows'
+// float sums of lane s.
+#define Q3KLANE4(s) \
+	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	VPXORD Z24, Z24, Z24 \
+	VMOVDQU32 (288+64*s)(SI), Z23 \
+	VMOVDQU32 (800+64*s)(SI), Z22 \
+	Q3KC4(0, 0, s, Z8, Z0, Z1, Z2, Z3, VPSLLW, 2, Z23, Z31) \
+	Q3KC4(1, 1, s, Z9, Z0, Z1, Z2, Z3, VPSLLW, 1, Z23, Z31) \
+	Q3KC4(2, 2, s, Z10, Z0, Z1, Z2, Z3, VPSRLW, 0, Z23, Z31) \
+	Q3KC4(3, 3, s, Z11, Z0, Z1, Z2, Z3, VPSRLW, 1, Z23, Z31) \
+	VMOVDQU32 (1312+64*s)(SI), Z22 \
+	Q3KC4(4, 0, s, Z12, Z4, Z5, Z6, Z7, VPSRLW, 2, Z23, Z31) \
+	Q3KC4(5, 1, s, Z13, Z4, Z5, Z6, Z7, VPSRLW, 3, Z23, Z31) \
+	Q3KC4(6, 2, s, Z14, Z4, Z5, Z6, Z7, VPSRLW, 4, Z23, Z31) \
+	Q3KC4(7, 3, s, Z15, Z4, Z5, Z6, Z7, VPSRLW, 5, Z23, Z31) \
+	VPSLLD $7, Z24, Z24 \
+	Q3KF(Z0, Z4, Z16, (1024+64*s)) \
+	Q3KF(Z1, Z5, Z17, (1536+64*s)) \
+	Q3KF(Z2, Z6, Z18, (2048+64*s)) \
+	Q3KF(Z3, Z7, Z19, (2560+64*s))
+
+// Q3KOUT: row r's result, zero plus lanes 0..7 (gemmQ3KP1's LANESUM
+// order), to (AX). Z1 is zero.
+#define Q3KOUT(r) \
+	VADDPS (1024+512*r)(SP), Z1, Z0 \
+	VADDPS (1024+512*r+64)(SP), Z0, Z0 \
+	VADDPS (1024+512*r+128)(SP), Z0, Z0 \
+	VADDPS (1024+512*r+192)(SP), Z0, Z0 \
+	VADDPS (1024+512*r+256)(SP), Z0, Z0 \
+	VADDPS (1024+512*r+320)(SP), Z0, Z0 \
+	VADDPS (1024+512*r+384)(SP), Z0, Z0 \
+	VADDPS (1024+512*r+448)(SP), Z0, Z0 \
+	VMOVUPS Z0, (AX)
+
+// func gemmQ3KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ3KP4(SB), $3072-72
+	SETUPK
+	MOVQ pf+64(FP), R14
+	VPBROADCASTD kq03<>(SB), Z20
+	VPBROADCASTD kq04<>(SB), Z21
+	VPBROADCASTD kq01<>(SB), Z30
+	VPXORD Z22, Z22, Z22
+	ZST8(1024)
+	ZST8(1536)
+	ZST8(2048)
+	ZST8(2560)
+	TESTQ CX, CX
+	JZ    q3kp4done
+q3kp4loop:
+	VPBROADCASTD kq80<>(SB), Z31
+	Q3KX4(DI, 0, 0)
+	Q3KX4(DI, 64, 64)
+	Q3KX4(DI, 128, 128)
+	Q3KX4(DI, 192, 192)
+	Q3KX4(R8, 0, 256)
+	Q3KX4(R8, 64, 320)
+	Q3KX4(R8, 128, 384)
+	Q3KX4(R8, 192, 448)
+	Q3KX4(R9, 0, 512)
+	Q3KX4(R9, 64, 576)
+	Q3KX4(R9, 128, 640)
+	Q3KX4(R9, 192, 704)
+	Q3KX4(R10, 0, 768)
+	Q3KX4(R10, 64, 832)
+	Q3KX4(R10, 128, 896)
+	Q3KX4(R10, 192, 960)
+	VCVTPH2PS (SI), Z22
+	VMULPS.BCST (DX), Z22, Z16
+	VMULPS.BCST (R11), Z22, Z17
+	VMULPS.BCST (R12), Z22, Z18
+	VMULPS.BCST (R13), Z22, Z19
+	VPMOVSXBW 32(SI), Z8
+	VPMOVSXBW 64(SI), Z9
+	VPMOVSXBW 96(SI), Z10
+	VPMOVSXBW 128(SI), Z11
+	VPMOVSXBW 160(SI), Z12
+	VPMOVSXBW 192(SI), Z13
+	VPMOVSXBW 224(SI), Z14
+	VPMOVSXBW 256(SI), Z15
+	Q3KLANE4(0)
+	PF4(0)
+	Q3KLANE4(1)
+	PF4(4)
+	Q3KLANE4(2)
+	PF4(8)
+	Q3KLANE4(3)
+	PF4(12)
+	Q3KLANE4(4)
+	PF4(16)
+	Q3KLANE4(5)
+	PF4(20)
+	Q3KLANE4(6)
+	PF4(24)
+	Q3KLANE4(7)
+	PF1(28)
+	NEXTK(1824)
+	ADDQ $1824, R14
+	DECQ CX
+	JNZ  q3kp4loop
+q3kp4done:
+	MOVQ out+48(FP), AX
+	MOVQ ostride+56(FP), BX
+	VPXORD Z1, Z1, Z1
+	Q3KOUT(0)
+	ADDQ BX, AX
+	Q3KOUT(1)
+	ADDQ BX, AX
+	Q3KOUT(2)
+	ADDQ BX, AX
+	Q3KOUT(3)
 	VZEROUPPER
 	RET

@@ -665,12 +665,32 @@ func (j *matJob) group2(w *byte, i int, next *byte) {
 	}
 }
 
+// groupK4 runs the AVX-512 whole-group kernel of Q2_K, Q3_K or Q5_K on
+// activation rows r..r+3 of group i.
+func (j *matJob) groupK4(w *byte, r, i int, next *byte) {
+	rows := j.m.Rows
+	nb := j.m.Cols / 256
+	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
+	x, a, o, pn := &j.xk[r*nb], &j.xka[r*nb], &j.out[r*rows+i], w
+	if r == 0 {
+		pn = next
+	}
+	switch j.m.Type {
+	case gguf.TypeQ2_K:
+		gemmQ2KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
+	case gguf.TypeQ3_K:
+		gemmQ3KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
+	default:
+		gemmQ5KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
+	}
+}
+
 // groupK2 is groupsK's work on one group on the AVX2 path (and that of the
 // types avx2Packed names on the AVX-512 path): each half of the group (8
 // rows) against 4 activation rows per call while they last, then the whole
-// group against one activation row at a time (on the AVX-512 path Q2_K's and
-// Q5_K's 4 rows take whole-group kernels, and Q5_K's and Q3_K's one their
-// own).
+// group against one activation row at a time (on the AVX-512 path Q2_K's,
+// Q3_K's and Q5_K's 4 rows take whole-group kernels, groupK4, and Q3_K's and
+// Q5_K's one their own).
 func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
@@ -679,16 +699,8 @@ func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
 		x, a := &j.xk[r*nb], &j.xka[r*nb]
-		if (typ == gguf.TypeQ2_K || typ == gguf.TypeQ5_K) && j.p >= pathAVX512 { // whole-group kernels
-			o, pn := &j.out[r*rows+i], w
-			if r == 0 {
-				pn = next
-			}
-			if typ == gguf.TypeQ2_K {
-				gemmQ2KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
-			} else {
-				gemmQ5KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
-			}
+		if j.p >= pathAVX512 && (typ == gguf.TypeQ2_K || typ == gguf.TypeQ3_K || typ == gguf.TypeQ5_K) {
+			j.groupK4(w, r, i, next)
 			continue
 		}
 		for h := range 2 {

@@ -58,8 +58,8 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //     sub-blocks 2c and 2c+1 as byte pairs [c][row][2] per 32-element chunk
 //     c, then per lane s (Q5_K's order) the row's hmask bytes s, s+8, s+16,
 //     s+24 inverted, then per half (128 elements) per lane its quant bytes
-//     the same way; the activations in Q5_K's lane order. As Q5_K: AVX2
-//     kernels, and an AVX-512 one-row kernel.
+//     the same way; the activations in Q5_K's lane order. Kernels as
+//     Q5_K's.
 //
 //   - Q6_K (3360 bytes): 16 f16 d, the 16 signed scales [sub][row], then per
 //     16-element sub-block 192 bytes: two nibble planes (slices 0|1<<4 and
@@ -80,9 +80,9 @@ func packs(p path, t gguf.Type) bool {
 
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
-// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K both a one-row and a
-// whole-group 4-row kernel, for Q3_K a one-row one, for Q2_K a whole-group
-// 4-row one (groupK2), and for Q4_1 and Q5_1 4-row ones (group2).
+// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K and Q3_K both a one-row
+// and a whole-group 4-row kernel, for Q2_K a whole-group 4-row one
+// (groupK4), and for Q4_1 and Q5_1 4-row ones (group2).
 func avx2Packed(t gguf.Type) bool {
 	switch t {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
