@@ -932,8 +932,8 @@ q5kp1done:
 
 // The 4-row Q5_K kernel walks the super-block lane by lane: lane s of each
 // chunk is decoded once (Q5KV4) and taken against the 4 activation rows,
-// the low nibbles' products of row r summed in Zr, the high ones' in Z4+r
-// (exact integers, added before the float update). The 8 sub-blocks' scale
+// row r's products summed in Zr (exact integers; chunk 0's VPMADDWD starts
+// the sum, so nothing is zeroed). The 8 sub-blocks' scale
 // pairs stay in Z8..Z15 for the super-block, d*dx of row r in Z16+r. The
 // float lane sums of row r (lane s at 512r+64s) and its running sum of
 // -dmin*msum (at 2048+64r) live on the stack: 4 rows x 8 lanes would take
@@ -952,25 +952,25 @@ q5kp1done:
 	VPTERNLOGD $0xf8, Z21, Z25, Z23
 
 // Q5KR4: the values in Z22 and Z23 against lane s of chunk k of the
-// activation row at xr, times the scale pairs slo and shi, into alo and ahi.
-#define Q5KR4(k, s, xr, slo, shi, alo, ahi) \
+// activation row at xr, times the scale pairs slo and shi, into acc: Vop
+// VPMADDWD sets acc, VPDPWSSD adds to it.
+#define Q5KR4(k, s, xr, slo, shi, acc, Vop) \
 	VPBROADCASTD (4+64*k+4*s)(xr), Z26 \
 	VPMADDUBSW Z26, Z22, Z28 \
-	VPDPWSSD slo, Z28, alo \
+	Vop slo, Z28, acc \
 	VPBROADCASTD (36+64*k+4*s)(xr), Z27 \
 	VPMADDUBSW Z27, Z23, Z29 \
-	VPDPWSSD shi, Z29, ahi
+	VPDPWSSD shi, Z29, acc
 
-#define Q5KC4(k, s, p, b, slo, shi) \
+#define Q5KC4(k, s, p, b, slo, shi, Vop) \
 	Q5KV4(k, s, p, b) \
-	Q5KR4(k, s, DI, slo, shi, Z0, Z4) \
-	Q5KR4(k, s, R8, slo, shi, Z1, Z5) \
-	Q5KR4(k, s, R9, slo, shi, Z2, Z6) \
-	Q5KR4(k, s, R10, slo, shi, Z3, Z7)
+	Q5KR4(k, s, DI, slo, shi, Z0, Vop) \
+	Q5KR4(k, s, R8, slo, shi, Z1, Vop) \
+	Q5KR4(k, s, R9, slo, shi, Z2, Vop) \
+	Q5KR4(k, s, R10, slo, shi, Z3, Vop)
 
-// Q5KF: the float lane sum at off(SP) += dd * float(lo + hi).
-#define Q5KF(lo, hi, dd, off) \
-	VPADDD hi, lo, lo \
+// Q5KF: the float lane sum at off(SP) += dd * float(lo).
+#define Q5KF(lo, dd, off) \
 	VCVTDQ2PS lo, lo \
 	VMULPS lo, dd, lo \
 	VADDPS off(SP), lo, lo \
@@ -979,15 +979,14 @@ q5kp1done:
 // Q5KLANE4: lane s (bits b and 4+b of plane p) over the super-block's 4
 // chunks, then into the 4 rows' float sums of lane s.
 #define Q5KLANE4(s, p, b) \
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
-	Q5KC4(0, s, p, b, Z8, Z9) \
-	Q5KC4(1, s, p, b, Z10, Z11) \
-	Q5KC4(2, s, p, b, Z12, Z13) \
-	Q5KC4(3, s, p, b, Z14, Z15) \
-	Q5KF(Z0, Z4, Z16, (64*s)) \
-	Q5KF(Z1, Z5, Z17, (512+64*s)) \
-	Q5KF(Z2, Z6, Z18, (1024+64*s)) \
-	Q5KF(Z3, Z7, Z19, (1536+64*s))
+	Q5KC4(0, s, p, b, Z8, Z9, VPMADDWD) \
+	Q5KC4(1, s, p, b, Z10, Z11, VPDPWSSD) \
+	Q5KC4(2, s, p, b, Z12, Z13, VPDPWSSD) \
+	Q5KC4(3, s, p, b, Z14, Z15, VPDPWSSD) \
+	Q5KF(Z0, Z16, (64*s)) \
+	Q5KF(Z1, Z17, (512+64*s)) \
+	Q5KF(Z2, Z18, (1024+64*s)) \
+	Q5KF(Z3, Z19, (1536+64*s))
 
 // Q5KM: the running sum at off(SP) -= (dmin*dx) * float(zi); dmin in Z23,
 // dx the f32 at 0(ar).
@@ -1253,9 +1252,10 @@ GLOBL kq80<>(SB), RODATA, $4
 
 // Q3KC4: chunk c (the j-th of its half, its quant bytes in Z22) of lane s
 // for the 4 rows; the lane's inverted hmask bytes in hm (Z23), chunk c's bit
-// moved to bit 2 in ht (Z31) by `sh $n`. The value is made as gemmQ3KP1 makes it (0..7), then
-// 4 lower. Z20 holds 0x03 bytes, Z21 0x04, Z30 0x01.
-#define Q3KC4(c, j, s, sc, a0, a1, a2, a3, sh, n, hm, ht) \
+// moved to bit 2 in ht (Z31) by `sh $n`. The value is made as gemmQ3KP1
+// makes it (0..7), then 4 lower. Z20 holds 0x03 bytes, Z21 0x04, Z30 0x01.
+// Vop VPMADDWD starts the rows' sums (chunks 0 and 4), VPDPWSSD adds.
+#define Q3KC4(c, j, s, sc, a0, a1, a2, a3, sh, n, hm, ht, Vop) \
 	VPSRLW $(2*j), Z22, Z25 \
 	VPTERNLOGD $0xea, Z21, Z20, Z25 \
 	sh $n, hm, ht \
@@ -1265,16 +1265,16 @@ GLOBL kq80<>(SB), RODATA, $4
 	VPDPWSSD sc, Z29, Z24 \
 	VPBROADCASTD (32*c+4*s)(SP), Z26 \
 	VPMADDUBSW Z25, Z26, Z28 \
-	VPDPWSSD sc, Z28, a0 \
+	Vop sc, Z28, a0 \
 	VPBROADCASTD (256+32*c+4*s)(SP), Z27 \
 	VPMADDUBSW Z25, Z27, Z29 \
-	VPDPWSSD sc, Z29, a1 \
+	Vop sc, Z29, a1 \
 	VPBROADCASTD (512+32*c+4*s)(SP), Z26 \
 	VPMADDUBSW Z25, Z26, Z28 \
-	VPDPWSSD sc, Z28, a2 \
+	Vop sc, Z28, a2 \
 	VPBROADCASTD (768+32*c+4*s)(SP), Z27 \
 	VPMADDUBSW Z25, Z27, Z29 \
-	VPDPWSSD sc, Z29, a3
+	Vop sc, Z29, a3
 
 // Q3KF: row r's float lane sum at off(SP) += dd * float(a + b - Z24), Z24
 // holding 128 times the lane's surplus.
@@ -1289,19 +1289,18 @@ GLOBL kq80<>(SB), RODATA, $4
 // Q3KLANE4: lane s over the super-block's 8 chunks, then into the 4 rows'
 // float sums of lane s.
 #define Q3KLANE4(s) \
-	ZERO8(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
 	VPXORD Z24, Z24, Z24 \
 	VMOVDQU32 (288+64*s)(SI), Z23 \
 	VMOVDQU32 (800+64*s)(SI), Z22 \
-	Q3KC4(0, 0, s, Z8, Z0, Z1, Z2, Z3, VPSLLW, 2, Z23, Z31) \
-	Q3KC4(1, 1, s, Z9, Z0, Z1, Z2, Z3, VPSLLW, 1, Z23, Z31) \
-	Q3KC4(2, 2, s, Z10, Z0, Z1, Z2, Z3, VPSRLW, 0, Z23, Z31) \
-	Q3KC4(3, 3, s, Z11, Z0, Z1, Z2, Z3, VPSRLW, 1, Z23, Z31) \
+	Q3KC4(0, 0, s, Z8, Z0, Z1, Z2, Z3, VPSLLW, 2, Z23, Z31, VPMADDWD) \
+	Q3KC4(1, 1, s, Z9, Z0, Z1, Z2, Z3, VPSLLW, 1, Z23, Z31, VPDPWSSD) \
+	Q3KC4(2, 2, s, Z10, Z0, Z1, Z2, Z3, VPSRLW, 0, Z23, Z31, VPDPWSSD) \
+	Q3KC4(3, 3, s, Z11, Z0, Z1, Z2, Z3, VPSRLW, 1, Z23, Z31, VPDPWSSD) \
 	VMOVDQU32 (1312+64*s)(SI), Z22 \
-	Q3KC4(4, 0, s, Z12, Z4, Z5, Z6, Z7, VPSRLW, 2, Z23, Z31) \
-	Q3KC4(5, 1, s, Z13, Z4, Z5, Z6, Z7, VPSRLW, 3, Z23, Z31) \
-	Q3KC4(6, 2, s, Z14, Z4, Z5, Z6, Z7, VPSRLW, 4, Z23, Z31) \
-	Q3KC4(7, 3, s, Z15, Z4, Z5, Z6, Z7, VPSRLW, 5, Z23, Z31) \
+	Q3KC4(4, 0, s, Z12, Z4, Z5, Z6, Z7, VPSRLW, 2, Z23, Z31, VPMADDWD) \
+	Q3KC4(5, 1, s, Z13, Z4, Z5, Z6, Z7, VPSRLW, 3, Z23, Z31, VPDPWSSD) \
+	Q3KC4(6, 2, s, Z14, Z4, Z5, Z6, Z7, VPSRLW, 4, Z23, Z31, VPDPWSSD) \
+	Q3KC4(7, 3, s, Z15, Z4, Z5, Z6, Z7, VPSRLW, 5, Z23, Z31, VPDPWSSD) \
 	VPSLLD $7, Z24, Z24 \
 	Q3KF(Z0, Z4, Z16, (1024+64*s)) \
 	Q3KF(Z1, Z5, Z17, (1536+64*s)) \
