@@ -225,6 +225,9 @@ func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, 
 func gemmQ3KA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
+func gemmQ2KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+
+//go:noescape
 func gemmQ2KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape

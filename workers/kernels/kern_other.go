@@ -91,6 +91,7 @@ func gemmQ3KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *
 func gemmQ5KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
+func gemmQ2KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ2KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }

@@ -8,7 +8,7 @@
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
 // side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
 // 16-element sums). P4 kernels take 4 activation rows, P1 kernels one: Q4_K,
-// Q6_K, IQ4_XS, Q5_K and Q3_K have both, Q2_K a P4 kernel only. Per super-block every integer sum is exact and the float
+// Q6_K, IQ4_XS, Q5_K, Q3_K and Q2_K have both. Per super-block every integer sum is exact and the float
 // updates are the portable kernels' (dotQ4KGo, dotQ6KGo, ...), lane by lane,
 // so each row's result is bitwise equal to them. Sub-blocks are unrolled
 // through macros.
@@ -764,6 +764,90 @@ q2kp4loop:
 	JNZ  q2kp4loop
 q2kp4done:
 	STOREK
+	RET
+
+// The Q2_K decode kernel takes one activation row as the 4-row kernel takes
+// four (sub-blocks by VPDPBUSD, scaled by VPDPWSSD), reading the super-block
+// in address order: d and dmin, then the scale and min bytes (the mins'
+// products first), then the slices. The integer sums of even sub-blocks
+// go to Z4, of odd ones to Z5 (added before the float update), the mins' to
+// Z20; the running sum is in Z0.
+
+// Q2SUBP1: sub-block sub (half h, bits 2j, slices s0..s0+3), times its
+// scales, into acc.
+#define Q2SUBP1(h, j, s0, sub, acc) \
+	Q2V4(h, j, s0) \
+	VPXORD Z24, Z24, Z24 \
+	VPXORD Z25, Z25, Z25 \
+	VPDPBUSD.BCST (4+128*h+32*j+4*s0)(DI), Z8, Z24 \
+	VPDPBUSD.BCST (8+128*h+32*j+4*s0)(DI), Z9, Z25 \
+	VPDPBUSD.BCST (12+128*h+32*j+4*s0)(DI), Z10, Z24 \
+	VPDPBUSD.BCST (16+128*h+32*j+4*s0)(DI), Z11, Z25 \
+	VPADDD Z25, Z24, Z24 \
+	VPMOVZXBD (64+16*sub)(SI), Z19 \
+	VPANDD Z28, Z19, Z19 \
+	VPDPWSSD Z19, Z24, acc
+
+#define Q2JP1(h, j) \
+	Q2SUBP1(h, j, 0, (8*h+2*j), Z4) \
+	Q2SUBP1(h, j, 4, (8*h+2*j+1), Z5)
+
+// Q2MINP1: the mins of sub-blocks 2p and 2p+1 as int16 pairs per row, times
+// (bsums[2p], bsums[2p+1]) of the activation row, into Z20.
+#define Q2MINP1(p) \
+	VMOVDQU32 (64+32*p)(SI), X24 \
+	VMOVDQU32 (80+32*p)(SI), X25 \
+	VPUNPCKLBW X25, X24, X26 \
+	VPUNPCKHBW X25, X24, X27 \
+	VINSERTI32X4 $1, X27, Y26, Y26 \
+	VPMOVZXBW Y26, Z26 \
+	VPSRLW $4, Z26, Z26 \
+	VPDPWSSD.BCST (260+4*p)(DI), Z26, Z20
+
+// func gemmQ2KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
+TEXT ·gemmQ2KP1(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ aux+24(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPBROADCASTD kq03<>(SB), Z18
+	VPBROADCASTD kqw0f<>(SB), Z28
+	TESTQ CX, CX
+	JZ    q2kp1done
+q2kp1loop:
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z20, Z20, Z20
+	Q2MINP1(0)
+	Q2MINP1(1)
+	Q2MINP1(2)
+	Q2MINP1(3)
+	Q2MINP1(4)
+	Q2MINP1(5)
+	Q2MINP1(6)
+	Q2MINP1(7)
+	Q2JP1(0, 0)
+	Q2JP1(0, 1)
+	Q2JP1(0, 2)
+	Q2JP1(0, 3)
+	Q2JP1(1, 0)
+	Q2JP1(1, 1)
+	Q2JP1(1, 2)
+	Q2JP1(1, 3)
+	VPADDD Z5, Z4, Z4
+	Q2F(Z4, Z20, Z0, DX)
+	ADDQ $1344, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	DECQ CX
+	JNZ  q2kp1loop
+q2kp1done:
+	MOVQ out+32(FP), AX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
 	RET
 
 // ---- Q5_K (2880 bytes per group and super-block: Q4_K's d at 0, dmin at

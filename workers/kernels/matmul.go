@@ -689,8 +689,8 @@ func (j *matJob) groupK4(w *byte, r, i int, next *byte) {
 // types avx2Packed names on the AVX-512 path): each half of the group (8
 // rows) against 4 activation rows per call while they last, then the whole
 // group against one activation row at a time (on the AVX-512 path Q2_K's,
-// Q3_K's and Q5_K's 4 rows take whole-group kernels, groupK4, and Q3_K's and
-// Q5_K's one their own).
+// Q3_K's and Q5_K's 4 rows take whole-group kernels, groupK4, and their one
+// their own).
 func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
@@ -732,7 +732,11 @@ func (j *matJob) groupK2(w *byte, i int, next *byte) {
 		case gguf.TypeQ6_K:
 			gemmQ6KA1(w, nb, x, a, o)
 		case gguf.TypeQ2_K:
-			gemmQ2KA1(w, nb, x, a, o)
+			if j.p == pathAVX512 {
+				gemmQ2KP1(w, nb, x, a, o)
+			} else {
+				gemmQ2KA1(w, nb, x, a, o)
+			}
 		case gguf.TypeQ5_K:
 			if j.p == pathAVX512 {
 				gemmQ5KP1(w, nb, x, a, o)
