@@ -139,6 +139,9 @@ func gemmQ5KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride 
 func gemmQ5KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
+func gemmQ3KP8(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+
+//go:noescape
 func gemmQ3KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape

@@ -85,6 +85,9 @@ func gemmIQ4XSA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uin
 	panic("kernels: no asm")
 }
 func gemmIQ4XSA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ3KP8(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
+	panic("kernels: no asm")
+}
 func gemmQ3KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }

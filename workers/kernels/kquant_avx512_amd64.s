@@ -8,7 +8,7 @@
 // (repack.go), dotted with Q8_K activations (292-byte q8K blocks) and their
 // side data (96-byte q8KAux: d, the 32-element sum pairs, 32 times the
 // 16-element sums). P4 kernels take 4 activation rows, P1 kernels one: Q4_K,
-// Q6_K, IQ4_XS, Q5_K, Q3_K and Q2_K have both. Per super-block every integer sum is exact and the float
+// Q6_K, IQ4_XS, Q5_K, Q3_K and Q2_K have both; Q3_K has a P8 kernel too. Per super-block every integer sum is exact and the float
 // updates are the portable kernels' (dotQ4KGo, dotQ6KGo, ...), lane by lane,
 // so each row's result is bitwise equal to them. Sub-blocks are unrolled
 // through macros.
@@ -1480,5 +1480,177 @@ q3kp4done:
 	Q3KOUT(2)
 	ADDQ BX, AX
 	Q3KOUT(3)
+	VZEROUPPER
+	RET
+
+// The 8-row Q3_K kernel: Q3_K's 4-row kernel for 8 activation rows, so each
+// lane's values and surplus are made once for 8. Row r's integer sums in Zr;
+// on the stack its activations 128 higher at 256r, its d*dx at 2048+64r and
+// its float lane sums at 2560+512r+64s. The row pointers are the base (AX,
+// R8) advanced by the strides (BX, R9) as the activations are copied.
+
+// Q3KXR: row r's activations, 128 higher, and d*dx (d in Z16) to the stack;
+// Z31 holds 0x80 bytes.
+#define Q3KXR(r) \
+	VPXORD 4(AX), Z31, Z25 \
+	VMOVDQU32 Z25, (256*r)(SP) \
+	VPXORD 68(AX), Z31, Z25 \
+	VMOVDQU32 Z25, (256*r+64)(SP) \
+	VPXORD 132(AX), Z31, Z25 \
+	VMOVDQU32 Z25, (256*r+128)(SP) \
+	VPXORD 196(AX), Z31, Z25 \
+	VMOVDQU32 Z25, (256*r+192)(SP) \
+	VMULPS.BCST (R8), Z16, Z25 \
+	VMOVUPS Z25, (2048+64*r)(SP) \
+	ADDQ BX, AX \
+	ADDQ R9, R8
+
+// Q3KR8: the value in Z25 against row r's lane s of chunk c, times the
+// scale pairs sc, into acc.
+#define Q3KR8(c, s, r, sc, acc, Vop, zx, zp) \
+	VPBROADCASTD (256*r+32*c+4*s)(SP), zx \
+	VPMADDUBSW Z25, zx, zp \
+	Vop sc, zp, acc
+
+// Q3KC8: chunk c (the j-th of its half) of lane s for the 8 rows, as Q3KC4.
+#define Q3KC8(c, j, s, sc, sh, n, hm, ht, Vop) \
+	VPSRLW $(2*j), Z22, Z25 \
+	VPTERNLOGD $0xea, Z21, Z20, Z25 \
+	sh $n, hm, ht \
+	VPTERNLOGD $0x78, Z21, ht, Z25 \
+	VPSUBB Z21, Z25, Z25 \
+	VPMADDUBSW Z25, Z30, Z29 \
+	VPDPWSSD sc, Z29, Z24 \
+	Q3KR8(c, s, 0, sc, Z0, Vop, Z26, Z28) \
+	Q3KR8(c, s, 1, sc, Z1, Vop, Z27, Z29) \
+	Q3KR8(c, s, 2, sc, Z2, Vop, Z17, Z18) \
+	Q3KR8(c, s, 3, sc, Z3, Vop, Z19, Z16) \
+	Q3KR8(c, s, 4, sc, Z4, Vop, Z26, Z28) \
+	Q3KR8(c, s, 5, sc, Z5, Vop, Z27, Z29) \
+	Q3KR8(c, s, 6, sc, Z6, Vop, Z17, Z18) \
+	Q3KR8(c, s, 7, sc, Z7, Vop, Z19, Z16)
+
+// Q3KF8: row r's float lane sum of lane s += dd * float(a - Z24).
+#define Q3KF8(a, r, s) \
+	VPSUBD Z24, a, a \
+	VCVTDQ2PS a, a \
+	VMULPS (2048+64*r)(SP), a, a \
+	VADDPS (2560+512*r+64*s)(SP), a, a \
+	VMOVUPS a, (2560+512*r+64*s)(SP)
+
+#define Q3KLANE8(s) \
+	VPXORD Z24, Z24, Z24 \
+	VMOVDQU32 (288+64*s)(SI), Z23 \
+	VMOVDQU32 (800+64*s)(SI), Z22 \
+	Q3KC8(0, 0, s, Z8, VPSLLW, 2, Z23, Z31, VPMADDWD) \
+	Q3KC8(1, 1, s, Z9, VPSLLW, 1, Z23, Z31, VPDPWSSD) \
+	Q3KC8(2, 2, s, Z10, VPSRLW, 0, Z23, Z31, VPDPWSSD) \
+	Q3KC8(3, 3, s, Z11, VPSRLW, 1, Z23, Z31, VPDPWSSD) \
+	VMOVDQU32 (1312+64*s)(SI), Z22 \
+	Q3KC8(4, 0, s, Z12, VPSRLW, 2, Z23, Z31, VPDPWSSD) \
+	Q3KC8(5, 1, s, Z13, VPSRLW, 3, Z23, Z31, VPDPWSSD) \
+	Q3KC8(6, 2, s, Z14, VPSRLW, 4, Z23, Z31, VPDPWSSD) \
+	Q3KC8(7, 3, s, Z15, VPSRLW, 5, Z23, Z31, VPDPWSSD) \
+	VPSLLD $7, Z24, Z24 \
+	Q3KF8(Z0, 0, s) \
+	Q3KF8(Z1, 1, s) \
+	Q3KF8(Z2, 2, s) \
+	Q3KF8(Z3, 3, s) \
+	Q3KF8(Z4, 4, s) \
+	Q3KF8(Z5, 5, s) \
+	Q3KF8(Z6, 6, s) \
+	Q3KF8(Z7, 7, s)
+
+// Q3KOUT8: row r's result, zero plus lanes 0..7, to (AX). Z1 is zero.
+#define Q3KOUT8(r) \
+	VADDPS (2560+512*r)(SP), Z1, Z0 \
+	VADDPS (2560+512*r+64)(SP), Z0, Z0 \
+	VADDPS (2560+512*r+128)(SP), Z0, Z0 \
+	VADDPS (2560+512*r+192)(SP), Z0, Z0 \
+	VADDPS (2560+512*r+256)(SP), Z0, Z0 \
+	VADDPS (2560+512*r+320)(SP), Z0, Z0 \
+	VADDPS (2560+512*r+384)(SP), Z0, Z0 \
+	VADDPS (2560+512*r+448)(SP), Z0, Z0 \
+	VMOVUPS Z0, (AX) \
+	ADDQ BX, AX
+
+// func gemmQ3KP8(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ3KP8(SB), $6656-72
+	MOVQ w+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ x+16(FP), DI
+	MOVQ xstride+24(FP), BX
+	MOVQ aux+32(FP), DX
+	MOVQ auxstride+40(FP), R9
+	MOVQ pf+64(FP), R14
+	VPBROADCASTD kq03<>(SB), Z20
+	VPBROADCASTD kq04<>(SB), Z21
+	VPBROADCASTD kq01<>(SB), Z30
+	VPXORD Z22, Z22, Z22
+	ZST8(2560)
+	ZST8(3072)
+	ZST8(3584)
+	ZST8(4096)
+	ZST8(4608)
+	ZST8(5120)
+	ZST8(5632)
+	ZST8(6144)
+	TESTQ CX, CX
+	JZ    q3kp8done
+q3kp8loop:
+	VPBROADCASTD kq80<>(SB), Z31
+	VCVTPH2PS (SI), Z16
+	MOVQ DI, AX
+	MOVQ DX, R8
+	Q3KXR(0)
+	Q3KXR(1)
+	Q3KXR(2)
+	Q3KXR(3)
+	Q3KXR(4)
+	Q3KXR(5)
+	Q3KXR(6)
+	Q3KXR(7)
+	VPMOVSXBW 32(SI), Z8
+	VPMOVSXBW 64(SI), Z9
+	VPMOVSXBW 96(SI), Z10
+	VPMOVSXBW 128(SI), Z11
+	VPMOVSXBW 160(SI), Z12
+	VPMOVSXBW 192(SI), Z13
+	VPMOVSXBW 224(SI), Z14
+	VPMOVSXBW 256(SI), Z15
+	Q3KLANE8(0)
+	PF4(0)
+	Q3KLANE8(1)
+	PF4(4)
+	Q3KLANE8(2)
+	PF4(8)
+	Q3KLANE8(3)
+	PF4(12)
+	Q3KLANE8(4)
+	PF4(16)
+	Q3KLANE8(5)
+	PF4(20)
+	Q3KLANE8(6)
+	PF4(24)
+	Q3KLANE8(7)
+	PF1(28)
+	ADDQ $1824, SI
+	ADDQ $292, DI
+	ADDQ $96, DX
+	ADDQ $1824, R14
+	DECQ CX
+	JNZ  q3kp8loop
+q3kp8done:
+	MOVQ out+48(FP), AX
+	MOVQ ostride+56(FP), BX
+	VPXORD Z1, Z1, Z1
+	Q3KOUT8(0)
+	Q3KOUT8(1)
+	Q3KOUT8(2)
+	Q3KOUT8(3)
+	Q3KOUT8(4)
+	Q3KOUT8(5)
+	Q3KOUT8(6)
+	Q3KOUT8(7)
 	VZEROUPPER
 	RET

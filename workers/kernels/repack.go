@@ -81,7 +81,8 @@ func packs(p path, t gguf.Type) bool {
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
 // Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K, Q3_K and Q2_K both a
-// one-row and a whole-group 4-row kernel (groupK4), and for Q4_1 and Q5_1
+// one-row and a whole-group 4-row kernel (groupKW; Q3_K an 8-row one too),
+// and for Q4_1 and Q5_1
 // 4-row ones (group2).
 func avx2Packed(t gguf.Type) bool {
 	switch t {
