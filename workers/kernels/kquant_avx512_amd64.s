@@ -691,16 +691,20 @@ GLOBL kqw0f<>(SB), RODATA, $4
 	Q2SUBP4(h, j, 0, (8*h+2*j)) \
 	Q2SUBP4(h, j, 4, (8*h+2*j+1))
 
-// Q2MINP4: the mins of sub-blocks 2p and 2p+1 as int16 pairs per row, times
-// (bsums[2p], bsums[2p+1]) of each activation row, into Z20..Z23.
-#define Q2MINP4(p) \
+// Q2MINS: the mins of sub-blocks 2p and 2p+1 as int16 pairs per row, in Z26.
+#define Q2MINS(p) \
 	VMOVDQU32 (64+32*p)(SI), X24 \
 	VMOVDQU32 (80+32*p)(SI), X25 \
 	VPUNPCKLBW X25, X24, X26 \
 	VPUNPCKHBW X25, X24, X27 \
 	VINSERTI32X4 $1, X27, Y26, Y26 \
 	VPMOVZXBW Y26, Z26 \
-	VPSRLW $4, Z26, Z26 \
+	VPSRLW $4, Z26, Z26
+
+// Q2MINP4: those mins times (bsums[2p], bsums[2p+1]) of each activation row,
+// into Z20..Z23.
+#define Q2MINP4(p) \
+	Q2MINS(p) \
 	VPDPWSSD.BCST (260+4*p)(DI), Z26, Z20 \
 	VPDPWSSD.BCST (260+4*p)(R8), Z26, Z21 \
 	VPDPWSSD.BCST (260+4*p)(R9), Z26, Z22 \
@@ -792,16 +796,10 @@ q2kp4done:
 	Q2SUBP1(h, j, 0, (8*h+2*j), Z4) \
 	Q2SUBP1(h, j, 4, (8*h+2*j+1), Z5)
 
-// Q2MINP1: the mins of sub-blocks 2p and 2p+1 as int16 pairs per row, times
-// (bsums[2p], bsums[2p+1]) of the activation row, into Z20.
+// Q2MINP1: the mins of sub-blocks 2p and 2p+1 times (bsums[2p], bsums[2p+1])
+// of the activation row, into Z20.
 #define Q2MINP1(p) \
-	VMOVDQU32 (64+32*p)(SI), X24 \
-	VMOVDQU32 (80+32*p)(SI), X25 \
-	VPUNPCKLBW X25, X24, X26 \
-	VPUNPCKHBW X25, X24, X27 \
-	VINSERTI32X4 $1, X27, Y26, Y26 \
-	VPMOVZXBW Y26, Z26 \
-	VPSRLW $4, Z26, Z26 \
+	Q2MINS(p) \
 	VPDPWSSD.BCST (260+4*p)(DI), Z26, Z20
 
 // func gemmQ2KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
