@@ -1127,18 +1127,23 @@ q5kp1done:
 	VMOVUPS Z22, (off+384)(SP) \
 	VMOVUPS Z22, (off+448)(SP)
 
+// ADDLANES8: Z0 += the 8 float lane sums at off(SP) (64 bytes apart), lane 0
+// first: how the whole-group K-quant kernels finish a row.
+#define ADDLANES8(off) \
+	VADDPS (off)(SP), Z0, Z0 \
+	VADDPS (off+64)(SP), Z0, Z0 \
+	VADDPS (off+128)(SP), Z0, Z0 \
+	VADDPS (off+192)(SP), Z0, Z0 \
+	VADDPS (off+256)(SP), Z0, Z0 \
+	VADDPS (off+320)(SP), Z0, Z0 \
+	VADDPS (off+384)(SP), Z0, Z0 \
+	VADDPS (off+448)(SP), Z0, Z0
+
 // Q5KOUT: row r's result, its running sum plus lanes 0..7 (gemmQ5KP1's
 // LANESUM order), to (AX).
 #define Q5KOUT(r) \
 	VMOVUPS (2048+64*r)(SP), Z0 \
-	VADDPS (512*r)(SP), Z0, Z0 \
-	VADDPS (512*r+64)(SP), Z0, Z0 \
-	VADDPS (512*r+128)(SP), Z0, Z0 \
-	VADDPS (512*r+192)(SP), Z0, Z0 \
-	VADDPS (512*r+256)(SP), Z0, Z0 \
-	VADDPS (512*r+320)(SP), Z0, Z0 \
-	VADDPS (512*r+384)(SP), Z0, Z0 \
-	VADDPS (512*r+448)(SP), Z0, Z0 \
+	ADDLANES8(512*r) \
 	VMOVUPS Z0, (AX)
 
 // func gemmQ5KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
@@ -1392,14 +1397,8 @@ GLOBL kq80<>(SB), RODATA, $4
 // Q3KOUT: row r's result, zero plus lanes 0..7 (gemmQ3KP1's LANESUM
 // order), to (AX). Z1 is zero.
 #define Q3KOUT(r) \
-	VADDPS (1024+512*r)(SP), Z1, Z0 \
-	VADDPS (1024+512*r+64)(SP), Z0, Z0 \
-	VADDPS (1024+512*r+128)(SP), Z0, Z0 \
-	VADDPS (1024+512*r+192)(SP), Z0, Z0 \
-	VADDPS (1024+512*r+256)(SP), Z0, Z0 \
-	VADDPS (1024+512*r+320)(SP), Z0, Z0 \
-	VADDPS (1024+512*r+384)(SP), Z0, Z0 \
-	VADDPS (1024+512*r+448)(SP), Z0, Z0 \
+	VMOVAPS Z1, Z0 \
+	ADDLANES8(1024+512*r) \
 	VMOVUPS Z0, (AX)
 
 // func gemmQ3KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
@@ -1561,14 +1560,8 @@ q3kp4done:
 
 // Q3KOUT8: row r's result, zero plus lanes 0..7, to (AX). Z1 is zero.
 #define Q3KOUT8(r) \
-	VADDPS (2560+512*r)(SP), Z1, Z0 \
-	VADDPS (2560+512*r+64)(SP), Z0, Z0 \
-	VADDPS (2560+512*r+128)(SP), Z0, Z0 \
-	VADDPS (2560+512*r+192)(SP), Z0, Z0 \
-	VADDPS (2560+512*r+256)(SP), Z0, Z0 \
-	VADDPS (2560+512*r+320)(SP), Z0, Z0 \
-	VADDPS (2560+512*r+384)(SP), Z0, Z0 \
-	VADDPS (2560+512*r+448)(SP), Z0, Z0 \
+	VMOVAPS Z1, Z0 \
+	ADDLANES8(2560+512*r) \
 	VMOVUPS Z0, (AX) \
 	ADDQ BX, AX
 
