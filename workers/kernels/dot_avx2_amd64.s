@@ -222,21 +222,28 @@ d41bf16done:
 	VZEROUPPER
 	RET
 
-// func dot4x3F32AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
-// The same 4 F32 weight rows dotted with 3 activation rows x + j*xstride (bytes);
-// out[4*j+i] is weight row i with activation row j.
-TEXT ·dot4x3F32AVX(SB), NOSPLIT, $0-48
+// func dot4x3F32AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
+// The same 4 F32 weight rows dotted with groups*3 activation rows x + j*xstride
+// (bytes), 3 at a time: the 4 results of activation row j go to out + j*ostride
+// (bytes), weight row i's at float i. One call covers a whole tile, so no Go
+// code runs between the groups.
+TEXT ·dot4x3F32AVX(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ wstride+8(FP), BX
 	MOVQ x+16(FP), DI
 	MOVQ xstride+24(FP), R12
-	MOVQ n+32(FP), CX
-	MOVQ out+40(FP), R8
+	MOVQ groups+40(FP), DX
+	MOVQ out+48(FP), R8
+	MOVQ ostride+56(FP), R14
 	LEAQ (SI)(BX*1), R9
 	LEAQ (R9)(BX*1), R10
 	LEAQ (R10)(BX*1), R11
+	LEAQ (R12)(R12*2), BX
 	LEAQ (DI)(R12*1), R13
 	LEAQ (R13)(R12*1), R12
+	TESTQ DX, DX
+	JZ   d43f32end
+d43f32group:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -249,38 +256,45 @@ TEXT ·dot4x3F32AVX(SB), NOSPLIT, $0-48
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
+	MOVQ n+32(FP), CX
 	SHRQ $3, CX
 	JZ   d43f32done
 	XORQ AX, AX
-	XORQ DX, DX
 d43f32loop:
 	VMOVUPS (DI)(AX*1), Y12
 	VMOVUPS (R13)(AX*1), Y13
 	VMOVUPS (R12)(AX*1), Y14
-	VMOVUPS (SI)(DX*1), Y15
+	VMOVUPS (SI)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y0
 	VFMADD231PS Y15, Y13, Y4
 	VFMADD231PS Y15, Y14, Y8
-	VMOVUPS (R9)(DX*1), Y15
+	VMOVUPS (R9)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y1
 	VFMADD231PS Y15, Y13, Y5
 	VFMADD231PS Y15, Y14, Y9
-	VMOVUPS (R10)(DX*1), Y15
+	VMOVUPS (R10)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y2
 	VFMADD231PS Y15, Y13, Y6
 	VFMADD231PS Y15, Y14, Y10
-	VMOVUPS (R11)(DX*1), Y15
+	VMOVUPS (R11)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y3
 	VFMADD231PS Y15, Y13, Y7
 	VFMADD231PS Y15, Y14, Y11
 	ADDQ $32, AX
-	ADDQ $32, DX
 	DECQ CX
 	JNZ  d43f32loop
 d43f32done:
 	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
-	HSUM4(Y4, Y5, Y6, Y7, X4, X5, 16(R8))
-	HSUM4(Y8, Y9, Y10, Y11, X8, X9, 32(R8))
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5, (R8)(R14*1))
+	HSUM4(Y8, Y9, Y10, Y11, X8, X9, (R8)(R14*2))
+	LEAQ (R8)(R14*2), R8
+	ADDQ R14, R8
+	ADDQ BX, DI
+	ADDQ BX, R13
+	ADDQ BX, R12
+	DECQ DX
+	JNZ  d43f32group
+d43f32end:
 	VZEROUPPER
 	RET
 

@@ -5,11 +5,13 @@ package kernels
 // detectPath returns pathGo: this build has only the portable kernels.
 func detectPath() path { return pathGo }
 
-func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
-func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)              { panic("kernels: no asm") }
-func dotRowsF16AVX(*byte, uintptr, *float32, int, int, *float32)         { panic("kernels: no asm") }
-func dot4BF16AVX(*byte, uintptr, *float32, int, *[4]float32)             { panic("kernels: no asm") }
-func dot4x3F32AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32)  { panic("kernels: no asm") }
+func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
+func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
+func dotRowsF16AVX(*byte, uintptr, *float32, int, int, *float32) { panic("kernels: no asm") }
+func dot4BF16AVX(*byte, uintptr, *float32, int, *[4]float32)     { panic("kernels: no asm") }
+func dot4x3F32AVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr) {
+	panic("kernels: no asm")
+}
 func dot4x3HHAVX(*byte, uintptr, *uint16, uintptr, int, *[12]float32)    { panic("kernels: no asm") }
 func dot4x3BF16AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32) { panic("kernels: no asm") }
 func dot4Q8AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }

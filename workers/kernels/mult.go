@@ -34,15 +34,19 @@ func (ks Set) MulT(out []float32, ldo int, a []float32, lda, na int, b []float32
 	j := 0
 	for ; j+4 <= nb; j += 4 {
 		w := (*byte)(unsafe.Pointer(&b[j*ldb]))
+		if k8 == k && na >= 3 {
+			// The kernel stores a whole column of groups; a last partial
+			// group is taken as the last 3 rows, whose bits come out the same.
+			g := na / 3
+			dot4x3F32AVX(w, uintptr(ldb*4), &a[0], uintptr(lda*4), k, g, &out[j], uintptr(ldo*4))
+			if 3*g < na {
+				dot4x3F32AVX(w, uintptr(ldb*4), &a[(na-3)*lda], uintptr(lda*4), k, 1, &out[(na-3)*ldo+j], uintptr(ldo*4))
+			}
+			continue
+		}
 		i := 0
 		for ; i+3 <= na; i += 3 {
-			dot4x3F32AVX(w, uintptr(ldb*4), &a[i*lda], uintptr(lda*4), k8, &t)
-			if k8 == k {
-				for q := range 3 {
-					copy(out[(i+q)*ldo+j:][:4], t[4*q:4*q+4])
-				}
-				continue
-			}
+			dot4x3F32AVX(w, uintptr(ldb*4), &a[i*lda], uintptr(lda*4), k8, 1, &t[0], 16)
 			for q := range 3 {
 				for p := range 4 {
 					out[(i+q)*ldo+j+p] = tail(t[4*q+p], i+q, j+p)
