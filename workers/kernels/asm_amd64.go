@@ -253,6 +253,14 @@ func expShiftAVX512(dst, src *float32, n int, m float32) int
 //go:noescape
 func expShiftAVX2(dst, src *float32, n int, m float32) int
 
+// GELU kernels (gelu_avx2_amd64.s, gelu_avx512_amd64.s).
+
+//go:noescape
+func geluAVX2(dst, x *float32, n int, tab *float32)
+
+//go:noescape
+func geluAVX512(dst, x *float32, n int, tab *float32)
+
 //go:noescape
 func swigluAVX2(dst, gate, up *float32, n int) int
 

@@ -69,14 +69,39 @@ func (ks Set) Scale(x []float32, s float32) {
 	}
 }
 
+// geluTableF32 is geluTable with its halves widened to float32, the table the
+// GELU kernels gather from. Built once, read-only.
+var geluTableF32 = sync.OnceValue(func() *[1 << 16]float32 {
+	var f [1 << 16]float32
+	for i, h := range geluTable() {
+		f[i] = gguf.F16ToF32(h)
+	}
+	return &f
+})
+
 // GELU writes dst[i] = gelu(x[i]) with ggml's tabulated GELU (as GeGLU),
 // the plain activation of an encoder's feed-forward layer. dst may be x. The
-// roundings to and from half run on the set's conversion kernels, a block at
-// a time.
+// vector paths gather from the widened table; the rest takes geluBlocks.
 func (ks Set) GELU(dst, x []float32) {
-	const block = 256
 	n := len(dst)
 	x = x[:n]
+	k := 0
+	switch {
+	case ks.path() >= pathAVX512 && n >= 16:
+		k = n &^ 15
+		geluAVX512(&dst[0], &x[0], k, &geluTableF32()[0])
+	case ks.path() == pathAVX2 && n >= 8:
+		k = n &^ 7
+		geluAVX2(&dst[0], &x[0], k, &geluTableF32()[0])
+	}
+	ks.geluBlocks(dst[k:], x[k:])
+}
+
+// geluBlocks is GELU with the roundings to and from half on the set's
+// conversion kernels, a block at a time, and the table read element by element.
+func (ks Set) geluBlocks(dst, x []float32) {
+	const block = 256
+	n := len(dst)
 	t := geluTable()
 	var h [block]uint16
 	var g [block]float32

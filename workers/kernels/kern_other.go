@@ -129,6 +129,8 @@ func gemmQ5P1(*byte, int, *byte, *q8Aux, *float32)                       { panic
 func expShiftAVX512(*float32, *float32, int, float32) int                { panic("kernels: no asm") }
 func expShiftAVX2(*float32, *float32, int, float32) int                  { panic("kernels: no asm") }
 func swigluAVX512(*float32, *float32, *float32, int) int                 { panic("kernels: no asm") }
+func geluAVX2(*float32, *float32, int, *float32)                         { panic("kernels: no asm") }
+func geluAVX512(*float32, *float32, int, *float32)                       { panic("kernels: no asm") }
 func swigluAVX2(*float32, *float32, *float32, int) int                   { panic("kernels: no asm") }
 func dotsF16AVX(*float32, *float32, *uint16, uintptr, int, int, float32) { panic("kernels: no asm") }
 func axpysF16AVX(*float32, *float32, *uint16, uintptr, int, int)         { panic("kernels: no asm") }

@@ -53,7 +53,8 @@ func TestGELU(t *testing.T) {
 		for i := range x {
 			x[i] = float32(rng.NormFloat64() * 6)
 		}
-		copy(x, []float32{-10, 10, -10.5, 11, 0, float32(math.Copysign(0, -1)), 9.999, -9.999, 65504, 1e-8})
+		copy(x, []float32{-10, 10, -10.5, 11, 0, float32(math.Copysign(0, -1)), 9.999, -9.999, 65504, 1e-8,
+			float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), -65504, 65520, -1e-8})
 		got := make([]float32, len(x))
 		ks.GELU(got, x)
 		for i, v := range x {
@@ -67,7 +68,7 @@ func TestGELU(t *testing.T) {
 				want = gguf.F16ToF32(geluTable()[gguf.F32ToF16(v)])
 			}
 			if math.Float32bits(got[i]) != math.Float32bits(want) {
-				t.Fatalf("gelu(%g) = %g, want %g", v, got[i], want)
+				t.Fatalf("gelu(%g) (element %d) = %g, want %g", v, i, got[i], want)
 			}
 		}
 	})
