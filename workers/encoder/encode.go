@@ -163,7 +163,7 @@ func (e *Encoder) embed(inputs [][]int32) {
 			for d, p := range pos {
 				x[d] += p
 			}
-			kernels.LayerNorm(x, x, m.EmbdNorm, m.EmbdNormB, m.Hyper.NormEps)
+			e.ks.LayerNorm(x, x, m.EmbdNorm, m.EmbdNormB, m.Hyper.NormEps)
 		}
 	}
 }
@@ -188,7 +188,7 @@ func (e *Encoder) layer(L *Layer, T int) {
 		t, x := e.tmp[r*E:][:E], e.x[r*E:][:E]
 		e.addTo(t, L.OB)
 		e.addTo(t, x)
-		kernels.LayerNorm(x, t, L.AttnNorm, L.AttnNormB, h.NormEps)
+		e.ks.LayerNorm(x, t, L.AttnNorm, L.AttnNormB, h.NormEps)
 	})
 	p.MatMul(e.up, L.Up, e.x, T)
 	e.rows(T, func(r int) {
@@ -201,7 +201,7 @@ func (e *Encoder) layer(L *Layer, T int) {
 		t, x := e.tmp[r*E:][:E], e.x[r*E:][:E]
 		e.addTo(t, L.DownB)
 		e.addTo(t, x)
-		kernels.LayerNorm(x, t, L.OutNorm, L.OutNormB, h.NormEps)
+		e.ks.LayerNorm(x, t, L.OutNorm, L.OutNormB, h.NormEps)
 	})
 }
 

@@ -308,6 +308,14 @@ func sumF64AVX2(x *float32, n int) float64
 //go:noescape
 func scaleAVX2(x *float32, n int, s float32)
 
+// LayerNorm parts (norm_avx2_amd64.s).
+
+//go:noescape
+func sqDevF64AVX2(x *float32, n int, mean float32) float64
+
+//go:noescape
+func normAffineAVX2(dst, x, w, b *float32, n int, mean, scale float32)
+
 //go:noescape
 func prefetchRows(p *byte, stride uintptr, rows int, width int)
 

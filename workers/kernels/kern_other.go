@@ -142,8 +142,12 @@ func sumF64AVX512(*float32, int) float64                                 { panic
 func scaleAVX512(*float32, int, float32)                                 { panic("kernels: no asm") }
 func maxF32AVX2(*float32, int) float32                                   { panic("kernels: no asm") }
 func sumF64AVX2(*float32, int) float64                                   { panic("kernels: no asm") }
-func scaleAVX2(*float32, int, float32)                                   { panic("kernels: no asm") }
-func prefetchRows(*byte, uintptr, int, int)                              {}
+func sqDevF64AVX2(*float32, int, float32) float64                        { panic("kernels: no asm") }
+func normAffineAVX2(*float32, *float32, *float32, *float32, int, float32, float32) {
+	panic("kernels: no asm")
+}
+func scaleAVX2(*float32, int, float32)      { panic("kernels: no asm") }
+func prefetchRows(*byte, uintptr, int, int) {}
 func dots4F16AVX(*float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int, float32) {
 	panic("kernels: no asm")
 }

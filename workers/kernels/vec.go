@@ -172,24 +172,57 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 // LayerNorm writes dst[i] = ((x[i]-mean)*scale)*w[i] + b[i] with scale =
 // 1/sqrt(variance+eps), as GGML's norm followed by its mul and add: the sum
 // and the squared deviations accumulated in float64, mean and scale in
-// float32. dst may be x.
-func LayerNorm(dst, x, w, b []float32, eps float32) {
+// float32. The sums run in eight lanes over the first n&^7 elements (element
+// i into lane i%8, the lanes added as lanes8 adds them), then the tail in
+// order: the vector kernels' order, so every path gives the same bits. dst
+// may be x.
+func (ks Set) LayerNorm(dst, x, w, b []float32, eps float32) {
 	n := len(x)
 	dst, w, b = dst[:n], w[:n], b[:n]
-	var sum float64
-	for _, v := range x {
+	k := n &^ 7
+	vec := ks.path() >= pathAVX2 && k > 0
+	var sum, sq float64
+	if vec {
+		sum = sumF64AVX2(&x[0], k)
+	} else {
+		var l [8]float64
+		for i, v := range x[:k] {
+			l[i%8] += float64(v)
+		}
+		sum = lanes8(&l)
+	}
+	for _, v := range x[k:] {
 		sum += float64(v)
 	}
 	mean := float32(sum) / float32(n)
-	var sq float64
-	for _, v := range x {
+	if vec {
+		sq = sqDevF64AVX2(&x[0], k, mean)
+	} else {
+		var l [8]float64
+		for i, v := range x[:k] {
+			d := v - mean
+			l[i%8] += float64(d * d)
+		}
+		sq = lanes8(&l)
+	}
+	for _, v := range x[k:] {
 		d := v - mean
 		sq += float64(d * d)
 	}
 	scale := 1 / float32(math.Sqrt(float64(float32(sq/float64(n))+eps)))
-	for i, v := range x {
-		dst[i] = float32(float32((v-mean)*scale)*w[i]) + b[i]
+	a := 0
+	if vec {
+		normAffineAVX2(&dst[0], &x[0], &w[0], &b[0], k, mean, scale)
+		a = k
 	}
+	for i := a; i < n; i++ {
+		dst[i] = float32(float32((x[i]-mean)*scale)*w[i]) + b[i]
+	}
+}
+
+// lanes8 adds eight float64 lane sums as the vector sum kernels do.
+func lanes8(l *[8]float64) float64 {
+	return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
 }
 
 // SwiGLU writes dst[i] = silu(gate[i]) * up[i], silu(v) = v/(1+exp(-v)).

@@ -224,6 +224,50 @@ func TestRMSNorm(t *testing.T) {
 	}
 }
 
+// TestLayerNorm checks every set's LayerNorm bitwise against the portable
+// set's, and that set against the float64 formula; inputs offset from zero
+// and spread over 2^-20..2^20 so the sums' order shows in their bits.
+func TestLayerNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, n := range []int{1, 7, 8, 9, 16, 17, 384, 389, 768} {
+		x, w, b := randVec(rng, n), randVec(rng, n), randVec(rng, n)
+		for i := range x {
+			x[i] = 3 + float32(math.Ldexp(float64(x[i]), rng.IntN(41)-20))
+		}
+		if n == 16 {
+			// In order the float64 sum loses 2^-30 and the mean is 0; in
+			// lanes it keeps it, and with b = 0 the outputs show the mean.
+			clear(x)
+			x[0], x[1], x[2] = 1<<30, 1.0/(1<<30), -(1 << 30)
+			clear(b)
+		}
+		want := make([]float32, n)
+		pathGo.set().LayerNorm(want, x, w, b, 1e-5)
+		var sum, sq float64
+		for _, v := range x {
+			sum += float64(v)
+		}
+		mean := sum / float64(n)
+		for _, v := range x {
+			sq += (float64(v) - mean) * (float64(v) - mean)
+		}
+		scale := 1 / math.Sqrt(sq/float64(n)+1e-5)
+		for i := range n {
+			f := (float64(x[i])-mean)*scale*float64(w[i]) + float64(b[i])
+			checkClose(t, fmt.Sprintf("n%d [%d]", n, i), want[i], f, math.Abs(f)+1, 1e-4)
+		}
+		eachSet(t, func(t *testing.T, ks Set) {
+			got := append([]float32(nil), x...)
+			ks.LayerNorm(got, got, w, b, 1e-5) // in place, as the encoder calls it
+			for i := range n {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n%d [%d] = %g, portable %g", n, i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
 func TestSwiGLU(t *testing.T) {
 	eachSet(t, func(t *testing.T, ks Set) {
 		for _, tc := range []struct{ g, u, want float64 }{
