@@ -32,10 +32,10 @@ func dot4BF16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 func dot4x3F32AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
 
 //go:noescape
-func dot4x3HHAVX(w *byte, wstride uintptr, x *uint16, xstride uintptr, n int, out *[12]float32)
+func dot4x3HHAVX(w *byte, wstride uintptr, x *uint16, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
 
 //go:noescape
-func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
+func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
 
 //go:noescape
 func dot4Q8AVX(w *byte, wstride uintptr, x *byte, nb int, out *[4]float32)

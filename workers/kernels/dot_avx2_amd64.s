@@ -13,6 +13,53 @@
 	VADDPS xt, xa, xa \
 	VMOVUPS xa, dst
 
+// D43ENTER loads the arguments: weight rows SI, R9, R10, R11; activation rows
+// DI, R13, R12; BX three activation rows' stride; DX the groups; R8 the
+// output, R14 its stride.
+#define D43ENTER \
+	MOVQ w+0(FP), SI \
+	MOVQ wstride+8(FP), BX \
+	MOVQ x+16(FP), DI \
+	MOVQ xstride+24(FP), R12 \
+	MOVQ groups+40(FP), DX \
+	MOVQ out+48(FP), R8 \
+	MOVQ ostride+56(FP), R14 \
+	LEAQ (SI)(BX*1), R9 \
+	LEAQ (R9)(BX*1), R10 \
+	LEAQ (R10)(BX*1), R11 \
+	LEAQ (R12)(R12*2), BX \
+	LEAQ (DI)(R12*1), R13 \
+	LEAQ (R13)(R12*1), R12
+
+// D43START zeroes the 12 accumulators (Y0-Y3 activation row 0, Y4-Y7 row 1,
+// Y8-Y11 row 2) and loads CX with the 8-element steps.
+#define D43START \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	VXORPS Y8, Y8, Y8 \
+	VXORPS Y9, Y9, Y9 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11 \
+	MOVQ n+32(FP), CX \
+	SHRQ $3, CX
+
+// D43NEXT stores a group's 12 sums and steps to the next group.
+#define D43NEXT \
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8)) \
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5, (R8)(R14*1)) \
+	HSUM4(Y8, Y9, Y10, Y11, X8, X9, (R8)(R14*2)) \
+	LEAQ (R8)(R14*2), R8 \
+	ADDQ R14, R8 \
+	ADDQ BX, DI \
+	ADDQ BX, R13 \
+	ADDQ BX, R12
+
 // Float kernels: one 8-lane accumulator per output element, FMA over k in steps
 // of 8, reduced as ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)) by VHADDPS. Every kernel
 // below uses that order, so an element's bits do not depend on which kernel (or
@@ -222,42 +269,21 @@ d41bf16done:
 	VZEROUPPER
 	RET
 
+// The 4x3 float kernels: the same 4 weight rows (w + i*wstride bytes) dotted
+// with groups*3 activation rows (x + j*xstride bytes), 3 at a time; the 4
+// results of activation row j go to out + j*ostride (bytes), weight row i's
+// at float i. One call covers a whole tile, so no Go code runs between the
+// groups. n is the row length in elements, a multiple of 8.
+// func dot4x3...(w *byte, wstride uintptr, x *T, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
+
 // func dot4x3F32AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
-// The same 4 F32 weight rows dotted with groups*3 activation rows x + j*xstride
-// (bytes), 3 at a time: the 4 results of activation row j go to out + j*ostride
-// (bytes), weight row i's at float i. One call covers a whole tile, so no Go
-// code runs between the groups.
+// F32 weights and activations.
 TEXT ·dot4x3F32AVX(SB), NOSPLIT, $0-64
-	MOVQ w+0(FP), SI
-	MOVQ wstride+8(FP), BX
-	MOVQ x+16(FP), DI
-	MOVQ xstride+24(FP), R12
-	MOVQ groups+40(FP), DX
-	MOVQ out+48(FP), R8
-	MOVQ ostride+56(FP), R14
-	LEAQ (SI)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	LEAQ (R10)(BX*1), R11
-	LEAQ (R12)(R12*2), BX
-	LEAQ (DI)(R12*1), R13
-	LEAQ (R13)(R12*1), R12
+	D43ENTER
 	TESTQ DX, DX
 	JZ   d43f32end
 d43f32group:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	MOVQ n+32(FP), CX
-	SHRQ $3, CX
+	D43START
 	JZ   d43f32done
 	XORQ AX, AX
 d43f32loop:
@@ -284,145 +310,98 @@ d43f32loop:
 	DECQ CX
 	JNZ  d43f32loop
 d43f32done:
-	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
-	HSUM4(Y4, Y5, Y6, Y7, X4, X5, (R8)(R14*1))
-	HSUM4(Y8, Y9, Y10, Y11, X8, X9, (R8)(R14*2))
-	LEAQ (R8)(R14*2), R8
-	ADDQ R14, R8
-	ADDQ BX, DI
-	ADDQ BX, R13
-	ADDQ BX, R12
+	D43NEXT
 	DECQ DX
 	JNZ  d43f32group
 d43f32end:
 	VZEROUPPER
 	RET
 
-// func dot4x3HHAVX(w *byte, wstride uintptr, x *uint16, xstride uintptr, n int, out *[12]float32)
-// The same 4 F16 weight rows dotted with 3 F16 activation rows x + j*xstride (bytes);
-// out[4*j+i] is weight row i with activation row j.
-TEXT ·dot4x3HHAVX(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ wstride+8(FP), BX
-	MOVQ x+16(FP), DI
-	MOVQ xstride+24(FP), R12
-	MOVQ n+32(FP), CX
-	MOVQ out+40(FP), R8
-	LEAQ (SI)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	LEAQ (R10)(BX*1), R11
-	LEAQ (DI)(R12*1), R13
-	LEAQ (R13)(R12*1), R12
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	SHRQ $3, CX
+// func dot4x3HHAVX(w *byte, wstride uintptr, x *uint16, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
+// F16 weights and F16 activations, both widened as they are read.
+TEXT ·dot4x3HHAVX(SB), NOSPLIT, $0-64
+	D43ENTER
+	TESTQ DX, DX
+	JZ   d43hhend
+d43hhgroup:
+	D43START
 	JZ   d43hhdone
 	XORQ AX, AX
-	XORQ DX, DX
 d43hhloop:
 	VCVTPH2PS (DI)(AX*1), Y12
 	VCVTPH2PS (R13)(AX*1), Y13
 	VCVTPH2PS (R12)(AX*1), Y14
-	VCVTPH2PS (SI)(DX*1), Y15
+	VCVTPH2PS (SI)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y0
 	VFMADD231PS Y15, Y13, Y4
 	VFMADD231PS Y15, Y14, Y8
-	VCVTPH2PS (R9)(DX*1), Y15
+	VCVTPH2PS (R9)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y1
 	VFMADD231PS Y15, Y13, Y5
 	VFMADD231PS Y15, Y14, Y9
-	VCVTPH2PS (R10)(DX*1), Y15
+	VCVTPH2PS (R10)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y2
 	VFMADD231PS Y15, Y13, Y6
 	VFMADD231PS Y15, Y14, Y10
-	VCVTPH2PS (R11)(DX*1), Y15
+	VCVTPH2PS (R11)(AX*1), Y15
 	VFMADD231PS Y15, Y12, Y3
 	VFMADD231PS Y15, Y13, Y7
 	VFMADD231PS Y15, Y14, Y11
 	ADDQ $16, AX
-	ADDQ $16, DX
 	DECQ CX
 	JNZ  d43hhloop
 d43hhdone:
-	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
-	HSUM4(Y4, Y5, Y6, Y7, X4, X5, 16(R8))
-	HSUM4(Y8, Y9, Y10, Y11, X8, X9, 32(R8))
+	D43NEXT
+	DECQ DX
+	JNZ  d43hhgroup
+d43hhend:
 	VZEROUPPER
 	RET
 
-// func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, out *[12]float32)
-// The same 4 BF16 weight rows dotted with 3 activation rows x + j*xstride (bytes);
-// out[4*j+i] is weight row i with activation row j.
-TEXT ·dot4x3BF16AVX(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ wstride+8(FP), BX
-	MOVQ x+16(FP), DI
-	MOVQ xstride+24(FP), R12
-	MOVQ n+32(FP), CX
-	MOVQ out+40(FP), R8
-	LEAQ (SI)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	LEAQ (R10)(BX*1), R11
-	LEAQ (DI)(R12*1), R13
-	LEAQ (R13)(R12*1), R12
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	SHRQ $3, CX
+// func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
+// BF16 weights (widened by a 16-bit shift) and F32 activations.
+TEXT ·dot4x3BF16AVX(SB), NOSPLIT, $0-64
+	D43ENTER
+	TESTQ DX, DX
+	JZ   d43bf16end
+d43bf16group:
+	D43START
 	JZ   d43bf16done
 	XORQ AX, AX
-	XORQ DX, DX
+	XORQ R15, R15
 d43bf16loop:
 	VMOVUPS (DI)(AX*1), Y12
 	VMOVUPS (R13)(AX*1), Y13
 	VMOVUPS (R12)(AX*1), Y14
-	VPMOVZXWD (SI)(DX*1), Y15
+	VPMOVZXWD (SI)(R15*1), Y15
 	VPSLLD $16, Y15, Y15
 	VFMADD231PS Y15, Y12, Y0
 	VFMADD231PS Y15, Y13, Y4
 	VFMADD231PS Y15, Y14, Y8
-	VPMOVZXWD (R9)(DX*1), Y15
+	VPMOVZXWD (R9)(R15*1), Y15
 	VPSLLD $16, Y15, Y15
 	VFMADD231PS Y15, Y12, Y1
 	VFMADD231PS Y15, Y13, Y5
 	VFMADD231PS Y15, Y14, Y9
-	VPMOVZXWD (R10)(DX*1), Y15
+	VPMOVZXWD (R10)(R15*1), Y15
 	VPSLLD $16, Y15, Y15
 	VFMADD231PS Y15, Y12, Y2
 	VFMADD231PS Y15, Y13, Y6
 	VFMADD231PS Y15, Y14, Y10
-	VPMOVZXWD (R11)(DX*1), Y15
+	VPMOVZXWD (R11)(R15*1), Y15
 	VPSLLD $16, Y15, Y15
 	VFMADD231PS Y15, Y12, Y3
 	VFMADD231PS Y15, Y13, Y7
 	VFMADD231PS Y15, Y14, Y11
 	ADDQ $32, AX
-	ADDQ $16, DX
+	ADDQ $16, R15
 	DECQ CX
 	JNZ  d43bf16loop
 d43bf16done:
-	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
-	HSUM4(Y4, Y5, Y6, Y7, X4, X5, 16(R8))
-	HSUM4(Y8, Y9, Y10, Y11, X8, X9, 32(R8))
+	D43NEXT
+	DECQ DX
+	JNZ  d43bf16group
+d43bf16end:
 	VZEROUPPER
 	RET
 

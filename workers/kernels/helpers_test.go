@@ -17,7 +17,9 @@ var allTypes = []struct {
 	{gguf.TypeF32, 203},
 	{gguf.TypeF32, 576}, // a multiple of 16: the AVX-512 16-lane kernels
 	{gguf.TypeF16, 203},
+	{gguf.TypeF16, 576}, // a multiple of 8: the AVX2 4x3 kernel's whole tiles
 	{gguf.TypeBF16, 203},
+	{gguf.TypeBF16, 576},
 	{gguf.TypeQ8_0, 160},
 	{gguf.TypeQ4_0, 160},
 	{gguf.TypeQ4_1, 160},

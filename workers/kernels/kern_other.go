@@ -12,25 +12,29 @@ func dot4BF16AVX(*byte, uintptr, *float32, int, *[4]float32)     { panic("kernel
 func dot4x3F32AVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr) {
 	panic("kernels: no asm")
 }
-func dot4x3HHAVX(*byte, uintptr, *uint16, uintptr, int, *[12]float32)    { panic("kernels: no asm") }
-func dot4x3BF16AVX(*byte, uintptr, *float32, uintptr, int, *[12]float32) { panic("kernels: no asm") }
-func dot4Q8AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
-func dot4Q4AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
-func dot4Q5AVX(*byte, uintptr, *byte, int, *[4]float32)                  { panic("kernels: no asm") }
-func dot4IQ4NLAVX(*byte, uintptr, *byte, int, *[4]float32)               { panic("kernels: no asm") }
-func dotQ4KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
-func dotQ6KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
-func dotIQ4XSAVX2(*byte, *q8K, int) float32                              { panic("kernels: no asm") }
-func dotQ3KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
-func dotQ2KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
-func dotQ5KAVX2(*byte, *q8K, int) float32                                { panic("kernels: no asm") }
-func dotF16AVX(*uint16, *uint16, int) float32                            { panic("kernels: no asm") }
-func dotF32AVX(*float32, *float32, int) float32                          { panic("kernels: no asm") }
-func axpyF16AVX(*float32, float32, *uint16, int)                         { panic("kernels: no asm") }
-func axpyF32AVX(*float32, float32, *float32, int)                        { panic("kernels: no asm") }
-func addAVX(*float32, *float32, int)                                     { panic("kernels: no asm") }
-func f32ToF16AVX(*uint16, *float32, int)                                 { panic("kernels: no asm") }
-func f16ToF32AVX(*float32, *uint16, int)                                 { panic("kernels: no asm") }
+func dot4x3HHAVX(*byte, uintptr, *uint16, uintptr, int, int, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func dot4x3BF16AVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func dot4Q8AVX(*byte, uintptr, *byte, int, *[4]float32)    { panic("kernels: no asm") }
+func dot4Q4AVX(*byte, uintptr, *byte, int, *[4]float32)    { panic("kernels: no asm") }
+func dot4Q5AVX(*byte, uintptr, *byte, int, *[4]float32)    { panic("kernels: no asm") }
+func dot4IQ4NLAVX(*byte, uintptr, *byte, int, *[4]float32) { panic("kernels: no asm") }
+func dotQ4KAVX2(*byte, *q8K, int) float32                  { panic("kernels: no asm") }
+func dotQ6KAVX2(*byte, *q8K, int) float32                  { panic("kernels: no asm") }
+func dotIQ4XSAVX2(*byte, *q8K, int) float32                { panic("kernels: no asm") }
+func dotQ3KAVX2(*byte, *q8K, int) float32                  { panic("kernels: no asm") }
+func dotQ2KAVX2(*byte, *q8K, int) float32                  { panic("kernels: no asm") }
+func dotQ5KAVX2(*byte, *q8K, int) float32                  { panic("kernels: no asm") }
+func dotF16AVX(*uint16, *uint16, int) float32              { panic("kernels: no asm") }
+func dotF32AVX(*float32, *float32, int) float32            { panic("kernels: no asm") }
+func axpyF16AVX(*float32, float32, *uint16, int)           { panic("kernels: no asm") }
+func axpyF32AVX(*float32, float32, *float32, int)          { panic("kernels: no asm") }
+func addAVX(*float32, *float32, int)                       { panic("kernels: no asm") }
+func f32ToF16AVX(*uint16, *float32, int)                   { panic("kernels: no asm") }
+func f16ToF32AVX(*float32, *uint16, int)                   { panic("kernels: no asm") }
 
 func gemmQ8P4(*byte, int, *byte, uintptr, *q8Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")

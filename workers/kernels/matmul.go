@@ -289,21 +289,20 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			j.blockF32Z(w, wstride, i, nw, x0, x1)
 			return
 		}
-		if j.m.Type == gguf.TypeF32 && nw == 4 && c%8 == 0 && x1-x0 >= 3 {
-			j.blockF32(w, wstride, i, x0, x1)
+		r := x0
+		if nw == 4 && c%8 == 0 && x1-x0 >= 3 {
+			// The kernel stores the results itself, a whole tile in one call;
+			// a last partial group of 3 is taken as the tile's last 3 rows,
+			// whose bits come out the same again.
+			g := (x1 - x0) / 3
+			j.float4x3(w, wstride, i, x0, g, &j.out[x0*rows+i], rows*4)
+			if x0+3*g < x1 {
+				j.float4x3(w, wstride, i, x1-3, 1, &j.out[(x1-3)*rows+i], rows*4)
+			}
 			return
 		}
-		// Direct calls (not through a func value) keep t on the stack.
-		r := x0
 		for ; r+3 <= x1; r += 3 {
-			switch j.m.Type {
-			case gguf.TypeF32:
-				dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, 1, &t[0], 16)
-			case gguf.TypeF16:
-				dot4x3HHAVX(w, uintptr(wstride), &j.xh[r*c], uintptr(c*2), c, &t)
-			default:
-				dot4x3BF16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, &t)
-			}
+			j.float4x3(w, wstride, i, r, 1, &t[0], 16)
 			for q := range 3 {
 				j.store(t[4*q:4*q+4], i, nw, r+q)
 			}
@@ -342,17 +341,18 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 	}
 }
 
-// blockF32 is block for 4 F32 weight rows on the AVX2 kernels, at least 3
-// activation rows and no k%8 tail: the kernel stores the results itself, a
-// whole tile in one call. A last partial group of 3 is taken as the tile's
-// last 3 rows; the rows computed twice get the same bits again.
-func (j *matJob) blockF32(w *byte, wstride, i, x0, x1 int) {
-	c, rows := j.m.Cols, j.m.Rows
-	g := (x1 - x0) / 3
-	dot4x3F32AVX(w, uintptr(wstride), &j.xf[x0*c], uintptr(c*4), c, g, &j.out[x0*rows+i], uintptr(rows*4))
-	if x0+3*g < x1 {
-		r := x1 - 3
-		dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, 1, &j.out[r*rows+i], uintptr(rows*4))
+// float4x3 runs the float type's 4x3 kernel on weight rows i.. (stride
+// wstride) against groups*3 activation rows from r, storing each row's 4
+// results at out + row*ostride bytes.
+func (j *matJob) float4x3(w *byte, wstride, i, r, groups int, out *float32, ostride int) {
+	c := j.m.Cols
+	switch j.m.Type {
+	case gguf.TypeF32:
+		dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, groups, out, uintptr(ostride))
+	case gguf.TypeF16:
+		dot4x3HHAVX(w, uintptr(wstride), &j.xh[r*c], uintptr(c*2), c, groups, out, uintptr(ostride))
+	default:
+		dot4x3BF16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, groups, out, uintptr(ostride))
 	}
 }
 
