@@ -1,5 +1,16 @@
 // Macros shared by the AVX2 kernels over packed groups (gemm_avx2_amd64.s,
-// kgemm_avx2_amd64.s). Each names the registers it reads and writes.
+// kgemm_avx2_amd64.s) and by the float64 sums (softmax_avx2_amd64.s,
+// norm_avx2_amd64.s). Each names the registers it reads and writes.
+
+// SUMF64LANES adds eight float64 lane sums (lanes 0..3 in Y0, 4..7 in Y1) as
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order lanes8 models, into ret.
+#define SUMF64LANES(ret) \
+	VADDPD Y1, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPD X1, X0, X0 \
+	VPERMILPD $1, X0, X1 \
+	VADDSD X1, X0, X0 \
+	VMOVSD X0, ret
 
 // ARGS4 loads the arguments of a kernel over half a group (BX = 8*half) and
 // 4 activation rows (w, half, nb, x, xstride, aux, auxstride, ...): SI the

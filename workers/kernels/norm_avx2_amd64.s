@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "avx2_amd64.h"
 
 // The vector parts of LayerNorm, on the AVX2 and AVX-512 paths alike.
 
@@ -30,12 +31,7 @@ sqdloop:
 	CMPQ DX, CX
 	JLT  sqdloop
 sqdred:
-	VADDPD Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPD X1, X0, X0
-	VPERMILPD $1, X0, X1
-	VADDSD X1, X0, X0
-	VMOVSD X0, ret+24(FP)
+	SUMF64LANES(ret+24(FP))
 	VZEROUPPER
 	RET
 

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "avx2_amd64.h"
 
 // The vector parts of Softmax and Scale on the AVX2 path, the AVX-512 ones
 // (softmax_avx512_amd64.s) at half the width: the same maximum, the same
@@ -67,12 +68,7 @@ smloop:
 	CMPQ DX, CX
 	JLT  smloop
 smred:
-	VADDPD Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPD X1, X0, X0
-	VPERMILPD $1, X0, X1
-	VADDSD X1, X0, X0
-	VMOVSD X0, ret+16(FP)
+	SUMF64LANES(ret+16(FP))
 	VZEROUPPER
 	RET
 
