@@ -112,6 +112,9 @@ func gemmIQ4NLP1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 //go:noescape
 func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 
+//go:noescape
+func quantQ8AVX2(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
+
 // AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kquant_avx512_amd64.s).
 
 //go:noescape

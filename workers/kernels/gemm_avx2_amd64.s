@@ -831,3 +831,123 @@ q51a1done:
 	VMOVUPS Y3, 32(AX)
 	VZEROUPPER
 	RET
+
+// ---- Q8_0 activation rows
+
+DATA q8perm2<>+0(SB)/4, $0
+DATA q8perm2<>+4(SB)/4, $4
+DATA q8perm2<>+8(SB)/4, $1
+DATA q8perm2<>+12(SB)/4, $5
+DATA q8perm2<>+16(SB)/4, $2
+DATA q8perm2<>+20(SB)/4, $6
+DATA q8perm2<>+24(SB)/4, $3
+DATA q8perm2<>+28(SB)/4, $7
+GLOBL q8perm2<>(SB), RODATA, $32
+
+// ROUNDAWAY2: ya = round(ya) with ties away from zero, as C's roundf, then
+// converted to int32: truncate, then step one away from zero where the
+// dropped fraction is at least 1/2 (quantQ8AVX512's ROUNDAWAY on 8 lanes).
+// Y12 abs mask, Y13 sign mask, Y14 0.5, Y15 1.0; yt, ys scratch.
+#define ROUNDAWAY2(ya, yt, ys) \
+	VROUNDPS $0x0b, ya, yt \
+	VSUBPS yt, ya, ys \
+	VANDPS Y12, ys, ys \
+	VCMPPS $0x1d, Y14, ys, ys \
+	VANDPS Y13, ya, ya \
+	VORPS Y15, ya, ya \
+	VANDPS ys, ya, ya \
+	VADDPS ya, yt, yt \
+	VCVTPS2DQ yt, ya
+
+// func quantQ8AVX2(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
+// Q8_0 blocks of x, bitwise as quantizeQ8; with aux non-nil, also each block's
+// f16 scale as f32 and k*sum(q), as matJob.auxRow. quantQ8AVX512's steps on
+// four 8-lane vectors per block; the int32s are packed to bytes with
+// saturation (exact: they lie in [-127, 127]) and put back in order.
+TEXT ·quantQ8AVX2(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nb+16(FP), CX
+	MOVQ aux+24(FP), DX
+	MOVL k+32(FP), R8
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL $0x80000000, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x3f000000, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0x3f800000, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x42fe0000, AX // 127
+	VMOVD AX, X11
+	VMOVDQU q8perm2<>(SB), Y10
+	TESTQ CX, CX
+	JZ    qq8a2done
+qq8a2loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y12, Y0, Y4
+	VANDPS Y12, Y1, Y5
+	VMAXPS Y5, Y4, Y4
+	VANDPS Y12, Y2, Y5
+	VMAXPS Y5, Y4, Y4
+	VANDPS Y12, Y3, Y5
+	VMAXPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS X5, X4, X4
+	VDIVSS X11, X4, X4          // d = amax/127
+	VDIVSS X4, X15, X5          // 1/d
+	VXORPS X6, X6, X6
+	VCMPSS $4, X6, X4, X7       // d != 0
+	VANDPS X7, X5, X5           // id = d != 0 ? 1/d : 0
+	VCVTPS2PH $0, X4, X8
+	VPEXTRW $0, X8, (DI)
+	VBROADCASTSS X5, Y5
+	VMULPS Y5, Y0, Y0
+	VMULPS Y5, Y1, Y1
+	VMULPS Y5, Y2, Y2
+	VMULPS Y5, Y3, Y3
+	ROUNDAWAY2(Y0, Y6, Y7)
+	ROUNDAWAY2(Y1, Y6, Y7)
+	ROUNDAWAY2(Y2, Y6, Y7)
+	ROUNDAWAY2(Y3, Y6, Y7)
+	TESTQ DX, DX
+	JZ    qq8a2pack
+	VCVTPH2PS X8, X9
+	VMOVSS X9, (DX)
+	VPADDD Y1, Y0, Y6
+	VPADDD Y3, Y2, Y7
+	VPADDD Y7, Y6, Y6
+	VEXTRACTI128 $1, Y6, X7
+	VPADDD X7, X6, X6
+	VPSHUFD $0x4e, X6, X7
+	VPADDD X7, X6, X6
+	VPSHUFD $0xb1, X6, X7
+	VPADDD X7, X6, X6
+	VMOVD X6, AX
+	IMULL R8, AX
+	MOVL AX, 4(DX)
+	ADDQ $8, DX
+qq8a2pack:
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y10, Y0
+	VMOVDQU Y0, 2(DI)
+	ADDQ $128, SI
+	ADDQ $34, DI
+	DECQ CX
+	JNZ  qq8a2loop
+qq8a2done:
+	VZEROUPPER
+	RET

@@ -184,10 +184,17 @@ func (j *matJob) prepRows(lo, hi int) {
 		case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 			xq := j.xq[r*j.xqs : (r+1)*j.xqs]
 			switch {
-			case j.p >= pathAVX512 && j.packed():
-				quantQ8AVX512(&xq[0], &x[0], c/32, &j.xa[r*c/32], j.auxK())
-			case j.p >= pathAVX512:
-				quantQ8AVX512(&xq[0], &x[0], c/32, nil, 0)
+			case j.p >= pathAVX2:
+				var aux *q8Aux
+				var k int32
+				if j.packed() {
+					aux, k = &j.xa[r*c/32], j.auxK()
+				}
+				if j.p >= pathAVX512 {
+					quantQ8AVX512(&xq[0], &x[0], c/32, aux, k)
+				} else {
+					quantQ8AVX2(&xq[0], &x[0], c/32, aux, k)
+				}
 			default:
 				quantizeQ8(xq, x)
 				if j.packed() {

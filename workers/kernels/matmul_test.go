@@ -752,12 +752,24 @@ func testPackedExtremes(t *testing.T, kp path) {
 	}
 }
 
-// TestQuantQ8AVX512 checks the AVX-512 row quantizer against quantizeQ8 and
-// auxRow byte for byte: random rows, ties at every half, zero blocks, tiny
-// and huge scales.
-func TestQuantQ8AVX512(t *testing.T) {
-	if detectPath() < pathAVX512 {
-		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+// TestQuantQ8Vector checks the AVX2 and AVX-512 row quantizers against
+// quantizeQ8 and auxRow byte for byte: random rows, ties at every half, zero
+// blocks, tiny and huge scales.
+func TestQuantQ8Vector(t *testing.T) {
+	for _, kp := range []path{pathAVX2, pathAVX512} {
+		t.Run(kp.String(), func(t *testing.T) {
+			if detectPath() < kp {
+				t.Skipf("this CPU or build lacks the %s kernels (best here: %s)", kp, detectPath())
+			}
+			testQuantQ8Vector(t, kp)
+		})
+	}
+}
+
+func testQuantQ8Vector(t *testing.T, kp path) {
+	quant := quantQ8AVX512
+	if kp == pathAVX2 {
+		quant = quantQ8AVX2
 	}
 	rng := rand.New(rand.NewPCG(13, 14))
 	const nb = 24
@@ -786,18 +798,18 @@ func TestQuantQ8AVX512(t *testing.T) {
 			j.m.Type = gguf.TypeQ4_0
 		}
 		j.auxRow(wa, want)
-		quantQ8AVX512(&got[0], &x[0], nb, &ga[0], k)
+		quant(&got[0], &x[0], nb, &ga[0], k)
 		for i := range want {
 			if got[i] != want[i] {
-				t.Fatalf("k %d byte %d (block %d): avx512 %#x != go %#x", k, i, i/34, got[i], want[i])
+				t.Fatalf("k %d byte %d (block %d): %s %#x != go %#x", k, i, i/34, kp, got[i], want[i])
 			}
 		}
 		for b := range wa {
 			if math.Float32bits(wa[b].d) != math.Float32bits(ga[b].d) || wa[b].c != ga[b].c {
-				t.Fatalf("k %d aux %d: avx512 %+v != go %+v", k, b, ga[b], wa[b])
+				t.Fatalf("k %d aux %d: %s %+v != go %+v", k, b, kp, ga[b], wa[b])
 			}
 		}
-		quantQ8AVX512(&got[0], &x[0], nb, nil, 0)
+		quant(&got[0], &x[0], nb, nil, 0)
 		if !bytes.Equal(got, want) {
 			t.Fatal("without aux: blocks differ")
 		}
