@@ -115,6 +115,12 @@ func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 //go:noescape
 func quantQ8AVX2(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 
+//go:noescape
+func quantQ81AVX512(dst *byte, x *float32, nb int, aux *q81Aux)
+
+//go:noescape
+func quantQ81AVX2(dst *byte, x *float32, nb int)
+
 // AVX-512 VNNI kernels over packed Q4_K/Q6_K weights (kquant_avx512_amd64.s).
 
 //go:noescape

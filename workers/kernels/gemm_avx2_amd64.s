@@ -859,6 +859,61 @@ GLOBL q8perm2<>(SB), RODATA, $32
 	VADDPS ya, yt, yt \
 	VCVTPS2DQ yt, ya
 
+// Q8CONST2 loads the constants Q8ROUND2 and ROUNDAWAY2 read.
+#define Q8CONST2 \
+	MOVL $0x7fffffff, AX \
+	VMOVD AX, X12 \
+	VPBROADCASTD X12, Y12 \
+	MOVL $0x80000000, AX \
+	VMOVD AX, X13 \
+	VPBROADCASTD X13, Y13 \
+	MOVL $0x3f000000, AX \
+	VMOVD AX, X14 \
+	VPBROADCASTD X14, Y14 \
+	MOVL $0x3f800000, AX \
+	VMOVD AX, X15 \
+	VPBROADCASTD X15, Y15 \
+	MOVL $0x42fe0000, AX \
+	VMOVD AX, X11 \
+	VMOVDQU q8perm2<>(SB), Y10
+
+// Q8ROUND2: one block of 32 floats at SI quantized as quantizeQ8 does: Y0-Y3
+// the rounded quants as int32, X4 d = amax/127, X8 d as f16. Uses Y4-Y7;
+// X11, Y12-Y15 as quantQ8AVX2 sets them.
+#define Q8ROUND2 \
+	VMOVUPS (SI), Y0 \
+	VMOVUPS 32(SI), Y1 \
+	VMOVUPS 64(SI), Y2 \
+	VMOVUPS 96(SI), Y3 \
+	VANDPS Y12, Y0, Y4 \
+	VANDPS Y12, Y1, Y5 \
+	VMAXPS Y5, Y4, Y4 \
+	VANDPS Y12, Y2, Y5 \
+	VMAXPS Y5, Y4, Y4 \
+	VANDPS Y12, Y3, Y5 \
+	VMAXPS Y5, Y4, Y4 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VMAXPS X5, X4, X4 \
+	VPERMILPS $0x4e, X4, X5 \
+	VMAXPS X5, X4, X4 \
+	VPERMILPS $0xb1, X4, X5 \
+	VMAXPS X5, X4, X4 \
+	VDIVSS X11, X4, X4 \
+	VDIVSS X4, X15, X5 \
+	VXORPS X6, X6, X6 \
+	VCMPSS $4, X6, X4, X7 \
+	VANDPS X7, X5, X5 \
+	VCVTPS2PH $0, X4, X8 \
+	VBROADCASTSS X5, Y5 \
+	VMULPS Y5, Y0, Y0 \
+	VMULPS Y5, Y1, Y1 \
+	VMULPS Y5, Y2, Y2 \
+	VMULPS Y5, Y3, Y3 \
+	ROUNDAWAY2(Y0, Y6, Y7) \
+	ROUNDAWAY2(Y1, Y6, Y7) \
+	ROUNDAWAY2(Y2, Y6, Y7) \
+	ROUNDAWAY2(Y3, Y6, Y7)
+
 // func quantQ8AVX2(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 // Q8_0 blocks of x, bitwise as quantizeQ8; with aux non-nil, also each block's
 // f16 scale as f32 and k*sum(q), as matJob.auxRow. quantQ8AVX512's steps on
@@ -870,57 +925,12 @@ TEXT ·quantQ8AVX2(SB), NOSPLIT, $0-36
 	MOVQ nb+16(FP), CX
 	MOVQ aux+24(FP), DX
 	MOVL k+32(FP), R8
-	MOVL $0x7fffffff, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12
-	MOVL $0x80000000, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13
-	MOVL $0x3f000000, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14
-	MOVL $0x3f800000, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
-	MOVL $0x42fe0000, AX // 127
-	VMOVD AX, X11
-	VMOVDQU q8perm2<>(SB), Y10
+	Q8CONST2
 	TESTQ CX, CX
 	JZ    qq8a2done
 qq8a2loop:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	VANDPS Y12, Y0, Y4
-	VANDPS Y12, Y1, Y5
-	VMAXPS Y5, Y4, Y4
-	VANDPS Y12, Y2, Y5
-	VMAXPS Y5, Y4, Y4
-	VANDPS Y12, Y3, Y5
-	VMAXPS Y5, Y4, Y4
-	VEXTRACTF128 $1, Y4, X5
-	VMAXPS X5, X4, X4
-	VPERMILPS $0x4e, X4, X5
-	VMAXPS X5, X4, X4
-	VPERMILPS $0xb1, X4, X5
-	VMAXPS X5, X4, X4
-	VDIVSS X11, X4, X4          // d = amax/127
-	VDIVSS X4, X15, X5          // 1/d
-	VXORPS X6, X6, X6
-	VCMPSS $4, X6, X4, X7       // d != 0
-	VANDPS X7, X5, X5           // id = d != 0 ? 1/d : 0
-	VCVTPS2PH $0, X4, X8
+	Q8ROUND2
 	VPEXTRW $0, X8, (DI)
-	VBROADCASTSS X5, Y5
-	VMULPS Y5, Y0, Y0
-	VMULPS Y5, Y1, Y1
-	VMULPS Y5, Y2, Y2
-	VMULPS Y5, Y3, Y3
-	ROUNDAWAY2(Y0, Y6, Y7)
-	ROUNDAWAY2(Y1, Y6, Y7)
-	ROUNDAWAY2(Y2, Y6, Y7)
-	ROUNDAWAY2(Y3, Y6, Y7)
 	TESTQ DX, DX
 	JZ    qq8a2pack
 	VCVTPH2PS X8, X9
@@ -949,5 +959,44 @@ qq8a2pack:
 	DECQ CX
 	JNZ  qq8a2loop
 qq8a2done:
+	VZEROUPPER
+	RET
+
+// func quantQ81AVX2(dst *byte, x *float32, nb int)
+// Q8_1 blocks of x, bitwise as quantizeQ8_1: Q8ROUND2's quants and d, and
+// s = float32(sum(q))*d as f16.
+TEXT ·quantQ81AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nb+16(FP), CX
+	Q8CONST2
+	TESTQ CX, CX
+	JZ    qq81a2done
+qq81a2loop:
+	Q8ROUND2
+	VPEXTRW $0, X8, (DI)
+	VPADDD Y1, Y0, Y6
+	VPADDD Y3, Y2, Y7
+	VPADDD Y7, Y6, Y6
+	VEXTRACTI128 $1, Y6, X7
+	VPADDD X7, X6, X6
+	VPSHUFD $0x4e, X6, X7
+	VPADDD X7, X6, X6
+	VPSHUFD $0xb1, X6, X7
+	VPADDD X7, X6, X6
+	VCVTDQ2PS X6, X6
+	VMULSS X4, X6, X6
+	VCVTPS2PH $0, X6, X9
+	VPEXTRW $0, X9, 2(DI)
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y10, Y0
+	VMOVDQU Y0, 4(DI)
+	ADDQ $128, SI
+	ADDQ $36, DI
+	DECQ CX
+	JNZ  qq81a2loop
+qq81a2done:
 	VZEROUPPER
 	RET

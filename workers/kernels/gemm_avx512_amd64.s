@@ -374,6 +374,36 @@ GLOBL q8d127<>(SB), RODATA, $4
 	VADDPS zs, zt, K1, zt \
 	VCVTPS2DQ zt, za
 
+// Q8ROUND5: one block of 32 floats at SI quantized as quantizeQ8 does: Z0
+// and Z1 the rounded quants as int32, X4 d = amax/127, X8 d as f16. Uses
+// Z2, Z3, X5-X7, Z10-Z13 and K1; Z26-Z29, X30, X31 as quantQ8AVX512 sets them.
+#define Q8ROUND5 \
+	VMOVUPS (SI), Z0 \
+	VMOVUPS 64(SI), Z1 \
+	VANDPS Z26, Z0, Z2 \
+	VANDPS Z26, Z1, Z3 \
+	VMAXPS Z3, Z2, Z2 \
+	VEXTRACTF32X8 $1, Z2, Y3 \
+	VMAXPS Y3, Y2, Y2 \
+	VEXTRACTF128 $1, Y2, X3 \
+	VMAXPS X3, X2, X2 \
+	VPERMILPS $0x4e, X2, X3 \
+	VMAXPS X3, X2, X2 \
+	VPERMILPS $0xb1, X2, X3 \
+	VMAXPS X3, X2, X2 \
+	VDIVSS X30, X2, X4 \
+	VDIVSS X4, X31, X5 \
+	VXORPS X6, X6, X6 \
+	VCMPSS $4, X6, X4, X7 \
+	VANDPS X7, X5, X5 \
+	VCVTPS2PH $0, X4, X8 \
+	VPEXTRW $0, X8, (DI) \
+	VBROADCASTSS X5, Z5 \
+	VMULPS Z5, Z0, Z0 \
+	VMULPS Z5, Z1, Z1 \
+	ROUNDAWAY(Z0, Z10, Z11) \
+	ROUNDAWAY(Z1, Z12, Z13)
+
 // func quantQ8AVX512(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 // Q8_0 blocks of x, bitwise as quantizeQ8; with aux non-nil, also each block's
 // f16 scale as f32 and k*sum(q), as matJob.auxRow.
@@ -392,31 +422,7 @@ TEXT ·quantQ8AVX512(SB), NOSPLIT, $0-36
 	TESTQ CX, CX
 	JZ    qq8done
 qq8loop:
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
-	VANDPS Z26, Z0, Z2
-	VANDPS Z26, Z1, Z3
-	VMAXPS Z3, Z2, Z2
-	VEXTRACTF32X8 $1, Z2, Y3
-	VMAXPS Y3, Y2, Y2
-	VEXTRACTF128 $1, Y2, X3
-	VMAXPS X3, X2, X2
-	VPERMILPS $0x4e, X2, X3
-	VMAXPS X3, X2, X2
-	VPERMILPS $0xb1, X2, X3
-	VMAXPS X3, X2, X2
-	VDIVSS X30, X2, X4          // d = amax/127
-	VDIVSS X4, X31, X5          // 1/d
-	VXORPS X6, X6, X6
-	VCMPSS $4, X6, X4, X7       // d != 0
-	VANDPS X7, X5, X5           // id = d != 0 ? 1/d : 0
-	VCVTPS2PH $0, X4, X8
-	VPEXTRW $0, X8, (DI)
-	VBROADCASTSS X5, Z5
-	VMULPS Z5, Z0, Z0
-	VMULPS Z5, Z1, Z1
-	ROUNDAWAY(Z0, Z10, Z11)
-	ROUNDAWAY(Z1, Z12, Z13)
+	Q8ROUND5
 	VPMOVSDB Z0, 2(DI)
 	VPMOVSDB Z1, 18(DI)
 	TESTQ DX, DX
@@ -812,5 +818,56 @@ drzloop:
 drzfold:
 	FOLD4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, 0)
 drzend:
+	VZEROUPPER
+	RET
+
+// func quantQ81AVX512(dst *byte, x *float32, nb int, aux *q81Aux)
+// Q8_1 blocks of x, bitwise as quantizeQ8_1: Q8ROUND5's quants and d, and
+// s = float32(sum(q))*d as f16; with aux non-nil, also each block's d and s
+// as the f32 of their halves (matJob.prepRows's q81Aux).
+TEXT ·quantQ81AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nb+16(FP), CX
+	MOVQ aux+24(FP), DX
+	VPBROADCASTD q8absmask<>(SB), Z26
+	VPBROADCASTD q8signmask<>(SB), Z27
+	VPBROADCASTD q8half<>(SB), Z28
+	VPBROADCASTD q8one<>(SB), Z29
+	VMOVSS q8d127<>(SB), X30
+	VMOVSS q8one<>(SB), X31
+	TESTQ CX, CX
+	JZ    qq81done
+qq81loop:
+	Q8ROUND5
+	VPEXTRW $0, X8, (DI)
+	VPMOVSDB Z0, 4(DI)
+	VPMOVSDB Z1, 20(DI)
+	VPADDD Z1, Z0, Z2
+	VEXTRACTI32X8 $1, Z2, Y3
+	VPADDD Y3, Y2, Y2
+	VEXTRACTI128 $1, Y2, X3
+	VPADDD X3, X2, X2
+	VPSHUFD $0x4e, X2, X3
+	VPADDD X3, X2, X2
+	VPSHUFD $0xb1, X2, X3
+	VPADDD X3, X2, X2
+	VCVTDQ2PS X2, X2
+	VMULSS X4, X2, X2
+	VCVTPS2PH $0, X2, X9
+	VPEXTRW $0, X9, 2(DI)
+	TESTQ DX, DX
+	JZ    qq81next
+	VCVTPH2PS X8, X10
+	VMOVSS X10, (DX)
+	VCVTPH2PS X9, X10
+	VMOVSS X10, 4(DX)
+	ADDQ $8, DX
+qq81next:
+	ADDQ $128, SI
+	ADDQ $36, DI
+	DECQ CX
+	JNZ  qq81loop
+qq81done:
 	VZEROUPPER
 	RET

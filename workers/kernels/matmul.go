@@ -203,13 +203,17 @@ func (j *matJob) prepRows(lo, hi int) {
 			}
 		case gguf.TypeQ4_1, gguf.TypeQ5_1:
 			xq := j.xq[r*j.xqs : (r+1)*j.xqs]
-			quantizeQ8_1(xq, x)
-			if j.packed() && j.p >= pathAVX512 {
-				xm := j.xm[r*c/32 : (r+1)*c/32]
-				for b := range xm {
-					blk := xq[b*q81Block : (b+1)*q81Block]
-					xm[b] = q81Aux{d: half(blk[0:2]), s: half(blk[2:4])}
+			switch {
+			case j.p >= pathAVX512:
+				var aux *q81Aux
+				if j.packed() {
+					aux = &j.xm[r*c/32]
 				}
+				quantQ81AVX512(&xq[0], &x[0], c/32, aux)
+			case j.p == pathAVX2:
+				quantQ81AVX2(&xq[0], &x[0], c/32)
+			default:
+				quantizeQ8_1(xq, x)
 			}
 		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 			xk := j.xk[r*c/256 : (r+1)*c/256]

@@ -816,6 +816,52 @@ func testQuantQ8Vector(t *testing.T, kp path) {
 	}
 }
 
+// TestQuantQ81Vector checks the AVX2 and AVX-512 Q8_1 row quantizers
+// against quantizeQ8_1 byte for byte, and the AVX-512 one's side data against
+// the halves it wrote: random rows, ties, a zero block, tiny and huge scales.
+func TestQuantQ81Vector(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	const nb = 24
+	x := make([]float32, nb*32)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for k := range 32 {
+		x[32+k] = float32(k-16) + 0.5
+		x[64+k] = 0
+		x[96+k] = float32(rng.NormFloat64()) * 1e-6
+		x[128+k] = float32(rng.NormFloat64()) * 1e4
+	}
+	x[32] = 127
+	want := make([]byte, nb*q81Block)
+	quantizeQ8_1(want, x)
+	for _, kp := range []path{pathAVX2, pathAVX512} {
+		t.Run(kp.String(), func(t *testing.T) {
+			if detectPath() < kp {
+				t.Skipf("this CPU or build lacks the %s kernels (best here: %s)", kp, detectPath())
+			}
+			got := make([]byte, len(want))
+			aux := make([]q81Aux, nb)
+			if kp == pathAVX2 {
+				quantQ81AVX2(&got[0], &x[0], nb)
+			} else {
+				quantQ81AVX512(&got[0], &x[0], nb, &aux[0])
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("byte %d (block %d): %s %#x != go %#x", i, i/q81Block, kp, got[i], want[i])
+				}
+			}
+			for b := range aux {
+				blk := want[b*q81Block:]
+				if w := (q81Aux{d: half(blk[0:2]), s: half(blk[2:4])}); kp == pathAVX512 && aux[b] != w {
+					t.Fatalf("aux %d: %+v != %+v", b, aux[b], w)
+				}
+			}
+		})
+	}
+}
+
 // TestPackedLayouts pins the struct layouts the assembly reads at fixed offsets.
 func TestPackedLayouts(t *testing.T) {
 	var x q8K
