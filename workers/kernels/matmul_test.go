@@ -862,6 +862,39 @@ func TestQuantQ81Vector(t *testing.T) {
 	}
 }
 
+// TestQuantQ8KAVX512 checks the AVX-512 Q8_K row quantizer against
+// quantizeQ8K: random rows, halves that round to even, a zero block, the
+// largest magnitude twice with both signs (the first sets the sign), a NaN,
+// tiny and huge scales.
+func TestQuantQ8KAVX512(t *testing.T) {
+	if detectPath() < pathAVX512 {
+		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	const nb = 8
+	x := make([]float32, nb*256)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for k := range 256 {
+		x[256+k] = float32(k%64-32) + 0.5 // block 1: iscale 1, every value a tie
+		x[512+k] = 0
+		x[1024+k] = float32(rng.NormFloat64()) * 1e-6
+		x[1280+k] = float32(rng.NormFloat64()) * 1e4
+	}
+	x[256+200] = -127
+	x[768+40], x[768+190] = 9, -9 // block 3: +9 comes first
+	x[1536+77] = float32(math.NaN())
+	want, got := make([]q8K, nb), make([]q8K, nb)
+	quantizeQ8K(want, x)
+	quantQ8KAVX512(&got[0], &x[0], nb)
+	for b := range want {
+		if math.Float32bits(got[b].d) != math.Float32bits(want[b].d) || got[b].qs != want[b].qs || got[b].bsums != want[b].bsums {
+			t.Fatalf("block %d: avx512 d %g bsums %v != go d %g bsums %v", b, got[b].d, got[b].bsums, want[b].d, want[b].bsums)
+		}
+	}
+}
+
 // TestPackedLayouts pins the struct layouts the assembly reads at fixed offsets.
 func TestPackedLayouts(t *testing.T) {
 	var x q8K
