@@ -914,6 +914,18 @@ GLOBL q8perm2<>(SB), RODATA, $32
 	ROUNDAWAY2(Y2, Y6, Y7) \
 	ROUNDAWAY2(Y3, Y6, Y7)
 
+// Q8ISUM2: X6 = the sum of Q8ROUND2's 32 quants (Y0-Y3). Uses Y7.
+#define Q8ISUM2 \
+	VPADDD Y1, Y0, Y6 \
+	VPADDD Y3, Y2, Y7 \
+	VPADDD Y7, Y6, Y6 \
+	VEXTRACTI128 $1, Y6, X7 \
+	VPADDD X7, X6, X6 \
+	VPSHUFD $0x4e, X6, X7 \
+	VPADDD X7, X6, X6 \
+	VPSHUFD $0xb1, X6, X7 \
+	VPADDD X7, X6, X6
+
 // func quantQ8AVX2(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 // Q8_0 blocks of x, bitwise as quantizeQ8; with aux non-nil, also each block's
 // f16 scale as f32 and k*sum(q), as matJob.auxRow. quantQ8AVX512's steps on
@@ -935,15 +947,7 @@ qq8a2loop:
 	JZ    qq8a2pack
 	VCVTPH2PS X8, X9
 	VMOVSS X9, (DX)
-	VPADDD Y1, Y0, Y6
-	VPADDD Y3, Y2, Y7
-	VPADDD Y7, Y6, Y6
-	VEXTRACTI128 $1, Y6, X7
-	VPADDD X7, X6, X6
-	VPSHUFD $0x4e, X6, X7
-	VPADDD X7, X6, X6
-	VPSHUFD $0xb1, X6, X7
-	VPADDD X7, X6, X6
+	Q8ISUM2
 	VMOVD X6, AX
 	IMULL R8, AX
 	MOVL AX, 4(DX)
@@ -975,15 +979,7 @@ TEXT ·quantQ81AVX2(SB), NOSPLIT, $0-24
 qq81a2loop:
 	Q8ROUND2
 	VPEXTRW $0, X8, (DI)
-	VPADDD Y1, Y0, Y6
-	VPADDD Y3, Y2, Y7
-	VPADDD Y7, Y6, Y6
-	VEXTRACTI128 $1, Y6, X7
-	VPADDD X7, X6, X6
-	VPSHUFD $0x4e, X6, X7
-	VPADDD X7, X6, X6
-	VPSHUFD $0xb1, X6, X7
-	VPADDD X7, X6, X6
+	Q8ISUM2
 	VCVTDQ2PS X6, X6
 	VMULSS X4, X6, X6
 	VCVTPS2PH $0, X6, X9

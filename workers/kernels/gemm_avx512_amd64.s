@@ -374,6 +374,27 @@ GLOBL q8d127<>(SB), RODATA, $4
 	VADDPS zs, zt, K1, zt \
 	VCVTPS2DQ zt, za
 
+// Q8CONST5 loads the constants Q8ROUND5 and ROUNDAWAY read.
+#define Q8CONST5 \
+	VPBROADCASTD q8absmask<>(SB), Z26 \
+	VPBROADCASTD q8signmask<>(SB), Z27 \
+	VPBROADCASTD q8half<>(SB), Z28 \
+	VPBROADCASTD q8one<>(SB), Z29 \
+	VMOVSS q8d127<>(SB), X30 \
+	VMOVSS q8one<>(SB), X31
+
+// Q8ISUM5: X2 = the sum of Q8ROUND5's 32 quants (Z0, Z1). Uses Z2, Z3.
+#define Q8ISUM5 \
+	VPADDD Z1, Z0, Z2 \
+	VEXTRACTI32X8 $1, Z2, Y3 \
+	VPADDD Y3, Y2, Y2 \
+	VEXTRACTI128 $1, Y2, X3 \
+	VPADDD X3, X2, X2 \
+	VPSHUFD $0x4e, X2, X3 \
+	VPADDD X3, X2, X2 \
+	VPSHUFD $0xb1, X2, X3 \
+	VPADDD X3, X2, X2
+
 // Q8ROUND5: one block of 32 floats at SI quantized as quantizeQ8 does: Z0
 // and Z1 the rounded quants as int32, X4 d = amax/127, X8 d as f16. Uses
 // Z2, Z3, X5-X7, Z10-Z13 and K1; Z26-Z29, X30, X31 as quantQ8AVX512 sets them.
@@ -427,12 +448,7 @@ TEXT ·quantQ8AVX512(SB), NOSPLIT, $0-36
 	MOVQ nb+16(FP), CX
 	MOVQ aux+24(FP), DX
 	MOVL k+32(FP), R8
-	VPBROADCASTD q8absmask<>(SB), Z26
-	VPBROADCASTD q8signmask<>(SB), Z27
-	VPBROADCASTD q8half<>(SB), Z28
-	VPBROADCASTD q8one<>(SB), Z29
-	VMOVSS q8d127<>(SB), X30
-	VMOVSS q8one<>(SB), X31
+	Q8CONST5
 	TESTQ CX, CX
 	JZ    qq8done
 qq8loop:
@@ -443,15 +459,7 @@ qq8loop:
 	JZ    qq8next
 	VCVTPH2PS X8, X9
 	VMOVSS X9, (DX)
-	VPADDD Z1, Z0, Z2
-	VEXTRACTI32X8 $1, Z2, Y3
-	VPADDD Y3, Y2, Y2
-	VEXTRACTI128 $1, Y2, X3
-	VPADDD X3, X2, X2
-	VPSHUFD $0x4e, X2, X3
-	VPADDD X3, X2, X2
-	VPSHUFD $0xb1, X2, X3
-	VPADDD X3, X2, X2
+	Q8ISUM5
 	VMOVD X2, AX
 	IMULL R8, AX
 	MOVL AX, 4(DX)
@@ -844,12 +852,7 @@ TEXT ·quantQ81AVX512(SB), NOSPLIT, $0-32
 	MOVQ x+8(FP), SI
 	MOVQ nb+16(FP), CX
 	MOVQ aux+24(FP), DX
-	VPBROADCASTD q8absmask<>(SB), Z26
-	VPBROADCASTD q8signmask<>(SB), Z27
-	VPBROADCASTD q8half<>(SB), Z28
-	VPBROADCASTD q8one<>(SB), Z29
-	VMOVSS q8d127<>(SB), X30
-	VMOVSS q8one<>(SB), X31
+	Q8CONST5
 	TESTQ CX, CX
 	JZ    qq81done
 qq81loop:
@@ -857,15 +860,7 @@ qq81loop:
 	VPEXTRW $0, X8, (DI)
 	VPMOVSDB Z0, 4(DI)
 	VPMOVSDB Z1, 20(DI)
-	VPADDD Z1, Z0, Z2
-	VEXTRACTI32X8 $1, Z2, Y3
-	VPADDD Y3, Y2, Y2
-	VEXTRACTI128 $1, Y2, X3
-	VPADDD X3, X2, X2
-	VPSHUFD $0x4e, X2, X3
-	VPADDD X3, X2, X2
-	VPSHUFD $0xb1, X2, X3
-	VPADDD X3, X2, X2
+	Q8ISUM5
 	VCVTDQ2PS X2, X2
 	VMULSS X4, X2, X2
 	VCVTPS2PH $0, X2, X9
