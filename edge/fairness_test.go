@@ -16,6 +16,7 @@ import (
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/models/testkit/redistest"
 	"github.com/bulkhead-ai/bulkhead/queue"
+	"github.com/bulkhead-ai/bulkhead/queue/queuetest"
 )
 
 // realQuota is a Quota on a fresh redis-server.
@@ -52,12 +53,14 @@ func (g *gate) behaviour(next behaviour) behaviour {
 
 func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
-// startReleasing runs the server's ReleaseEnded for the test's life.
+// startReleasing runs the server's ReleaseEnded for the test's life,
+// once its watch of job records is in place.
 func startReleasing(t *testing.T, h *harness) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.srv.ReleaseEnded(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
+	queuetest.WaitWatched(t, h.js, queue.ResultsBucket) // it sees records written from now on
 }
 
 // TestAsyncCountsConcurrency: with a real quota on redis-server, every job

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // authEnv is an embedded server that takes only role credentials, set up by
@@ -93,6 +95,11 @@ func TestRolesCarryAJob(t *testing.T) {
 	watchDone := make(chan error, 1)
 	go func() { watchDone <- c.WatchEnded(wctx, func(r *AsyncResult) { ended <- r }) }()
 	defer func() { stopWatch(); <-watchDone }()
+	// It reports records written from now on: wait for its consumer.
+	testkit.Poll(t, 10*time.Second, testkit.Cond("the edge's watch of job records", func() bool {
+		s, err := ejs.Stream(ctx, "KV_"+ResultsBucket)
+		return err == nil && s.CachedInfo().State.Consumers > 0
+	}))
 	job := testJob("roles-1")
 	replies, err := c.Submit(ctx, job)
 	if err != nil {
