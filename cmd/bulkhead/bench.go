@@ -68,7 +68,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.Batch > 1 {
 		fmt.Fprintf(stdout, ", %.1f tokens/s across %d sequences", res.Aggregate, cfg.Batch)
 	}
-	_, err = fmt.Fprintln(stdout)
+	_, err = fmt.Fprintf(stdout, " (kernels %s, AMX %s)\n", res.Kernels, res.AMX)
 	return err
 }
 

@@ -49,6 +49,7 @@ func (c Config) Validate() error {
 // Result is what an engine benchmark measured. Its JSON is the output of
 // `bulkhead bench engine --json` (fields in name order).
 type Result struct {
+	AMX                 string  `json:"amx"`                              // kernels.AMX: "on", or off and why
 	Aggregate           float64 `json:"aggregate_tokens_per_s,omitempty"` // all decode sequences together; Batch > 1 only
 	Batch               int     `json:"batch"`
 	DecodeBound         float64 `json:"decode_bound_tokens_per_s"` // read bandwidth / bytes per token
@@ -144,7 +145,7 @@ func measure(ctx context.Context, eng *engine.Engine, cfg Config) (*Result, erro
 	// bandwidth / bytes per token.
 	wb := m.DecodeBytes()
 	res := &Result{
-		Model: m.Name, Threads: eng.Threads(), Kernels: eng.Kernels(), KVPoolTokens: eng.KV().TotalPages() * eng.KV().PageSize(),
+		Model: m.Name, Threads: eng.Threads(), Kernels: eng.Kernels(), AMX: kernels.AMX(), KVPoolTokens: eng.KV().TotalPages() * eng.KV().PageSize(),
 		PromptTokens: cfg.PromptTokens, GenTokens: cfg.GenTokens, DecodePromptTokens: cfg.DecodePromptTokens, Batch: cfg.Batch,
 		Prefill: float64(cfg.PromptTokens) / prefill.Seconds(),
 		Decode:  aggregate / float64(cfg.Batch),

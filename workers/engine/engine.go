@@ -312,7 +312,7 @@ func New(log *slog.Logger, m *Model, cfg Config) (*Engine, error) {
 		}
 	}
 	pool := kernels.NewPool(cfg.Threads)
-	log.Info("engine kernels", "kernels", m.kernels.String(), "threads", pool.Threads())
+	log.Info("engine kernels", "kernels", m.kernels.String(), "amx", kernels.AMX(), "threads", pool.Threads())
 	e := &Engine{
 		model: m, cfg: cfg, log: log, pool: pool, kv: kv,
 		fw:   newForward(m, pool, kvRotation(kv.Config().DType, m.Hyper.HeadDim)),

@@ -11,6 +11,9 @@ func detectPath() path {
 		return pathGo
 	}
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI {
+		if amx.usable {
+			return pathAMX
+		}
 		return pathAVX512
 	}
 	return pathAVX2
@@ -96,6 +99,12 @@ func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride u
 
 //go:noescape
 func gemmQ8P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
+
+// gemmQ8AMX is a tileQ8Kernel on AMX tiles (gemm_amx_amd64.s); it needs the
+// tile data grant (detectAMX).
+//
+//go:noescape
+func gemmQ8AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 
 //go:noescape
 func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)

@@ -7,8 +7,9 @@ import (
 )
 
 // EnvKernels names the environment variable that forces a lower kernel path
-// than the CPU supports ("avx2" or "go"), for tests and comparisons. It is read
-// once, when the process starts.
+// than the CPU supports ("avx512", "avx2" or "go"), for tests and comparisons;
+// "avx512" on a CPU with AMX turns the tiles off. It is read once, when the
+// process starts.
 const EnvKernels = "BULKHEAD_KERNELS"
 
 // ErrKernels is returned by CheckKernels when EnvKernels names an unknown path
@@ -24,9 +25,10 @@ const (
 	pathGo     path = iota // portable Go, the reference
 	pathAVX2               // AVX2, FMA, F16C
 	pathAVX512             // the AVX2 set plus AVX-512 F, BW, VL and VNNI
+	pathAMX                // the AVX-512 set plus AMX tiles for batched Q8_0 products (amx.go)
 )
 
-var pathNames = [...]string{pathGo: "go", pathAVX2: "avx2", pathAVX512: "avx512"}
+var pathNames = [...]string{pathGo: "go", pathAVX2: "avx2", pathAVX512: "avx512", pathAMX: "amx"}
 
 func (p path) String() string { return pathNames[p] }
 
@@ -72,7 +74,7 @@ func (s Set) path() path {
 // asm says whether s runs the AVX2 (or higher) assembly.
 func (s Set) asm() bool { return s.path() >= pathAVX2 }
 
-// String names the Set: "avx512", "avx2" or "go".
+// String names the Set: "amx", "avx512", "avx2" or "go".
 func (s Set) String() string { return s.path().String() }
 
 // Portable reports whether s is the portable Go reference path.
@@ -94,7 +96,7 @@ func choosePath(best path, env string) (path, error) {
 		}
 		return path(p), nil
 	}
-	return best, fmt.Errorf("%w: %q is not one of avx512, avx2, go", ErrKernels, env)
+	return best, fmt.Errorf("%w: %q is not one of amx, avx512, avx2, go", ErrKernels, env)
 }
 
 // CheckKernels returns an error wrapping ErrKernels when EnvKernels was set to

@@ -4,12 +4,14 @@
 // IQ4_XS), and the small vector operations the engine needs (dot products,
 // half-precision conversion, RMSNorm, SwiGLU, softmax).
 //
-// Three kernel paths, each a Set: a table of the ops that have more than one
+// Four kernel paths, each a Set: a table of the ops that have more than one
 // implementation, passed explicitly to each (methods of the Set; a Matrix
 // records the Set it was laid out for and MatMul runs it). A serving process
 // chooses one at start-up from the CPU and the BULKHEAD_KERNELS override
 // (Active, EnvKernels, CheckKernels); tests run every Set the CPU has in one
-// process (Available). The paths: avx512 (AVX-512
+// process (Available). The paths: amx (the avx512 path, with Q8_0 products of
+// 16 or more activation rows on AMX tiles where the CPU has them and Linux
+// grants tile data: amx.go, AMX), avx512 (AVX-512
 // F/BW/VL/VNNI: quantized weights repacked at load into 16-row interleaved
 // groups for VPDPBUSD micro-kernels of 16 weight rows by 4 or 1 activation rows,
 // 16-lane F32 tiles, a vector exp; unpacked types take the avx2 kernels), avx2
@@ -31,7 +33,7 @@
 //
 // Assembly lives in files named for what they compute and the path they need:
 // <concern>_<path>_amd64.s (dot_avx2, attn_avx2, attn_avx512, gemm_avx2,
-// gemm_avx512, kquant_avx2, kgemm_avx2, kquant_avx512, exp_avx2, exp_avx512,
+// gemm_avx512, gemm_amx, kquant_avx2, kgemm_avx2, kquant_avx512, exp_avx2, exp_avx512,
 // softmax_avx2, softmax_avx512, bandwidth_avx2), declared in asm_amd64.go;
 // macros two files share live in avx2_amd64.h. Every instruction on a vector register is VEX or
 // EVEX encoded (VMOVD, not MOVL, into an X register): a legacy SSE one next to

@@ -5,6 +5,8 @@ package kernels
 // detectPath returns pathGo: this build has only the portable kernels.
 func detectPath() path { return pathGo }
 
+func gemmQ8AMX(*byte, int, *byte, uintptr, int, *q8Aux, *[256]float32) { panic("kernels: no asm") }
+
 func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
 func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
 func dotRowsF16AVX(*byte, uintptr, *float32, int, int, *float32) { panic("kernels: no asm") }

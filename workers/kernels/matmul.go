@@ -42,8 +42,13 @@ type matJob struct {
 	xk  []q8K     // K-quants and IQ4_XS: activations as Q8_K blocks
 	xqs int       // bytes per Q8_0/Q8_1 activation row
 	xa  []q8Aux   // packed kernels: per activation block, d as f32 and the offset term
+	xaT []q8Aux   // AMX tiles: xa block-major per 16 rows ([r/16][block][r%16]; tiled)
 	xka []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
 	xm  []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
+
+	// tileKern is the AMX path's tile kernel: nil means gemmQ8AMX; the tests put
+	// its Go model (gemmQ8TileGo) here to run the tile path without AMX.
+	tileKern tileQ8Kernel
 }
 
 // q8KAux is what the packed K-quant kernels need of one Q8_K activation block
@@ -137,6 +142,9 @@ func (j *matJob) prepare(p *Pool) {
 		if j.packed() {
 			j.xa = grow(j.xa, n*c/32)
 		}
+		if j.tiled() {
+			j.xaT = grow(j.xaT, (n+amxRows-1)/amxRows*amxRows*c/32)
+		}
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		j.xqs = c / 32 * q81Block
 		j.xq = grow(j.xq, n*j.xqs)
@@ -194,6 +202,9 @@ func (j *matJob) prepRows(lo, hi int) {
 					quantQ8AVX512(&xq[0], &x[0], c/32, aux, k)
 				} else {
 					quantQ8AVX2(&xq[0], &x[0], c/32, aux, k)
+				}
+				if j.tiled() {
+					j.auxTiles(r)
 				}
 			default:
 				quantizeQ8(xq, x)
@@ -523,6 +534,10 @@ func (j *matJob) groups(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
+		if j.tiled() {
+			j.tilesQ8(w, i)
+			continue
+		}
 		if j.p == pathAVX2 || avx2Packed(typ) {
 			j.group2(w, i, j.nextGroup(w, g, hi, gs, 0))
 			continue
@@ -578,6 +593,10 @@ func (j *matJob) groupsK(lo, hi int) {
 		w := &j.m.pack[g*gs]
 		i := g * packRows
 		r := 0
+		if j.tiled() {
+			j.tilesQ8(w, i)
+			continue
+		}
 		if j.p == pathAVX2 || avx2Packed(typ) {
 			j.groupK2(w, i, j.nextGroup(w, g, hi, gs, 0))
 			continue
@@ -773,19 +792,19 @@ func (j *matJob) groupK2(w *byte, i int, next *byte) {
 		case gguf.TypeQ6_K:
 			gemmQ6KA1(w, nb, x, a, o)
 		case gguf.TypeQ2_K:
-			if j.p == pathAVX512 {
+			if j.p >= pathAVX512 {
 				gemmQ2KP1(w, nb, x, a, o)
 			} else {
 				gemmQ2KA1(w, nb, x, a, o)
 			}
 		case gguf.TypeQ5_K:
-			if j.p == pathAVX512 {
+			if j.p >= pathAVX512 {
 				gemmQ5KP1(w, nb, x, a, o)
 			} else {
 				gemmQ5KA1(w, nb, x, a, o)
 			}
 		case gguf.TypeQ3_K:
-			if j.p == pathAVX512 {
+			if j.p >= pathAVX512 {
 				gemmQ3KP1(w, nb, x, a, o)
 			} else {
 				gemmQ3KA1(w, nb, x, a, o)

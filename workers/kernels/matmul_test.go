@@ -116,7 +116,7 @@ func paths() []path { return availablePaths() }
 func asmPaths() []path { return paths()[1:] }
 
 func TestPathsAvailable(t *testing.T) {
-	for p := pathAVX2; p <= pathAVX512; p++ {
+	for p := pathAVX2; p <= pathAMX; p++ {
 		t.Run(p.String(), func(t *testing.T) {
 			if p > detectPath() {
 				t.Skipf("this CPU or build lacks the %s kernels (best here: %s); they are not tested", p, detectPath())
@@ -150,6 +150,9 @@ func TestChoosePath(t *testing.T) {
 		want path
 		err  bool
 	}{
+		{pathAMX, "", pathAMX, false},
+		{pathAMX, "avx512", pathAVX512, false},
+		{pathAVX512, "amx", pathAVX512, true},
 		{pathAVX512, "", pathAVX512, false},
 		{pathAVX512, "avx2", pathAVX2, false},
 		{pathAVX512, "go", pathGo, false},

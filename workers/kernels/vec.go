@@ -318,7 +318,7 @@ func (ks Set) sum64(x []float32) float64 {
 	k := 0
 	if len(x) >= 8 {
 		switch ks.path() {
-		case pathAVX512:
+		case pathAVX512, pathAMX:
 			k = len(x) &^ 7
 			sum = sumF64AVX512(&x[0], k)
 		case pathAVX2:

@@ -1,0 +1,115 @@
+package kernels
+
+import (
+	"unsafe"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// AMX tiles (Intel's Advanced Matrix Extensions: eight 1 KiB tile registers
+// and TDPB*D, a 16x64-byte by 64x16-byte int8 product per instruction) serve
+// the AMX path's batched Q8_0 products: per 32-element block, one tile of up
+// to 16 activation rows times one of 16 packed weight rows gives every exact
+// int32 block sum at once, and the float steps that follow are the AVX-512
+// kernels' (QFIN), so the results are bitwise the portable ones.
+
+// amxInfo is what this process found of AMX tiles when it started.
+type amxInfo struct {
+	usable bool   // the CPU has AMX-TILE and AMX-INT8 and the OS granted tile data
+	why    string // why not, when not usable
+}
+
+// amx is read once at start-up (detectAMX), before any path is chosen.
+var amx = detectAMX()
+
+// AMX says whether this process computes with AMX tiles, and if not, why not:
+// the CPU lacks them, the OS refused them, or EnvKernels asked for a lower
+// path. Serving processes log it and `bulkhead bench engine` reports it.
+func AMX() string {
+	switch {
+	case active == pathAMX:
+		return "on"
+	case amx.usable:
+		return "off: " + EnvKernels + "=" + active.String()
+	default:
+		return "off: " + amx.why
+	}
+}
+
+// amxRows is the most activation rows one tile product takes; a product of
+// fewer rows than this runs the AVX-512 kernels instead.
+const amxRows = 16
+
+// tileQ8Kernel computes, for activation rows [0,m) (m <= 16) and one packed
+// Q8_0 group (w, nb blocks), out[r*16+i] = dot(weight row i, row r) as
+// dotQ8Go does; aux holds the rows' q8Aux block-major ([nb][16]) and x the
+// rows' Q8_0 blocks, xstride bytes apart. Rows m..15 of out are undefined.
+type tileQ8Kernel func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
+
+// gemmQ8TileGo is gemmQ8AMX in Go: the reference its assembly is tested
+// against, and what the tile driver's tests run on CPUs without AMX. C is
+// what TDPBSUD leaves in the accumulator tile: signed activation bytes times
+// the packed weights' unsigned (sign-flipped) bytes, over the block.
+func gemmQ8TileGo(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
+	wb := unsafe.Slice(w, nb*packBlockQ8)
+	xb := unsafe.Slice(x, (m-1)*int(xstride)+nb*q8Block)
+	ab := unsafe.Slice(aux, nb*amxRows)
+	var acc [256]float32
+	for b := range nb {
+		blk := wb[b*packBlockQ8 : (b+1)*packBlockQ8]
+		for r := range m {
+			xs := xb[r*int(xstride)+b*q8Block+2 : r*int(xstride)+(b+1)*q8Block]
+			a := ab[b*amxRows+r]
+			for i := range packRows {
+				var c int32
+				for k := range 32 { // B's row k/4, column i, byte k%4
+					c += int32(int8(xs[k])) * int32(blk[2*packRows+64*(k/4)+4*i+k%4])
+				}
+				d := half(blk[2*i:2*i+2]) * a.d
+				acc[r*16+i] = acc[r*16+i] + float32(d*float32(c-a.c))
+			}
+		}
+	}
+	*out = acc
+}
+
+// packBlockQ8 is the bytes of one packed Q8_0 group block: 16 f16 scales,
+// then 8 slices of 64 bytes, slice s holding bytes 4s..4s+3 of each row
+// (repack.go). A slice is one row of an AMX B tile as TDPB*D reads it
+// (column i: 4 consecutive bytes of weight row i), so the packed block is
+// the tile, 64 bytes a row, with no repacking for AMX.
+const packBlockQ8 = 2*packRows + 32*packRows
+
+// tilesQ8 computes the outputs of packed Q8_0 group g (weight rows i..i+15)
+// for every activation row, up to 16 rows per tile product. j.xaT holds the
+// rows' aux block-major per 16 rows (prepRows).
+func (j *matJob) tilesQ8(w *byte, i int) {
+	nb, rows := j.m.Cols/32, j.m.Rows
+	kern := j.tileKern
+	if kern == nil {
+		kern = gemmQ8AMX
+	}
+	var out [256]float32
+	for r := 0; r < j.n; r += amxRows {
+		m := min(amxRows, j.n-r)
+		kern(w, nb, &j.xq[r*j.xqs], uintptr(j.xqs), m, &j.xaT[r/amxRows*nb*amxRows], &out)
+		for k := range m {
+			copy(j.out[(r+k)*rows+i:(r+k)*rows+i+packRows], out[k*16:k*16+16])
+		}
+	}
+}
+
+// tiled says whether this product runs on AMX tiles.
+func (j *matJob) tiled() bool {
+	return j.p == pathAMX && j.m.Type == gguf.TypeQ8_0 && j.n >= amxRows && j.packed()
+}
+
+// auxTiles copies activation row r's aux into j.xaT, where the tile kernel
+// reads a block's entries for 16 rows together.
+func (j *matJob) auxTiles(r int) {
+	nb := j.m.Cols / 32
+	t := j.xaT[r/amxRows*nb*amxRows:]
+	for b, a := range j.xa[r*nb : (r+1)*nb] {
+		t[b*amxRows+r%amxRows] = a
+	}
+}

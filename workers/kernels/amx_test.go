@@ -1,0 +1,112 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
+)
+
+// amxShapes are Q8_0 products the tile path takes: whole panels of 16
+// activation rows and partial last ones, one block and several.
+var amxShapes = []struct{ rows, cols, n int }{
+	{16, 32, 16}, {16, 256, 17}, {32, 64, 31}, {48, 512, 40}, {16, 2048, 33},
+}
+
+// TestTilePathModel runs the AMX path's tile driver (activation aux laid out
+// block-major, panels of up to 16 rows, outputs copied from the tile) with
+// the Go model of the tile kernel: every output must be bitwise the portable
+// product's, and the tiles must have been used. It needs the AVX-512
+// quantizer, so it runs on any AVX-512 CPU, AMX or not.
+func TestTilePathModel(t *testing.T) {
+	if detectPath() < pathAVX512 {
+		t.Skipf("this CPU or build lacks the AVX-512 kernels (best here: %s); the AMX tile path is not tested", detectPath())
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, sh := range amxShapes {
+		for _, threads := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%dx%d/n%d/t%d", sh.rows, sh.cols, sh.n, threads), func(t *testing.T) {
+				m := randMatrix(t, rng, gguf.TypeQ8_0, sh.rows, sh.cols)
+				m, err := pathAMX.set().NewMatrix(gguf.TypeQ8_0, sh.rows, sh.cols, m.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := randVec(rng, sh.n*sh.cols)
+				p := NewPool(threads)
+				defer p.Close()
+				var calls atomic.Int64
+				p.job.tileKern = func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
+					calls.Add(1)
+					gemmQ8TileGo(w, nb, x, xstride, m, aux, out)
+				}
+				got := make([]float32, sh.n*sh.rows)
+				p.matMul(got, m, x, sh.n, pathAMX)
+				want := make([]float32, sh.n*sh.rows)
+				p.matMul(want, m, x, sh.n, pathGo)
+				sameBits(t, got, want, sh.rows)
+				if w := int64(sh.rows / 16 * ((sh.n + 15) / 16)); calls.Load() != w {
+					t.Fatalf("%d tile products, want %d", calls.Load(), w)
+				}
+			})
+		}
+	}
+}
+
+// TestTileKernelAMX checks the AMX assembly against its Go model, bitwise,
+// for every panel height 1..16 (through MatMul, so the tile config sees each
+// height) and the shapes above. It runs only where the CPU has AMX tiles
+// and the OS grants them.
+func TestTileKernelAMX(t *testing.T) {
+	if !amx.usable {
+		t.Skipf("no AMX here (%s); the AMX kernel gemmQ8AMX is not tested on this machine", amx.why)
+	}
+	rng := rand.New(rand.NewPCG(13, 14))
+	shapes := amxShapes
+	for n := 16; n < 32; n++ {
+		shapes = append(shapes, struct{ rows, cols, n int }{16, 96, n})
+	}
+	for _, sh := range shapes {
+		t.Run(fmt.Sprintf("%dx%d/n%d", sh.rows, sh.cols, sh.n), func(t *testing.T) {
+			m, err := pathAMX.set().NewMatrix(gguf.TypeQ8_0, sh.rows, sh.cols, randMatrix(t, rng, gguf.TypeQ8_0, sh.rows, sh.cols).Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := randVec(rng, sh.n*sh.cols)
+			p := NewPool(2)
+			defer p.Close()
+			got := make([]float32, sh.n*sh.rows)
+			p.matMul(got, m, x, sh.n, pathAMX)
+			p.job.tileKern = gemmQ8TileGo
+			want := make([]float32, sh.n*sh.rows)
+			p.matMul(want, m, x, sh.n, pathAMX)
+			sameBits(t, got, want, sh.rows)
+		})
+	}
+}
+
+func sameBits(t *testing.T, got, want []float32, rows int) {
+	t.Helper()
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("row %d col %d: %g (%#x), want %g (%#x)", i/rows, i%rows, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// TestAMXStatus: AMX() says on or off, and why off.
+func TestAMXStatus(t *testing.T) {
+	s := AMX()
+	switch {
+	case active == pathAMX && s != "on":
+		t.Fatalf("AMX() = %q with the AMX path active", s)
+	case active != pathAMX && !strings.HasPrefix(s, "off: "):
+		t.Fatalf("AMX() = %q with the %s path active", s, active)
+	case amx.usable && active != pathAMX && !strings.Contains(s, EnvKernels):
+		t.Fatalf("AMX() = %q: usable here, so only %s can have turned it off", s, EnvKernels)
+	}
+	t.Logf("AMX: %s", s)
+}
