@@ -57,7 +57,8 @@ vet: deps
 # slow or cannot show: the dev and four-worker floods, structured output over
 # the whole qwen2 vocabulary, the engine's numerics tests on the portable
 # kernel set (under -race they run every other set the CPU has, and the
-# kernels package runs every set of every op), and a build without assembly.
+# kernels package runs every set of every op), a build without assembly, and
+# the AMX kernels with their tile instructions emulated (amx.go).
 test: deps vet
 	$(GO) test -race -count=1 -timeout 35m ./...
 	$(GO) test -count=1 -run 'TestFloodFairness/(dev|four)' ./cmd/bulkhead
@@ -65,6 +66,7 @@ test: deps vet
 	$(GO) test -count=1 -run '(Golden|Invariance|Arch|Attention|EmbedderMatchesLlamaCpp)/^go$$' ./workers/engine
 	$(GO) test -count=1 -run '(MatchesLlamaCpp|BatchInvariance)/^go$$' ./workers/encoder
 	$(GO) test -count=1 -tags purego ./workers/kernels
+	$(GO) test -count=1 -tags amxemu -run 'TestTileKernelAMX|TestTilePathModel|TestNoLegacySSE' ./workers/kernels
 
 # cluster starts the local cluster of real processes (deploy/local: three
 # NATS servers in one JetStream cluster, Redis, two edges, a prefill and two

@@ -8,15 +8,16 @@ import (
 
 // AMX tiles (Intel's Advanced Matrix Extensions: eight 1 KiB tile registers
 // and TDPB*D, a 16x64-byte by 64x16-byte int8 product per instruction) serve
-// the AMX path's batched Q8_0 products: per 32-element block, one tile of up
+// the AMX path's batched Q8_0 and Q4_0 products: per 32-element block, one tile of up
 // to 16 activation rows times one of 16 packed weight rows gives every exact
 // int32 block sum at once, and the float steps that follow are the AVX-512
 // kernels' (QFIN), so the results are bitwise the portable ones.
 
 // amxInfo is what this process found of AMX tiles when it started.
 type amxInfo struct {
-	usable bool   // the CPU has AMX-TILE and AMX-INT8 and the OS granted tile data
-	why    string // why not, when not usable
+	usable   bool   // the CPU has AMX-TILE and AMX-INT8 and the OS granted tile data
+	emulated bool   // a test build (amxemu): the tile instructions are emulated
+	why      string // why not, when not usable
 }
 
 // amx is read once at start-up (detectAMX), before any path is chosen.
@@ -27,6 +28,8 @@ var amx = detectAMX()
 // path. Serving processes log it and `bulkhead bench engine` reports it.
 func AMX() string {
 	switch {
+	case active == pathAMX && amx.emulated:
+		return "on, emulated (a test build: -tags amxemu)"
 	case active == pathAMX:
 		return "on"
 	case amx.usable:
@@ -41,52 +44,69 @@ func AMX() string {
 const amxRows = 16
 
 // tileQ8Kernel computes, for activation rows [0,m) (m <= 16) and one packed
-// Q8_0 group (w, nb blocks), out[r*16+i] = dot(weight row i, row r) as
-// dotQ8Go does; aux holds the rows' q8Aux block-major ([nb][16]) and x the
+// Q8_0 or Q4_0 group (w, nb blocks), out[r*16+i] = dot(weight row i, row r)
+// as dotQ8Go or dotQ4Go does; aux holds the rows' q8Aux block-major ([nb][16]) and x the
 // rows' Q8_0 blocks, xstride bytes apart. Rows m..15 of out are undefined.
 type tileQ8Kernel func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 
-// gemmQ8TileGo is gemmQ8AMX in Go: the reference its assembly is tested
-// against, and what the tile driver's tests run on CPUs without AMX. C is
-// what TDPBSUD leaves in the accumulator tile: signed activation bytes times
-// the packed weights' unsigned (sign-flipped) bytes, over the block.
-func gemmQ8TileGo(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
-	wb := unsafe.Slice(w, nb*packBlockQ8)
-	xb := unsafe.Slice(x, (m-1)*int(xstride)+nb*q8Block)
-	ab := unsafe.Slice(aux, nb*amxRows)
-	var acc [256]float32
-	for b := range nb {
-		blk := wb[b*packBlockQ8 : (b+1)*packBlockQ8]
-		for r := range m {
-			xs := xb[r*int(xstride)+b*q8Block+2 : r*int(xstride)+(b+1)*q8Block]
-			a := ab[b*amxRows+r]
-			for i := range packRows {
-				var c int32
-				for k := range 32 { // B's row k/4, column i, byte k%4
-					c += int32(int8(xs[k])) * int32(blk[2*packRows+64*(k/4)+4*i+k%4])
-				}
-				d := half(blk[2*i:2*i+2]) * a.d
-				acc[r*16+i] = acc[r*16+i] + float32(d*float32(c-a.c))
-			}
+// tileModel is the tile kernel of packed type t (Q8_0 or Q4_0) in Go: the
+// reference its assembly is tested against, and what the tile driver's tests
+// run on CPUs without AMX. c is what TDPBSUD leaves in the accumulator tile:
+// signed activation bytes times the weights' unsigned bytes (Q8_0's
+// sign-flipped quants, Q4_0's nibbles), over the block; the aux offset term
+// takes the flip or the nibbles' 8 back off.
+func tileModel(t gguf.Type) tileQ8Kernel {
+	bs := packBlock(t)
+	weight := func(blk []byte, k, i int) int32 { // Q8_0: B's row k/4, column i, byte k%4
+		return int32(blk[2*packRows+64*(k/4)+4*i+k%4])
+	}
+	if t == gguf.TypeQ4_0 { // low nibbles of the slices are k < 16, high ones 16 on
+		weight = func(blk []byte, k, i int) int32 {
+			b := blk[2*packRows+64*(k%16/4)+4*i+k%4]
+			return int32(b>>(4*(k/16))) & 15
 		}
 	}
-	*out = acc
+	return func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
+		wb := unsafe.Slice(w, nb*bs)
+		xb := unsafe.Slice(x, (m-1)*int(xstride)+nb*q8Block)
+		ab := unsafe.Slice(aux, nb*amxRows)
+		var acc [256]float32
+		for b := range nb {
+			blk := wb[b*bs : (b+1)*bs]
+			for r := range m {
+				xs := xb[r*int(xstride)+b*q8Block+2 : r*int(xstride)+(b+1)*q8Block]
+				a := ab[b*amxRows+r]
+				for i := range packRows {
+					var c int32
+					for k := range 32 {
+						c += int32(int8(xs[k])) * weight(blk, k, i)
+					}
+					d := half(blk[2*i:2*i+2]) * a.d
+					acc[r*16+i] = acc[r*16+i] + float32(d*float32(c-a.c))
+				}
+			}
+		}
+		*out = acc
+	}
 }
 
-// packBlockQ8 is the bytes of one packed Q8_0 group block: 16 f16 scales,
-// then 8 slices of 64 bytes, slice s holding bytes 4s..4s+3 of each row
-// (repack.go). A slice is one row of an AMX B tile as TDPB*D reads it
-// (column i: 4 consecutive bytes of weight row i), so the packed block is
-// the tile, 64 bytes a row, with no repacking for AMX.
-const packBlockQ8 = 2*packRows + 32*packRows
+// The packed Q8_0 block (repack.go: 16 f16 scales, then 8 slices of 64
+// bytes, slice s holding bytes 4s..4s+3 of each row) is an AMX B tile as it
+// is: TDPB*D reads column i of a tile row as 4 consecutive bytes of weight
+// row i. Q4_0's 4 slices of nibble bytes make one after masking (the low
+// nibbles, elements 0..15) and shifting (the high ones, 16..31).
 
-// tilesQ8 computes the outputs of packed Q8_0 group g (weight rows i..i+15)
+// tiles computes the outputs of packed Q8_0 or Q4_0 group g (weight rows i..i+15)
 // for every activation row, up to 16 rows per tile product. j.xaT holds the
 // rows' aux block-major per 16 rows (prepRows).
-func (j *matJob) tilesQ8(w *byte, i int) {
+func (j *matJob) tiles(w *byte, i int) {
 	nb, rows := j.m.Cols/32, j.m.Rows
 	kern := j.tileKern
-	if kern == nil {
+	switch {
+	case kern != nil:
+	case j.m.Type == gguf.TypeQ4_0:
+		kern = gemmQ4AMX
+	default:
 		kern = gemmQ8AMX
 	}
 	var out [256]float32
@@ -101,7 +121,8 @@ func (j *matJob) tilesQ8(w *byte, i int) {
 
 // tiled says whether this product runs on AMX tiles.
 func (j *matJob) tiled() bool {
-	return j.p == pathAMX && j.m.Type == gguf.TypeQ8_0 && j.n >= amxRows && j.packed()
+	t := j.m.Type
+	return j.p == pathAMX && (t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0) && j.n >= amxRows && j.packed()
 }
 
 // auxTiles copies activation row r's aux into j.xaT, where the tile kernel

@@ -1,4 +1,4 @@
-//go:build linux && amd64 && !purego
+//go:build linux && amd64 && !purego && !amxemu
 
 package kernels
 

@@ -1,4 +1,4 @@
-//go:build !linux || !amd64 || purego
+//go:build !amd64 || purego || (!linux && !amxemu)
 
 package kernels
 

@@ -17,6 +17,9 @@ var amxShapes = []struct{ rows, cols, n int }{
 	{16, 32, 16}, {16, 256, 17}, {32, 64, 31}, {48, 512, 40}, {16, 2048, 33},
 }
 
+// amxTypes are the types the AMX path puts on tiles.
+var amxTypes = []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0}
+
 // TestTilePathModel runs the AMX path's tile driver (activation aux laid out
 // block-major, panels of up to 16 rows, outputs copied from the tile) with
 // the Go model of the tile kernel: every output must be bitwise the portable
@@ -27,64 +30,74 @@ func TestTilePathModel(t *testing.T) {
 		t.Skipf("this CPU or build lacks the AVX-512 kernels (best here: %s); the AMX tile path is not tested", detectPath())
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	for _, sh := range amxShapes {
-		for _, threads := range []int{1, 2} {
-			t.Run(fmt.Sprintf("%dx%d/n%d/t%d", sh.rows, sh.cols, sh.n, threads), func(t *testing.T) {
-				m := randMatrix(t, rng, gguf.TypeQ8_0, sh.rows, sh.cols)
-				m, err := pathAMX.set().NewMatrix(gguf.TypeQ8_0, sh.rows, sh.cols, m.Data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				x := randVec(rng, sh.n*sh.cols)
-				p := NewPool(threads)
-				defer p.Close()
-				var calls atomic.Int64
-				p.job.tileKern = func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
-					calls.Add(1)
-					gemmQ8TileGo(w, nb, x, xstride, m, aux, out)
-				}
-				got := make([]float32, sh.n*sh.rows)
-				p.matMul(got, m, x, sh.n, pathAMX)
-				want := make([]float32, sh.n*sh.rows)
-				p.matMul(want, m, x, sh.n, pathGo)
-				sameBits(t, got, want, sh.rows)
-				if w := int64(sh.rows / 16 * ((sh.n + 15) / 16)); calls.Load() != w {
-					t.Fatalf("%d tile products, want %d", calls.Load(), w)
-				}
-			})
+	for _, typ := range amxTypes {
+		for _, sh := range amxShapes {
+			for _, threads := range []int{1, 2} {
+				t.Run(fmt.Sprintf("%s/%dx%d/n%d/t%d", typ, sh.rows, sh.cols, sh.n, threads), func(t *testing.T) {
+					m := amxMatrix(t, rng, typ, sh.rows, sh.cols)
+					x := randVec(rng, sh.n*sh.cols)
+					p := NewPool(threads)
+					defer p.Close()
+					var calls atomic.Int64
+					model := tileModel(typ)
+					p.job.tileKern = func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
+						calls.Add(1)
+						model(w, nb, x, xstride, m, aux, out)
+					}
+					got := make([]float32, sh.n*sh.rows)
+					p.matMul(got, m, x, sh.n, pathAMX)
+					want := make([]float32, sh.n*sh.rows)
+					p.matMul(want, m, x, sh.n, pathGo)
+					sameBits(t, got, want, sh.rows)
+					if w := int64(sh.rows / 16 * ((sh.n + 15) / 16)); calls.Load() != w {
+						t.Fatalf("%d tile products, want %d", calls.Load(), w)
+					}
+				})
+			}
 		}
 	}
 }
 
+// amxMatrix is a random matrix of type typ laid out for the AMX path.
+func amxMatrix(t *testing.T, rng *rand.Rand, typ gguf.Type, rows, cols int) Matrix {
+	t.Helper()
+	m, err := pathAMX.set().NewMatrix(typ, rows, cols, randMatrix(t, rng, typ, rows, cols).Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestTileKernelAMX checks the AMX assembly against its Go model, bitwise,
 // for every panel height 1..16 (through MatMul, so the tile config sees each
-// height) and the shapes above. It runs only where the CPU has AMX tiles
-// and the OS grants them.
+// height) and the shapes above. It runs where the CPU has AMX tiles and the
+// OS grants them, and, built with -tags amxemu (make test), on any AVX-512
+// CPU with the tile instructions emulated.
 func TestTileKernelAMX(t *testing.T) {
 	if !amx.usable {
-		t.Skipf("no AMX here (%s); the AMX kernel gemmQ8AMX is not tested on this machine", amx.why)
+		t.Skipf("no AMX here (%s); the AMX kernels gemmQ8AMX and gemmQ4AMX are not tested on this machine (-tags amxemu runs them with the tile instructions emulated)", amx.why)
 	}
+	t.Logf("AMX: %s", AMX())
 	rng := rand.New(rand.NewPCG(13, 14))
 	shapes := amxShapes
 	for n := 16; n < 32; n++ {
 		shapes = append(shapes, struct{ rows, cols, n int }{16, 96, n})
 	}
-	for _, sh := range shapes {
-		t.Run(fmt.Sprintf("%dx%d/n%d", sh.rows, sh.cols, sh.n), func(t *testing.T) {
-			m, err := pathAMX.set().NewMatrix(gguf.TypeQ8_0, sh.rows, sh.cols, randMatrix(t, rng, gguf.TypeQ8_0, sh.rows, sh.cols).Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := randVec(rng, sh.n*sh.cols)
-			p := NewPool(2)
-			defer p.Close()
-			got := make([]float32, sh.n*sh.rows)
-			p.matMul(got, m, x, sh.n, pathAMX)
-			p.job.tileKern = gemmQ8TileGo
-			want := make([]float32, sh.n*sh.rows)
-			p.matMul(want, m, x, sh.n, pathAMX)
-			sameBits(t, got, want, sh.rows)
-		})
+	for _, typ := range amxTypes {
+		for _, sh := range shapes {
+			t.Run(fmt.Sprintf("%s/%dx%d/n%d", typ, sh.rows, sh.cols, sh.n), func(t *testing.T) {
+				m := amxMatrix(t, rng, typ, sh.rows, sh.cols)
+				x := randVec(rng, sh.n*sh.cols)
+				p := NewPool(2)
+				defer p.Close()
+				got := make([]float32, sh.n*sh.rows)
+				p.matMul(got, m, x, sh.n, pathAMX)
+				p.job.tileKern = tileModel(typ)
+				want := make([]float32, sh.n*sh.rows)
+				p.matMul(want, m, x, sh.n, pathAMX)
+				sameBits(t, got, want, sh.rows)
+			})
+		}
 	}
 }
 
@@ -101,7 +114,7 @@ func sameBits(t *testing.T, got, want []float32, rows int) {
 func TestAMXStatus(t *testing.T) {
 	s := AMX()
 	switch {
-	case active == pathAMX && s != "on":
+	case active == pathAMX && !strings.HasPrefix(s, "on"):
 		t.Fatalf("AMX() = %q with the AMX path active", s)
 	case active != pathAMX && !strings.HasPrefix(s, "off: "):
 		t.Fatalf("AMX() = %q with the %s path active", s, active)

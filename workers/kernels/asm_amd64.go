@@ -100,11 +100,14 @@ func gemmQ8P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride u
 //go:noescape
 func gemmQ8P1(w *byte, nb int, x *byte, aux *q8Aux, out *float32)
 
-// gemmQ8AMX is a tileQ8Kernel on AMX tiles (gemm_amx_amd64.s); it needs the
-// tile data grant (detectAMX).
+// gemmQ8AMX and gemmQ4AMX are the tileQ8Kernels of Q8_0 and Q4_0 on AMX
+// tiles (gemm_amx_amd64.s); they need the tile data grant (detectAMX).
 //
 //go:noescape
 func gemmQ8AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
+
+//go:noescape
+func gemmQ4AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 
 //go:noescape
 func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)

@@ -6,6 +6,7 @@ package kernels
 func detectPath() path { return pathGo }
 
 func gemmQ8AMX(*byte, int, *byte, uintptr, int, *q8Aux, *[256]float32) { panic("kernels: no asm") }
+func gemmQ4AMX(*byte, int, *byte, uintptr, int, *q8Aux, *[256]float32) { panic("kernels: no asm") }
 
 func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
 func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }

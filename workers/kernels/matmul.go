@@ -46,8 +46,9 @@ type matJob struct {
 	xka []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
 	xm  []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
 
-	// tileKern is the AMX path's tile kernel: nil means gemmQ8AMX; the tests put
-	// its Go model (gemmQ8TileGo) here to run the tile path without AMX.
+	// tileKern is the AMX path's tile kernel: nil means the type's assembly
+	// (gemmQ8AMX, gemmQ4AMX); the tests put its Go model (tileModel) here to
+	// run the tile path without AMX.
 	tileKern tileQ8Kernel
 }
 
@@ -535,7 +536,7 @@ func (j *matJob) groups(lo, hi int) {
 		i := g * packRows
 		r := 0
 		if j.tiled() {
-			j.tilesQ8(w, i)
+			j.tiles(w, i)
 			continue
 		}
 		if j.p == pathAVX2 || avx2Packed(typ) {
@@ -594,7 +595,7 @@ func (j *matJob) groupsK(lo, hi int) {
 		i := g * packRows
 		r := 0
 		if j.tiled() {
-			j.tilesQ8(w, i)
+			j.tiles(w, i)
 			continue
 		}
 		if j.p == pathAVX2 || avx2Packed(typ) {

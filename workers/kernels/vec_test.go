@@ -578,7 +578,7 @@ func testSoftmaxParts(t *testing.T, kp path) {
 				}
 			}
 			got := want
-			width := map[path]int{pathAVX2: 8, pathAVX512: 16}[kp]
+			width := map[path]int{pathAVX2: 8, pathAVX512: 16, pathAMX: 16}[kp]
 			if k := n / width * width; k > 0 {
 				if kp == pathAVX2 {
 					got = maxF32AVX2(&x[0], k)
