@@ -9,9 +9,9 @@
 // records the Set it was laid out for and MatMul runs it). A serving process
 // chooses one at start-up from the CPU and the BULKHEAD_KERNELS override
 // (Active, EnvKernels, CheckKernels); tests run every Set the CPU has in one
-// process (Available). The paths: amx (the avx512 path, with Q8_0 products of
-// 16 or more activation rows on AMX tiles where the CPU has them and Linux
-// grants tile data: amx.go, AMX), avx512 (AVX-512
+// process (Available). The paths: amx (the avx512 path, with Q8_0 and Q4_0
+// products of 16 or more activation rows on AMX tiles where the CPU has them
+// and Linux grants tile data: amx.go, AMX), avx512 (AVX-512
 // F/BW/VL/VNNI: quantized weights repacked at load into 16-row interleaved
 // groups for VPDPBUSD micro-kernels of 16 weight rows by 4 or 1 activation rows,
 // 16-lane F32 tiles, a vector exp; unpacked types take the avx2 kernels), avx2
@@ -32,14 +32,18 @@
 // bitwise reproducible.
 //
 // Assembly lives in files named for what they compute and the path they need:
-// <concern>_<path>_amd64.s (dot_avx2, attn_avx2, attn_avx512, gemm_avx2,
-// gemm_avx512, gemm_amx, kquant_avx2, kgemm_avx2, kquant_avx512, exp_avx2, exp_avx512,
-// softmax_avx2, softmax_avx512, bandwidth_avx2), declared in asm_amd64.go;
-// macros two files share live in avx2_amd64.h. Every instruction on a vector register is VEX or
-// EVEX encoded (VMOVD, not MOVL, into an X register): a legacy SSE one next to
-// live YMM upper halves costs a state transition on some CPUs (TestNoLegacySSE).
+// <concern>_<path>_amd64.s (dot, gemm, kgemm, kquant, attn, exp, gelu, norm,
+// softmax, kvquant and bandwidth for avx2; gemm, kquant, attn, exp, gelu and
+// softmax for avx512; gemm for amx, and gemm_amx_emu, its tile instructions
+// emulated, built only with the amxemu tag), declared in asm_amd64.go; macros
+// several files share live in avx2_amd64.h, avx512_amd64.h, prefetch_amd64.h
+// and amx_amd64.h (the AMX kernels' bodies). Every instruction on a vector
+// register is VEX or EVEX encoded (VMOVD, not MOVL, into an X register): a
+// legacy SSE one next to live YMM upper halves costs a state transition on
+// some CPUs (TestNoLegacySSE).
 //
-// This package must never allocate per element, start a goroutine per call, keep
-// global state beyond the path chosen at start-up (read only by Active and the
-// zero Set), read files or import anything above models/.
+// This package must never allocate per element, start a goroutine per call,
+// keep global state beyond the path chosen at start-up and what it found of
+// AMX (read only by Active, AMX and the zero Set), read files or import
+// anything above models/.
 package kernels
