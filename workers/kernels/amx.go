@@ -8,7 +8,7 @@ import (
 
 // AMX tiles (Intel's Advanced Matrix Extensions: eight 1 KiB tile registers
 // and TDPB*D, a 16x64-byte by 64x16-byte int8 product per instruction) serve
-// the AMX path's batched Q8_0 and Q4_0 products: per 32-element block, one tile of up
+// the AMX path's batched Q8_0, Q4_0 and Q4_K products: per 32-element block, one tile of up
 // to 16 activation rows times one of 16 packed weight rows gives every exact
 // int32 block sum at once, and the float steps that follow are the AVX-512
 // kernels' (QFIN), so the results are bitwise the portable ones.
@@ -122,7 +122,7 @@ func (j *matJob) tiles(w *byte, i int) {
 // tiled says whether this product runs on AMX tiles.
 func (j *matJob) tiled() bool {
 	t := j.m.Type
-	return j.p == pathAMX && (t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0) && j.n >= amxRows && j.packed()
+	return j.p == pathAMX && (t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0 || t == gguf.TypeQ4_K) && j.n >= amxRows && j.packed()
 }
 
 // auxTiles copies activation row r's aux into j.xaT, where the tile kernel
@@ -132,5 +132,73 @@ func (j *matJob) auxTiles(r int) {
 	t := j.xaT[r/amxRows*nb*amxRows:]
 	for b, a := range j.xa[r*nb : (r+1)*nb] {
 		t[b*amxRows+r%amxRows] = a
+	}
+}
+
+// tileKKernel is tileQ8Kernel for a packed Q4_K group: x holds the rows'
+// Q8_K blocks, xstride bytes apart, and aux their q8KAux block-major
+// ([nb][16]).
+type tileKKernel func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
+
+// tileModelQ4K is gemmQ4KAMX in Go: per super-block and sub-block t, the
+// exact tile sums of the nibbles (chunk t/2's slices, low nibbles for even
+// t) times the sub-block's scales, the mins against the activations'
+// 32-element sums, then dotQ4KGo's float steps.
+func tileModelQ4K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
+	bs := packBlock(gguf.TypeQ4_K)
+	wb := unsafe.Slice(w, nb*bs)
+	ab := unsafe.Slice(aux, nb*amxRows)
+	var acc [256]float32
+	for b := range nb {
+		blk := wb[b*bs : (b+1)*bs]
+		for r := range m {
+			xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
+			a := &ab[b*amxRows+r]
+			for i := range packRows {
+				var isum, msum int32
+				for t := range 8 {
+					var c int32
+					for k := range 32 {
+						q := blk[320+512*(t/2)+64*(k/4)+4*i+k%4] >> (4 * (t % 2)) & 15
+						c += int32(xb.qs[32*t+k]) * int32(q)
+					}
+					isum += int32(blk[64+16*t+i]) * c
+					msum += int32(blk[192+32*(t/2)+2*i+t%2]) * int32(a.bs32[t])
+				}
+				d := half(blk[2*i:2*i+2]) * a.d
+				dmin := half(blk[32+2*i:32+2*i+2]) * a.d
+				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
+				acc[r*16+i] = acc[r*16+i] - float32(dmin*float32(msum))
+			}
+		}
+	}
+	*out = acc
+}
+
+// tilesK is tiles for a packed Q4_K group; j.xkaT holds the rows' aux
+// block-major per 16 rows.
+func (j *matJob) tilesK(w *byte, i int) {
+	nb, rows := j.m.Cols/256, j.m.Rows
+	kern := j.tileKKern
+	if kern == nil {
+		kern = gemmQ4KAMX
+	}
+	xs := uintptr(nb) * unsafe.Sizeof(q8K{})
+	var out [256]float32
+	for r := 0; r < j.n; r += amxRows {
+		m := min(amxRows, j.n-r)
+		kern(w, nb, &j.xk[r*nb], xs, m, &j.xkaT[r/amxRows*nb*amxRows], &out)
+		for k := range m {
+			copy(j.out[(r+k)*rows+i:(r+k)*rows+i+packRows], out[k*16:k*16+16])
+		}
+	}
+}
+
+// auxTilesK copies activation row r's q8KAux into j.xkaT, block-major.
+func (j *matJob) auxTilesK(r int) {
+	nb := j.m.Cols / 256
+	t := j.xkaT[r/amxRows*nb*amxRows:]
+	for b := range nb {
+		t[b*amxRows+r%amxRows] = j.xka[r*nb+b]
 	}
 }

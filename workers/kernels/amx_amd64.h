@@ -5,9 +5,11 @@
 // on CPUs without AMX (TestTileKernelAMX). Each includer defines
 // LDTILECFG_AX, TILEZERO_T0, TILELOADD_T1_R8_R9, TILELOADD_T2_R10_R11,
 // TDPBSUD_T0_T1_T2, TILESTORED_R12_R11_T0, TILERELEASE and the frame sizes
-// AMXFRAMEQ8 and AMXFRAMEQ4 (at least 1088 and 1600: the C rows at 0, Q4_0's
-// B tile at 1024, the config at 1024 or 1536). The kernels keep Z22..Z31,
-// DI and R13..R15 free for the emulation.
+// AMXFRAMEQ8, AMXFRAMEQ4 and AMXFRAMEQ4K (at least 1088, 1600 and 3136: the
+// C rows at 0, B tiles from 1024, Q4_K's float sums at 2048, the config at
+// 1024, 1536 or 3072; the emulation's tile images go above 4096). Around the
+// tile instructions the kernels keep Z22..Z31, DI and R13..R15 free for the
+// emulation.
 
 // QT: activation row r's block sums (row r of the C tile at 64*r(SP)) into
 // its 16 outputs za, as QFIN: aux entry r of the block at 8*r(DX) (f32 d_x,
@@ -21,11 +23,12 @@
 	VADDPS Z18, za, za
 
 // AMXSETUP loads the arguments (SI weights, CX blocks, R8 the first
-// block's activation quants, R9 their stride, DX aux), loads the tile
+// block's activation quants, xoff bytes into x, R9 their stride, DX aux),
+// loads the tile
 // config built at cfg(SP) (palette 1; colsb, a uint16 at 16+2t, and rows, a
 // byte at 48+t, of tmm0: m x 64, tmm1: m x 32, tmm2: 8 x 64; the rest 0),
 // points R12 at the C rows at 0(SP), sets R11 to 64 and zeroes Z0..Z15.
-#define AMXSETUP(cfg) \
+#define AMXSETUP(cfg, xoff) \
 	MOVQ      w+0(FP), SI \
 	MOVQ      nb+8(FP), CX \
 	MOVQ      x+16(FP), R8 \
@@ -45,7 +48,7 @@
 	LDTILECFG_AX \
 	LEAQ      0(SP), R12 \
 	MOVQ      $64, R11 \
-	ADDQ      $2, R8 \
+	ADDQ      $xoff, R8 \
 	VPXORD    Z0, Z0, Z0 \
 	VPXORD    Z1, Z1, Z1 \
 	VPXORD    Z2, Z2, Z2 \
@@ -125,7 +128,7 @@
 // func gemmQ8AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 // Frame: the C tile's 16 rows of 64 bytes at 0(SP), the tile config at 1024(SP).
 TEXT ·gemmQ8AMX(SB), $AMXFRAMEQ8-56
-	AMXSETUP(1024)
+	AMXSETUP(1024, 2)
 	TESTQ CX, CX
 	JZ    q8amxdone
 
@@ -145,7 +148,7 @@ q8amxdone:
 // func gemmQ4AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 // Frame: the C rows at 0(SP), the B tile at 1024(SP), the config at 1536(SP).
 TEXT ·gemmQ4AMX(SB), $AMXFRAMEQ4-56
-	AMXSETUP(1536)
+	AMXSETUP(1536, 2)
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z19
 	LEAQ         1024(SP), R10
@@ -166,4 +169,162 @@ q4amxloop:
 
 q4amxdone:
 	AMXDONE
+	RET
+
+// ---- Q4_K (per super-block, repack.go: 16 f16 d at 0, 16 f16 dmin at 32,
+// the sub-block scales as bytes [sub][row] at 64, the mins as byte pairs
+// [pair][row][2] at 192, per 32-byte chunk j the 8 nibble slices at
+// 320+512j). Each chunk's low nibbles (sub-block 2j) and high ones (2j+1)
+// become two B tiles on the stack; each sub-block's exact tile sums times
+// its 16 scales go into the rows' int32 sums (Z0..Z15); per super-block the
+// mins' sums come from the activations' 32-element sums (aux, q8KAux:
+// VPDPWSSD against the zero-extended min pairs) and the float steps are
+// dotQ4KGo's: sum += (d*dx)*isum, then sum -= (dmin*dx)*msum, the 16 rows'
+// float sums kept at 2048(SP). The aux is block-major: 16 q8KAux (96 bytes)
+// per super-block.
+
+// Q4KUNPACK: slice s of chunk j as B rows s of the low-nibble tile at
+// 1024(SP) and of the high-nibble one at 1536(SP); Z16 holds 0x0f bytes.
+#define Q4KUNPACK(j, s) \
+	VMOVDQU64 (320+512*j+64*s)(SI), Z17 \
+	VPANDD    Z16, Z17, Z18 \
+	VMOVDQU64 Z18, (1024+64*s)(SP) \
+	VPSRLW    $4, Z17, Z17 \
+	VPANDD    Z16, Z17, Z17 \
+	VMOVDQU64 Z17, (1536+64*s)(SP)
+
+// Q4KSCALE: row r's tile sums (C row r at 64*r(SP)) times the sub-block's
+// scales (Z19) into zi.
+#define Q4KSCALE(r, zi) \
+	VPMULLD (64*r)(SP), Z19, Z20 \
+	VPADDD  Z20, zi, zi
+
+// Q4KSUB: sub-block t, its B tile at boff(SP): the product, then its scaled
+// sums; R8 moves on to the next sub-block's activation quants.
+#define Q4KSUB(t, boff) \
+	LEAQ      boff(SP), R10 \
+	TILEZERO_T0 \
+	TILELOADD_T1_R8_R9 \
+	TILELOADD_T2_R10_R11 \
+	TDPBSUD_T0_T1_T2 \
+	TILESTORED_R12_R11_T0 \
+	VPMOVZXBD (64+16*(t))(SI), Z19 \
+	Q4KSCALE(0, Z0) \
+	Q4KSCALE(1, Z1) \
+	Q4KSCALE(2, Z2) \
+	Q4KSCALE(3, Z3) \
+	Q4KSCALE(4, Z4) \
+	Q4KSCALE(5, Z5) \
+	Q4KSCALE(6, Z6) \
+	Q4KSCALE(7, Z7) \
+	Q4KSCALE(8, Z8) \
+	Q4KSCALE(9, Z9) \
+	Q4KSCALE(10, Z10) \
+	Q4KSCALE(11, Z11) \
+	Q4KSCALE(12, Z12) \
+	Q4KSCALE(13, Z13) \
+	Q4KSCALE(14, Z14) \
+	Q4KSCALE(15, Z15) \
+	ADDQ      $32, R8
+
+#define Q4KCHUNK(j) \
+	Q4KUNPACK(j, 0) \
+	Q4KUNPACK(j, 1) \
+	Q4KUNPACK(j, 2) \
+	Q4KUNPACK(j, 3) \
+	Q4KUNPACK(j, 4) \
+	Q4KUNPACK(j, 5) \
+	Q4KUNPACK(j, 6) \
+	Q4KUNPACK(j, 7) \
+	Q4KSUB(2*j, 1024) \
+	Q4KSUB(2*j+1, 1536)
+
+// Q4KFIN: row r's float steps for the super-block (its int32 sum in zi, then
+// zeroed; aux entry r at 96*r(DX): f32 d_x at 0, the 8 sub-block sums as
+// int16 at 16); Z16 d, Z17 dmin, Z18..Z21 the min pairs as words.
+#define Q4KFIN(r, zi) \
+	VPXORD    Z22, Z22, Z22 \
+	VPDPWSSD.BCST (96*r+16)(DX), Z18, Z22 \
+	VPDPWSSD.BCST (96*r+20)(DX), Z19, Z22 \
+	VPDPWSSD.BCST (96*r+24)(DX), Z20, Z22 \
+	VPDPWSSD.BCST (96*r+28)(DX), Z21, Z22 \
+	VCVTDQ2PS zi, zi \
+	VMULPS.BCST (96*r)(DX), Z16, Z23 \
+	VMULPS    zi, Z23, Z23 \
+	VMOVUPS   (2048+64*r)(SP), Z24 \
+	VADDPS    Z23, Z24, Z24 \
+	VCVTDQ2PS Z22, Z22 \
+	VMULPS.BCST (96*r)(DX), Z17, Z25 \
+	VMULPS    Z22, Z25, Z25 \
+	VSUBPS    Z25, Z24, Z24 \
+	VMOVUPS   Z24, (2048+64*r)(SP) \
+	VPXORD    zi, zi, zi
+
+// Q4KOUT: the float sums of rows r and r+1 to out (AX).
+#define Q4KOUT(r) \
+	VMOVUPS (2048+64*r)(SP), Z22 \
+	VMOVUPS Z22, (64*r)(AX) \
+	VMOVUPS (2112+64*r)(SP), Z23 \
+	VMOVUPS Z23, (64*r+64)(AX)
+
+// func gemmQ4KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
+TEXT ·gemmQ4KAMX(SB), $AMXFRAMEQ4K-56
+	AMXSETUP(3072, 4)
+	VPXORD  Z22, Z22, Z22
+	MOVQ    $2048, AX
+q4kamxzero:
+	VMOVUPS Z22, (SP)(AX*1)
+	ADDQ    $64, AX
+	CMPQ    AX, $3072
+	JB      q4kamxzero
+	MOVL    $0x0f0f0f0f, AX
+	TESTQ   CX, CX
+	JZ      q4kamxdone
+
+q4kamxloop:
+	VPBROADCASTD AX, Z16
+	Q4KCHUNK(0)
+	Q4KCHUNK(1)
+	Q4KCHUNK(2)
+	Q4KCHUNK(3)
+	VCVTPH2PS (SI), Z16
+	VCVTPH2PS 32(SI), Z17
+	VPMOVZXBW 192(SI), Z18
+	VPMOVZXBW 224(SI), Z19
+	VPMOVZXBW 256(SI), Z20
+	VPMOVZXBW 288(SI), Z21
+	Q4KFIN(0, Z0)
+	Q4KFIN(1, Z1)
+	Q4KFIN(2, Z2)
+	Q4KFIN(3, Z3)
+	Q4KFIN(4, Z4)
+	Q4KFIN(5, Z5)
+	Q4KFIN(6, Z6)
+	Q4KFIN(7, Z7)
+	Q4KFIN(8, Z8)
+	Q4KFIN(9, Z9)
+	Q4KFIN(10, Z10)
+	Q4KFIN(11, Z11)
+	Q4KFIN(12, Z12)
+	Q4KFIN(13, Z13)
+	Q4KFIN(14, Z14)
+	Q4KFIN(15, Z15)
+	ADDQ $2368, SI
+	ADDQ $36, R8   // past the block's d and bsums to the next one's quants
+	ADDQ $1536, DX
+	DECQ CX
+	JNZ  q4kamxloop
+
+q4kamxdone:
+	TILERELEASE
+	MOVQ out+48(FP), AX
+	Q4KOUT(0)
+	Q4KOUT(2)
+	Q4KOUT(4)
+	Q4KOUT(6)
+	Q4KOUT(8)
+	Q4KOUT(10)
+	Q4KOUT(12)
+	Q4KOUT(14)
+	VZEROUPPER
 	RET

@@ -14,3 +14,11 @@ func detectAMX() amxInfo {
 	}
 	return amxInfo{usable: true, emulated: true}
 }
+
+// The emulated tile instructions (gemm_amx_emu_amd64.s), called only from
+// the AMX kernels' assembly, with their operands in registers.
+func amxEmuZero()
+func amxEmuLoadA()
+func amxEmuLoadB()
+func amxEmuDot()
+func amxEmuStore()

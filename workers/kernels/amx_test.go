@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,41 @@ var amxShapes = []struct{ rows, cols, n int }{
 }
 
 // amxTypes are the types the AMX path puts on tiles.
-var amxTypes = []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0}
+var amxTypes = []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K}
+
+// shapesFor is amxShapes with Q4_K's columns a multiple of 256.
+func shapesFor(typ gguf.Type, shapes []struct{ rows, cols, n int }) []struct{ rows, cols, n int } {
+	if typ.BlockSize() != 256 {
+		return shapes
+	}
+	out := slices.Clone(shapes)
+	for i := range out {
+		out[i].cols = (out[i].cols + 255) / 256 * 256
+	}
+	return out
+}
+
+// useModel puts the Go model of typ's tile kernel into p's job, counting
+// its calls in calls (when not nil).
+func useModel(p *Pool, typ gguf.Type, calls *atomic.Int64) {
+	count := func() {
+		if calls != nil {
+			calls.Add(1)
+		}
+	}
+	if typ == gguf.TypeQ4_K {
+		p.job.tileKKern = func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
+			count()
+			tileModelQ4K(w, nb, x, xstride, m, aux, out)
+		}
+		return
+	}
+	model := tileModel(typ)
+	p.job.tileKern = func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
+		count()
+		model(w, nb, x, xstride, m, aux, out)
+	}
+}
 
 // TestTilePathModel runs the AMX path's tile driver (activation aux laid out
 // block-major, panels of up to 16 rows, outputs copied from the tile) with
@@ -31,7 +66,7 @@ func TestTilePathModel(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, typ := range amxTypes {
-		for _, sh := range amxShapes {
+		for _, sh := range shapesFor(typ, amxShapes) {
 			for _, threads := range []int{1, 2} {
 				t.Run(fmt.Sprintf("%s/%dx%d/n%d/t%d", typ, sh.rows, sh.cols, sh.n, threads), func(t *testing.T) {
 					m := amxMatrix(t, rng, typ, sh.rows, sh.cols)
@@ -39,11 +74,7 @@ func TestTilePathModel(t *testing.T) {
 					p := NewPool(threads)
 					defer p.Close()
 					var calls atomic.Int64
-					model := tileModel(typ)
-					p.job.tileKern = func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
-						calls.Add(1)
-						model(w, nb, x, xstride, m, aux, out)
-					}
+					useModel(p, typ, &calls)
 					got := make([]float32, sh.n*sh.rows)
 					p.matMul(got, m, x, sh.n, pathAMX)
 					want := make([]float32, sh.n*sh.rows)
@@ -75,7 +106,7 @@ func amxMatrix(t *testing.T, rng *rand.Rand, typ gguf.Type, rows, cols int) Matr
 // CPU with the tile instructions emulated.
 func TestTileKernelAMX(t *testing.T) {
 	if !amx.usable {
-		t.Skipf("no AMX here (%s); the AMX kernels gemmQ8AMX and gemmQ4AMX are not tested on this machine (-tags amxemu runs them with the tile instructions emulated)", amx.why)
+		t.Skipf("no AMX here (%s); the AMX kernels gemmQ8AMX, gemmQ4AMX and gemmQ4KAMX are not tested on this machine (-tags amxemu runs them with the tile instructions emulated)", amx.why)
 	}
 	t.Logf("AMX: %s", AMX())
 	rng := rand.New(rand.NewPCG(13, 14))
@@ -84,7 +115,7 @@ func TestTileKernelAMX(t *testing.T) {
 		shapes = append(shapes, struct{ rows, cols, n int }{16, 96, n})
 	}
 	for _, typ := range amxTypes {
-		for _, sh := range shapes {
+		for _, sh := range shapesFor(typ, shapes) {
 			t.Run(fmt.Sprintf("%s/%dx%d/n%d", typ, sh.rows, sh.cols, sh.n), func(t *testing.T) {
 				m := amxMatrix(t, rng, typ, sh.rows, sh.cols)
 				x := randVec(rng, sh.n*sh.cols)
@@ -92,7 +123,7 @@ func TestTileKernelAMX(t *testing.T) {
 				defer p.Close()
 				got := make([]float32, sh.n*sh.rows)
 				p.matMul(got, m, x, sh.n, pathAMX)
-				p.job.tileKern = tileModel(typ)
+				useModel(p, typ, nil)
 				want := make([]float32, sh.n*sh.rows)
 				p.matMul(want, m, x, sh.n, pathAMX)
 				sameBits(t, got, want, sh.rows)

@@ -109,6 +109,11 @@ func gemmQ8AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out
 //go:noescape
 func gemmQ4AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 
+// gemmQ4KAMX is Q4_K's tileKKernel on AMX tiles.
+//
+//go:noescape
+func gemmQ4KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
+
 //go:noescape
 func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 

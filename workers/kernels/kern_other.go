@@ -7,6 +7,9 @@ func detectPath() path { return pathGo }
 
 func gemmQ8AMX(*byte, int, *byte, uintptr, int, *q8Aux, *[256]float32) { panic("kernels: no asm") }
 func gemmQ4AMX(*byte, int, *byte, uintptr, int, *q8Aux, *[256]float32) { panic("kernels: no asm") }
+func gemmQ4KAMX(*byte, int, *q8K, uintptr, int, *q8KAux, *[256]float32) {
+	panic("kernels: no asm")
+}
 
 func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
 func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }

@@ -36,20 +36,23 @@ type matJob struct {
 	n   int
 	p   path
 
-	xf  []float32 // F32/F16/BF16: activations as float32, rounded to the weight's precision for F16/BF16
-	xh  []uint16  // F16: scratch for the rounding
-	xq  []byte    // 32-element block types: activations as Q8_0 or Q8_1 blocks
-	xk  []q8K     // K-quants and IQ4_XS: activations as Q8_K blocks
-	xqs int       // bytes per Q8_0/Q8_1 activation row
-	xa  []q8Aux   // packed kernels: per activation block, d as f32 and the offset term
-	xaT []q8Aux   // AMX tiles: xa block-major per 16 rows ([r/16][block][r%16]; tiled)
-	xka []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
-	xm  []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
+	xf   []float32 // F32/F16/BF16: activations as float32, rounded to the weight's precision for F16/BF16
+	xh   []uint16  // F16: scratch for the rounding
+	xq   []byte    // 32-element block types: activations as Q8_0 or Q8_1 blocks
+	xk   []q8K     // K-quants and IQ4_XS: activations as Q8_K blocks
+	xqs  int       // bytes per Q8_0/Q8_1 activation row
+	xa   []q8Aux   // packed kernels: per activation block, d as f32 and the offset term
+	xaT  []q8Aux   // AMX tiles: xa block-major per 16 rows ([r/16][block][r%16]; tiled)
+	xka  []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
+	xkaT []q8KAux  // AMX tiles: xka block-major per 16 rows (tiled)
+	xm   []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
 
-	// tileKern is the AMX path's tile kernel: nil means the type's assembly
-	// (gemmQ8AMX, gemmQ4AMX); the tests put its Go model (tileModel) here to
-	// run the tile path without AMX.
-	tileKern tileQ8Kernel
+	// tileKern and tileKKern are the AMX path's tile kernels: nil means the
+	// type's assembly (gemmQ8AMX, gemmQ4AMX, gemmQ4KAMX); the tests put their
+	// Go models (tileModel, tileModelQ4K) here to run the tile path without
+	// AMX.
+	tileKern  tileQ8Kernel
+	tileKKern tileKKernel
 }
 
 // q8KAux is what the packed K-quant kernels need of one Q8_K activation block
@@ -157,6 +160,9 @@ func (j *matJob) prepare(p *Pool) {
 		if j.packed() {
 			j.xka = grow(j.xka, n*c/256)
 		}
+		if j.tiled() {
+			j.xkaT = grow(j.xkaT, (n+amxRows-1)/amxRows*amxRows*c/256)
+		}
 	default:
 		panic("kernels: MatMul on unsupported type " + j.m.Type.String())
 	}
@@ -240,6 +246,9 @@ func (j *matJob) prepRows(lo, hi int) {
 					if j.m.Type == gguf.TypeQ5_K || j.m.Type == gguf.TypeQ3_K {
 						laneOrder(&xk[b])
 					}
+				}
+				if j.tiled() {
+					j.auxTilesK(r)
 				}
 			}
 		}
@@ -595,7 +604,7 @@ func (j *matJob) groupsK(lo, hi int) {
 		i := g * packRows
 		r := 0
 		if j.tiled() {
-			j.tiles(w, i)
+			j.tilesK(w, i)
 			continue
 		}
 		if j.p == pathAVX2 || avx2Packed(typ) {
