@@ -66,7 +66,7 @@ test: deps vet
 	$(GO) test -count=1 -run '(Golden|Invariance|Arch|Attention|EmbedderMatchesLlamaCpp)/^go$$' ./workers/engine
 	$(GO) test -count=1 -run '(MatchesLlamaCpp|BatchInvariance)/^go$$' ./workers/encoder
 	$(GO) test -count=1 -tags purego ./workers/kernels
-	$(GO) test -count=1 -tags amxemu -run 'TestTileKernelAMX|TestTilePathModel|TestNoLegacySSE' ./workers/kernels
+	$(GO) test -count=1 -tags amxemu -run 'TestTileKernelAMX|TestTilePath|TestNoLegacySSE' ./workers/kernels
 
 # cluster starts the local cluster of real processes (deploy/local: three
 # NATS servers in one JetStream cluster, Redis, two edges, a prefill and two

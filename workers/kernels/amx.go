@@ -101,18 +101,20 @@ func tileModel(t gguf.Type) tileQ8Kernel {
 // rows' aux block-major per 16 rows (prepRows).
 func (j *matJob) tiles(w *byte, i int) {
 	nb, rows := j.m.Cols/32, j.m.Rows
-	kern := j.tileKern
-	switch {
-	case kern != nil:
-	case j.m.Type == gguf.TypeQ4_0:
-		kern = gemmQ4AMX
-	default:
-		kern = gemmQ8AMX
-	}
 	var out [256]float32
 	for r := 0; r < j.n; r += amxRows {
 		m := min(amxRows, j.n-r)
-		kern(w, nb, &j.xq[r*j.xqs], uintptr(j.xqs), m, &j.xaT[r/amxRows*nb*amxRows], &out)
+		x, a := &j.xq[r*j.xqs], &j.xaT[r/amxRows*nb*amxRows]
+		switch {
+		case j.tileKern != nil:
+			tmp := new([256]float32) // tests only: out stays on the stack otherwise
+			j.tileKern(w, nb, x, uintptr(j.xqs), m, a, tmp)
+			out = *tmp
+		case j.m.Type == gguf.TypeQ4_0:
+			gemmQ4AMX(w, nb, x, uintptr(j.xqs), m, a, &out)
+		default:
+			gemmQ8AMX(w, nb, x, uintptr(j.xqs), m, a, &out)
+		}
 		for k := range m {
 			copy(j.out[(r+k)*rows+i:(r+k)*rows+i+packRows], out[k*16:k*16+16])
 		}
@@ -179,15 +181,18 @@ func tileModelQ4K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, 
 // block-major per 16 rows.
 func (j *matJob) tilesK(w *byte, i int) {
 	nb, rows := j.m.Cols/256, j.m.Rows
-	kern := j.tileKKern
-	if kern == nil {
-		kern = gemmQ4KAMX
-	}
 	xs := uintptr(nb) * unsafe.Sizeof(q8K{})
 	var out [256]float32
 	for r := 0; r < j.n; r += amxRows {
 		m := min(amxRows, j.n-r)
-		kern(w, nb, &j.xk[r*nb], xs, m, &j.xkaT[r/amxRows*nb*amxRows], &out)
+		x, a := &j.xk[r*nb], &j.xkaT[r/amxRows*nb*amxRows]
+		if j.tileKKern != nil {
+			tmp := new([256]float32) // tests only, as in tiles
+			j.tileKKern(w, nb, x, xs, m, a, tmp)
+			out = *tmp
+		} else {
+			gemmQ4KAMX(w, nb, x, xs, m, a, &out)
+		}
 		for k := range m {
 			copy(j.out[(r+k)*rows+i:(r+k)*rows+i+packRows], out[k*16:k*16+16])
 		}

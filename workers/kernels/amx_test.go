@@ -154,3 +154,23 @@ func TestAMXStatus(t *testing.T) {
 	}
 	t.Logf("AMX: %s", s)
 }
+
+// TestTilePathAllocs: once its buffers have grown, a product on tiles
+// allocates nothing (the tile kernels' output stays on the stack).
+func TestTilePathAllocs(t *testing.T) {
+	if !amx.usable {
+		t.Skipf("no AMX here (%s); -tags amxemu runs this with the tile instructions emulated", amx.why)
+	}
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, typ := range amxTypes {
+		m := amxMatrix(t, rng, typ, 32, 512)
+		x := randVec(rng, 20*512)
+		out := make([]float32, 20*32)
+		p := NewPool(2)
+		p.matMul(out, m, x, 20, pathAMX)
+		if n := testing.AllocsPerRun(10, func() { p.matMul(out, m, x, 20, pathAMX) }); n != 0 {
+			t.Errorf("%s: %v allocations per product", typ, n)
+		}
+		p.Close()
+	}
+}
