@@ -8,10 +8,11 @@ import (
 
 // AMX tiles (Intel's Advanced Matrix Extensions: eight 1 KiB tile registers
 // and TDPB*D, a 16x64-byte by 64x16-byte int8 product per instruction) serve
-// the AMX path's batched Q8_0, Q4_0 and Q4_K products: per 32-element block, one tile of up
-// to 16 activation rows times one of 16 packed weight rows gives every exact
-// int32 block sum at once, and the float steps that follow are the AVX-512
-// kernels' (QFIN), so the results are bitwise the portable ones.
+// the AMX path's batched Q8_0, Q4_0 and Q4_K products: per 32-element block,
+// one tile of up to 16 activation rows times one of 16 packed weight rows
+// gives every exact int32 block sum at once, and the float steps that follow
+// are the AVX-512 kernels' (QFIN), so the results are bitwise the portable
+// ones. The kernels' Go models (tileModel, tileModelQ4K) are in the tests.
 
 // amxInfo is what this process found of AMX tiles when it started.
 type amxInfo struct {
@@ -45,50 +46,10 @@ const amxRows = 16
 
 // tileQ8Kernel computes, for activation rows [0,m) (m <= 16) and one packed
 // Q8_0 or Q4_0 group (w, nb blocks), out[r*16+i] = dot(weight row i, row r)
-// as dotQ8Go or dotQ4Go does; aux holds the rows' q8Aux block-major ([nb][16]) and x the
-// rows' Q8_0 blocks, xstride bytes apart. Rows m..15 of out are undefined.
+// as dotQ8Go or dotQ4Go does; aux holds the rows' q8Aux block-major
+// ([nb][16]) and x the rows' Q8_0 blocks, xstride bytes apart. Rows m..15 of
+// out are undefined. gemmQ8AMX and gemmQ4AMX are the assembly ones.
 type tileQ8Kernel func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
-
-// tileModel is the tile kernel of packed type t (Q8_0 or Q4_0) in Go: the
-// reference its assembly is tested against, and what the tile driver's tests
-// run on CPUs without AMX. c is what TDPBSUD leaves in the accumulator tile:
-// signed activation bytes times the weights' unsigned bytes (Q8_0's
-// sign-flipped quants, Q4_0's nibbles), over the block; the aux offset term
-// takes the flip or the nibbles' 8 back off.
-func tileModel(t gguf.Type) tileQ8Kernel {
-	bs := packBlock(t)
-	weight := func(blk []byte, k, i int) int32 { // Q8_0: B's row k/4, column i, byte k%4
-		return int32(blk[2*packRows+64*(k/4)+4*i+k%4])
-	}
-	if t == gguf.TypeQ4_0 { // low nibbles of the slices are k < 16, high ones 16 on
-		weight = func(blk []byte, k, i int) int32 {
-			b := blk[2*packRows+64*(k%16/4)+4*i+k%4]
-			return int32(b>>(4*(k/16))) & 15
-		}
-	}
-	return func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
-		wb := unsafe.Slice(w, nb*bs)
-		xb := unsafe.Slice(x, (m-1)*int(xstride)+nb*q8Block)
-		ab := unsafe.Slice(aux, nb*amxRows)
-		var acc [256]float32
-		for b := range nb {
-			blk := wb[b*bs : (b+1)*bs]
-			for r := range m {
-				xs := xb[r*int(xstride)+b*q8Block+2 : r*int(xstride)+(b+1)*q8Block]
-				a := ab[b*amxRows+r]
-				for i := range packRows {
-					var c int32
-					for k := range 32 {
-						c += int32(int8(xs[k])) * weight(blk, k, i)
-					}
-					d := half(blk[2*i:2*i+2]) * a.d
-					acc[r*16+i] = acc[r*16+i] + float32(d*float32(c-a.c))
-				}
-			}
-		}
-		*out = acc
-	}
-}
 
 // The packed Q8_0 block (repack.go: 16 f16 scales, then 8 slices of 64
 // bytes, slice s holding bytes 4s..4s+3 of each row) is an AMX B tile as it
@@ -96,9 +57,9 @@ func tileModel(t gguf.Type) tileQ8Kernel {
 // row i. Q4_0's 4 slices of nibble bytes make one after masking (the low
 // nibbles, elements 0..15) and shifting (the high ones, 16..31).
 
-// tiles computes the outputs of packed Q8_0 or Q4_0 group g (weight rows i..i+15)
-// for every activation row, up to 16 rows per tile product. j.xaT holds the
-// rows' aux block-major per 16 rows (prepRows).
+// tiles computes the outputs of the packed Q8_0 or Q4_0 group at w (weight
+// rows i..i+15) for every activation row, up to 16 rows per tile product.
+// j.xaT holds the rows' aux block-major per 16 rows (prepRows).
 func (j *matJob) tiles(w *byte, i int) {
 	nb, rows := j.m.Cols/32, j.m.Rows
 	var out [256]float32
@@ -123,8 +84,11 @@ func (j *matJob) tiles(w *byte, i int) {
 
 // tiled says whether this product runs on AMX tiles.
 func (j *matJob) tiled() bool {
-	t := j.m.Type
-	return j.p == pathAMX && (t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0 || t == gguf.TypeQ4_K) && j.n >= amxRows && j.packed()
+	switch j.m.Type {
+	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K:
+		return j.p == pathAMX && j.n >= amxRows && j.packed()
+	}
+	return false
 }
 
 // auxTiles copies activation row r's aux into j.xaT, where the tile kernel
@@ -141,41 +105,6 @@ func (j *matJob) auxTiles(r int) {
 // Q8_K blocks, xstride bytes apart, and aux their q8KAux block-major
 // ([nb][16]).
 type tileKKernel func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
-
-// tileModelQ4K is gemmQ4KAMX in Go: per super-block and sub-block t, the
-// exact tile sums of the nibbles (chunk t/2's slices, low nibbles for even
-// t) times the sub-block's scales, the mins against the activations'
-// 32-element sums, then dotQ4KGo's float steps.
-func tileModelQ4K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
-	bs := packBlock(gguf.TypeQ4_K)
-	wb := unsafe.Slice(w, nb*bs)
-	ab := unsafe.Slice(aux, nb*amxRows)
-	var acc [256]float32
-	for b := range nb {
-		blk := wb[b*bs : (b+1)*bs]
-		for r := range m {
-			xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
-			a := &ab[b*amxRows+r]
-			for i := range packRows {
-				var isum, msum int32
-				for t := range 8 {
-					var c int32
-					for k := range 32 {
-						q := blk[320+512*(t/2)+64*(k/4)+4*i+k%4] >> (4 * (t % 2)) & 15
-						c += int32(xb.qs[32*t+k]) * int32(q)
-					}
-					isum += int32(blk[64+16*t+i]) * c
-					msum += int32(blk[192+32*(t/2)+2*i+t%2]) * int32(a.bs32[t])
-				}
-				d := half(blk[2*i:2*i+2]) * a.d
-				dmin := half(blk[32+2*i:32+2*i+2]) * a.d
-				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
-				acc[r*16+i] = acc[r*16+i] - float32(dmin*float32(msum))
-			}
-		}
-	}
-	*out = acc
-}
 
 // tilesK is tiles for a packed Q4_K group; j.xkaT holds the rows' aux
 // block-major per 16 rows.

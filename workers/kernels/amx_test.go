@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -173,4 +174,80 @@ func TestTilePathAllocs(t *testing.T) {
 		}
 		p.Close()
 	}
+}
+
+// tileModel is the tile kernel of packed type t (Q8_0 or Q4_0) in Go: the
+// reference its assembly is tested against, and what the tile driver's tests
+// run on CPUs without AMX. c is what TDPBSUD leaves in the accumulator tile:
+// signed activation bytes times the weights' unsigned bytes (Q8_0's
+// sign-flipped quants, Q4_0's nibbles), over the block; the aux offset term
+// takes the flip or the nibbles' 8 back off.
+func tileModel(t gguf.Type) tileQ8Kernel {
+	bs := packBlock(t)
+	weight := func(blk []byte, k, i int) int32 { // Q8_0: B's row k/4, column i, byte k%4
+		return int32(blk[2*packRows+64*(k/4)+4*i+k%4])
+	}
+	if t == gguf.TypeQ4_0 { // low nibbles of the slices are k < 16, high ones 16 on
+		weight = func(blk []byte, k, i int) int32 {
+			b := blk[2*packRows+64*(k%16/4)+4*i+k%4]
+			return int32(b>>(4*(k/16))) & 15
+		}
+	}
+	return func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32) {
+		wb := unsafe.Slice(w, nb*bs)
+		xb := unsafe.Slice(x, (m-1)*int(xstride)+nb*q8Block)
+		ab := unsafe.Slice(aux, nb*amxRows)
+		var acc [256]float32
+		for b := range nb {
+			blk := wb[b*bs : (b+1)*bs]
+			for r := range m {
+				xs := xb[r*int(xstride)+b*q8Block+2 : r*int(xstride)+(b+1)*q8Block]
+				a := ab[b*amxRows+r]
+				for i := range packRows {
+					var c int32
+					for k := range 32 {
+						c += int32(int8(xs[k])) * weight(blk, k, i)
+					}
+					d := half(blk[2*i:2*i+2]) * a.d
+					acc[r*16+i] = acc[r*16+i] + float32(d*float32(c-a.c))
+				}
+			}
+		}
+		*out = acc
+	}
+}
+
+// tileModelQ4K is gemmQ4KAMX in Go: per super-block and sub-block t, the
+// exact tile sums of the nibbles (chunk t/2's slices, low nibbles for even
+// t) times the sub-block's scales, the mins against the activations'
+// 32-element sums, then dotQ4KGo's float steps.
+func tileModelQ4K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
+	bs := packBlock(gguf.TypeQ4_K)
+	wb := unsafe.Slice(w, nb*bs)
+	ab := unsafe.Slice(aux, nb*amxRows)
+	var acc [256]float32
+	for b := range nb {
+		blk := wb[b*bs : (b+1)*bs]
+		for r := range m {
+			xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
+			a := &ab[b*amxRows+r]
+			for i := range packRows {
+				var isum, msum int32
+				for t := range 8 {
+					var c int32
+					for k := range 32 {
+						q := blk[320+512*(t/2)+64*(k/4)+4*i+k%4] >> (4 * (t % 2)) & 15
+						c += int32(xb.qs[32*t+k]) * int32(q)
+					}
+					isum += int32(blk[64+16*t+i]) * c
+					msum += int32(blk[192+32*(t/2)+2*i+t%2]) * int32(a.bs32[t])
+				}
+				d := half(blk[2*i:2*i+2]) * a.d
+				dmin := half(blk[32+2*i:32+2*i+2]) * a.d
+				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
+				acc[r*16+i] = acc[r*16+i] - float32(dmin*float32(msum))
+			}
+		}
+	}
+	*out = acc
 }
