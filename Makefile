@@ -51,6 +51,8 @@ vet: deps
 	$(GO) mod tidy -diff
 	bash .ci/check-jinja-patch
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet -tags amxemu ./workers/kernels
+	$(GO) run $(STATICCHECK) -tags amxemu ./workers/kernels
 	$(GO) test -count=1 -run 'TestLayering|TestProductImportsNoTestSupport|TestReadmeNamesEveryPackage|TestDocsNameRealTests' ./models/testkit
 
 # test runs the suite under the race detector, then what -race makes too

@@ -17,8 +17,18 @@ func detectAMX() amxInfo {
 
 // The emulated tile instructions (gemm_amx_emu_amd64.s), called only from
 // the AMX kernels' assembly, with their operands in registers.
+
+//lint:ignore U1000 called from the assembly
 func amxEmuZero()
+
+//lint:ignore U1000 called from the assembly
 func amxEmuLoadA()
+
+//lint:ignore U1000 called from the assembly
 func amxEmuLoadB()
+
+//lint:ignore U1000 called from the assembly
 func amxEmuDot()
+
+//lint:ignore U1000 called from the assembly
 func amxEmuStore()
