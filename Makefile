@@ -40,7 +40,8 @@ build:
 run: build
 	$(BIN) dev $(if $(MODEL),--model '$(MODEL_NAME)=$(MODEL)') $(ARGS)
 
-# vet is the static gates: gofmt, go vet, staticcheck, go.mod tidy, the Jinja fork
+# vet is the static gates: gofmt, go vet and staticcheck (also over the kernels'
+# amxemu build), go.mod tidy, the Jinja fork
 # against upstream plus its patch (models/chat/internal/jinja/UPSTREAM), and the layout
 # tests (the design card's layering, no test support in the product, the
 # README naming every package, docs naming only tests that exist).
