@@ -49,8 +49,8 @@ func (c Config) Validate() error {
 // Result is what an engine benchmark measured. Its JSON is the output of
 // `bulkhead bench engine --json` (fields in name order).
 type Result struct {
-	AMX                 string  `json:"amx"`                              // kernels.AMX: "on", or off and why
 	Aggregate           float64 `json:"aggregate_tokens_per_s,omitempty"` // all decode sequences together; Batch > 1 only
+	AMX                 string  `json:"amx"`                              // kernels.AMX: "on", or off and why
 	Batch               int     `json:"batch"`
 	DecodeBound         float64 `json:"decode_bound_tokens_per_s"` // read bandwidth / bytes per token
 	DecodePromptTokens  int     `json:"decode_prompt_tokens"`
