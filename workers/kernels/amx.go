@@ -8,11 +8,12 @@ import (
 
 // AMX tiles (Intel's Advanced Matrix Extensions: eight 1 KiB tile registers
 // and TDPB*D, a 16x64-byte by 64x16-byte int8 product per instruction) serve
-// the AMX path's batched Q8_0, Q4_0 and Q4_K products: per 32-element block,
+// the AMX path's batched Q8_0, Q4_0, Q4_K and Q6_K products: per 32-element block,
 // one tile of up to 16 activation rows times one of 16 packed weight rows
 // gives every exact int32 block sum at once, and the float steps that follow
 // are the AVX-512 kernels' (QFIN), so the results are bitwise the portable
-// ones. The kernels' Go models (tileModel, tileModelQ4K) are in the tests.
+// ones. The kernels' Go models (tileModel, tileModelQ4K, tileModelQ6K) are
+// in the tests.
 
 // amxInfo is what this process found of AMX tiles when it started.
 type amxInfo struct {
@@ -85,7 +86,7 @@ func (j *matJob) tiles(w *byte, i int) {
 // tiled says whether this product runs on AMX tiles.
 func (j *matJob) tiled() bool {
 	switch j.m.Type {
-	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K:
+	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
 		return j.p == pathAMX && j.n >= amxRows && j.packed()
 	}
 	return false
@@ -101,13 +102,13 @@ func (j *matJob) auxTiles(r int) {
 	}
 }
 
-// tileKKernel is tileQ8Kernel for a packed Q4_K group: x holds the rows'
+// tileKKernel is tileQ8Kernel for a packed Q4_K or Q6_K group: x holds the rows'
 // Q8_K blocks, xstride bytes apart, and aux their q8KAux block-major
 // ([nb][16]).
 type tileKKernel func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
 
-// tilesK is tiles for a packed Q4_K group; j.xkaT holds the rows' aux
-// block-major per 16 rows.
+// tilesK is tiles for a packed Q4_K or Q6_K group; j.xkaT holds the rows'
+// aux block-major per 16 rows.
 func (j *matJob) tilesK(w *byte, i int) {
 	nb, rows := j.m.Cols/256, j.m.Rows
 	xs := uintptr(nb) * unsafe.Sizeof(q8K{})
@@ -115,11 +116,14 @@ func (j *matJob) tilesK(w *byte, i int) {
 	for r := 0; r < j.n; r += amxRows {
 		m := min(amxRows, j.n-r)
 		x, a := &j.xk[r*nb], &j.xkaT[r/amxRows*nb*amxRows]
-		if j.tileKKern != nil {
+		switch {
+		case j.tileKKern != nil:
 			tmp := new([256]float32) // tests only, as in tiles
 			j.tileKKern(w, nb, x, xs, m, a, tmp)
 			out = *tmp
-		} else {
+		case j.m.Type == gguf.TypeQ6_K:
+			gemmQ6KAMX(w, nb, x, xs, m, a, &out)
+		default:
 			gemmQ4KAMX(w, nb, x, xs, m, a, &out)
 		}
 		for k := range m {

@@ -5,9 +5,10 @@
 // on CPUs without AMX (TestTileKernelAMX). Each includer defines
 // LDTILECFG_AX, TILEZERO_T0, TILELOADD_T1_R8_R9, TILELOADD_T2_R10_R11,
 // TDPBSUD_T0_T1_T2, TILESTORED_R12_R11_T0, TILERELEASE and the frame sizes
-// AMXFRAMEQ8, AMXFRAMEQ4 and AMXFRAMEQ4K (at least 1088, 1600 and 3136: the
-// C rows at 0, B tiles from 1024, Q4_K's float sums at 2048, the config at
-// 1024, 1536 or 3072; the emulation's tile images go above 4096). Around the
+// AMXFRAMEQ8, AMXFRAMEQ4, AMXFRAMEQ4K and AMXFRAMEQ6K (at least 1088, 1600,
+// 3136 and 3136: the C rows at 0, B tiles from 1024, the K-quants' float
+// sums at 2048, the config at 1024, 1536 or 3072; the emulation's tile
+// images go above 4096). Around the
 // tile instructions the kernels keep Z22..Z31, DI and R13..R15 free for the
 // emulation.
 
@@ -24,11 +25,11 @@
 
 // AMXSETUP loads the arguments (SI weights, CX blocks, R8 the first
 // block's activation quants, xoff bytes into x, R9 their stride, DX aux),
-// loads the tile
-// config built at cfg(SP) (palette 1; colsb, a uint16 at 16+2t, and rows, a
-// byte at 48+t, of tmm0: m x 64, tmm1: m x 32, tmm2: 8 x 64; the rest 0),
-// points R12 at the C rows at 0(SP), sets R11 to 64 and zeroes Z0..Z15.
-#define AMXSETUP(cfg, xoff) \
+// loads the tile config built at cfg(SP) (palette 1; colsb, a uint16 at
+// 16+2t, and rows, a byte at 48+t, of tmm0: m x 64, tmm1: m x k bytes,
+// tmm2: k/4 x 64; the rest 0; k is 32, or 16 for Q6_K's sub-blocks), points
+// R12 at the C rows at 0(SP), sets R11 to 64 and zeroes Z0..Z15.
+#define AMXSETUP(cfg, xoff, k) \
 	MOVQ      w+0(FP), SI \
 	MOVQ      nb+8(FP), CX \
 	MOVQ      x+16(FP), R8 \
@@ -39,11 +40,11 @@
 	VMOVDQU64 Z16, cfg(SP) \
 	MOVB      $1, cfg(SP) \
 	MOVW      $64, (cfg+16)(SP) \
-	MOVW      $32, (cfg+18)(SP) \
+	MOVW      $k, (cfg+18)(SP) \
 	MOVW      $64, (cfg+20)(SP) \
 	MOVB      BX, (cfg+48)(SP) \
 	MOVB      BX, (cfg+49)(SP) \
-	MOVB      $8, (cfg+50)(SP) \
+	MOVB      $(k/4), (cfg+50)(SP) \
 	LEAQ      cfg(SP), AX \
 	LDTILECFG_AX \
 	LEAQ      0(SP), R12 \
@@ -128,7 +129,7 @@
 // func gemmQ8AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 // Frame: the C tile's 16 rows of 64 bytes at 0(SP), the tile config at 1024(SP).
 TEXT ·gemmQ8AMX(SB), $AMXFRAMEQ8-56
-	AMXSETUP(1024, 2)
+	AMXSETUP(1024, 2, 32)
 	TESTQ CX, CX
 	JZ    q8amxdone
 
@@ -148,7 +149,7 @@ q8amxdone:
 // func gemmQ4AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 // Frame: the C rows at 0(SP), the B tile at 1024(SP), the config at 1536(SP).
 TEXT ·gemmQ4AMX(SB), $AMXFRAMEQ4-56
-	AMXSETUP(1536, 2)
+	AMXSETUP(1536, 2, 32)
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z19
 	LEAQ         1024(SP), R10
@@ -269,7 +270,7 @@ q4amxdone:
 
 // func gemmQ4KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
 TEXT ·gemmQ4KAMX(SB), $AMXFRAMEQ4K-56
-	AMXSETUP(3072, 4)
+	AMXSETUP(3072, 4, 32)
 	VPXORD  Z22, Z22, Z22
 	MOVQ    $2048, AX
 q4kamxzero:
@@ -316,6 +317,154 @@ q4kamxloop:
 	JNZ  q4kamxloop
 
 q4kamxdone:
+	TILERELEASE
+	MOVQ out+48(FP), AX
+	Q4KOUT(0)
+	Q4KOUT(2)
+	Q4KOUT(4)
+	Q4KOUT(6)
+	Q4KOUT(8)
+	Q4KOUT(10)
+	Q4KOUT(12)
+	Q4KOUT(14)
+	VZEROUPPER
+	RET
+
+// ---- Q6_K (per super-block, repack.go: 16 f16 d at 0, the 16 sub-blocks'
+// signed scales as bytes [sub][row] at 32, per 16-element sub-block sb at
+// 288+192*sb two slices of nibbles (elements c and 4+c, then 8+c and 12+c,
+// of each row, c < 4) and one of their high 2-bit pairs). Each sub-block's
+// 6-bit values become a B tile of 4 rows on the stack; one TDPBSUD over 16
+// activation bytes gives its exact sums; less 32 times the activations' sum
+// (q8KAux's c16), times its scales, they go into the rows' int32 sums; per
+// super-block, dotQ6KGo's float step sum += (d*dx)*isum on the rows' float
+// sums at 2048(SP).
+
+// Q6KSCALE: row r's tile sums less its offset term for sub-block sb, times
+// the sub-block's scales (Z19), into zi.
+#define Q6KSCALE(r, zi, sb) \
+	VMOVDQU32   (64*r)(SP), Z20 \
+	VPSUBD.BCST (96*r+32+4*(sb))(DX), Z20, Z20 \
+	VPMULLD     Z19, Z20, Z20 \
+	VPADDD      Z20, zi, zi
+
+// Q6KSUB: sub-block sb: its B tile (row t: elements 4t..4t+3 of each row,
+// the nibble | the 2-bit pair << 4), the product, the scaled sums; R8 moves
+// on 16 activation bytes. Z16 holds 0x0f bytes, Z21 0x30 bytes.
+#define Q6KSUB(sb) \
+	VMOVDQU64  (288+192*(sb))(SI), Z17 \
+	VMOVDQU64  (352+192*(sb))(SI), Z18 \
+	VMOVDQU64  (416+192*(sb))(SI), Z19 \
+	VPANDD     Z16, Z17, Z20 \
+	VPSLLW     $4, Z19, Z22 \
+	VPTERNLOGD $0xf8, Z21, Z22, Z20 \
+	VMOVDQU64  Z20, 1024(SP) \
+	VPSRLW     $4, Z17, Z20 \
+	VPANDD     Z16, Z20, Z20 \
+	VPSLLW     $2, Z19, Z22 \
+	VPTERNLOGD $0xf8, Z21, Z22, Z20 \
+	VMOVDQU64  Z20, 1088(SP) \
+	VPANDD     Z16, Z18, Z20 \
+	VPTERNLOGD $0xf8, Z21, Z19, Z20 \
+	VMOVDQU64  Z20, 1152(SP) \
+	VPSRLW     $4, Z18, Z20 \
+	VPANDD     Z16, Z20, Z20 \
+	VPSRLW     $2, Z19, Z22 \
+	VPTERNLOGD $0xf8, Z21, Z22, Z20 \
+	VMOVDQU64  Z20, 1216(SP) \
+	TILEZERO_T0 \
+	TILELOADD_T1_R8_R9 \
+	TILELOADD_T2_R10_R11 \
+	TDPBSUD_T0_T1_T2 \
+	TILESTORED_R12_R11_T0 \
+	VPMOVSXBD  (32+16*(sb))(SI), Z19 \
+	Q6KSCALE(0, Z0, sb) \
+	Q6KSCALE(1, Z1, sb) \
+	Q6KSCALE(2, Z2, sb) \
+	Q6KSCALE(3, Z3, sb) \
+	Q6KSCALE(4, Z4, sb) \
+	Q6KSCALE(5, Z5, sb) \
+	Q6KSCALE(6, Z6, sb) \
+	Q6KSCALE(7, Z7, sb) \
+	Q6KSCALE(8, Z8, sb) \
+	Q6KSCALE(9, Z9, sb) \
+	Q6KSCALE(10, Z10, sb) \
+	Q6KSCALE(11, Z11, sb) \
+	Q6KSCALE(12, Z12, sb) \
+	Q6KSCALE(13, Z13, sb) \
+	Q6KSCALE(14, Z14, sb) \
+	Q6KSCALE(15, Z15, sb) \
+	ADDQ       $16, R8
+
+// Q6KFIN: row r's float step for the super-block (its int32 sum in zi, then
+// zeroed; aux entry r at 96*r(DX), f32 d_x at 0); Z17 holds d.
+#define Q6KFIN(r, zi) \
+	VCVTDQ2PS   zi, zi \
+	VMULPS.BCST (96*r)(DX), Z17, Z23 \
+	VMULPS      zi, Z23, Z23 \
+	VADDPS      (2048+64*r)(SP), Z23, Z23 \
+	VMOVUPS     Z23, (2048+64*r)(SP) \
+	VPXORD      zi, zi, zi
+
+// func gemmQ6KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
+TEXT ·gemmQ6KAMX(SB), $AMXFRAMEQ6K-56
+	AMXSETUP(3072, 4, 16)
+	VPXORD  Z22, Z22, Z22
+	MOVQ    $2048, AX
+q6kamxzero:
+	VMOVUPS Z22, (SP)(AX*1)
+	ADDQ    $64, AX
+	CMPQ    AX, $3072
+	JB      q6kamxzero
+	MOVL    $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z16
+	MOVL    $0x30303030, AX
+	VPBROADCASTD AX, Z21
+	LEAQ    1024(SP), R10
+	TESTQ   CX, CX
+	JZ      q6kamxdone
+
+q6kamxloop:
+	Q6KSUB(0)
+	Q6KSUB(1)
+	Q6KSUB(2)
+	Q6KSUB(3)
+	Q6KSUB(4)
+	Q6KSUB(5)
+	Q6KSUB(6)
+	Q6KSUB(7)
+	Q6KSUB(8)
+	Q6KSUB(9)
+	Q6KSUB(10)
+	Q6KSUB(11)
+	Q6KSUB(12)
+	Q6KSUB(13)
+	Q6KSUB(14)
+	Q6KSUB(15)
+	VCVTPH2PS (SI), Z17
+	Q6KFIN(0, Z0)
+	Q6KFIN(1, Z1)
+	Q6KFIN(2, Z2)
+	Q6KFIN(3, Z3)
+	Q6KFIN(4, Z4)
+	Q6KFIN(5, Z5)
+	Q6KFIN(6, Z6)
+	Q6KFIN(7, Z7)
+	Q6KFIN(8, Z8)
+	Q6KFIN(9, Z9)
+	Q6KFIN(10, Z10)
+	Q6KFIN(11, Z11)
+	Q6KFIN(12, Z12)
+	Q6KFIN(13, Z13)
+	Q6KFIN(14, Z14)
+	Q6KFIN(15, Z15)
+	ADDQ $3360, SI
+	ADDQ $36, R8   // past the block's d and bsums to the next one's quants
+	ADDQ $1536, DX
+	DECQ CX
+	JNZ  q6kamxloop
+
+q6kamxdone:
 	TILERELEASE
 	MOVQ out+48(FP), AX
 	Q4KOUT(0)

@@ -19,6 +19,9 @@ func detectAMX() amxInfo {
 // the AMX kernels' assembly, with their operands in registers.
 
 //lint:ignore U1000 called from the assembly
+func amxEmuConfig()
+
+//lint:ignore U1000 called from the assembly
 func amxEmuZero()
 
 //lint:ignore U1000 called from the assembly

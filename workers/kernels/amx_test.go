@@ -20,9 +20,9 @@ var amxShapes = []struct{ rows, cols, n int }{
 }
 
 // amxTypes are the types the AMX path puts on tiles.
-var amxTypes = []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K}
+var amxTypes = []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
 
-// shapesFor is amxShapes with Q4_K's columns a multiple of 256.
+// shapesFor is amxShapes with the K-quants' columns a multiple of 256.
 func shapesFor(typ gguf.Type, shapes []struct{ rows, cols, n int }) []struct{ rows, cols, n int } {
 	if typ.BlockSize() != 256 {
 		return shapes
@@ -42,10 +42,14 @@ func useModel(p *Pool, typ gguf.Type, calls *atomic.Int64) {
 			calls.Add(1)
 		}
 	}
-	if typ == gguf.TypeQ4_K {
+	if typ.BlockSize() == 256 {
+		model := tileModelQ4K
+		if typ == gguf.TypeQ6_K {
+			model = tileModelQ6K
+		}
 		p.job.tileKKern = func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
 			count()
-			tileModelQ4K(w, nb, x, xstride, m, aux, out)
+			model(w, nb, x, xstride, m, aux, out)
 		}
 		return
 	}
@@ -107,7 +111,7 @@ func amxMatrix(t *testing.T, rng *rand.Rand, typ gguf.Type, rows, cols int) Matr
 // CPU with the tile instructions emulated.
 func TestTileKernelAMX(t *testing.T) {
 	if !amx.usable {
-		t.Skipf("no AMX here (%s); the AMX kernels gemmQ8AMX, gemmQ4AMX and gemmQ4KAMX are not tested on this machine (-tags amxemu runs them with the tile instructions emulated)", amx.why)
+		t.Skipf("no AMX here (%s); the AMX kernels gemmQ8AMX, gemmQ4AMX, gemmQ4KAMX and gemmQ6KAMX are not tested on this machine (-tags amxemu runs them with the tile instructions emulated)", amx.why)
 	}
 	t.Logf("AMX: %s", AMX())
 	rng := rand.New(rand.NewPCG(13, 14))
@@ -246,6 +250,41 @@ func tileModelQ4K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, 
 				dmin := half(blk[32+2*i:32+2*i+2]) * a.d
 				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
 				acc[r*16+i] = acc[r*16+i] - float32(dmin*float32(msum))
+			}
+		}
+	}
+	*out = acc
+}
+
+// tileModelQ6K is gemmQ6KAMX in Go: per super-block and 16-element
+// sub-block sb, the exact sums of the 6-bit values (sb's two nibble slices
+// and its slice of 2-bit pairs) against the activations, less 32 times
+// their sum, times the sub-block's scales; then dotQ6KGo's float step.
+func tileModelQ6K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
+	bs := packBlock(gguf.TypeQ6_K)
+	wb := unsafe.Slice(w, nb*bs)
+	ab := unsafe.Slice(aux, nb*amxRows)
+	var acc [256]float32
+	for b := range nb {
+		blk := wb[b*bs : (b+1)*bs]
+		for r := range m {
+			xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
+			a := &ab[b*amxRows+r]
+			for i := range packRows {
+				var isum int32
+				for sb := range 16 {
+					p := blk[288+192*sb:]
+					var c int32
+					for k := range 16 { // B row k/4: elements 4(k/4)+k%4
+						t, col := k/4, 4*i+k%4
+						q := p[64*(t/2)+col] >> (4 * (t % 2)) & 15
+						q |= (p[128+col] >> (2 * t) & 3) << 4
+						c += int32(xb.qs[16*sb+k]) * int32(q)
+					}
+					isum += int32(int8(blk[32+16*sb+i])) * (c - a.c16[sb])
+				}
+				d := half(blk[2*i:2*i+2]) * a.d
+				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
 			}
 		}
 	}

@@ -109,10 +109,14 @@ func gemmQ8AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out
 //go:noescape
 func gemmQ4AMX(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8Aux, out *[256]float32)
 
-// gemmQ4KAMX is Q4_K's tileKKernel on AMX tiles.
+// gemmQ4KAMX and gemmQ6KAMX are Q4_K's and Q6_K's tileKKernels on AMX
+// tiles.
 //
 //go:noescape
 func gemmQ4KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
+
+//go:noescape
+func gemmQ6KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
 
 //go:noescape
 func gemmQ4P4(w *byte, nb int, x *byte, xstride uintptr, aux *q8Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)

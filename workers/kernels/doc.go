@@ -9,8 +9,8 @@
 // records the Set it was laid out for and MatMul runs it). A serving process
 // chooses one at start-up from the CPU and the BULKHEAD_KERNELS override
 // (Active, EnvKernels, CheckKernels); tests run every Set the CPU has in one
-// process (Available). The paths: amx (the avx512 path, with Q8_0, Q4_0 and
-// Q4_K products of 16 or more activation rows on AMX tiles where the CPU has them
+// process (Available). The paths: amx (the avx512 path, with Q8_0, Q4_0,
+// Q4_K and Q6_K products of 16 or more activation rows on AMX tiles where the CPU has them
 // and Linux grants tile data: amx.go, AMX), avx512 (AVX-512
 // F/BW/VL/VNNI: quantized weights repacked at load into 16-row interleaved
 // groups for VPDPBUSD micro-kernels of 16 weight rows by 4 or 1 activation rows,

@@ -47,5 +47,6 @@
 #define AMXFRAMEQ8 1088
 #define AMXFRAMEQ4 1600
 #define AMXFRAMEQ4K 3136
+#define AMXFRAMEQ6K 3136
 
 #include "amx_amd64.h"

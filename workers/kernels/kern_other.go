@@ -10,6 +10,9 @@ func gemmQ4AMX(*byte, int, *byte, uintptr, int, *q8Aux, *[256]float32) { panic("
 func gemmQ4KAMX(*byte, int, *q8K, uintptr, int, *q8KAux, *[256]float32) {
 	panic("kernels: no asm")
 }
+func gemmQ6KAMX(*byte, int, *q8K, uintptr, int, *q8KAux, *[256]float32) {
+	panic("kernels: no asm")
+}
 
 func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
 func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }

@@ -48,9 +48,9 @@ type matJob struct {
 	xm   []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
 
 	// tileKern and tileKKern are the AMX path's tile kernels: nil means the
-	// type's assembly (gemmQ8AMX, gemmQ4AMX, gemmQ4KAMX); the tests put their
-	// Go models (tileModel, tileModelQ4K) here to run the tile path without
-	// AMX.
+	// type's assembly (gemmQ8AMX, gemmQ4AMX, gemmQ4KAMX, gemmQ6KAMX); the
+	// tests put their Go models (tileModel, tileModelQ4K, tileModelQ6K) here
+	// to run the tile path without AMX.
 	tileKern  tileQ8Kernel
 	tileKKern tileKKernel
 }
