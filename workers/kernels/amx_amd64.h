@@ -261,23 +261,54 @@ q4amxdone:
 	VMOVUPS   Z24, (2048+64*r)(SP) \
 	VPXORD    zi, zi, zi
 
-// Q4KOUT: the float sums of rows r and r+1 to out (AX).
-#define Q4KOUT(r) \
+// KOUT: the float sums of rows r and r+1 to out (AX).
+#define KOUT(r) \
 	VMOVUPS (2048+64*r)(SP), Z22 \
 	VMOVUPS Z22, (64*r)(AX) \
 	VMOVUPS (2112+64*r)(SP), Z23 \
 	VMOVUPS Z23, (64*r+64)(AX)
 
+// AMXKSETUP: AMXSETUP for the K-quant kernels (Q8_K activations, the
+// config at 3072(SP), k activation bytes per product), and the 16 rows'
+// float sums at 2048(SP) zeroed.
+#define AMXKSETUP(k) \
+	AMXSETUP(3072, 4, k) \
+	VPXORD    Z22, Z22, Z22 \
+	VMOVUPS   Z22, 2048(SP) \
+	VMOVUPS   Z22, 2112(SP) \
+	VMOVUPS   Z22, 2176(SP) \
+	VMOVUPS   Z22, 2240(SP) \
+	VMOVUPS   Z22, 2304(SP) \
+	VMOVUPS   Z22, 2368(SP) \
+	VMOVUPS   Z22, 2432(SP) \
+	VMOVUPS   Z22, 2496(SP) \
+	VMOVUPS   Z22, 2560(SP) \
+	VMOVUPS   Z22, 2624(SP) \
+	VMOVUPS   Z22, 2688(SP) \
+	VMOVUPS   Z22, 2752(SP) \
+	VMOVUPS   Z22, 2816(SP) \
+	VMOVUPS   Z22, 2880(SP) \
+	VMOVUPS   Z22, 2944(SP) \
+	VMOVUPS   Z22, 3008(SP)
+
+// AMXKDONE: the K-quant kernels' end: the tiles released, the 16 rows'
+// float sums at 2048(SP) to out.
+#define AMXKDONE \
+	TILERELEASE \
+	MOVQ out+48(FP), AX \
+	KOUT(0) \
+	KOUT(2) \
+	KOUT(4) \
+	KOUT(6) \
+	KOUT(8) \
+	KOUT(10) \
+	KOUT(12) \
+	KOUT(14) \
+	VZEROUPPER
+
 // func gemmQ4KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
 TEXT ·gemmQ4KAMX(SB), $AMXFRAMEQ4K-56
-	AMXSETUP(3072, 4, 32)
-	VPXORD  Z22, Z22, Z22
-	MOVQ    $2048, AX
-q4kamxzero:
-	VMOVUPS Z22, (SP)(AX*1)
-	ADDQ    $64, AX
-	CMPQ    AX, $3072
-	JB      q4kamxzero
+	AMXKSETUP(32)
 	MOVL    $0x0f0f0f0f, AX
 	TESTQ   CX, CX
 	JZ      q4kamxdone
@@ -317,17 +348,7 @@ q4kamxloop:
 	JNZ  q4kamxloop
 
 q4kamxdone:
-	TILERELEASE
-	MOVQ out+48(FP), AX
-	Q4KOUT(0)
-	Q4KOUT(2)
-	Q4KOUT(4)
-	Q4KOUT(6)
-	Q4KOUT(8)
-	Q4KOUT(10)
-	Q4KOUT(12)
-	Q4KOUT(14)
-	VZEROUPPER
+	AMXKDONE
 	RET
 
 // ---- Q6_K (per super-block, repack.go: 16 f16 d at 0, the 16 sub-blocks'
@@ -408,14 +429,7 @@ q4kamxdone:
 
 // func gemmQ6KAMX(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
 TEXT ·gemmQ6KAMX(SB), $AMXFRAMEQ6K-56
-	AMXSETUP(3072, 4, 16)
-	VPXORD  Z22, Z22, Z22
-	MOVQ    $2048, AX
-q6kamxzero:
-	VMOVUPS Z22, (SP)(AX*1)
-	ADDQ    $64, AX
-	CMPQ    AX, $3072
-	JB      q6kamxzero
+	AMXKSETUP(16)
 	MOVL    $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z16
 	MOVL    $0x30303030, AX
@@ -465,15 +479,5 @@ q6kamxloop:
 	JNZ  q6kamxloop
 
 q6kamxdone:
-	TILERELEASE
-	MOVQ out+48(FP), AX
-	Q4KOUT(0)
-	Q4KOUT(2)
-	Q4KOUT(4)
-	Q4KOUT(6)
-	Q4KOUT(8)
-	Q4KOUT(10)
-	Q4KOUT(12)
-	Q4KOUT(14)
-	VZEROUPPER
+	AMXKDONE
 	RET

@@ -221,72 +221,67 @@ func tileModel(t gguf.Type) tileQ8Kernel {
 	}
 }
 
+// tileModelK is the Go model of a K-quant tile kernel of type t: for each
+// super-block, activation row and weight row, step takes the row's float
+// sum to the next super-block (blk: the packed super-block, i: the weight
+// row in the group).
+func tileModelK(t gguf.Type, step func(blk []byte, xb *q8K, a *q8KAux, i int, sum float32) float32) tileKKernel {
+	bs := packBlock(t)
+	return func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
+		wb := unsafe.Slice(w, nb*bs)
+		ab := unsafe.Slice(aux, nb*amxRows)
+		var acc [256]float32
+		for b := range nb {
+			blk := wb[b*bs : (b+1)*bs]
+			for r := range m {
+				xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
+				for i := range packRows {
+					acc[r*16+i] = step(blk, xb, &ab[b*amxRows+r], i, acc[r*16+i])
+				}
+			}
+		}
+		*out = acc
+	}
+}
+
 // tileModelQ4K is gemmQ4KAMX in Go: per super-block and sub-block t, the
 // exact tile sums of the nibbles (chunk t/2's slices, low nibbles for even
 // t) times the sub-block's scales, the mins against the activations'
 // 32-element sums, then dotQ4KGo's float steps.
-func tileModelQ4K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
-	bs := packBlock(gguf.TypeQ4_K)
-	wb := unsafe.Slice(w, nb*bs)
-	ab := unsafe.Slice(aux, nb*amxRows)
-	var acc [256]float32
-	for b := range nb {
-		blk := wb[b*bs : (b+1)*bs]
-		for r := range m {
-			xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
-			a := &ab[b*amxRows+r]
-			for i := range packRows {
-				var isum, msum int32
-				for t := range 8 {
-					var c int32
-					for k := range 32 {
-						q := blk[320+512*(t/2)+64*(k/4)+4*i+k%4] >> (4 * (t % 2)) & 15
-						c += int32(xb.qs[32*t+k]) * int32(q)
-					}
-					isum += int32(blk[64+16*t+i]) * c
-					msum += int32(blk[192+32*(t/2)+2*i+t%2]) * int32(a.bs32[t])
-				}
-				d := half(blk[2*i:2*i+2]) * a.d
-				dmin := half(blk[32+2*i:32+2*i+2]) * a.d
-				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
-				acc[r*16+i] = acc[r*16+i] - float32(dmin*float32(msum))
-			}
+var tileModelQ4K = tileModelK(gguf.TypeQ4_K, func(blk []byte, xb *q8K, a *q8KAux, i int, sum float32) float32 {
+	var isum, msum int32
+	for t := range 8 {
+		var c int32
+		for k := range 32 {
+			q := blk[320+512*(t/2)+64*(k/4)+4*i+k%4] >> (4 * (t % 2)) & 15
+			c += int32(xb.qs[32*t+k]) * int32(q)
 		}
+		isum += int32(blk[64+16*t+i]) * c
+		msum += int32(blk[192+32*(t/2)+2*i+t%2]) * int32(a.bs32[t])
 	}
-	*out = acc
-}
+	d := half(blk[2*i:2*i+2]) * a.d
+	dmin := half(blk[32+2*i:32+2*i+2]) * a.d
+	sum = sum + float32(d*float32(isum))
+	return sum - float32(dmin*float32(msum))
+})
 
 // tileModelQ6K is gemmQ6KAMX in Go: per super-block and 16-element
 // sub-block sb, the exact sums of the 6-bit values (sb's two nibble slices
 // and its slice of 2-bit pairs) against the activations, less 32 times
 // their sum, times the sub-block's scales; then dotQ6KGo's float step.
-func tileModelQ6K(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32) {
-	bs := packBlock(gguf.TypeQ6_K)
-	wb := unsafe.Slice(w, nb*bs)
-	ab := unsafe.Slice(aux, nb*amxRows)
-	var acc [256]float32
-	for b := range nb {
-		blk := wb[b*bs : (b+1)*bs]
-		for r := range m {
-			xb := (*q8K)(unsafe.Add(unsafe.Pointer(x), uintptr(r)*xstride+uintptr(b)*unsafe.Sizeof(q8K{})))
-			a := &ab[b*amxRows+r]
-			for i := range packRows {
-				var isum int32
-				for sb := range 16 {
-					p := blk[288+192*sb:]
-					var c int32
-					for k := range 16 { // B row k/4: elements 4(k/4)+k%4
-						t, col := k/4, 4*i+k%4
-						q := p[64*(t/2)+col] >> (4 * (t % 2)) & 15
-						q |= (p[128+col] >> (2 * t) & 3) << 4
-						c += int32(xb.qs[16*sb+k]) * int32(q)
-					}
-					isum += int32(int8(blk[32+16*sb+i])) * (c - a.c16[sb])
-				}
-				d := half(blk[2*i:2*i+2]) * a.d
-				acc[r*16+i] = acc[r*16+i] + float32(d*float32(isum))
-			}
+var tileModelQ6K = tileModelK(gguf.TypeQ6_K, func(blk []byte, xb *q8K, a *q8KAux, i int, sum float32) float32 {
+	var isum int32
+	for sb := range 16 {
+		p := blk[288+192*sb:]
+		var c int32
+		for k := range 16 { // B row k/4: elements 4(k/4)+k%4
+			t, col := k/4, 4*i+k%4
+			q := p[64*(t/2)+col] >> (4 * (t % 2)) & 15
+			q |= (p[128+col] >> (2 * t) & 3) << 4
+			c += int32(xb.qs[16*sb+k]) * int32(q)
 		}
+		isum += int32(int8(blk[32+16*sb+i])) * (c - a.c16[sb])
 	}
-	*out = acc
-}
+	d := half(blk[2*i:2*i+2]) * a.d
+	return sum + float32(d*float32(isum))
+})
