@@ -58,28 +58,50 @@ type tileQ8Kernel func(w *byte, nb int, x *byte, xstride uintptr, m int, aux *q8
 // row i. Q4_0's 4 slices of nibble bytes make one after masking (the low
 // nibbles, elements 0..15) and shifting (the high ones, 16..31).
 
-// tiles computes the outputs of the packed Q8_0 or Q4_0 group at w (weight
-// rows i..i+15) for every activation row, up to 16 rows per tile product.
-// j.xaT holds the rows' aux block-major per 16 rows (prepRows).
+// tiles computes the outputs of the packed group at w (weight rows
+// i..i+15) for every activation row, up to 16 rows per tile product.
 func (j *matJob) tiles(w *byte, i int) {
-	nb, rows := j.m.Cols/32, j.m.Rows
+	rows := j.m.Rows
 	var out [256]float32
 	for r := 0; r < j.n; r += amxRows {
 		m := min(amxRows, j.n-r)
-		x, a := &j.xq[r*j.xqs], &j.xaT[r/amxRows*nb*amxRows]
-		switch {
-		case j.tileKern != nil:
-			tmp := new([256]float32) // tests only: out stays on the stack otherwise
-			j.tileKern(w, nb, x, uintptr(j.xqs), m, a, tmp)
-			out = *tmp
-		case j.m.Type == gguf.TypeQ4_0:
-			gemmQ4AMX(w, nb, x, uintptr(j.xqs), m, a, &out)
-		default:
-			gemmQ8AMX(w, nb, x, uintptr(j.xqs), m, a, &out)
-		}
+		j.tileProduct(w, r, m, &out)
 		for k := range m {
 			copy(j.out[(r+k)*rows+i:(r+k)*rows+i+packRows], out[k*16:k*16+16])
 		}
+	}
+}
+
+// tileProduct runs the type's tile kernel on activation rows r..r+m-1 (one
+// panel: j.xaT or j.xkaT holds their aux block-major, prepRows). out does
+// not escape: the test hooks get a copy.
+func (j *matJob) tileProduct(w *byte, r, m int, out *[256]float32) {
+	if j.m.Type.BlockSize() == 256 {
+		nb := j.m.Cols / 256
+		x, a, xs := &j.xk[r*nb], &j.xkaT[r/amxRows*nb*amxRows], uintptr(nb)*unsafe.Sizeof(q8K{})
+		switch {
+		case j.tileKKern != nil:
+			tmp := new([256]float32)
+			j.tileKKern(w, nb, x, xs, m, a, tmp)
+			*out = *tmp
+		case j.m.Type == gguf.TypeQ6_K:
+			gemmQ6KAMX(w, nb, x, xs, m, a, out)
+		default:
+			gemmQ4KAMX(w, nb, x, xs, m, a, out)
+		}
+		return
+	}
+	nb := j.m.Cols / 32
+	x, a, xs := &j.xq[r*j.xqs], &j.xaT[r/amxRows*nb*amxRows], uintptr(j.xqs)
+	switch {
+	case j.tileKern != nil:
+		tmp := new([256]float32)
+		j.tileKern(w, nb, x, xs, m, a, tmp)
+		*out = *tmp
+	case j.m.Type == gguf.TypeQ4_0:
+		gemmQ4AMX(w, nb, x, xs, m, a, out)
+	default:
+		gemmQ8AMX(w, nb, x, xs, m, a, out)
 	}
 }
 
@@ -92,12 +114,12 @@ func (j *matJob) tiled() bool {
 	return false
 }
 
-// auxTiles copies activation row r's aux into j.xaT, where the tile kernel
-// reads a block's entries for 16 rows together.
-func (j *matJob) auxTiles(r int) {
-	nb := j.m.Cols / 32
-	t := j.xaT[r/amxRows*nb*amxRows:]
-	for b, a := range j.xa[r*nb : (r+1)*nb] {
+// blockMajor copies activation row r's per-block aux (src, nb blocks a
+// row) into dst, where a tile kernel reads a block's entries for 16 rows
+// together ([r/16][block][r%16]).
+func blockMajor[T any](dst, src []T, r, nb int) {
+	t := dst[r/amxRows*nb*amxRows:]
+	for b, a := range src[r*nb : (r+1)*nb] {
 		t[b*amxRows+r%amxRows] = a
 	}
 }
@@ -106,37 +128,3 @@ func (j *matJob) auxTiles(r int) {
 // Q8_K blocks, xstride bytes apart, and aux their q8KAux block-major
 // ([nb][16]).
 type tileKKernel func(w *byte, nb int, x *q8K, xstride uintptr, m int, aux *q8KAux, out *[256]float32)
-
-// tilesK is tiles for a packed Q4_K or Q6_K group; j.xkaT holds the rows'
-// aux block-major per 16 rows.
-func (j *matJob) tilesK(w *byte, i int) {
-	nb, rows := j.m.Cols/256, j.m.Rows
-	xs := uintptr(nb) * unsafe.Sizeof(q8K{})
-	var out [256]float32
-	for r := 0; r < j.n; r += amxRows {
-		m := min(amxRows, j.n-r)
-		x, a := &j.xk[r*nb], &j.xkaT[r/amxRows*nb*amxRows]
-		switch {
-		case j.tileKKern != nil:
-			tmp := new([256]float32) // tests only, as in tiles
-			j.tileKKern(w, nb, x, xs, m, a, tmp)
-			out = *tmp
-		case j.m.Type == gguf.TypeQ6_K:
-			gemmQ6KAMX(w, nb, x, xs, m, a, &out)
-		default:
-			gemmQ4KAMX(w, nb, x, xs, m, a, &out)
-		}
-		for k := range m {
-			copy(j.out[(r+k)*rows+i:(r+k)*rows+i+packRows], out[k*16:k*16+16])
-		}
-	}
-}
-
-// auxTilesK copies activation row r's q8KAux into j.xkaT, block-major.
-func (j *matJob) auxTilesK(r int) {
-	nb := j.m.Cols / 256
-	t := j.xkaT[r/amxRows*nb*amxRows:]
-	for b := range nb {
-		t[b*amxRows+r%amxRows] = j.xka[r*nb+b]
-	}
-}

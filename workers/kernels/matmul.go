@@ -211,7 +211,7 @@ func (j *matJob) prepRows(lo, hi int) {
 					quantQ8AVX2(&xq[0], &x[0], c/32, aux, k)
 				}
 				if j.tiled() {
-					j.auxTiles(r)
+					blockMajor(j.xaT, j.xa, r, c/32)
 				}
 			default:
 				quantizeQ8(xq, x)
@@ -248,7 +248,7 @@ func (j *matJob) prepRows(lo, hi int) {
 					}
 				}
 				if j.tiled() {
-					j.auxTilesK(r)
+					blockMajor(j.xkaT, j.xka, r, c/256)
 				}
 			}
 		}
@@ -604,7 +604,7 @@ func (j *matJob) groupsK(lo, hi int) {
 		i := g * packRows
 		r := 0
 		if j.tiled() {
-			j.tilesK(w, i)
+			j.tiles(w, i)
 			continue
 		}
 		if j.p == pathAVX2 || avx2Packed(typ) {
