@@ -76,10 +76,10 @@ test: deps vet
 # decode workers, billing) and prints its endpoints; cluster-down stops it.
 CLUSTER_DIR ?= $(CURDIR)/tmp/cluster
 cluster: build
-	$(GO) run ./deploy/local up --bin $(CURDIR)/$(BIN) --dir $(CLUSTER_DIR) $(ARGS)
+	$(GO) run ./deploy/local/cmd/local up --bin $(CURDIR)/$(BIN) --dir $(CLUSTER_DIR) $(ARGS)
 
 cluster-down:
-	$(GO) run ./deploy/local down --dir $(CLUSTER_DIR)
+	$(GO) run ./deploy/local/cmd/local down --dir $(CLUSTER_DIR)
 
 # test-cluster runs the fault tests against one local cluster (build tag
 # cluster): kill -9 a NATS server, kill -9 a decode worker mid-stream,

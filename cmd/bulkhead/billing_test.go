@@ -71,10 +71,10 @@ var billingStopped = regexp.MustCompile(`billing stopped.*\bcounted"?[=:](\d+).*
 func TestBillingSurvivesKills(t *testing.T) {
 	c := startCluster(t)
 	faulty := buildBinary(t, t.TempDir(), "faults") // the only build with --fault-exit-after
-	edgeURL := c.edge(t, "edge")
-	redisURL := "redis://" + c.redis.Addr() + "/0"
+	edgeURL := c.edge(t)
+	redisURL := c.redisURL
 	billing := func(name string) *process {
-		return start(t, name, c.bin, "billing", "--nats", c.natsURL, "--redis", redisURL, "--ack-wait", "2s")
+		return c.start(t, name, c.bin, "billing", "--nats", c.natsURL, "--redis", redisURL, "--ack-wait", "2s")
 	}
 	tok := c.token(t, "acme")
 	reader, err := c.key.Mint("acme", []string{"billing:read"}, nil, time.Hour)
@@ -139,22 +139,22 @@ func TestBillingSurvivesKills(t *testing.T) {
 		if round%3 == 2 {
 			// Dies right after counting an event, before acking it: the
 			// next process gets it again and must not count it twice.
-			p := start(t, fmt.Sprintf("billing-%d-fault", round), faulty, "billing", "--nats", c.natsURL,
+			p := c.start(t, fmt.Sprintf("billing-%d-fault", round), faulty, "billing", "--nats", c.natsURL,
 				"--redis", redisURL, "--ack-wait", "2s", "--fault-exit-after", "5")
 			procs = append(procs, p)
 			starts++
 			select {
-			case <-p.done:
+			case <-p.exited():
 				faults++
 			case <-loadDone:
 				// The load may end with fewer than 5 events left for it: give
 				// it a moment, then kill it like the others.
 				select {
-				case <-p.done:
+				case <-p.exited():
 					faults++
 				case <-time.After(3 * time.Second):
-					_ = p.cmd.Process.Kill()
-					<-p.done
+					p.proc.Signal(syscall.SIGKILL)
+					<-p.exited()
 					kills++
 				}
 			case <-time.After(60 * time.Second):
@@ -165,18 +165,18 @@ func TestBillingSurvivesKills(t *testing.T) {
 		p := billing(fmt.Sprintf("billing-%d", round))
 		procs = append(procs, p)
 		starts++
-		testkit.Poll(t, 30*time.Second, testkit.Cond("billing to start", func() bool { return strings.Contains(p.out.String(), "counting usage events") }))
+		testkit.Poll(t, 30*time.Second, testkit.Cond("billing to start", func() bool { return strings.Contains(p.output(), "counting usage events") }))
 		time.Sleep(time.Duration(150+70*(round%5)) * time.Millisecond) // let it count, then kill it mid-work
 		if round%3 == 0 {
-			_ = p.cmd.Process.Kill()
+			p.proc.Signal(syscall.SIGKILL)
 			kills++
 		} else {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			p.proc.Signal(syscall.SIGTERM)
 			terms++
 		}
-		<-p.done
+		<-p.exited()
 		if round%3 == 1 {
-			graceful(p.out.String())
+			graceful(p.output())
 		}
 	}
 	load.Wait()
@@ -194,11 +194,10 @@ func TestBillingSurvivesKills(t *testing.T) {
 	// Redeliveries after the last kill have had their AckWait (2s) to arrive.
 	time.Sleep(3 * time.Second)
 	getUsage(t, edgeURL, "/ai/usage?granularity=hour&from="+from, reader, &rep)
-	_ = last.cmd.Process.Signal(syscall.SIGTERM)
-	<-last.done
-	graceful(last.out.String())
+	last.stop(syscall.SIGTERM)
+	graceful(last.output())
 	for _, p := range procs {
-		dups += strings.Count(p.out.String(), "already counted")
+		dups += strings.Count(p.output(), "already counted")
 	}
 	t.Logf("%d requests sent (one usage event each), %d counted; %d billing processes started: %d SIGKILLed, %d SIGTERMed, "+
 		"%d exited between counting and acking; %d redelivered events found already counted (not counted again)",
@@ -222,8 +221,8 @@ func TestBillingSurvivesKills(t *testing.T) {
 func TestBudgetStopsTenant(t *testing.T) {
 	// Held at token 200: the stream the client leaves is still running.
 	c := startHeldCluster(t, false, "unified")
-	edgeURL := c.edge(t, "edge", "--quota-daily-neurons", "0.3")
-	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
+	edgeURL := c.edge(t, "--quota-daily-neurons", "0.3")
+	c.start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", c.redisURL)
 	tok := c.token(t, "spender")
 	reader, err := c.key.Mint("spender", []string{"billing:read"}, nil, time.Hour)
 	if err != nil {
@@ -292,8 +291,8 @@ func TestNoFaultFlagsShipped(t *testing.T) {
 // the CSV a row per key.
 func TestSpendByKey(t *testing.T) {
 	c := startClusterRoles(t, "unified")
-	edgeURL := c.edge(t, "edge")
-	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
+	edgeURL := c.edge(t)
+	c.start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", c.redisURL)
 	mint := func(key string, scopes ...string) string {
 		tok, err := c.key.MintKey("acme", key, scopes, nil, time.Hour)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-ai/bulkhead/deploy/local"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
@@ -42,54 +43,78 @@ func buildBinary(t *testing.T, dir string, tags ...string) string {
 	return bin
 }
 
-// process is a bulkhead subprocess whose output is kept for failure reports.
+// process is a process the test started through deploy/local, the one
+// harness for every multi-process test: its output goes to a log file that
+// the test reads, and it is stopped (SIGTERM, then SIGKILL) when the test
+// ends.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
+	lc   *local.Cluster
+	proc *local.Proc
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// output is what the process printed so far.
+func (p *process) output() string { return p.lc.Output(p.proc.Name) }
+
+// exited is closed once the process has exited.
+func (p *process) exited() <-chan struct{} {
+	done, _ := p.lc.Exited(p.proc.Name)
+	return done
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+// stop sends sig and waits for the process to exit.
+func (p *process) stop(sig syscall.Signal) {
+	p.proc.Signal(sig)
+	<-p.exited()
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// start runs bin with args as a separate OS process, stopped (SIGTERM, then
-// kill) when the test ends.
+// start runs bin with args as a separate OS process, in a deploy/local
+// cluster of its own (a directory for its log and nothing else running).
 func start(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
+	return startProc(t, emptyCluster(t, bin), local.Proc{Name: name, Args: append([]string{bin}, args...)})
+}
+
+// emptyCluster is a deploy/local cluster with nothing running, stopped when
+// the test ends.
+func emptyCluster(t *testing.T, bin string) *local.Cluster {
+	t.Helper()
+	lc, err := local.New(local.Config{Dir: t.TempDir(), Bin: bin, Bare: true, NoAuth: true, Workers: []string{}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	stopWhenDone(t, lc)
+	return lc
+}
+
+// startIn runs bin with args as one more process of lc.
+func startIn(t *testing.T, lc *local.Cluster, name, bin string, args ...string) *process {
+	t.Helper()
+	return startProc(t, lc, local.Proc{Name: name, Args: append([]string{bin}, args...)})
+}
+
+// startProc runs p as one more process of lc.
+func startProc(t *testing.T, lc *local.Cluster, p local.Proc) *process {
+	t.Helper()
+	proc, err := lc.Start(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &process{lc: lc, proc: proc}
+}
+
+// stopWhenDone stops lc's processes when the test ends, and then prints
+// their output if it failed.
+func stopWhenDone(t *testing.T, lc *local.Cluster) {
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		if err := lc.Down(); err != nil {
+			t.Logf("stopping the processes: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("--- %s output:\n%s", name, p.out.String())
+			for _, p := range lc.State.Procs {
+				t.Logf("--- %s output:\n%s", p.Name, lc.Output(p.Name))
+			}
 		}
 	})
-	return p
 }
 
 func freeAddr(t *testing.T) string {
@@ -101,18 +126,21 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
-// cluster is NATS and worker processes (two unified ones by default), a real
-// redis-server, and edges started on demand.
+// cluster is deploy/local's Bare cluster: one NATS server, a redis-server
+// and worker processes (two unified ones by default), with edges and other
+// nodes started on demand.
 type cluster struct {
-	bin, natsURL, model string
+	lc                     *local.Cluster
+	bin, natsURL, redisURL string
+	model                  string
 	// workerBin and workerArgs start the workers: bin, or a fault build
 	// holding every stream at a token (startHeldCluster).
 	workerBin  string
 	workerArgs []string
 	key        *auth.DevKey
-	redis      *redistest.Server
 	workers    []*process
 	nats       *process
+	redis      *process
 	creds      string // NATS's --auth-dir: one seed file per role
 }
 
@@ -182,61 +210,52 @@ func startClusterNATS(t *testing.T, secure bool, holdAt int, natsExtra []string,
 		c.workerBin = buildBinary(t, dir, "faults")
 		c.workerArgs = []string{"--fault-hold-at", strconv.Itoa(holdAt)}
 	}
-	var err error
-	if c.redis, err = redistest.Start(); err != nil {
+	lc, err := local.Up(context.Background(), local.Config{Dir: filepath.Join(dir, "cluster"), Bin: c.bin,
+		Model: clusterModel + "=" + c.model, Workers: roles, WorkerBin: c.workerBin,
+		WorkerArgs: append([]string{"--kv-poison"}, c.workerArgs...), NATSArgs: natsExtra, Bare: true, NoAuth: !secure})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.redis.Stop)
-	if c.key, err = auth.LoadOrCreateDevKey(filepath.Join(dir, "keys")); err != nil {
+	stopWhenDone(t, lc)
+	c.lc, c.natsURL, c.redisURL, c.creds = lc, lc.State.NATS, lc.State.Redis, lc.State.Creds
+	if c.key, err = auth.LoadOrCreateDevKey(lc.State.KeyDir); err != nil {
 		t.Fatal(err)
 	}
-	natsAddr := freeAddr(t)
-	natsArgs := []string{"nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js")}
-	if secure {
-		c.creds = filepath.Join(dir, "nats-creds")
-		natsArgs = append(natsArgs, "--auth-dir", c.creds)
-	} else {
-		natsArgs = append(natsArgs, "--no-auth")
-	}
-	natsArgs = append(natsArgs, natsExtra...)
-	ns := start(t, "nats", c.bin, natsArgs...)
-	c.nats = ns
-	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
-	c.natsURL = "nats://" + natsAddr
-	for i, role := range roles {
-		args := append([]string{"worker", "--nats", c.natsURL, "--model", clusterModel + "=" + c.model, "--threads", "1", "--kv-poison", "--role", role},
-			c.natsCreds(queue.RoleWorker)...)
-		c.workers = append(c.workers, start(t, fmt.Sprintf("worker-%d-%s", i, role), c.workerBin, append(args, c.workerArgs...)...))
+	for _, p := range lc.State.Procs {
+		switch proc := (&process{lc: lc, proc: p}); p.Role {
+		case local.RoleNATS:
+			c.nats = proc
+		case local.RoleRedis:
+			c.redis = proc
+		default:
+			c.workers = append(c.workers, proc)
+		}
 	}
 	return c
 }
 
+// start runs bin with args as one more process of the cluster.
+func (c *cluster) start(t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
+	return startIn(t, c.lc, name, bin, args...)
+}
+
 // edge starts an edge process with extra flags and returns its base URL once
 // it answers.
-func (c *cluster) edge(t *testing.T, name string, args ...string) string {
-	url, _ := c.edgeProcess(t, name, args...)
+func (c *cluster) edge(t *testing.T, args ...string) string {
+	url, _ := c.edgeProcess(t, args...)
 	return url
 }
 
-func (c *cluster) edgeProcess(t *testing.T, name string, args ...string) (string, *process) {
+func (c *cluster) edgeProcess(t *testing.T, args ...string) (string, *process) {
 	t.Helper()
-	addr := freeAddr(t)
-	all := append([]string{"edge", "--nats", c.natsURL, "--listen", addr, "--model", clusterModel + "=" + c.model,
-		"--redis", "redis://" + c.redis.Addr() + "/0", "--jwks", c.key.JWKSPath()}, append(c.natsCreds(queue.RoleEdge), args...)...)
-	p := start(t, name, c.bin, all...)
-	url := "http://" + addr
-	tok := c.token(t, "probe")
-	testkit.Poll(t, 60*time.Second, testkit.Cond(name+" to answer", func() bool {
-		req, _ := http.NewRequest("GET", url+"/ai/models/search", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}))
-	return url, p
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := c.lc.Edge(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + p.Addr, &process{lc: c.lc, proc: p}
 }
 
 func (c *cluster) token(t *testing.T, tenant string) string {
@@ -274,7 +293,7 @@ func post(t *testing.T, token, url, body string) (int, []byte) {
 // them, native and OpenAI, streaming and not.
 func TestClusterOfProcesses(t *testing.T) {
 	c := startCluster(t)
-	edgeURL, edgeProc := c.edgeProcess(t, "edge")
+	edgeURL, edgeProc := c.edgeProcess(t)
 	tok := c.token(t, "acme")
 	const want = ", there was a little girl named Lily. She loved to play outside in the park."
 
@@ -357,9 +376,8 @@ func TestClusterOfProcesses(t *testing.T) {
 			t.Fatalf("queueRequest: %d %s", status, body)
 		}
 		// The edge that took the request goes away; another one answers the poll.
-		_ = edgeProc.cmd.Process.Signal(syscall.SIGTERM)
-		<-edgeProc.done
-		other := c.edge(t, "edge-2")
+		edgeProc.stop(syscall.SIGTERM)
+		other := c.edge(t)
 		var last []byte
 		testkit.Poll(t, 30*time.Second, testkit.Cond("the async results", func() bool {
 			_, last = post(t, tok, other+"/ai/run/"+clusterModel, `{"request_id":"`+queued.Result.RequestID+`"}`)
@@ -386,10 +404,10 @@ func TestClusterErrors(t *testing.T) {
 	// --fault-engine-hold-at) until its request ends: busy however fast the
 	// engine is.
 	const busyModel = "@cf/tinyllamas/busy"
-	start(t, "worker-busy", c.workerBin, append([]string{"worker", "--nats", c.natsURL, "--model", busyModel + "=" + c.model,
+	c.start(t, "worker-busy", c.workerBin, append([]string{"worker", "--nats", c.natsURL, "--model", busyModel + "=" + c.model,
 		"--threads", "1", "--max-batch", "1", "--engine-queue", "1", "--fault-engine-hold-at", "1"}, c.natsCreds(queue.RoleWorker)...)...)
-	open := c.edge(t, "edge-open", "--model", busyModel+"="+c.model)
-	limited := c.edge(t, "edge-limited", "--quota-rpm", "3", "--quota-daily-neurons", "0.5", "--request-timeout", "150ms")
+	open := c.edge(t, "--model", busyModel+"="+c.model)
+	limited := c.edge(t, "--quota-rpm", "3", "--quota-daily-neurons", "0.5", "--request-timeout", "150ms")
 	run := "/ai/run/" + clusterModel
 
 	type row struct {
@@ -513,7 +531,7 @@ func TestClusterErrors(t *testing.T) {
 		}
 	})
 	t.Run("redis down fails closed", func(t *testing.T) {
-		c.redis.Stop()
+		c.redis.stop(syscall.SIGTERM)
 		check(t, row{token: c.token(t, "late"), url: limited + run, body: `{"prompt":"hi","max_tokens":1}`, status: 503, code: 3043})
 		// The edge without quotas does not need Redis and keeps serving.
 		if status, body := post(t, acme, open+run, `{"prompt":"hi","max_tokens":2}`); status != 200 {
@@ -527,7 +545,7 @@ func TestClusterErrors(t *testing.T) {
 // differs from its quiet reference, every over-long prompt refused.
 func TestCanaryAgainstCluster(t *testing.T) {
 	c := startCluster(t)
-	edgeURL := c.edge(t, "edge")
+	edgeURL := c.edge(t)
 	stdout, stderr, code := bulkhead(t, "canary", "--edge", edgeURL, "--key-dir", filepath.Dir(c.key.JWKSPath()),
 		"--tenants", "4", "--requests", "40", "--concurrency", "6", "--oversize-fraction", "0.2", "--max-tokens", "16", "--json")
 	if code != 0 {

@@ -162,10 +162,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Held at token 200: the stream the client leaves is still running.
 	c := startHeldCluster(t, false, "unified")
 	const second = "@cf/tinyllamas/stories260k-chat"
-	start(t, "worker-both", c.workerBin, append([]string{"worker", "--nats", c.natsURL, "--model", clusterModel + "=" + c.model,
+	c.start(t, "worker-both", c.workerBin, append([]string{"worker", "--nats", c.natsURL, "--model", clusterModel + "=" + c.model,
 		"--model", second + "=" + c.model, "--threads", "1"}, c.workerArgs...)...)
-	edgeURL := c.edge(t, "edge", "--model", second+"="+c.model, "--quota-daily-neurons", "40")
-	start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", "redis://"+c.redis.Addr()+"/0")
+	edgeURL := c.edge(t, "--model", second+"="+c.model, "--quota-daily-neurons", "40")
+	c.start(t, "billing", c.bin, "billing", "--nats", c.natsURL, "--redis", c.redisURL)
 
 	run := c.token(t, "acme")
 	mint := func(tenant string, scopes ...string) string {

@@ -51,9 +51,9 @@ func greedyRun(t *testing.T, base, tok, prompt string, maxTokens int) runResult 
 // cluster of unified workers, concurrent requests included.
 func TestDisaggregatedClusterOfProcesses(t *testing.T) {
 	uni := startClusterRoles(t, "unified")
-	uniURL := uni.edge(t, "unified-edge")
+	uniURL := uni.edge(t)
 	split := startClusterRoles(t, "prefill", "decode")
-	splitURL := split.edge(t, "split-edge")
+	splitURL := split.edge(t)
 	utok, stok := uni.token(t, "acme"), split.token(t, "acme")
 
 	want := make([]runResult, len(greedyPrompts))
@@ -71,12 +71,12 @@ func TestDisaggregatedClusterOfProcesses(t *testing.T) {
 			t.Errorf("%q: disaggregated %+v, unified %+v", p, got[i], want[i])
 		}
 	}
-	if n := strings.Count(split.workers[0].out.String(), "handed over to a decode worker"); n != len(greedyPrompts) {
+	if n := strings.Count(split.workers[0].output(), "handed over to a decode worker"); n != len(greedyPrompts) {
 		t.Errorf("the prefill worker logged %d hand-overs, want %d", n, len(greedyPrompts))
 	}
 	for _, w := range split.workers {
-		if strings.Contains(w.out.String(), `"level":"ERROR"`) {
-			t.Errorf("%s logged an error:\n%s", w.name, w.out.String())
+		if strings.Contains(w.output(), `"level":"ERROR"`) {
+			t.Errorf("%s logged an error:\n%s", w.proc.Name, w.output())
 		}
 	}
 }
@@ -150,7 +150,7 @@ func TestCanaryDisaggregated(t *testing.T) {
 		"--model", clusterModel+"="+refdatatest.Path(t, "models/stories260K.gguf"),
 		"--disaggregated", "--prefill-workers", "2", "--decode-workers", "2",
 		"--context", "512", "--kv-pool-tokens", "1024", "--kv-poison", "--threads", "1")
-	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.out.String(), "serving") }))
+	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.output(), "serving") }))
 
 	adapter := filepath.Join(dir, "canary-lora.gguf")
 	if out, errOut, code := bulkhead(t, "models", "synth", "--lora", "8", "--targets", "all", "--base", refdatatest.Path(t, "models/stories260K.gguf"), "--out", adapter); code != 0 {

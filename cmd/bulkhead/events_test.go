@@ -46,7 +46,7 @@ func tenantConn(t *testing.T, c *cluster, tenant string, errs chan<- error) *nat
 // The edge runs without --webhook-hosts.
 func TestTenantEvents(t *testing.T) {
 	c := startClusterNATS(t, true, 0, []string{"--tenant-creds", "acme,beta"}, "unified")
-	edgeURL := c.edge(t, "edge")
+	edgeURL := c.edge(t)
 	tok := c.token(t, "acme")
 
 	var mu sync.Mutex

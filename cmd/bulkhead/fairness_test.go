@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bulkhead-ai/bulkhead/deploy/local"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -93,30 +94,19 @@ type floodTarget struct {
 
 func clusterTarget(t *testing.T, c *cluster) floodTarget {
 	_, js, _ := c.natsAs(t, queue.RoleOperator)
-	return floodTarget{url: c.edge(t, "edge"), token: func(tenant string) string { return c.token(t, tenant) }, js: js}
+	return floodTarget{url: c.edge(t), token: func(tenant string) string { return c.token(t, tenant) }, js: js}
 }
 
 // localTarget is the deploy/local cluster running in BULKHEAD_FLOOD_CLUSTER
 // (make cluster): its first edge, tokens from its key, its NATS as the
 // operator.
 func localTarget(t *testing.T) floodTarget {
-	var st struct {
-		NATS   string `json:"nats"`
-		KeyDir string `json:"key_dir"`
-		Creds  string `json:"creds"`
-		Procs  []struct {
-			Role, Addr string
-		} `json:"processes"`
-	}
-	b, err := os.ReadFile(filepath.Join(os.Getenv("BULKHEAD_FLOOD_CLUSTER"), "state.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &st)
-	}
+	st, err := local.ReadState(os.Getenv("BULKHEAD_FLOOD_CLUSTER"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(st.Procs, func(p struct{ Role, Addr string }) bool { return p.Role == "edge" })
-	if i < 0 {
+	edges := st.ByRole(local.RoleEdge)
+	if len(edges) == 0 {
 		t.Fatal("the cluster has no edge")
 	}
 	key, err := auth.LoadOrCreateDevKey(st.KeyDir)
@@ -138,7 +128,7 @@ func localTarget(t *testing.T) floodTarget {
 	// The cluster outlives the test: close the keep-alive connections to
 	// it, whose goroutines TestMain would count as leaked.
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
-	return floodTarget{url: "http://" + st.Procs[i].Addr, token: token, js: js}
+	return floodTarget{url: "http://" + edges[0].Addr, token: token, js: js}
 }
 
 // jetStreamAt connects to url with opts until the test ends.

@@ -75,8 +75,8 @@ func TestKeyBudgets(t *testing.T) {
 	}
 
 	c := startSecureCluster(t, "unified")
-	edgeURL := c.edge(t, "edge", "--webhook-hosts", "127.0.0.1", "--webhook-allow-private", "--webhook-ca", ca)
-	start(t, "billing", c.bin, append([]string{"billing", "--nats", c.natsURL, "--redis", "redis://" + c.redis.Addr() + "/0"},
+	edgeURL := c.edge(t, "--webhook-hosts", "127.0.0.1", "--webhook-allow-private", "--webhook-ca", ca)
+	c.start(t, "billing", c.bin, append([]string{"billing", "--nats", c.natsURL, "--redis", c.redisURL},
 		c.natsCreds(queue.RoleBilling)...)...)
 	mint := func(key string, scopes ...string) string {
 		tok, err := c.key.MintKey("acme", key, scopes, nil, time.Hour)

@@ -72,7 +72,7 @@ func TestNpmSDKs(t *testing.T) {
 	defer os.Remove(run)
 
 	c := startCluster(t)
-	edgeURL := c.edge(t, "edge")
+	edgeURL := c.edge(t)
 	tok := c.token(t, "acme")
 	if status, b := post(t, tok, edgeURL+"/ai/run/"+clusterModel, `{"prompt":"Once","max_tokens":2}`); status != 200 {
 		t.Fatalf("warm-up: %d %s", status, b)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/bulkhead-ai/bulkhead/deploy/local"
 	"github.com/bulkhead-ai/bulkhead/edge/auth"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
@@ -310,7 +310,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 	natsURL := "nats://" + natsAddr
 	startNATS := func() *process {
 		ns := start(t, "nats", bin, "nats", "--listen", natsAddr, "--store-dir", filepath.Join(dir, "js"), "--no-auth")
-		testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
+		testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.output(), "listening") }))
 		return ns
 	}
 	ns := startNATS()
@@ -528,8 +528,7 @@ func TestObservabilityAcrossProcesses(t *testing.T) {
 		}
 		flip("Redis back", []string{edgeURL, metricsURL["billing"]}, "redis", true)
 
-		_ = ns.cmd.Process.Signal(syscall.SIGTERM)
-		<-ns.done
+		ns.stop(syscall.SIGTERM)
 		flip("NATS gone", all, "nats", false)
 		startNATS()
 		flip("NATS back", all, "nats", true)
@@ -551,29 +550,12 @@ func TestDevConsoleTrace(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "dev", "--data-dir", dir, "--listen", addr, "--disaggregated",
-		"--model", clusterModel+"="+refdatatest.Path(t, "models/stories260K.gguf"), "--threads", "1")
-	cmd.Env = append(cmd.Environ(), "OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=100")
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("--- dev stderr:\n%s", stderr.String())
-		}
-	})
-	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(stdout.String(), "serving") }))
+	// The console exporter prints each span as indented JSON on stdout,
+	// between the log's one-line records.
+	dev := startProc(t, emptyCluster(t, bin), local.Proc{Name: "dev", Env: []string{"OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=100"},
+		Args: []string{bin, "dev", "--data-dir", dir, "--listen", addr, "--disaggregated",
+			"--model", clusterModel + "=" + refdatatest.Path(t, "models/stories260K.gguf"), "--threads", "1"}})
+	testkit.Poll(t, time.Minute, testkit.Cond("dev to serve", func() bool { return strings.Contains(dev.output(), "serving") }))
 	key, err := auth.LoadOrCreateDevKey(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -591,9 +573,9 @@ func TestDevConsoleTrace(t *testing.T) {
 		"bulkhead-dev/handoff.send", "bulkhead-dev/handoff.receive", "bulkhead-dev/engine.decode", "bulkhead-dev/edge.reply"}
 	var spans []span
 	testkit.Poll(t, 30*time.Second, func() error {
-		spans = consoleSpans(t, stdout.String(), id)
+		spans = consoleSpans(t, dev.output(), id)
 		if problem := treeProblem(spans, want); problem != "" {
-			return fmt.Errorf("trace %s on stdout: %s\n%s", id, problem, stdout.String())
+			return fmt.Errorf("trace %s on stdout: %s\n%s", id, problem, dev.output())
 		}
 		return nil
 	})

@@ -16,7 +16,7 @@ import (
 // unmodified: only the base URL and the key are ours.
 func TestOpenAISDK(t *testing.T) {
 	c := startCluster(t)
-	base := c.edge(t, "edge") + "/v1/"
+	base := c.edge(t) + "/v1/"
 	client := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey(c.token(t, "acme")), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

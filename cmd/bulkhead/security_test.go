@@ -63,11 +63,11 @@ func TestClusterSecurity(t *testing.T) {
 	// running when the kill lands, however fast the engine is.
 	c := startHeldCluster(t, true, "prefill", "decode")
 	const solo = "@cf/tinyllamas/solo"
-	soloWorker := start(t, "worker-solo", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
+	soloWorker := c.start(t, "worker-solo", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
 		"--threads", "1"}, c.natsCreds(queue.RoleWorker)...)...)
-	billing := start(t, "billing", c.bin, append([]string{"billing", "--nats", c.natsURL, "--redis", "redis://" + c.redis.Addr() + "/0"},
+	billing := c.start(t, "billing", c.bin, append([]string{"billing", "--nats", c.natsURL, "--redis", c.redisURL},
 		c.natsCreds(queue.RoleBilling)...)...)
-	edgeURL, edgeProc := c.edgeProcess(t, "edge", "--model", solo+"="+c.model)
+	edgeURL, edgeProc := c.edgeProcess(t, "--model", solo+"="+c.model)
 	tok := c.token(t, "acme")
 	run := edgeURL + "/ai/run/" + clusterModel
 	if status, body := post(t, tok, run, `{"prompt":"Once upon a time","raw":true,"max_tokens":8,"temperature":0}`); status != 200 {
@@ -81,11 +81,11 @@ func TestClusterSecurity(t *testing.T) {
 		// Billing counts the request's usage event; no node was refused
 		// anything by the server.
 		testkit.Poll(t, 20*time.Second, testkit.Cond("billing to count the usage event", func() bool {
-			return strings.Contains(billing.out.String(), "counting usage events")
+			return strings.Contains(billing.output(), "counting usage events")
 		}))
 		for _, p := range append(c.workers, soloWorker, billing, edgeProc) {
-			if out := p.out.String(); strings.Contains(out, "NATS refused") || strings.Contains(out, "ermissions") {
-				t.Errorf("%s was refused by NATS:\n%s", p.name, out)
+			if out := p.output(); strings.Contains(out, "NATS refused") || strings.Contains(out, "ermissions") {
+				t.Errorf("%s was refused by NATS:\n%s", p.proc.Name, out)
 			}
 		}
 	})
@@ -123,7 +123,7 @@ func TestClusterSecurity(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 		}))
 		defer meterSrv.Close()
-		start(t, "usage-export", c.bin, append([]string{"usage-export", "--nats", c.natsURL, "--post", meterSrv.URL,
+		c.start(t, "usage-export", c.bin, append([]string{"usage-export", "--nats", c.natsURL, "--post", meterSrv.URL,
 			"--post-header", "Authorization: Bearer om"}, c.natsCreds(queue.RoleExport)...)...)
 		var batch []json.RawMessage
 		select {
@@ -209,8 +209,8 @@ func TestClusterSecurity(t *testing.T) {
 			t.Fatalf("the forged job ran: %s", m.Data)
 		}
 		for _, w := range append(c.workers, soloWorker) {
-			if strings.Contains(w.out.String(), forged.ID) {
-				t.Fatalf("%s saw the forged job:\n%s", w.name, w.out.String())
+			if strings.Contains(w.output(), forged.ID) {
+				t.Fatalf("%s saw the forged job:\n%s", w.proc.Name, w.output())
 			}
 		}
 	})
@@ -220,8 +220,7 @@ func TestClusterSecurity(t *testing.T) {
 		if status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`); status != 200 {
 			t.Fatalf("solo before: %d %s", status, body)
 		}
-		_ = soloWorker.cmd.Process.Signal(syscall.SIGTERM)
-		<-soloWorker.done
+		soloWorker.stop(syscall.SIGTERM)
 		testkit.Poll(t, 10*time.Second, testkit.Cond("the edge to see the worker gone", func() bool {
 			status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`)
 			return status == 503 && strings.Contains(string(body), "3047")
@@ -259,7 +258,7 @@ func TestClusterSecurity(t *testing.T) {
 		for sc.Scan() {
 			line := sc.Text()
 			if killed.IsZero() && strings.HasPrefix(line, "data: ") {
-				_ = c.workers[1].cmd.Process.Kill() // the decode worker
+				c.workers[1].proc.Signal(syscall.SIGKILL) // the decode worker
 				killed = time.Now()
 			}
 			if line == "event: error" {
@@ -282,8 +281,7 @@ func TestClusterSecurity(t *testing.T) {
 	})
 
 	t.Run("NATS stopped", func(t *testing.T) {
-		_ = c.nats.cmd.Process.Signal(syscall.SIGTERM)
-		<-c.nats.done
+		c.nats.stop(syscall.SIGTERM)
 		start := time.Now()
 		status, body := post(t, tok, run, `{"prompt":"Once upon a time","max_tokens":4}`)
 		d := time.Since(start)
@@ -323,7 +321,7 @@ func TestNATSCredentialsByDefault(t *testing.T) {
 	bin := buildBinary(t, t.TempDir())
 	addr := freeAddr(t)
 	ns := start(t, "nats", bin, "nats", "--listen", addr, "--store-dir", filepath.Join(t.TempDir(), "js"))
-	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.out.String(), "listening") }))
+	testkit.Poll(t, 30*time.Second, testkit.Cond("NATS to listen", func() bool { return strings.Contains(ns.output(), "listening") }))
 	url := "nats://" + addr
 	if nc, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
 		nc.Close()

@@ -20,7 +20,7 @@ import (
 // keyword refused 400/5004 by name. stories260K never writes JSON by itself.
 func TestOpenAISDKStructured(t *testing.T) {
 	c := startCluster(t)
-	client := openai.NewClient(option.WithBaseURL(c.edge(t, "edge")+"/v1/"), option.WithAPIKey(c.token(t, "acme")), option.WithMaxRetries(0))
+	client := openai.NewClient(option.WithBaseURL(c.edge(t)+"/v1/"), option.WithAPIKey(c.token(t, "acme")), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	person := map[string]any{

@@ -71,7 +71,7 @@ func TestClusterWebhooks(t *testing.T) {
 
 	c := startSecureCluster(t, "unified")
 	hooks := []string{"--webhook-hosts", "127.0.0.1", "--webhook-allow-private", "--webhook-ca", ca}
-	first, firstProc := c.edgeProcess(t, "edge-1", hooks...)
+	first, firstProc := c.edgeProcess(t, hooks...)
 	tok := c.token(t, "acme")
 	batch := `{"requests":[{"prompt":"Once upon a time","max_tokens":8},{"prompt":"The dog","max_tokens":8},{"prompt":"A cat","max_tokens":8}],` +
 		`"webhook":{"url":"` + recv.URL + `/hooks/bulkhead","secret":"` + secret + `"}}`
@@ -84,8 +84,7 @@ func TestClusterWebhooks(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("batch: %d %s", status, b)
 	}
-	_ = firstProc.cmd.Process.Signal(syscall.SIGKILL)
-	<-firstProc.done
+	firstProc.stop(syscall.SIGKILL)
 	var sub struct {
 		Result struct {
 			RequestID string `json:"request_id"`
@@ -95,7 +94,7 @@ func TestClusterWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.edgeProcess(t, "edge-2", hooks...)
+	c.edgeProcess(t, hooks...)
 	testkit.Poll(t, 60*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -118,7 +117,7 @@ func TestClusterWebhooks(t *testing.T) {
 	t.Logf("%d posts: 3 answered 500, %d accepted, %d unverified", posts, len(accepted), bad)
 	mu.Unlock()
 
-	plain := c.edge(t, "edge-3", "--webhook-hosts", "127.0.0.1")
+	plain := c.edge(t, "--webhook-hosts", "127.0.0.1")
 	status, b = post(t, tok, plain+"/ai/run/"+clusterModel+"?queueRequest=true", batch)
 	if status != 400 || !strings.Contains(string(b), "not a public address") {
 		t.Fatalf("a webhook to 127.0.0.1 without --webhook-allow-private: %d %s", status, b)

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package local
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func restart(t *testing.T, p *Proc) {
 // kill sends sig to p and waits for it to exit, returning its wait error.
 func kill(t *testing.T, p *Proc, sig syscall.Signal) error {
 	t.Helper()
-	if !p.signal(sig) {
+	if !p.Signal(sig) {
 		t.Fatalf("%s (pid %d) is not running", p.Name, p.PID)
 	}
 	done, werr := shared.Exited(p.Name)
@@ -210,7 +210,7 @@ func TestEdgeDrain(t *testing.T) {
 		n, err := metric(ctx, e, "bulkhead_edge_in_flight_requests", "")
 		return err == nil && n >= 1
 	}))
-	if !e.signal(syscall.SIGTERM) {
+	if !e.Signal(syscall.SIGTERM) {
 		t.Fatal("edge-1 is not running")
 	}
 	testkit.Poll(t, 30*time.Second, testkit.Cond("/readyz to fail", func() bool {

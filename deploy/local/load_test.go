@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package local
 
 import (
 	"bufio"
@@ -86,7 +86,7 @@ func newClient(t *testing.T, c *Cluster, tenant string) *client {
 }
 
 func (cl *client) edge(i int) string {
-	edges := cl.c.State.ByRole(roleEdge)
+	edges := cl.c.State.ByRole(RoleEdge)
 	return cl.c.EdgeURL(edges[i%len(edges)])
 }
 

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package local
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func TestAdapterOnEveryWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edges := shared.State.ByRole(roleEdge)
+	edges := shared.State.ByRole(RoleEdge)
 	up := edgeclient.New(shared.EdgeURL(edges[0]), tok, edgeclient.WithAccount(tenant))
 	down := edgeclient.New(shared.EdgeURL(edges[1]), tok)
 
@@ -81,7 +81,7 @@ func TestAdapterOnEveryWorker(t *testing.T) {
 	if tuned == base {
 		t.Fatalf("the adapter changed nothing: %q", base)
 	}
-	workers := append(shared.State.ByRole(rolePrefill), shared.State.ByRole(roleDecode)...)
+	workers := append(shared.State.ByRole(RolePrefill), shared.State.ByRole(RoleDecode)...)
 	for i := 0; ; i++ {
 		missing := ""
 		for _, w := range workers {

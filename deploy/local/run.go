@@ -1,4 +1,4 @@
-package main
+package local
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,7 +21,7 @@ import (
 // group: NATS (its streams set up with three replicas), Redis, billing and
 // the workers, then the edges, until a request through each edge is served.
 func (c *Cluster) startAll(ctx context.Context) error {
-	for _, group := range [][]string{{roleNATS}, {roleRedis}, {roleBilling, rolePrefill, roleDecode}, {roleEdge}} {
+	for _, group := range [][]string{{RoleNATS}, {RoleRedis}, {RoleBilling, RolePrefill, RoleDecode, RoleUnified}, {RoleEdge}} {
 		var procs []*Proc
 		for _, role := range group {
 			procs = append(procs, c.State.ByRole(role)...)
@@ -36,7 +38,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 			fmt.Fprintf(c.cfg.Progress, "  %-10s %-22s pid %d\n", p.Name, p.Addr, p.PID)
 		}
 	}
-	for _, e := range c.State.ByRole(roleEdge) {
+	for _, e := range c.State.ByRole(RoleEdge) {
 		if err := c.waitServes(ctx, e); err != nil {
 			return err
 		}
@@ -50,10 +52,10 @@ func (c *Cluster) startAll(ctx context.Context) error {
 func (c *Cluster) WaitReady(ctx context.Context, p *Proc) error {
 	var check func(context.Context) error
 	switch p.Role {
-	case roleNATS:
+	case RoleNATS:
 		from := c.logFrom(p.Name)
 		check = func(context.Context) error { return logHas(p.Log, from, natsReadyLine) }
-	case roleRedis:
+	case RoleRedis:
 		check = func(ctx context.Context) error { return redisPing(ctx, p.Addr) }
 	default:
 		check = func(ctx context.Context) error { return httpOK(ctx, "GET", "http://"+p.Addr+"/readyz", "", nil) }
@@ -167,7 +169,9 @@ func tail(path string) string {
 // stopOrder is the order down stops roles in: traffic first (edges drain
 // their streams), then the workers (they finish or hand back their jobs),
 // billing (its batch), and the stores last.
-var stopOrder = [][]string{{roleEdge}, {rolePrefill, roleDecode}, {roleBilling}, {roleNATS}, {roleRedis}}
+// Processes of other roles (a caller's own, added with Start) stop with the
+// edges.
+var stopOrder = [][]string{{RoleEdge, ""}, {RolePrefill, RoleDecode, RoleUnified}, {RoleBilling}, {RoleNATS}, {RoleRedis}}
 
 // Down stops every process, a role group at a time: SIGTERM, then SIGKILL
 // for what is still running past the grace and a margin. It reports the
@@ -176,21 +180,43 @@ func (c *Cluster) Down() error {
 	return stopAll(c.State, c.cfg.Grace, c.waitExit)
 }
 
+// Down stops the processes of a cluster that another process started (`up`
+// then `down`: their exit status is not this process's to read), as
+// Cluster.Down does, and removes the state file.
+func (s *State) Down(grace time.Duration) error {
+	if err := stopAll(s, grace, pollExit); err != nil {
+		return err
+	}
+	return os.Remove(filepath.Join(s.Dir, StateFile))
+}
+
+// stopGroup is the stopOrder group role stops in.
+func stopGroup(role string) int {
+	for i, g := range stopOrder {
+		if slices.Contains(g, role) {
+			return i
+		}
+	}
+	return 0
+}
+
 // stopAll is Down for a state file, with wait telling when a pid is gone.
 func stopAll(st *State, grace time.Duration, wait func(p *Proc, within time.Duration) error) error {
 	if st == nil {
 		return nil
 	}
 	var errs []error
-	for _, group := range stopOrder {
+	for group := range stopOrder {
 		var procs []*Proc
-		for _, role := range group {
-			procs = append(procs, st.ByRole(role)...)
+		for _, p := range st.Procs {
+			if stopGroup(p.Role) == group {
+				procs = append(procs, p)
+			}
 		}
 		var mu sync.Mutex // guards errs
 		var wg sync.WaitGroup
 		for _, p := range procs {
-			if !p.signal(syscall.SIGTERM) {
+			if !p.Signal(syscall.SIGTERM) {
 				continue
 			}
 			wg.Go(func() {
@@ -213,7 +239,7 @@ func (c *Cluster) waitExit(p *Proc, within time.Duration) error {
 	case <-done:
 		return werr()
 	case <-time.After(within):
-		p.signal(syscall.SIGKILL)
+		p.Signal(syscall.SIGKILL)
 		<-done
 		return fmt.Errorf("still running %v after SIGTERM: killed", within)
 	}
@@ -223,9 +249,9 @@ func (c *Cluster) waitExit(p *Proc, within time.Duration) error {
 // process: its exit status is its parent's to read).
 func pollExit(p *Proc, within time.Duration) error {
 	deadline := time.Now().Add(within)
-	for p.alive() {
+	for p.Alive() {
 		if time.Now().After(deadline) {
-			p.signal(syscall.SIGKILL)
+			p.Signal(syscall.SIGKILL)
 			return fmt.Errorf("still running %v after SIGTERM: killed", within)
 		}
 		time.Sleep(50 * time.Millisecond)

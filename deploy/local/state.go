@@ -1,4 +1,4 @@
-package main
+package local
 
 import (
 	"encoding/json"
@@ -12,12 +12,13 @@ import (
 
 // Roles of the processes in a local cluster.
 const (
-	roleNATS    = "nats"
-	roleRedis   = "redis"
-	roleEdge    = "edge"
-	rolePrefill = "prefill"
-	roleDecode  = "decode"
-	roleBilling = "billing"
+	RoleNATS    = "nats"
+	RoleRedis   = "redis"
+	RoleEdge    = "edge"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+	RoleUnified = "unified" // a worker that prefills and decodes
+	RoleBilling = "billing"
 )
 
 // Proc is one process of the cluster as the state file records it.
@@ -31,6 +32,9 @@ type Proc struct {
 	PID  int      `json:"pid"`
 	Log  string   `json:"log"`
 	Args []string `json:"args"` // argv, the binary first
+	// Env is more environment for the process (NAME=value), beside this
+	// process's own.
+	Env []string `json:"env,omitempty"`
 }
 
 // State is the state file: what `up` started.
@@ -43,48 +47,50 @@ type State struct {
 	JWKS  string `json:"jwks"`
 	// KeyDir holds the dev signing key: `bulkhead token --key-dir` mints
 	// tokens the edges accept.
-	KeyDir string `json:"key_dir"`
-	Creds  string `json:"creds"` // the NATS role credentials (one .nk per role)
-	Procs  []Proc `json:"processes"`
+	KeyDir string  `json:"key_dir"`
+	Creds  string  `json:"creds"` // the NATS role credentials (one .nk per role)
+	Procs  []*Proc `json:"processes"`
 }
 
-const stateFile = "state.json"
+// StateFile is the state file's name in the cluster's directory.
+const StateFile = "state.json"
 
-// errNoCluster is a state file that is not there: nothing is running.
-var errNoCluster = errors.New("local: no cluster state (is it up?)")
+// ErrNoCluster is a state file that is not there: nothing is running.
+var ErrNoCluster = errors.New("local: no cluster state (is it up?)")
 
 func (s *State) write() error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.Dir, stateFile+".tmp")
+	tmp := filepath.Join(s.Dir, StateFile+".tmp")
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(s.Dir, stateFile))
+	return os.Rename(tmp, filepath.Join(s.Dir, StateFile))
 }
 
-func readState(dir string) (*State, error) {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+// ReadState reads the state file in dir.
+func ReadState(dir string) (*State, error) {
+	b, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no %s in %s", errNoCluster, stateFile, dir)
+		return nil, fmt.Errorf("%w: no %s in %s", ErrNoCluster, StateFile, dir)
 	}
 	if err != nil {
 		return nil, err
 	}
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("local: %s: %w", stateFile, err)
+		return nil, fmt.Errorf("local: %s: %w", StateFile, err)
 	}
 	return &s, nil
 }
 
 // Proc returns the process named name.
 func (s *State) Proc(name string) (*Proc, error) {
-	for i := range s.Procs {
-		if s.Procs[i].Name == name {
-			return &s.Procs[i], nil
+	for _, p := range s.Procs {
+		if p.Name == name {
+			return p, nil
 		}
 	}
 	return nil, fmt.Errorf("local: no process %q", name)
@@ -93,18 +99,18 @@ func (s *State) Proc(name string) (*Proc, error) {
 // ByRole lists the processes of role, in start order.
 func (s *State) ByRole(role string) []*Proc {
 	var out []*Proc
-	for i := range s.Procs {
-		if s.Procs[i].Role == role {
-			out = append(out, &s.Procs[i])
+	for _, p := range s.Procs {
+		if p.Role == role {
+			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// alive reports whether p's pid is still the process we started: it exists,
+// Alive reports whether p's pid is still the process we started: it exists,
 // is not a zombie, and runs p's binary (a pid reused by another program is
 // never signalled).
-func (p *Proc) alive() bool {
+func (p *Proc) Alive() bool {
 	if p.PID <= 0 || len(p.Args) == 0 {
 		return false
 	}
@@ -127,9 +133,9 @@ func (p *Proc) alive() bool {
 	return first == p.Args[0]
 }
 
-// signal sends sig to p if it is still alive; false if it was not.
-func (p *Proc) signal(sig syscall.Signal) bool {
-	if !p.alive() {
+// Signal sends sig to p if it is still alive; false if it was not.
+func (p *Proc) Signal(sig syscall.Signal) bool {
+	if !p.Alive() {
 		return false
 	}
 	return syscall.Kill(p.PID, sig) == nil

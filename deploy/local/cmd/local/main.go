@@ -1,3 +1,8 @@
+// Command local runs the local cluster of real processes (package local):
+//
+//	go run ./deploy/local/cmd/local up [--dir D] [--edges host:port,host:port] [--prefills N] [--decoders N]
+//	go run ./deploy/local/cmd/local status --dir D
+//	go run ./deploy/local/cmd/local down --dir D
 package main
 
 import (
@@ -10,9 +15,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bulkhead-ai/bulkhead/deploy/local"
 )
 
 func main() {
@@ -20,7 +28,11 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "local:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "local:") { // the package's errors name it already
+			msg = "local: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
 			os.Exit(2)
 		}
@@ -28,7 +40,7 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: go run ./deploy/local up|down|status [flags]")
+var errUsage = errors.New("usage: go run ./deploy/local/cmd/local up|down|status [flags]")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -37,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("local "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", filepath.Join(os.TempDir(), "bulkhead-local"), "state file, logs, stores and keys")
-	var cfg Config
+	var cfg local.Config
 	bin := fs.String("bin", "", "the bulkhead binary (default: go build ./cmd/bulkhead into --dir)")
 	fs.StringVar(&cfg.Model, "model", "", "NAME=PATH.gguf to serve (default: the built-in model)")
 	fs.Func("also-model", "another NAME=PATH.gguf every worker and edge serves (repeatable)", func(v string) error {
@@ -45,8 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	edges := fs.String("edges", "127.0.0.1:8787,127.0.0.1:8788", "the two edges' listen addresses (host:0 picks a free port)")
-	fs.IntVar(&cfg.Decoders, "decoders", 2, "decode workers")
-	fs.IntVar(&cfg.Prefills, "prefills", 1, "prefill workers (the edges route between two or more by prefix and load)")
+	decoders := fs.Int("decoders", 2, "decode workers")
+	prefills := fs.Int("prefills", 1, "prefill workers (the edges route between two or more by prefix and load)")
 	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "each node's drain grace on SIGTERM")
 	fs.BoolVar(&cfg.FailOpen, "quota-fail-open", false, "edges admit requests while Redis is down (default: refuse with 503)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "how long up waits for the cluster to serve")
@@ -55,32 +67,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "up":
+		if *prefills < 0 || *decoders < 0 {
+			return fmt.Errorf("%w: --prefills %d, --decoders %d", local.ErrConfig, *prefills, *decoders)
+		}
+		cfg.Workers = append(slices.Repeat([]string{local.RolePrefill}, *prefills), slices.Repeat([]string{local.RoleDecode}, *decoders)...)
 		cfg.Dir, cfg.Bin, cfg.EdgeAddrs, cfg.Progress = *dir, *bin, strings.Split(*edges, ","), stdout
 		return up(ctx, cfg, stdout)
 	case "down":
-		st, err := readState(*dir)
+		st, err := local.ReadState(*dir)
 		if err != nil {
 			return err
 		}
-		if err := stopAll(st, cfg.Grace, pollExit); err != nil {
+		if err := st.Down(cfg.Grace); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "local cluster in %s stopped (logs kept in %s)\n", st.Dir, filepath.Join(st.Dir, "logs"))
-		return os.Remove(filepath.Join(st.Dir, stateFile))
+		return nil
 	case "status":
-		st, err := readState(*dir)
+		st, err := local.ReadState(*dir)
 		if err != nil {
 			return err
 		}
 		for _, p := range st.Procs {
-			fmt.Fprintf(stdout, "%-10s %-8s %-22s pid %-8d alive %v\n", p.Name, p.Role, p.Addr, p.PID, p.alive())
+			fmt.Fprintf(stdout, "%-10s %-8s %-22s pid %-8d alive %v\n", p.Name, p.Role, p.Addr, p.PID, p.Alive())
 		}
 		return nil
 	}
 	return errUsage
 }
 
-func up(ctx context.Context, cfg Config, stdout io.Writer) error {
+func up(ctx context.Context, cfg local.Config, stdout io.Writer) error {
 	if cfg.Bin == "" {
 		bin, err := build(ctx, cfg.Dir)
 		if err != nil {
@@ -89,20 +105,20 @@ func up(ctx context.Context, cfg Config, stdout io.Writer) error {
 		cfg.Bin = bin
 	}
 	fmt.Fprintf(stdout, "starting a local cluster in %s\n", cfg.Dir)
-	c, err := Up(ctx, cfg)
+	c, err := local.Up(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	st := c.State
-	fmt.Fprintf(stdout, "\nNATS (JetStream cluster %s, 3 replicas): %s\nRedis: %s\n", natsCluster, st.NATS, st.Redis)
-	for _, e := range st.ByRole(roleEdge) {
+	fmt.Fprintf(stdout, "\nNATS (JetStream cluster %s, 3 replicas): %s\nRedis: %s\n", local.NATSCluster, st.NATS, st.Redis)
+	for _, e := range st.ByRole(local.RoleEdge) {
 		fmt.Fprintf(stdout, "edge %s: %s\n", e.Name, c.EdgeURL(e))
 	}
-	fmt.Fprintf(stdout, "\nstate: %s\nlogs:  %s\n\n", filepath.Join(st.Dir, stateFile), filepath.Join(st.Dir, "logs"))
+	fmt.Fprintf(stdout, "\nstate: %s\nlogs:  %s\n\n", filepath.Join(st.Dir, local.StateFile), filepath.Join(st.Dir, "logs"))
 	fmt.Fprintf(stdout, "TOKEN=$(%s token --key-dir %s --tenant acme)\n", cfg.Bin, st.KeyDir)
-	e := st.ByRole(roleEdge)[0]
+	e := st.ByRole(local.RoleEdge)[0]
 	fmt.Fprintf(stdout, "curl -s %s/ai/run/%s -H \"Authorization: Bearer $TOKEN\" -d '{\"prompt\":\"Once upon a time\"}'\n\n", c.EdgeURL(e), st.Model)
-	fmt.Fprintf(stdout, "stop it with: go run ./deploy/local down --dir %s\n", cfg.Dir)
+	fmt.Fprintf(stdout, "stop it with: go run ./deploy/local/cmd/local down --dir %s\n", cfg.Dir)
 	return nil
 }
 
