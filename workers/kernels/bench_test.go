@@ -109,3 +109,41 @@ func BenchmarkDotsT(b *testing.B) {
 	}
 	b.SetBytes(4 * n * cols)
 }
+
+// BenchmarkQuantize is the activation quantizers on a 2048-float row (the
+// 1B shape's hidden size), per path: what every matmul of a quantized
+// weight does to its input first.
+func BenchmarkQuantize(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, 2048)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	q8 := make([]byte, len(x)/32*q8Block)
+	q81 := make([]byte, len(x)/32*q81Block)
+	q8k := make([]q8K, len(x)/256)
+	for _, c := range []struct {
+		name string
+		p    path
+		run  func()
+	}{
+		{"q8_0/go", pathGo, func() { quantizeQ8(q8, x) }},
+		{"q8_0/avx2", pathAVX2, func() { quantQ8AVX2(&q8[0], &x[0], len(x)/32, nil, 0) }},
+		{"q8_0/avx512", pathAVX512, func() { quantQ8AVX512(&q8[0], &x[0], len(x)/32, nil, 0) }},
+		{"q8_1/go", pathGo, func() { quantizeQ8_1(q81, x) }},
+		{"q8_1/avx2", pathAVX2, func() { quantQ81AVX2(&q81[0], &x[0], len(x)/32) }},
+		{"q8_1/avx512", pathAVX512, func() { quantQ81AVX512(&q81[0], &x[0], len(x)/32, nil) }},
+		{"q8_k/go", pathGo, func() { quantizeQ8K(q8k, x) }},
+		{"q8_k/avx512", pathAVX512, func() { quantQ8KAVX512(&q8k[0], &x[0], len(x)/256) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if detectPath() < c.p {
+				b.Skipf("no %s here", c.p)
+			}
+			b.SetBytes(int64(4 * len(x)))
+			for b.Loop() {
+				c.run()
+			}
+		})
+	}
+}

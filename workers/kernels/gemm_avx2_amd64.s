@@ -878,7 +878,12 @@ GLOBL q8perm2<>(SB), RODATA, $32
 	VMOVDQU q8perm2<>(SB), Y10
 
 // Q8ROUND2: one block of 32 floats at SI quantized as quantizeQ8 does: Y0-Y3
-// the rounded quants as int32, X4 d = amax/127, X8 d as f16. Uses Y4-Y7;
+// the rounded quants as int32, X4 d = amax/127, X8 d as f16. amax is taken
+// on the bits (VPMAXSD), as absMax: a NaN beats every number. Where d or its
+// inverse is not finite (d-d+id-id is not 0: a NaN or an infinity in the
+// block, or a d so small that 1/d overflows) every product x/d is a NaN or
+// an infinity, which roundAway makes 0: the products are masked to 0 per
+// block instead of per element. Uses Y4-Y7;
 // X11, Y12-Y15 as quantQ8AVX2 sets them.
 #define Q8ROUND2 \
 	VMOVUPS (SI), Y0 \
@@ -887,28 +892,38 @@ GLOBL q8perm2<>(SB), RODATA, $32
 	VMOVUPS 96(SI), Y3 \
 	VANDPS Y12, Y0, Y4 \
 	VANDPS Y12, Y1, Y5 \
-	VMAXPS Y5, Y4, Y4 \
+	VPMAXSD Y5, Y4, Y4 \
 	VANDPS Y12, Y2, Y5 \
-	VMAXPS Y5, Y4, Y4 \
+	VPMAXSD Y5, Y4, Y4 \
 	VANDPS Y12, Y3, Y5 \
-	VMAXPS Y5, Y4, Y4 \
+	VPMAXSD Y5, Y4, Y4 \
 	VEXTRACTF128 $1, Y4, X5 \
-	VMAXPS X5, X4, X4 \
+	VPMAXSD X5, X4, X4 \
 	VPERMILPS $0x4e, X4, X5 \
-	VMAXPS X5, X4, X4 \
+	VPMAXSD X5, X4, X4 \
 	VPERMILPS $0xb1, X4, X5 \
-	VMAXPS X5, X4, X4 \
+	VPMAXSD X5, X4, X4 \
 	VDIVSS X11, X4, X4 \
 	VDIVSS X4, X15, X5 \
 	VXORPS X6, X6, X6 \
 	VCMPSS $4, X6, X4, X7 \
 	VANDPS X7, X5, X5 \
 	VCVTPS2PH $0, X4, X8 \
+	VSUBSS X4, X4, X6 \
+	VSUBSS X5, X5, X7 \
+	VADDSS X7, X6, X6 \
+	VXORPS X7, X7, X7 \
+	VCMPSS $0, X7, X6, X6 \
 	VBROADCASTSS X5, Y5 \
+	VBROADCASTSS X6, Y6 \
 	VMULPS Y5, Y0, Y0 \
 	VMULPS Y5, Y1, Y1 \
 	VMULPS Y5, Y2, Y2 \
 	VMULPS Y5, Y3, Y3 \
+	VANDPS Y6, Y0, Y0 \
+	VANDPS Y6, Y1, Y1 \
+	VANDPS Y6, Y2, Y2 \
+	VANDPS Y6, Y3, Y3 \
 	ROUNDAWAY2(Y0, Y6, Y7) \
 	ROUNDAWAY2(Y1, Y6, Y7) \
 	ROUNDAWAY2(Y2, Y6, Y7) \

@@ -363,7 +363,8 @@ GLOBL q8d127<>(SB), RODATA, $4
 
 // ROUNDAWAY: za = round(za) with ties away from zero, as C's roundf: truncate,
 // then step one away from zero where the dropped fraction is at least 1/2.
-// Z26 abs mask, Z27 sign mask, Z28 0.5, Z29 1.0; uses zt, zs and K1.
+// A NaN or infinite za gives 0, as roundAway (x-x is 0 only where x is
+// finite). Z26 abs mask, Z27 sign mask, Z28 0.5, Z29 1.0; uses zt, zs and K1.
 #define ROUNDAWAY(za, zt, zs) \
 	VRNDSCALEPS $0x0b, za, zt \
 	VSUBPS zt, za, zs \
@@ -372,7 +373,9 @@ GLOBL q8d127<>(SB), RODATA, $4
 	VANDPS Z27, za, zs \
 	VORPS Z29, zs, zs \
 	VADDPS zs, zt, K1, zt \
-	VCVTPS2DQ zt, za
+	VSUBPS zt, zt, zs \
+	VCMPPS $7, zs, zs, K1 \
+	VCVTPS2DQ.Z zt, K1, za
 
 // Q8CONST5 loads the constants Q8ROUND5 and ROUNDAWAY read.
 #define Q8CONST5 \
@@ -396,22 +399,23 @@ GLOBL q8d127<>(SB), RODATA, $4
 	VPADDD X3, X2, X2
 
 // Q8ROUND5: one block of 32 floats at SI quantized as quantizeQ8 does: Z0
-// and Z1 the rounded quants as int32, X4 d = amax/127, X8 d as f16. Uses
+// and Z1 the rounded quants as int32, X4 d = amax/127, X8 d as f16. amax is
+// taken on the bits (VPMAXSD), as absMax: a NaN beats every number. Uses
 // Z2, Z3, X5-X7, Z10-Z13 and K1; Z26-Z29, X30, X31 as quantQ8AVX512 sets them.
 #define Q8ROUND5 \
 	VMOVUPS (SI), Z0 \
 	VMOVUPS 64(SI), Z1 \
 	VANDPS Z26, Z0, Z2 \
 	VANDPS Z26, Z1, Z3 \
-	VMAXPS Z3, Z2, Z2 \
+	VPMAXSD Z3, Z2, Z2 \
 	VEXTRACTF32X8 $1, Z2, Y3 \
-	VMAXPS Y3, Y2, Y2 \
+	VPMAXSD Y3, Y2, Y2 \
 	VEXTRACTF128 $1, Y2, X3 \
-	VMAXPS X3, X2, X2 \
+	VPMAXSD X3, X2, X2 \
 	VPERMILPS $0x4e, X2, X3 \
-	VMAXPS X3, X2, X2 \
+	VPMAXSD X3, X2, X2 \
 	VPERMILPS $0xb1, X2, X3 \
-	VMAXPS X3, X2, X2 \
+	VPMAXSD X3, X2, X2 \
 	VDIVSS X30, X2, X4 \
 	VDIVSS X4, X31, X5 \
 	VXORPS X6, X6, X6 \
@@ -883,11 +887,12 @@ qq81done:
 
 // func quantQ8KAVX512(dst *q8K, x *float32, nb int)
 // Q8_K blocks of x, bitwise as quantizeQ8K: the first element of largest
-// magnitude (NaNs skipped) sets iscale = -127/max; q = round to nearest even
-// of iscale*x (VCVTPS2DQ; 0 where that is NaN, as the portable conversion
-// gives), at most 127; d = 1/iscale; bsums the sums of each
-// 16 quants, one vector's. A block of zeros is written as zeros. x is held in
-// Z0-Z15, one block at a time.
+// magnitude sets iscale = -127/max; q = round to nearest even of iscale*x
+// (VCVTPS2DQ; 0 where that is NaN, as quantizeQ8K), at most 127; d =
+// 1/iscale; bsums the sums of each 16 quants, one vector's. A block of
+// zeros is written as zeros; a block with a NaN (the largest |x| is taken
+// on the bits, VPMAXSD, as absMax, so a NaN beats every number) as zeros
+// with d that NaN. x is held in Z0-Z15, one block at a time.
 TEXT ·quantQ8KAVX512(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ x+8(FP), SI
@@ -919,45 +924,47 @@ qq8kloop:
 	VMOVUPS 960(SI), Z15
 	VPXORD Z17, Z17, Z17
 	VANDPS Z16, Z0, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z1, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z2, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z3, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z4, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z5, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z6, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z7, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z8, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z9, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z10, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z11, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z12, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z13, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z14, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VANDPS Z16, Z15, Z18
-	VMAXPS Z17, Z18, Z17 // x first: a NaN keeps the running max
+	VPMAXSD Z18, Z17, Z17
 	VEXTRACTF32X8 $1, Z17, Y18
-	VMAXPS Y18, Y17, Y17
+	VPMAXSD Y18, Y17, Y17
 	VEXTRACTF32X4 $1, Y17, X18
-	VMAXPS X18, X17, X17
+	VPMAXSD X18, X17, X17
 	VPERMILPS $0x4e, X17, X18
-	VMAXPS X18, X17, X17
+	VPMAXSD X18, X17, X17
 	VPERMILPS $0xb1, X17, X18
-	VMAXPS X18, X17, X17
+	VPMAXSD X18, X17, X17
+	VUCOMISS X17, X17
+	JPS   qq8knan
 	VUCOMISS X25, X17
 	JEQ   qq8kzero
 	VBROADCASTSS X17, Z17
@@ -1177,6 +1184,15 @@ qq8kloop:
 	VPMINSD Z23, Z15, Z15
 	VPMOVSDB Z15, 244(DI)
 	Q8KBSUM(Z15, Y15, X15, 290)
+	JMP   qq8knext
+qq8knan:
+	VMOVDQU64 Z25, (DI)
+	VMOVDQU64 Z25, 64(DI)
+	VMOVDQU64 Z25, 128(DI)
+	VMOVDQU64 Z25, 192(DI)
+	VMOVDQU32 Y25, 256(DI)
+	MOVL $0, 288(DI)
+	VMOVSS X17, (DI) // d = amax, the NaN
 	JMP   qq8knext
 qq8kzero:
 	VMOVDQU64 Z25, (DI)

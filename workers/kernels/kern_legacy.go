@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"encoding/binary"
-	"math"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -24,7 +23,8 @@ const (
 
 // quantizeQ8_1 writes x (a multiple of 32 long) as Q8_1 blocks into dst, as
 // GGML's quantize_row_q8_1_ref: d = amax/127 and q = round(x/d) (ties away
-// from zero) as for Q8_0, plus s = d*sum(q) stored as f16.
+// from zero) as for Q8_0 (NaN blocks included), plus s = d*sum(q) stored as
+// f16.
 func quantizeQ8_1(dst []byte, x []float32) {
 	for b := 0; b < len(x)/32; b++ {
 		xs := x[b*32 : b*32+32 : b*32+32]
@@ -33,7 +33,7 @@ func quantizeQ8_1(dst []byte, x []float32) {
 		binary.LittleEndian.PutUint16(o[0:], gguf.F32ToF16(d))
 		var sum int32
 		for j, v := range xs {
-			q := int8(math.Round(float64(float32(v * id))))
+			q := roundAway(v * id)
 			o[4+j] = byte(q)
 			sum += int32(q)
 		}

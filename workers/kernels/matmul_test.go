@@ -757,7 +757,7 @@ func testPackedExtremes(t *testing.T, kp path) {
 
 // TestQuantQ8Vector checks the AVX2 and AVX-512 row quantizers against
 // quantizeQ8 and auxRow byte for byte: random rows, ties at every half, zero
-// blocks, tiny and huge scales.
+// blocks, tiny and huge scales, and nonFinite's blocks.
 func TestQuantQ8Vector(t *testing.T) {
 	for _, kp := range []path{pathAVX2, pathAVX512} {
 		t.Run(kp.String(), func(t *testing.T) {
@@ -792,6 +792,7 @@ func testQuantQ8Vector(t *testing.T, kp path) {
 		x[128+k] = float32(rng.NormFloat64()) * 1e4
 	}
 	x[160+5] = float32(math.Copysign(0, -1))
+	nonFinite(x[192:], rng)
 	for _, k := range []int32{8, 128} {
 		want, got := make([]byte, nb*34), make([]byte, nb*34)
 		wa, ga := make([]q8Aux, nb), make([]q8Aux, nb)
@@ -819,9 +820,32 @@ func testQuantQ8Vector(t *testing.T, kp path) {
 	}
 }
 
+// nonFinite fills eight 32-element blocks of x (random values otherwise)
+// with what the quantizers must agree on beyond numbers: a NaN (block 0),
+// a negative one (1), a signalling NaN with a payload (2), two NaNs of
+// different payloads (3), +Inf (4), -Inf beside a NaN (5), a scale so
+// small that its inverse overflows to +Inf (6) and a subnormal one (7).
+func nonFinite(x []float32, rng *rand.Rand) {
+	for i := range 8 * 32 {
+		x[i] = float32(rng.NormFloat64())
+	}
+	nan := float32(math.NaN())
+	x[0*32+3] = nan
+	x[1*32+31] = -nan
+	x[2*32+0] = math.Float32frombits(0x7f800123)
+	x[3*32+7], x[3*32+20] = math.Float32frombits(0x7fc00005), math.Float32frombits(0xffd00000)
+	x[4*32+9] = float32(math.Inf(1))
+	x[5*32+1], x[5*32+30] = float32(math.Inf(-1)), nan
+	for k := range 32 {
+		x[6*32+k] = float32(k-16) * 1e-39
+		x[7*32+k] = float32(k%5) * 1e-44
+	}
+}
+
 // TestQuantQ81Vector checks the AVX2 and AVX-512 Q8_1 row quantizers
 // against quantizeQ8_1 byte for byte, and the AVX-512 one's side data against
-// the halves it wrote: random rows, ties, a zero block, tiny and huge scales.
+// the halves it wrote: random rows, ties, a zero block, tiny and huge scales,
+// nonFinite's blocks.
 func TestQuantQ81Vector(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	const nb = 24
@@ -836,6 +860,7 @@ func TestQuantQ81Vector(t *testing.T) {
 		x[128+k] = float32(rng.NormFloat64()) * 1e4
 	}
 	x[32] = 127
+	nonFinite(x[160:], rng)
 	want := make([]byte, nb*q81Block)
 	quantizeQ8_1(want, x)
 	for _, kp := range []path{pathAVX2, pathAVX512} {
@@ -857,7 +882,8 @@ func TestQuantQ81Vector(t *testing.T) {
 			}
 			for b := range aux {
 				blk := want[b*q81Block:]
-				if w := (q81Aux{d: half(blk[0:2]), s: half(blk[2:4])}); kp == pathAVX512 && aux[b] != w {
+				w := q81Aux{d: half(blk[0:2]), s: half(blk[2:4])}
+				if kp == pathAVX512 && (math.Float32bits(aux[b].d) != math.Float32bits(w.d) || math.Float32bits(aux[b].s) != math.Float32bits(w.s)) {
 					t.Fatalf("aux %d: %+v != %+v", b, aux[b], w)
 				}
 			}
@@ -868,14 +894,14 @@ func TestQuantQ81Vector(t *testing.T) {
 // TestQuantQ8KAVX512 checks the AVX-512 Q8_K row quantizer against
 // quantizeQ8K: random rows, halves that round to even, a zero block, the
 // largest magnitude twice with both signs (the first sets the sign), a NaN,
-// tiny and huge scales.
+// a signalling NaN beside -Inf, +Inf, tiny and huge scales.
 func TestQuantQ8KAVX512(t *testing.T) {
 	if detectPath() < pathAVX512 {
 		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
 	}
 	rng := rand.New(rand.NewPCG(17, 18))
 	const nb = 8
-	x := make([]float32, nb*256)
+	x := make([]float32, (nb+1)*256) // and a block with +Inf
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
 	}
@@ -888,9 +914,11 @@ func TestQuantQ8KAVX512(t *testing.T) {
 	x[256+200] = -127
 	x[768+40], x[768+190] = 9, -9 // block 3: +9 comes first
 	x[1536+77] = float32(math.NaN())
-	want, got := make([]q8K, nb), make([]q8K, nb)
+	x[1792+3], x[1792+250] = math.Float32frombits(0x7f800123), float32(math.Inf(-1)) // the NaN's bits win
+	x[256*nb+100] = float32(math.Inf(1))
+	want, got := make([]q8K, nb+1), make([]q8K, nb+1)
 	quantizeQ8K(want, x)
-	quantQ8KAVX512(&got[0], &x[0], nb)
+	quantQ8KAVX512(&got[0], &x[0], nb+1)
 	for b := range want {
 		if math.Float32bits(got[b].d) != math.Float32bits(want[b].d) || got[b].qs != want[b].qs || got[b].bsums != want[b].bsums {
 			t.Fatalf("block %d: avx512 d %g bsums %v != go d %g bsums %v", b, got[b].d, got[b].bsums, want[b].d, want[b].bsums)
@@ -915,6 +943,36 @@ func TestPackedLayouts(t *testing.T) {
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestRoundAwayAndAbsMax pins the portable quantizers' rules that the
+// vector ones follow: ties away from zero, NaN and infinities to 0 (not
+// whatever the platform's float-to-int conversion gives), and a NaN above
+// every number in a block's largest magnitude.
+func TestRoundAwayAndAbsMax(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, c := range []struct {
+		v    float32
+		want int8
+	}{{2.5, 3}, {-2.5, -3}, {0.49999997, 0}, {-127, -127}, {126.5, 127}, {nan, 0}, {-nan, 0}, {inf, 0}, {-inf, 0}} {
+		if got := roundAway(c.v); got != c.want {
+			t.Errorf("roundAway(%v) = %d, want %d", c.v, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		xs   []float32
+		want uint32
+	}{
+		{[]float32{1, -3, 2}, math.Float32bits(3)},
+		{[]float32{-inf, 1e38}, math.Float32bits(inf)},
+		{[]float32{1, inf, -nan, 2}, math.Float32bits(nan)},
+		{[]float32{math.Float32frombits(0x7f800001), 5}, 0x7f800001},
+		{[]float32{float32(math.Copysign(0, -1))}, 0},
+	} {
+		if got := math.Float32bits(absMax(c.xs)); got != c.want {
+			t.Errorf("absMax(%v) = %#x, want %#x", c.xs, got, c.want)
 		}
 	}
 }

@@ -16,7 +16,8 @@ const (
 
 // quantizeQ8 writes x (a multiple of 32 long) as Q8_0 blocks into dst, as GGML's
 // reference quantize_row_q8_0 does: d = amax/127 stored as f16, q = round(x/d)
-// with ties away from zero.
+// with ties away from zero. A block with a NaN gets a NaN scale (so every
+// product with it is NaN, as in float arithmetic) and zero quants (roundAway).
 func quantizeQ8(dst []byte, x []float32) {
 	for b := 0; b < len(x)/32; b++ {
 		xs := x[b*32 : b*32+32 : b*32+32]
@@ -25,24 +26,43 @@ func quantizeQ8(dst []byte, x []float32) {
 		h := gguf.F32ToF16(d)
 		o[0], o[1] = byte(h), byte(h>>8)
 		for j, v := range xs {
-			o[2+j] = byte(int8(math.Round(float64(float32(v * id)))))
+			o[2+j] = byte(roundAway(v * id))
 		}
 	}
 }
 
 // q8Scale is a 32-value block's scale for 8-bit quantization, as GGML's
 // reference quantizers take it: d = amax/127 and its inverse (0 for a block
-// of zeros).
+// of zeros). amax is the largest |x| taken on the bits, as the vector
+// quantizers take it: a NaN beats every number (the one with the largest
+// payload, if there are several), so a block with a NaN has a NaN scale.
 func q8Scale(xs []float32) (d, id float32) {
-	var amax float32
-	for _, v := range xs {
-		amax = max(amax, abs32(v))
-	}
-	d = amax / 127
+	d = absMax(xs) / 127
 	if d != 0 {
 		id = 1 / d
 	}
 	return d, id
+}
+
+// absMax is the largest |x| of xs compared as bits (sign cleared): as
+// floats for every number and infinity, and above them all for a NaN.
+func absMax(xs []float32) float32 {
+	var m uint32
+	for _, v := range xs {
+		m = max(m, math.Float32bits(v)&^(1<<31))
+	}
+	return math.Float32frombits(m)
+}
+
+// roundAway rounds v to the nearest integer, ties away from zero (C's
+// roundf), as an int8. A NaN or infinite v, which only a block with a NaN
+// or an infinity or a vanishing scale gives, is 0: Go leaves converting
+// those to an integer to the platform, and the vector quantizers agree on 0.
+func roundAway(v float32) int8 {
+	if v-v != 0 { // NaN or ±Inf
+		return 0
+	}
+	return int8(math.Round(float64(v)))
 }
 
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
@@ -56,11 +76,17 @@ type q8K struct {
 
 // quantizeQ8K writes x (a multiple of 256 long) as Q8_K blocks, as GGML's
 // quantize_row_q8_K_ref: scale from the value of largest magnitude, mapped to
-// -127, round to nearest even, clamp at 127.
+// -127, round to nearest even, clamp at 127. A block with a NaN is zero
+// quants with a NaN scale (absMax's), as in quantizeQ8; a NaN or infinite
+// product (an infinity in the block) quantizes to 0.
 func quantizeQ8K(dst []q8K, x []float32) {
 	for b := range dst[:len(x)/256] {
 		xs := x[b*256 : b*256+256 : b*256+256]
 		o := &dst[b]
+		if m := absMax(xs); m != m {
+			*o = q8K{d: m}
+			continue
+		}
 		var amax, vmax float32
 		for _, v := range xs {
 			if a := abs32(v); a > amax {
@@ -73,8 +99,11 @@ func quantizeQ8K(dst []q8K, x []float32) {
 		}
 		iscale := -127 / vmax
 		for j, v := range xs {
-			q := int(math.RoundToEven(float64(float32(iscale * v))))
-			o.qs[j] = int8(min(127, q))
+			q := iscale * v
+			if q-q != 0 { // NaN or ±Inf
+				q = 0
+			}
+			o.qs[j] = int8(min(127, int(math.RoundToEven(float64(q)))))
 		}
 		for j := range 16 {
 			var s int16
