@@ -140,6 +140,9 @@ func quantQ8AVX2(dst *byte, x *float32, nb int, aux *q8Aux, k int32)
 func quantQ8KAVX512(dst *q8K, x *float32, nb int)
 
 //go:noescape
+func quantQ8KAVX2(dst *q8K, x *float32, nb int)
+
+//go:noescape
 func quantQ81AVX512(dst *byte, x *float32, nb int, aux *q81Aux)
 
 //go:noescape

@@ -134,6 +134,7 @@ func BenchmarkQuantize(b *testing.B) {
 		{"q8_1/avx2", pathAVX2, func() { quantQ81AVX2(&q81[0], &x[0], len(x)/32) }},
 		{"q8_1/avx512", pathAVX512, func() { quantQ81AVX512(&q81[0], &x[0], len(x)/32, nil) }},
 		{"q8_k/go", pathGo, func() { quantizeQ8K(q8k, x) }},
+		{"q8_k/avx2", pathAVX2, func() { quantQ8KAVX2(&q8k[0], &x[0], len(x)/256) }},
 		{"q8_k/avx512", pathAVX512, func() { quantQ8KAVX512(&q8k[0], &x[0], len(x)/256) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {

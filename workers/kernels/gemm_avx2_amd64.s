@@ -1011,3 +1011,146 @@ qq81a2loop:
 qq81a2done:
 	VZEROUPPER
 	RET
+
+// Q8KGROUP2(g): quants 16g..16g+15 of the block at SI, scaled by Y2
+// (iscale): NaN products 0 (VCMPPS $7: none but Inf*0 from an infinite
+// block), rounded to nearest even (VCVTPS2DQ), at most 127 (Y14), stored as
+// int8 at 4+16g(DI), and their sum as int16 at 260+2g(DI). Uses Y3-Y7, AX.
+#define Q8KGROUP2(g) \
+	VMULPS (64*(g))(SI), Y2, Y3 \
+	VMULPS (64*(g)+32)(SI), Y2, Y4 \
+	VCMPPS $7, Y3, Y3, Y5 \
+	VANDPS Y5, Y3, Y3 \
+	VCMPPS $7, Y4, Y4, Y5 \
+	VANDPS Y5, Y4, Y4 \
+	VCVTPS2DQ Y3, Y3 \
+	VCVTPS2DQ Y4, Y4 \
+	VPMINSD Y14, Y3, Y3 \
+	VPMINSD Y14, Y4, Y4 \
+	VPADDD Y4, Y3, Y6 \
+	VEXTRACTI128 $1, Y6, X7 \
+	VPADDD X7, X6, X6 \
+	VPSHUFD $0x4e, X6, X7 \
+	VPADDD X7, X6, X6 \
+	VPSHUFD $0xb1, X6, X7 \
+	VPADDD X7, X6, X6 \
+	VMOVD X6, AX \
+	MOVW AX, (260+2*(g))(DI) \
+	VPACKSSDW Y4, Y3, Y5 \
+	VPERMQ $0xd8, Y5, Y5 \
+	VEXTRACTI128 $1, Y5, X6 \
+	VPACKSSWB X6, X5, X5 \
+	VMOVDQU X5, (4+16*(g))(DI)
+
+// func quantQ8KAVX2(dst *q8K, x *float32, nb int)
+// Q8_K blocks of x, bitwise as quantizeQ8K (quantQ8KAVX512 on 8 lanes): the
+// largest |x| taken on the bits (VPMAXSD, as absMax, so a NaN beats every
+// number); a block with a NaN is zeros with d that NaN, a block of zeros
+// zeros; otherwise the first element of largest magnitude sets iscale =
+// -127/max and d = 1/iscale, and Q8KGROUP2 writes the quants and bsums.
+TEXT ·quantQ8KAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nb+16(FP), CX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $127, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0xc2fe0000, AX // -127
+	VMOVD AX, X13
+	VPXOR Y12, Y12, Y12
+	TESTQ CX, CX
+	JZ    qq8k2done
+qq8k2loop:
+	VPAND (SI), Y15, Y0
+	VPAND 32(SI), Y15, Y1
+	VPAND 64(SI), Y15, Y2
+	VPAND 96(SI), Y15, Y3
+	MOVQ $128, R9
+qq8k2max:
+	VPAND (SI)(R9*1), Y15, Y4
+	VPMAXSD Y4, Y0, Y0
+	VPAND 32(SI)(R9*1), Y15, Y4
+	VPMAXSD Y4, Y1, Y1
+	VPAND 64(SI)(R9*1), Y15, Y4
+	VPMAXSD Y4, Y2, Y2
+	VPAND 96(SI)(R9*1), Y15, Y4
+	VPMAXSD Y4, Y3, Y3
+	ADDQ $128, R9
+	CMPQ R9, $1024
+	JLT  qq8k2max
+	VPMAXSD Y1, Y0, Y0
+	VPMAXSD Y3, Y2, Y2
+	VPMAXSD Y2, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXSD X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPMAXSD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPMAXSD X1, X0, X0
+	VUCOMISS X0, X0
+	JPS   qq8k2nan
+	VUCOMISS X12, X0
+	JEQ   qq8k2zero
+	// The first element whose |x| has amax's bits.
+	VPBROADCASTD X0, Y0
+	XORQ R9, R9
+qq8k2find:
+	VPAND (SI)(R9*1), Y15, Y1
+	VPCMPEQD Y0, Y1, Y1
+	VMOVMSKPS Y1, AX
+	TESTL AX, AX
+	JNZ   qq8k2found
+	ADDQ  $32, R9
+	JMP   qq8k2find
+qq8k2found:
+	TZCNTL AX, AX
+	LEAQ  (SI)(R9*1), R10
+	VMOVSS (R10)(AX*4), X1
+	VDIVSS X1, X13, X2 // iscale = -127/max
+	MOVL $0x3f800000, AX
+	VMOVD AX, X3
+	VDIVSS X2, X3, X3 // d = 1/iscale
+	VMOVSS X3, (DI)
+	VBROADCASTSS X2, Y2
+	Q8KGROUP2(0)
+	Q8KGROUP2(1)
+	Q8KGROUP2(2)
+	Q8KGROUP2(3)
+	Q8KGROUP2(4)
+	Q8KGROUP2(5)
+	Q8KGROUP2(6)
+	Q8KGROUP2(7)
+	Q8KGROUP2(8)
+	Q8KGROUP2(9)
+	Q8KGROUP2(10)
+	Q8KGROUP2(11)
+	Q8KGROUP2(12)
+	Q8KGROUP2(13)
+	Q8KGROUP2(14)
+	Q8KGROUP2(15)
+	JMP   qq8k2next
+qq8k2nan:
+	VMOVD X0, AX // d = amax, the NaN; the rest zero
+	JMP   qq8k2store
+qq8k2zero:
+	XORL AX, AX
+qq8k2store:
+	MOVQ $4, R9
+qq8k2clear:
+	VMOVDQU Y12, (DI)(R9*1)
+	ADDQ $32, R9
+	CMPQ R9, $260
+	JLT  qq8k2clear
+	VMOVDQU Y12, 260(DI)
+	MOVL AX, (DI)
+qq8k2next:
+	ADDQ $1024, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  qq8k2loop
+qq8k2done:
+	VZEROUPPER
+	RET

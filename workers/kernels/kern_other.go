@@ -60,6 +60,7 @@ func gemmIQ4NLP1(*byte, int, *byte, *q8Aux, *float32)   { panic("kernels: no asm
 func quantQ8AVX512(*byte, *float32, int, *q8Aux, int32) { panic("kernels: no asm") }
 func quantQ8AVX2(*byte, *float32, int, *q8Aux, int32)   { panic("kernels: no asm") }
 func quantQ8KAVX512(*q8K, *float32, int)                { panic("kernels: no asm") }
+func quantQ8KAVX2(*q8K, *float32, int)                  { panic("kernels: no asm") }
 func quantQ81AVX512(*byte, *float32, int, *q81Aux)      { panic("kernels: no asm") }
 func quantQ81AVX2(*byte, *float32, int)                 { panic("kernels: no asm") }
 func gemmQ4KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {

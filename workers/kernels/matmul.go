@@ -235,9 +235,12 @@ func (j *matJob) prepRows(lo, hi int) {
 			}
 		case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
 			xk := j.xk[r*c/256 : (r+1)*c/256]
-			if j.p >= pathAVX512 {
+			switch {
+			case j.p >= pathAVX512:
 				quantQ8KAVX512(&xk[0], &x[0], c/256)
-			} else {
+			case j.p == pathAVX2:
+				quantQ8KAVX2(&xk[0], &x[0], c/256)
+			default:
 				quantizeQ8K(xk, x)
 			}
 			if j.packed() {

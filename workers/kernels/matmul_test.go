@@ -891,14 +891,11 @@ func TestQuantQ81Vector(t *testing.T) {
 	}
 }
 
-// TestQuantQ8KAVX512 checks the AVX-512 Q8_K row quantizer against
+// TestQuantQ8KVector checks the AVX2 and AVX-512 Q8_K row quantizers against
 // quantizeQ8K: random rows, halves that round to even, a zero block, the
 // largest magnitude twice with both signs (the first sets the sign), a NaN,
 // a signalling NaN beside -Inf, +Inf, tiny and huge scales.
-func TestQuantQ8KAVX512(t *testing.T) {
-	if detectPath() < pathAVX512 {
-		t.Skipf("this CPU or build lacks the avx512 kernels (best here: %s)", detectPath())
-	}
+func TestQuantQ8KVector(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	const nb = 8
 	x := make([]float32, (nb+1)*256) // and a block with +Inf
@@ -916,13 +913,28 @@ func TestQuantQ8KAVX512(t *testing.T) {
 	x[1536+77] = float32(math.NaN())
 	x[1792+3], x[1792+250] = math.Float32frombits(0x7f800123), float32(math.Inf(-1)) // the NaN's bits win
 	x[256*nb+100] = float32(math.Inf(1))
-	want, got := make([]q8K, nb+1), make([]q8K, nb+1)
+	want := make([]q8K, nb+1)
 	quantizeQ8K(want, x)
-	quantQ8KAVX512(&got[0], &x[0], nb+1)
-	for b := range want {
-		if math.Float32bits(got[b].d) != math.Float32bits(want[b].d) || got[b].qs != want[b].qs || got[b].bsums != want[b].bsums {
-			t.Fatalf("block %d: avx512 d %g bsums %v != go d %g bsums %v", b, got[b].d, got[b].bsums, want[b].d, want[b].bsums)
-		}
+	for _, kp := range []path{pathAVX2, pathAVX512} {
+		t.Run(kp.String(), func(t *testing.T) {
+			if detectPath() < kp {
+				t.Skipf("this CPU or build lacks the %s kernels (best here: %s)", kp, detectPath())
+			}
+			got := make([]q8K, nb+1)
+			for b := range got {
+				got[b].d, got[b].qs[9], got[b].bsums[15] = 5, 7, 9 // every field must be written
+			}
+			if kp == pathAVX2 {
+				quantQ8KAVX2(&got[0], &x[0], nb+1)
+			} else {
+				quantQ8KAVX512(&got[0], &x[0], nb+1)
+			}
+			for b := range want {
+				if math.Float32bits(got[b].d) != math.Float32bits(want[b].d) || got[b].qs != want[b].qs || got[b].bsums != want[b].bsums {
+					t.Fatalf("block %d: %s d %g bsums %v != go d %g bsums %v", b, kp, got[b].d, got[b].bsums, want[b].d, want[b].bsums)
+				}
+			}
+		})
 	}
 }
 
