@@ -146,12 +146,7 @@ type cluster struct {
 
 // natsCreds is the --nats-creds flag of a node of role (none when NATS
 // takes connections without credentials).
-func (c *cluster) natsCreds(role string) []string {
-	if c.creds == "" {
-		return nil
-	}
-	return []string{"--nats-creds", filepath.Join(c.creds, queue.CredsFile(role))}
-}
+func (c *cluster) natsCreds(role string) []string { return c.lc.Creds(role) }
 
 const clusterModel = "@cf/tinyllamas/stories260k"
 

@@ -239,12 +239,12 @@ func (c *Cluster) planProcs() error {
 	}
 	if billing := next(); !c.cfg.Bare {
 		c.add(RoleBilling, billing, append([]string{"billing", "--nats", st.NATS, "--redis", st.Redis, c.grace()},
-			c.creds(queue.RoleBilling)...)...)
+			c.Creds(queue.RoleBilling)...)...)
 	}
 	for _, role := range c.cfg.Workers {
 		args := append([]string{"worker", "--nats", st.NATS, "--role", role, "--threads", "1", c.grace(),
 			// Room for a few full-context requests at once.
-			"--kv-pool-tokens", "8192"}, c.creds(queue.RoleWorker)...)
+			"--kv-pool-tokens", "8192"}, c.Creds(queue.RoleWorker)...)
 		args = append(append(args, c.models...), c.cfg.WorkerArgs...)
 		c.add(role, next(), args...).Args[0] = c.cfg.WorkerBin
 	}
@@ -294,8 +294,8 @@ func (c *Cluster) planNATS(servers int, next func() string) {
 	}
 }
 
-// creds is the --nats-creds flag of a node of role (none with NoAuth).
-func (c *Cluster) creds(role string) []string {
+// Creds is the --nats-creds flag of a node of role (none with NoAuth).
+func (c *Cluster) Creds(role string) []string {
 	if c.cfg.NoAuth {
 		return nil
 	}
@@ -309,7 +309,7 @@ func (c *Cluster) grace() string { return "--drain-grace=" + c.cfg.Grace.String(
 func (c *Cluster) addEdge(addr string, args ...string) *Proc {
 	st := c.State
 	all := append([]string{"edge", "--nats", st.NATS, "--listen", addr, "--redis", st.Redis, "--jwks", st.JWKS, c.grace()},
-		c.creds(queue.RoleEdge)...)
+		c.Creds(queue.RoleEdge)...)
 	return c.add(RoleEdge, addr, append(append(all, c.models...), args...)...)
 }
 
