@@ -1186,21 +1186,18 @@ qq8kloop:
 	Q8KBSUM(Z15, Y15, X15, 290)
 	JMP   qq8knext
 qq8knan:
-	VMOVDQU64 Z25, (DI)
-	VMOVDQU64 Z25, 64(DI)
-	VMOVDQU64 Z25, 128(DI)
-	VMOVDQU64 Z25, 192(DI)
-	VMOVDQU32 Y25, 256(DI)
-	MOVL $0, 288(DI)
-	VMOVSS X17, (DI) // d = amax, the NaN
-	JMP   qq8knext
+	VMOVD X17, AX // d = amax, the NaN; the rest zero
+	JMP   qq8kstore
 qq8kzero:
+	XORL AX, AX
+qq8kstore:
 	VMOVDQU64 Z25, (DI)
 	VMOVDQU64 Z25, 64(DI)
 	VMOVDQU64 Z25, 128(DI)
 	VMOVDQU64 Z25, 192(DI)
 	VMOVDQU32 Y25, 256(DI)
 	MOVL $0, 288(DI)
+	MOVL AX, (DI)
 qq8knext:
 	ADDQ $1024, SI
 	ADDQ $292, DI
