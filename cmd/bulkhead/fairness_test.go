@@ -43,17 +43,23 @@ const floodFloor = 100 * time.Millisecond
 // without max_tokens, back to back, and an async batch of 32 prompts every
 // 200 ms, so its backlog in the stream grows far past any worker's pull
 // window. Tenant B sends a streaming 8-token request every 100 ms. Every B
-// request must succeed, B's p99 time to first token must stay within 3x its
-// unloaded p99 (measured first, in the same run) or 100 ms, whichever is
-// larger, and A must be served or told 429 tenant_queue_full (3051), never
-// anything worse.
+// request must succeed, and A must be served or told 429
+// tenant_queue_full (3051), never anything worse. With the build tag flood
+// (make test-flood), B's p99 time to first token must also stay within 3x
+// its unloaded p99 (measured first, in the same run) or 100 ms, whichever
+// is larger.
 //
 // It runs on one worker and on four (each its own process and engine),
 // where the edge routes (A's identical prompts by their prefix, B's by
 // load), and on `dev` and `dev --workers 4`, whose edge, NATS and engines
-// share one process. Those two run only without the race detector (make
-// test runs them so): its instrumentation multiplies the edge's CPU cost in
-// that shared process, and the test measures latency.
+// share one process. The latency bound is a load measurement: it holds on
+// a machine that runs nothing else, so it is asserted only in make
+// test-flood, which CI runs on its own after make test, without the race
+// detector (its instrumentation multiplies the edge's CPU cost in a shared
+// process). The suite (make test, which may share the machine with a
+// second suite) runs "one worker" under -race for what must hold however
+// slow the machine: B served, A never answered worse than 429; it logs the
+// latency without judging it.
 func TestFloodFairness(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -68,13 +74,16 @@ func TestFloodFairness(t *testing.T) {
 		{"deploy/local", localTarget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if raceEnabled && tc.name != "one worker" {
-				// Several engines and the flood's clients share the CI
-				// machine's two cores: the race detector's slowdown of
-				// the clients then decides B's latency, not the queue.
-				// make test measures these without it; "one worker"
-				// runs the same code under -race.
-				t.Skip("measured without the race detector (make test)")
+			if !floodMeasured && tc.name != "one worker" {
+				// Four engines and the flood's clients on two shared
+				// cores: what this variant adds over "one worker" is
+				// its latency, which only make test-flood judges.
+				t.Skip("a load measurement: make test-flood runs it (build tag flood)")
+			}
+			if floodMeasured && raceEnabled {
+				// The race detector's slowdown of the test's own
+				// clients would decide B's latency, not the queue.
+				t.Skip("measured without the race detector (make test-flood)")
 			}
 			if tc.name == "deploy/local" && os.Getenv("BULKHEAD_FLOOD_CLUSTER") == "" {
 				t.Skip("set BULKHEAD_FLOOD_CLUSTER to a running deploy/local cluster's directory (make cluster)")
@@ -182,7 +191,7 @@ func floodFairness(t *testing.T, c floodTarget) {
 	}))
 	backlog := queuedJobs(t, js, "tenant-a")
 	loaded := tenantB(t, run, b, bBody, window, every)
-	for phase := 1; phase < 3 && pct(loaded, 99) > bound; phase++ {
+	for phase := 1; floodMeasured && phase < 3 && pct(loaded, 99) > bound; phase++ {
 		// A shared machine's scheduling hiccups land in one phase's tail;
 		// an unfair queue fails every phase (p99 18.5 s before per-tenant
 		// queues), so up to two more phases under the same flood decide.
@@ -206,7 +215,7 @@ func floodFairness(t *testing.T, c floodTarget) {
 	if counts.batchOK.Load() == 0 || counts.streamOK.Load() == 0 {
 		t.Errorf("tenant A's batches or chat streams were never served")
 	}
-	if p := pct(loaded, 99); p > bound {
+	if p := pct(loaded, 99); floodMeasured && p > bound {
 		t.Errorf("tenant B's p99 time to first token under the flood is %v, over %v (3x its unloaded %v, at least %v)",
 			p, bound, pct(unloaded, 99), floodFloor)
 	}
