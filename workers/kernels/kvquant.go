@@ -28,16 +28,15 @@ func halfBytes(h []uint16) []byte {
 // QuantizeQ8Row writes x (a multiple of 32 long) as Q8_0 blocks into dst
 // (len(x)/32*34 bytes) as llama.cpp's x86 CPU quantizer does, the one that
 // stores its quantized KV cache and quantizes its flash attention's queries:
-// d = amax/127 stored as f16, q = x*(127/amax) rounded half to even.
+// d = amax/127 stored as f16, q = x*(127/amax) rounded half to even. amax
+// is absMax's, so a block with a NaN has a NaN scale, and a NaN or infinite
+// product is code 0 (kvCode), as the activation quantizers have them.
 func QuantizeQ8Row(dst []byte, x []float32) {
 	_ = dst[len(x)/32*q8Block-1]
 	for b := 0; b < len(x)/32; b++ {
 		xs := x[b*32 : b*32+32 : b*32+32]
 		o := dst[b*q8Block : b*q8Block+q8Block : b*q8Block+q8Block]
-		var amax float32
-		for _, v := range xs {
-			amax = max(amax, abs32(v))
-		}
+		amax := absMax(xs)
 		h := gguf.F32ToF16(amax / 127)
 		o[0], o[1] = byte(h), byte(h>>8)
 		var id float32
@@ -45,9 +44,20 @@ func QuantizeQ8Row(dst []byte, x []float32) {
 			id = 127 / amax
 		}
 		for j, v := range xs {
-			o[2+j] = byte(int8(roundEven(v * id)))
+			o[2+j] = byte(kvCode(roundEven(v * id)))
 		}
 	}
+}
+
+// kvCode is a KV quantizer's rounded (or offset) product as an integer code:
+// 0 for a NaN or infinite one, which only a block with a NaN or an infinity
+// or a scale whose inverse overflows gives (Go leaves converting those to
+// the platform: amd64 gives 0, arm64 saturates), as roundAway does.
+func kvCode(v float32) int8 {
+	if v-v != 0 {
+		return 0
+	}
+	return int8(v)
 }
 
 // roundEven rounds x (|x| < 2^22) to the nearest integer, ties to even, as
@@ -66,16 +76,21 @@ func QuantizeQ8Halves(dst []uint16, x []float32) {
 // QuantizeQ4Halves writes x (a multiple of 32 long) as Q4_0 blocks into dst
 // (len(x)/32*9 halves) as llama.cpp's quantize_row_q4_0_ref does (its CPU
 // quantizer for Q4_0): d = m/-8 where m is the value of largest magnitude,
-// q = min(15, trunc(x/d + 8.5)), values j and j+16 sharing byte j.
+// q = min(15, trunc(x/d + 8.5)), values j and j+16 sharing byte j. m is
+// the first value of the largest |x| compared as bits (absMax's order), so
+// a block with a NaN has a NaN scale, where llama.cpp's float compare skips
+// the NaN and stores it as a finite code; a NaN or infinite x/d + 8.5 is
+// code 0 (kvCode).
 func QuantizeQ4Halves(dst []uint16, x []float32) {
 	out := halfBytes(dst[:len(x)/32*Q4Halves])
 	for b := 0; b < len(x)/32; b++ {
 		xs := x[b*32 : b*32+32 : b*32+32]
 		o := out[b*q4Block : b*q4Block+q4Block : b*q4Block+q4Block]
-		var amax, m float32
+		var amax uint32
+		var m float32
 		for _, v := range xs {
-			if abs32(v) > amax {
-				amax, m = abs32(v), v
+			if a := math.Float32bits(v) &^ (1 << 31); a > amax {
+				amax, m = a, v
 			}
 		}
 		d := m / -8
@@ -86,8 +101,8 @@ func QuantizeQ4Halves(dst []uint16, x []float32) {
 		h := gguf.F32ToF16(d)
 		o[0], o[1] = byte(h), byte(h>>8)
 		for j := range 16 {
-			q0 := min(15, int8(float32(xs[j]*id)+8.5))
-			q1 := min(15, int8(float32(xs[16+j]*id)+8.5))
+			q0 := min(15, kvCode(float32(xs[j]*id)+8.5))
+			q1 := min(15, kvCode(float32(xs[16+j]*id)+8.5))
 			o[2+j] = byte(q0) | byte(q1)<<4
 		}
 	}

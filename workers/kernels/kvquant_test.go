@@ -84,6 +84,82 @@ func TestQuantizeKV(t *testing.T) {
 	}
 }
 
+// TestQuantizeKVNonFinite: the KV quantizers follow the activation
+// quantizers' rule (absMax, roundAway), so a row's bytes do not depend on
+// how the platform converts a NaN or an infinity to an integer: a block with
+// a NaN gets a NaN scale (Q4_0 too, whose largest-magnitude search used to
+// skip it and store the NaN as a finite code), and a product that is NaN or
+// infinite is code 0. Finite blocks keep their codes (TestQuantizeKV).
+func TestQuantizeKVNonFinite(t *testing.T) {
+	nan := float32(math.NaN())
+	inf := float32(math.Inf(1))
+	for _, tc := range []struct {
+		name  string
+		set   func(x []float32)
+		scale string // "nan", "inf", "zero" or "finite"
+		zeros []int  // codes that must be 0 (Q8_0) or 0 (Q4_0's raw nibble)
+	}{
+		{"a NaN", func(x []float32) { x[0], x[5] = 3, nan }, "nan", all32()},
+		{"a NaN last, after larger values", func(x []float32) { x[0], x[31] = -100, nan }, "nan", all32()},
+		{"+Inf", func(x []float32) { x[0], x[7] = 2, inf }, "inf", []int{7}},
+		{"-Inf", func(x []float32) { x[3] = -inf }, "inf", []int{3}},
+		{"an overflowing inverse scale", func(x []float32) {
+			clear(x)
+			x[0], x[1] = 1e-44, -1e-45
+		}, "zero", all32()},
+	} {
+		for _, bh := range []int{Q8Halves, Q4Halves} {
+			x := make([]float32, 32)
+			for i := range x {
+				x[i] = float32(i%5) - 2 // finite neighbours, zeros among them
+			}
+			tc.set(x)
+			row := make([]uint16, bh)
+			for i := range row {
+				row[i] = 0x5555 // every byte must be written
+			}
+			if bh == Q8Halves {
+				QuantizeQ8Halves(row, x)
+			} else {
+				QuantizeQ4Halves(row, x)
+			}
+			b := halfBytes(row)
+			d := gguf.F16ToF32(rd16(b))
+			ok := map[string]bool{
+				"nan":    d != d,
+				"inf":    math.IsInf(float64(d), 0),
+				"zero":   d == 0,
+				"finite": !math.IsInf(float64(d), 0) && d == d,
+			}[tc.scale]
+			if !ok {
+				t.Errorf("%s, block of %d halves: scale %g, want %s", tc.name, bh, d, tc.scale)
+			}
+			for _, i := range tc.zeros {
+				var q byte
+				switch {
+				case bh == Q8Halves:
+					q = b[2+i]
+				case i < 16:
+					q = b[2+i] & 15
+				default:
+					q = b[2+i-16] >> 4
+				}
+				if q != 0 {
+					t.Errorf("%s, block of %d halves: code %d of value %g is %d, want 0", tc.name, bh, i, x[i], q)
+				}
+			}
+		}
+	}
+}
+
+func all32() []int {
+	out := make([]int, 32)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // TestKVQuantAttention: DotsQ8/DotsQ4 and AxpysQ8/AxpysQ4 give the same bits
 // on every set, whatever the number of keys (the assembly takes four at a
 // time), and values within rounding of a float64 computation on the
