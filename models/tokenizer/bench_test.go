@@ -3,9 +3,11 @@ package tokenizer
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
 )
 
@@ -76,4 +78,45 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLoad loads each vocabulary from its file and reports the heap the
+// tokenizer keeps once the file is closed (MB-kept): a serving process holds
+// it for the model's life, beside the weights.
+func BenchmarkLoad(b *testing.B) {
+	for _, name := range benchVocabs() {
+		path := "models/stories260K.gguf"
+		if name != "stories260K" {
+			path = "tokenizer/" + name + ".gguf"
+		}
+		path = refdatatest.Path(b, path)
+		b.Run(name, func(b *testing.B) {
+			var kept uint64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				tk := loadFresh(b, path)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				kept = after.HeapAlloc - before.HeapAlloc
+				runtime.KeepAlive(tk)
+			}
+			b.ReportMetric(float64(kept)/1e6, "MB-kept")
+		})
+	}
+}
+
+// loadFresh reads path's tokenizer and closes the file.
+func loadFresh(b *testing.B, path string) *Tokenizer {
+	f, err := gguf.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	tk, err := FromGGUF(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tk
 }

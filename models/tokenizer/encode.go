@@ -365,7 +365,7 @@ func (s *spmState) encode(t *Tokenizer, text string, out []int32) []int32 {
 	s.syms = splitSymbols(text, s.syms)
 	syms := s.syms
 	s.q.mergeAll(syms, func(a, b symbol) (float64, bool) {
-		id, ok := t.toID[text[a.start:a.start+a.n+b.n]]
+		id, ok := t.tokenID(text[a.start : a.start+a.n+b.n])
 		if !ok {
 			return 0, false
 		}
@@ -376,7 +376,7 @@ func (s *spmState) encode(t *Tokenizer, text string, out []int32) []int32 {
 	}
 	for i := int32(0); i != -1; i = syms[i].next {
 		sym := text[syms[i].start : syms[i].start+syms[i].n]
-		if id, ok := t.toID[sym]; ok {
+		if id, ok := t.tokenID(sym); ok {
 			out = append(out, id)
 			continue
 		}
@@ -397,6 +397,32 @@ type bpeState struct {
 	word  []byte
 	syms  []symbol
 	q     bigramQueue
+	// tokens caches the token of each symbol of the word being merged.
+	tokens symbolTokens
+}
+
+// symbolTokens caches the tokens of a word's symbols by where they start: a
+// symbol's token is looked up once, and again only once a merge has made it
+// longer. Merges are keyed by the two symbols' tokens (Tokenizer.merges).
+type symbolTokens []struct{ n, id int32 }
+
+// reset empties the cache for a word of n bytes.
+func (c symbolTokens) reset(n int) symbolTokens {
+	if cap(c) < n {
+		c = make(symbolTokens, n)
+	}
+	c = c[:n]
+	clear(c)
+	return c
+}
+
+// of is the token of the symbol a of word, noToken if none.
+func (c symbolTokens) of(t *Tokenizer, word string, a symbol) int32 {
+	e := &c[a.start]
+	if e.n != a.n {
+		e.n, e.id = a.n, t.symbolToken(word[a.start:a.start+a.n])
+	}
+	return e.id
 }
 
 // encode is llama.cpp's llm_tokenizer_bpe_session for one text fragment.
@@ -421,14 +447,15 @@ func (s *bpeState) encode(t *Tokenizer, text string, out []int32) []int32 {
 
 func (s *bpeState) mergeWord(t *Tokenizer, word string, out []int32) []int32 {
 	if t.ignoreMerges {
-		if id, ok := t.toID[word]; ok {
+		if id, ok := t.tokenID(word); ok {
 			return append(out, id)
 		}
 	}
 	s.syms = splitSymbols(word, s.syms)
 	syms := s.syms
+	s.tokens = s.tokens.reset(len(word))
 	s.q.mergeAll(syms, func(a, b symbol) (float64, bool) {
-		rank, ok := t.merges[[2]string{word[a.start : a.start+a.n], word[b.start : b.start+b.n]}]
+		rank, ok := t.mergeOf(word, s.tokens.of(t, word, a), s.tokens.of(t, word, b), a, b)
 		return -float64(rank), ok
 	})
 	if len(syms) == 0 {
@@ -436,13 +463,13 @@ func (s *bpeState) mergeWord(t *Tokenizer, word string, out []int32) []int32 {
 	}
 	for i := int32(0); i != -1; i = syms[i].next {
 		sym := word[syms[i].start : syms[i].start+syms[i].n]
-		if id, ok := t.toID[sym]; ok {
+		if id := s.tokens.of(t, word, syms[i]); id != noToken {
 			out = append(out, id)
 			continue
 		}
 		// llama.cpp looks each byte up on its own and drops the misses.
 		for j := 0; j < len(sym); j++ {
-			if id, ok := t.toID[sym[j:j+1]]; ok {
+			if id, ok := t.tokenID(sym[j : j+1]); ok {
 				out = append(out, id)
 			}
 		}

@@ -202,3 +202,30 @@ func TestGGUFImageLoads(t *testing.T) {
 		})
 	}
 }
+
+// TestMergesThroughNonTokens: merges are looked up by their sides' token
+// ids, but a merge list may name a side that is no token (an intermediate
+// that only a further merge turns into one); those still merge, as
+// llama.cpp's string-keyed ranks have them.
+func TestMergesThroughNonTokens(t *testing.T) {
+	kv := tinyBPE()
+	kv[keyTokens] = strs("a", "b", "c", "abc", "<|endoftext|>")
+	kv[keyMerges] = strs("a b", "ab c", "b c")
+	tk, err := FromGGUF(file(kv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		text string
+		want []int32
+	}{
+		{"abc", []int32{3}},   // a+b (rank 0, "ab" is no token), then ab+c (rank 1)
+		{"ab", []int32{0, 1}}, // "ab" is no token: its bytes, as llama.cpp emits them
+		{"bc", []int32{1, 2}}, // b+c merges to "bc", no token either
+		{"cab", []int32{2, 0, 1}},
+	} {
+		if got := tk.Encode(tc.text, false, false); !slices.Equal(got, tc.want) {
+			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+}

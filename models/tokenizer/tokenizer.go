@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 )
@@ -152,10 +153,14 @@ type Tokenizer struct {
 	tokens []string
 	scores []float32
 	attrs  []tokenAttr
-	toID   map[string]int32
-	pieces []string // each token rendered as bytes, control tokens included
+	index  vocabIndex // token ids by text (tokenID)
+	pieces []string   // each token rendered as bytes, control tokens included
 
-	merges map[[2]string]int32 // BPE merge ranks by (left, right)
+	// BPE merges: of two tokens by their ids (pairKey), and the rare ones
+	// with a side that is no token by its two strings.
+	merges    map[uint64]int32
+	mergeStrs map[[2]string]int32
+	charTok   [charToks]int32 // the token of each character below charToks (BPE), noToken if none
 
 	bos, eos, unk int32
 	eog           map[int32]bool
@@ -252,7 +257,7 @@ func (t *Tokenizer) loadVocab(f *gguf.File) error {
 	t.tokens = make([]string, n)
 	t.scores = make([]float32, n)
 	t.attrs = make([]tokenAttr, n)
-	t.toID = make(map[string]int32, n)
+	t.index = newVocabIndex(t.tokens)
 	if _, present := f.KV[keyScores]; present {
 		if s, ok := f.Float32s(keyScores); ok {
 			copy(t.scores, s)
@@ -281,11 +286,10 @@ func (t *Tokenizer) loadVocab(f *gguf.File) error {
 		if s == "" {
 			s = "[EMPTY_" + strconv.Itoa(i) + "]" // as llama.cpp renames empty tokens
 		}
-		if prev, dup := t.toID[s]; dup {
+		t.tokens[i] = s
+		if prev, dup := t.index.add(int32(i)); dup {
 			return fmt.Errorf("%w: token %q has ids %d and %d", ErrCorrupt, s, prev, i)
 		}
-		t.toID[s] = int32(i)
-		t.tokens[i] = s
 		t.attrs[i] = attrNormal
 		if types != nil {
 			t.attrs[i] = attrFromType(types[i])
@@ -326,6 +330,12 @@ func parseByteToken(s string) (byte, bool) {
 	return byte(v), err == nil
 }
 
+// pairKey is the merges key of the pair of tokens (left, right).
+func pairKey(left, right int32) uint64 { return uint64(uint32(left))<<32 | uint64(uint32(right)) }
+
+// loadMerges reads the merge list into ids: a map of 280k [2]string keys
+// took 20-30 MB of a 128k-vocabulary tokenizer and kept the file's merge
+// strings alive (BenchmarkLoad).
 func (t *Tokenizer) loadMerges(f *gguf.File) error {
 	merges, ok := f.Strings(keyMerges)
 	if !ok {
@@ -334,7 +344,10 @@ func (t *Tokenizer) loadMerges(f *gguf.File) error {
 	if len(merges) > math.MaxInt32 {
 		return fmt.Errorf("%w: %d merges", ErrCorrupt, len(merges))
 	}
-	t.merges = make(map[[2]string]int32, len(merges))
+	for r := range t.charTok {
+		t.charTok[r] = t.lookup(string(rune(r)))
+	}
+	t.merges = make(map[uint64]int32, len(merges))
 	for i, m := range merges {
 		// The separator is the first space after the first byte, so a merge of a
 		// literal space token still splits right.
@@ -347,12 +360,64 @@ func (t *Tokenizer) loadMerges(f *gguf.File) error {
 		if sp < 0 {
 			continue // llama.cpp records an empty pair, which can never match
 		}
-		k := [2]string{m[:sp], m[sp+1:]}
-		if _, dup := t.merges[k]; !dup {
-			t.merges[k] = int32(i)
+		left, right := m[:sp], m[sp+1:]
+		l, lok := t.tokenID(left)
+		r, rok := t.tokenID(right)
+		if lok && rok {
+			if _, dup := t.merges[pairKey(l, r)]; !dup {
+				t.merges[pairKey(l, r)] = int32(i)
+			}
+			continue
+		}
+		if t.mergeStrs == nil {
+			t.mergeStrs = make(map[[2]string]int32)
+		}
+		k := [2]string{strings.Clone(left), strings.Clone(right)}
+		if _, dup := t.mergeStrs[k]; !dup {
+			t.mergeStrs[k] = int32(i)
 		}
 	}
 	return nil
+}
+
+// charToks bounds the characters whose tokens BPE keeps in a table: GPT-2's
+// stand-ins for the 256 bytes, which every BPE word is spelled in, are below
+// it (byteChars).
+const charToks = 0x180
+
+// symbolToken is the token of the symbol s: a table lookup for a character
+// below charToks, as BPE's first symbols are.
+func (t *Tokenizer) symbolToken(s string) int32 {
+	if r, n := utf8.DecodeRuneInString(s); n == len(s) && r < charToks && r != utf8.RuneError {
+		return t.charTok[r]
+	}
+	return t.lookup(s)
+}
+
+// tokenID is the id of the token s, if there is one.
+func (t *Tokenizer) tokenID(s string) (int32, bool) { return t.index.get(s) }
+
+// lookup is s's token, or noToken.
+func (t *Tokenizer) lookup(s string) int32 {
+	if id, ok := t.tokenID(s); ok {
+		return id
+	}
+	return noToken
+}
+
+// mergeOf is the rank of the merge of the adjacent symbols a and b of word,
+// whose tokens are ta and tb (noToken for a symbol that is no token), if
+// they merge.
+func (t *Tokenizer) mergeOf(word string, ta, tb int32, a, b symbol) (int32, bool) {
+	if ta != noToken && tb != noToken {
+		rank, ok := t.merges[pairKey(ta, tb)]
+		return rank, ok
+	}
+	if t.mergeStrs == nil {
+		return 0, false
+	}
+	rank, ok := t.mergeStrs[[2]string{word[a.start : a.start+a.n], word[b.start : b.start+b.n]}]
+	return rank, ok
 }
 
 // loadSpecialIDs reads the special token ids and the add_bos / add_eos flags.
@@ -486,7 +551,7 @@ func (t *Tokenizer) markEOG(f *gguf.File) {
 		// unspecified there; the lowest id is our deterministic choice.
 		best := noToken
 		for _, s := range texts {
-			if id, ok := t.toID[s]; ok && (best == noToken || id < best) {
+			if id, ok := t.tokenID(s); ok && (best == noToken || id < best) {
 				best = id
 			}
 		}
@@ -504,14 +569,14 @@ func (t *Tokenizer) markEOG(f *gguf.File) {
 		}
 	}
 	for _, s := range eogTexts {
-		if id, ok := t.toID[s]; ok {
+		if id, ok := t.tokenID(s); ok {
 			t.eog[id] = true
 			t.attrs[id] |= attrControl
 		}
 	}
 	// gpt-oss: these structural tokens always render.
 	for _, s := range []string{"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"} {
-		if id, ok := t.toID[s]; ok {
+		if id, ok := t.tokenID(s); ok {
 			t.attrs[id] = attrUserDefined
 		}
 	}
@@ -527,8 +592,8 @@ func (t *Tokenizer) markEOG(f *gguf.File) {
 		}
 	}
 	// o200k_harmony / solar-open: "<|end|>" is not end of generation there.
-	has := func(s string) bool { id, ok := t.toID[s]; return ok && t.eog[id] }
-	if end, ok := t.toID["<|end|>"]; ok && t.eog[end] &&
+	has := func(s string) bool { id, ok := t.tokenID(s); return ok && t.eog[id] }
+	if end, ok := t.tokenID("<|end|>"); ok && t.eog[end] &&
 		((has("<|return|>") && has("<|call|>")) || (has("<|calls|>") && has("<|flush|>"))) {
 		delete(t.eog, end)
 		t.attrs[end] = attrUserDefined
@@ -548,9 +613,9 @@ func (t *Tokenizer) buildCaches(modelName string) {
 	})
 	for b := range t.byteTok {
 		t.byteTok[b] = noToken
-		if id, ok := t.toID[fmt.Sprintf("<0x%02X>", b)]; ok {
+		if id, ok := t.tokenID(fmt.Sprintf("<0x%02X>", b)); ok {
 			t.byteTok[b] = id
-		} else if id, ok := t.toID[string([]byte{byte(b)})]; ok {
+		} else if id, ok := t.tokenID(string([]byte{byte(b)})); ok {
 			t.byteTok[b] = id
 		} else {
 			t.byteTok[b] = t.unk // llama.cpp would throw here
@@ -569,11 +634,11 @@ func (t *Tokenizer) buildCaches(modelName string) {
 		for _, id := range t.special {
 			t.attrs[id] |= attrRstrip
 		}
-		if id, ok := t.toID["</s>"]; ok {
+		if id, ok := t.tokenID("</s>"); ok {
 			t.attrs[id] |= attrRstrip
 		}
 		for _, s := range []string{"<unk>", "<s>", "<|endoftext|>"} {
-			if id, ok := t.toID[s]; ok {
+			if id, ok := t.tokenID(s); ok {
 				t.attrs[id] &^= attrRstrip
 			}
 		}
@@ -646,7 +711,7 @@ func (t *Tokenizer) IsEOG(id int32) bool { return t.eog[id] }
 // TokenID returns the id of the token whose text is exactly piece, as stored in
 // the vocabulary (SentencePiece spaces are "▁", BPE bytes are GPT-2 characters).
 func (t *Tokenizer) TokenID(piece string) (int32, bool) {
-	id, ok := t.toID[piece]
+	id, ok := t.tokenID(piece)
 	return id, ok
 }
 

@@ -112,7 +112,7 @@ func (t *Tokenizer) ugmEncode(text string, out []int32) []int32 {
 		cur := path[off]
 		whole := false
 		for end := off + 1; end <= min(n, off+t.ugm.maxLen); end++ {
-			id, ok := t.toID[s[off:end]]
+			id, ok := t.tokenID(s[off:end])
 			if !ok || t.attrs[id]&(attrNormal|attrUserDefined|attrUnused) == 0 {
 				continue
 			}
@@ -198,7 +198,7 @@ func (t *Tokenizer) ugmNormalize(text string) string {
 // code point unchanged (an invalid byte becomes U+FFFD).
 func (t *Tokenizer) ugmNormalizePrefix(text string, off int) (string, int) {
 	for l := min(t.ugm.userMaxLen, len(text)-off); l > 0; l-- {
-		if id, ok := t.toID[text[off:off+l]]; ok && t.attrs[id]&attrUserDefined != 0 {
+		if id, ok := t.tokenID(text[off : off+l]); ok && t.attrs[id]&attrUserDefined != 0 {
 			return text[off : off+l], l
 		}
 	}

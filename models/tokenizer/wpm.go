@@ -22,7 +22,7 @@ func (t *Tokenizer) wpmEncode(text string, out []int32) []int32 {
 		for i := 0; i < len(w); {
 			j := min(len(w), i+t.maxTokenLen+1)
 			for ; j > i; j-- {
-				if id, ok := t.toID[w[i:j]]; ok {
+				if id, ok := t.tokenID(w[i:j]); ok {
 					out = append(out, id)
 					break
 				}
