@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/bulkhead-ai/bulkhead/models/refdatatest"
@@ -313,5 +314,29 @@ func TestCopyData(t *testing.T) {
 		if err := g.CopyData(make([]byte, len(data)-1), data); err == nil {
 			t.Fatal("CopyData into a shorter buffer did not fail")
 		}
+	}
+}
+
+// TestDropArrays: DropArrays removes every array value (nested ones
+// included) and its key, keeps the scalars in their order, and leaves the
+// tensors readable.
+func TestDropArrays(t *testing.T) {
+	f, err := Parse(smallFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.DropArrays()
+	want := []string{"general.architecture", "llama.block_count", "llama.rope.freq_base", "tokenizer.ggml.add_bos_token"}
+	if !slices.Equal(f.Keys, want) || len(f.KV) != len(want) {
+		t.Fatalf("keys after DropArrays: %v (%d values), want %v", f.Keys, len(f.KV), want)
+	}
+	if s, ok := f.String("general.architecture"); !ok || s != "llama" {
+		t.Fatalf("general.architecture %q %v after DropArrays", s, ok)
+	}
+	if _, ok := f.Strings("tokenizer.ggml.tokens"); ok {
+		t.Fatal("the tokens array is still there")
+	}
+	if _, data, err := f.Tensor("w"); err != nil || len(data) != 2*18 {
+		t.Fatalf("tensor w after DropArrays: %d bytes, %v", len(data), err)
 	}
 }

@@ -124,6 +124,7 @@ func LoadOn(path string, ks kernels.Set) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	f.DropArrays() // the tokenizer copied what it needs; the model keeps f for its weights
 	return m, nil
 }
 

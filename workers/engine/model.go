@@ -88,6 +88,10 @@ func LoadOn(path string, ks kernels.Set) (*Model, error) {
 		f.Close()
 		return nil, err
 	}
+	// The tokenizer copied what it needs of the vocabulary; the model keeps f
+	// for the embedding rows it reads from the file, not for the arrays
+	// (12 MB for a 128k-token, 280k-merge vocabulary).
+	f.DropArrays()
 	return m, nil
 }
 
