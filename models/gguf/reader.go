@@ -129,6 +129,9 @@ func Open(path string) (*File, error) {
 		return nil, fmt.Errorf("%w (%s)", err, path)
 	}
 	f.mapped, f.fd, ok = m, fd, true
+	// Parse copied the metadata (a vocabulary's strings are megabytes), so
+	// the header's pages need not stay in the resident set.
+	f.Evict(m[:len(m)-len(f.data)])
 	return f, nil
 }
 
