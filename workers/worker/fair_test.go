@@ -102,13 +102,15 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 }
 
 // TestHeadOfLineThroughWorker is the head-of-line case through NATS and a
-// worker: tenant A's 16 whole-window jobs, then tenant B's 8-token job. B
-// is served within 3x its latency on the idle worker (best of 7 each, as
-// single trials vary tenfold on a loaded machine): the
-// worker pulls B past A's waiting jobs, and the engine lets B preempt A. The
-// model is the 4-layer llama-tiny (random weights, stories260K's vocabulary),
-// slow enough per token that A's frames (one per token) do not take the CPU
-// B's job needs: with stories260K, A streams some 20,000 frames a second.
+// worker: tenant A's 16 whole-window jobs, then tenant B's 8-token job,
+// seven times. Each B preempts A: the worker pulls B past A's waiting jobs,
+// and the engine lets B take A's place. That is checked by what happened
+// (A's preemption count grows with each B), not by B's latency, which the
+// test logs beside B's latency on the idle worker (best of 7 each): a
+// latency bound holds only on a machine that runs nothing else. The model
+// is the 4-layer llama-tiny (random weights, stories260K's vocabulary), slow
+// enough per token that A's frames (one per token) do not take the CPU B's
+// job needs: with stories260K, A streams some 20,000 frames a second.
 func TestHeadOfLineThroughWorker(t *testing.T) {
 	ev := startNATS(t)
 	e := startEngineFile(t, "models/quant/llama-tiny-f32.gguf", engine.Config{Threads: 1, Context: 512})
@@ -147,15 +149,16 @@ func TestHeadOfLineThroughWorker(t *testing.T) {
 			}
 			return nil
 		})
+		preempted := e.Service()["tenant-a"].Preempted
 		d := runJob(t, ev, small(fmt.Sprint("tenant-b", i)))
 		trials = append(trials, d.Round(10*time.Microsecond))
 		loaded = min(loaded, d)
+		if n := e.Service()["tenant-a"].Preempted; n == preempted {
+			t.Errorf("B's job %d ran without preempting A (A preempted %d times in all): it waited for A", i, n)
+		}
 	}
 	t.Logf("B's 8-token job: %v alone, %v behind 16 whole-window jobs (%.1fx), best of 7 each (%v); A preempted %d times",
 		unloaded, loaded, float64(loaded)/float64(unloaded), trials, e.Service()["tenant-a"].Preempted)
-	if loaded > 3*unloaded {
-		t.Errorf("B took %v under load, more than 3x its %v alone", loaded, unloaded)
-	}
 }
 
 // TestBacklogDoesNotDelayOthers is fairness from the queue on: tenant A has

@@ -354,103 +354,14 @@ func TestSharedConsumer(t *testing.T) {
 	}
 }
 
-// longJob is a job that generates to the end of the context window with
-// sampled output from seed.
-func longJob(t *testing.T, e *engine.Engine, seed uint64) *queue.Job {
-	job := newJob(t, "Once upon a time", e.Context()-16)
-	job.Sampling = queue.Sampling{Temperature: 0.8, Seed: seed}
-	return job
-}
-
-// timeLongJob runs longJob(seed) to its end with no deadline to speak of and
-// returns how long it took, or 0 when it reached end of text early (the
-// engine's speed decides how long a job runs, so timing tests measure it
-// first instead of assuming it).
-func timeLongJob(t *testing.T, ev *env, e *engine.Engine, seed uint64) time.Duration {
+// heldJob submits a greedy job to a worker whose engine holds every
+// sequence after a few tokens (engine.Config.HoldAt), so the job runs until
+// its deadline, due in after, however fast the engine is; it returns the
+// job and its frames.
+func heldJob(t *testing.T, ev *env, after time.Duration) (*queue.Job, []*queue.Frame) {
 	t.Helper()
-	start := time.Now()
-	r, err := ev.client.Submit(context.Background(), longJob(t, e, seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames, err := collect(t, r)
-	r.Close()
-	if !errors.Is(err, io.EOF) {
-		t.Fatalf("stream ended with %v", err)
-	}
-	if last := frames[len(frames)-1]; last.Kind != queue.KindFinal || last.Finish != "length" {
-		t.Logf("seed %d ended early (%+v)", seed, last)
-		return 0
-	}
-	return time.Since(start)
-}
-
-// TestDeadlineMidRun: a job whose deadline passes while it generates ends with
-// a timeout frame, never a final one, and frees its pages.
-func TestDeadlineMidRun(t *testing.T) {
-	ev := startNATS(t)
-	e := startEngine(t, engine.Config{})
-	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
-	// Sampled output may reach end of text; try a few seeds, time a whole
-	// run, then give the same job a third of that.
-	for seed := range uint64(4) {
-		full := timeLongJob(t, ev, e, seed)
-		if full == 0 {
-			continue
-		}
-		job := longJob(t, e, seed)
-		job.Deadline = time.Now().Add(full / 3)
-		r, err := ev.client.Submit(context.Background(), job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		frames, err := collect(t, r)
-		r.Close()
-		if !errors.Is(err, io.EOF) {
-			t.Fatalf("stream ended with %v", err)
-		}
-		testkit.Poll(t, 5*time.Second, func() error {
-			if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
-				return fmt.Errorf("%d of %d pages free", free, total)
-			}
-			return nil
-		})
-		last := frames[len(frames)-1]
-		if last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindTimeout || len(frames) < 2 {
-			t.Fatalf("%d frames, last %+v %+v; want tokens then a timeout (a whole run took %v, the deadline was a third)", len(frames), last, last.Error, full)
-		}
-		return
-	}
-	t.Fatal("no seed generated to the end of the window")
-}
-
-// TestHeartbeat: a job that runs longer than the consumer's AckWait is not
-// redelivered while its worker keeps marking it in progress. The AckWait is
-// a quarter of a measured whole run, the job's deadline three quarters.
-func TestHeartbeat(t *testing.T) {
-	ev := startNATS(t)
-	e := startEngine(t, engine.Config{})
-	stop := startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
-	var full time.Duration
-	var seed uint64
-	for ; seed < 4 && full == 0; seed++ {
-		full = timeLongJob(t, ev, e, seed)
-	}
-	seed--
-	if full == 0 {
-		t.Fatal("no seed generated to the end of the window")
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	ackWait := max(full/4, 100*time.Millisecond)
-	startWorker(t, ev, Config{
-		Models:         map[string]*engine.Engine{model: e},
-		HeartbeatEvery: ackWait / 6,
-		Consumer:       queue.ConsumerConfig{AckWait: ackWait},
-	})
-	job := longJob(t, e, seed)
-	job.Deadline = time.Now().Add(max(full*3/4, 3*ackWait))
+	job := newJob(t, "Once upon a time", 64)
+	job.Deadline = time.Now().Add(after)
 	r, err := ev.client.Submit(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
@@ -460,9 +371,44 @@ func TestHeartbeat(t *testing.T) {
 	if !errors.Is(err, io.EOF) {
 		t.Fatalf("stream ended with %v", err)
 	}
+	return job, frames
+}
+
+// TestDeadlineMidRun: a job whose deadline passes while it generates ends with
+// a timeout frame, never a final one, and frees its pages.
+func TestDeadlineMidRun(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{HoldAt: 3})
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
+	_, frames := heldJob(t, ev, 2*time.Second)
+	testkit.Poll(t, 5*time.Second, func() error {
+		if free, total := e.KV().FreePages(), e.KV().TotalPages(); free != total {
+			return fmt.Errorf("%d of %d pages free", free, total)
+		}
+		return nil
+	})
 	last := frames[len(frames)-1]
-	if last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindTimeout {
-		t.Fatalf("last frame %+v %+v; want a timeout (a redelivery would end it as lost mid-stream; a whole run took %v, AckWait %v)", last, last.Error, full, ackWait)
+	if last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindTimeout || len(frames) < 2 {
+		t.Fatalf("%d frames, last %+v %+v; want tokens then a timeout", len(frames), last, last.Error)
+	}
+}
+
+// TestHeartbeat: a job that runs longer than the consumer's AckWait is not
+// redelivered while its worker keeps marking it in progress: held after a
+// few tokens, it runs four AckWaits, to its deadline.
+func TestHeartbeat(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{HoldAt: 3})
+	const ackWait = time.Second
+	startWorker(t, ev, Config{
+		Models:         map[string]*engine.Engine{model: e},
+		HeartbeatEvery: ackWait / 6,
+		Consumer:       queue.ConsumerConfig{AckWait: ackWait},
+	})
+	job, frames := heldJob(t, ev, 4*ackWait)
+	last := frames[len(frames)-1]
+	if last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindTimeout || len(frames) < 2 {
+		t.Fatalf("%d frames, last %+v %+v; want tokens then a timeout (a redelivery would end it as lost mid-stream)", len(frames), last, last.Error)
 	}
 	res, err := queue.OpenResults(context.Background(), ev.js)
 	if err != nil {
