@@ -65,11 +65,21 @@ func TestNpmSDKs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := filepath.Join(dir, "sdks-"+filepath.Base(t.TempDir())+".mjs")
-	if err := os.WriteFile(run, script, 0o600); err != nil {
+	// The script sits beside the shared node_modules, under a name of its
+	// own: a second test process (another make test on the machine) runs
+	// its own copy at the same time.
+	f, err := os.CreateTemp(dir, "sdks-*.mjs")
+	if err != nil {
 		t.Fatal(err)
 	}
+	run := f.Name()
 	defer os.Remove(run)
+	if _, err := f.Write(script); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	c := startCluster(t)
 	edgeURL := c.edge(t)
