@@ -124,7 +124,6 @@ func LoadOn(path string, ks kernels.Set) (*Model, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	f.DropArrays() // the tokenizer copied what it needs; the model keeps f for its weights
 	return m, nil
 }
 
@@ -183,6 +182,7 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 		return nil, l.err
 	}
 	l.evictAgain()
+	f.DropArrays() // the tokenizer copied what it needs; the model keeps f for its weights
 	return m, nil
 }
 

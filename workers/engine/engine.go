@@ -97,6 +97,7 @@ type Config struct {
 	// HoldAt, when positive, stops every sequence after its HoldAt-th
 	// generated token: it keeps its batch slot and its KV, computes nothing
 	// more and ends only with its request (cancelled or past its deadline).
+	// A request for at most HoldAt tokens is never held: it runs to its end.
 	// Fault tests use it to keep an engine busy however fast it is (bulkhead
 	// worker --fault-engine-hold-at, built with -tags faults); zero in the
 	// shipped binary.

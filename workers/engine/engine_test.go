@@ -304,7 +304,7 @@ func TestQueueFull(t *testing.T) {
 // keeps its batch slot, however long it asked for, so a one-slot engine with
 // a one-request queue refuses a third request (ErrQueueFull) every time;
 // cancelling the held sequence ends it and lets the waiting one run (and be
-// held in turn).
+// held in turn); a request for no more than two tokens is never held.
 func TestHoldAt(t *testing.T) {
 	m := loadStories(t)
 	e := startEngine(t, m, Config{Threads: 1, MaxBatch: 1, QueueSize: 1, HoldAt: 2})
@@ -345,6 +345,27 @@ func TestHoldAt(t *testing.T) {
 	cancel2()
 	if ev := <-second; !errors.Is(ev.Err, context.Canceled) {
 		t.Fatalf("the second request's final event %+v, want context.Canceled", ev)
+	}
+	// A request for no more tokens than the hold runs to its end: tests keep
+	// an engine busy with held requests and still see short jobs finish.
+	short, err := e.Submit(context.Background(), greedy([]int32{1, 403}, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last Event
+	for done := false; !done; {
+		select {
+		case ev, ok := <-short:
+			done = !ok
+			if ok {
+				last = ev
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a two-token request on an engine holding at 2 never ended: it was held")
+		}
+	}
+	if last.Err != nil || !last.Done {
+		t.Fatalf("a two-token request on an engine holding at 2 ended with %+v, want done", last)
 	}
 }
 

@@ -88,10 +88,6 @@ func LoadOn(path string, ks kernels.Set) (*Model, error) {
 		f.Close()
 		return nil, err
 	}
-	// The tokenizer copied what it needs of the vocabulary; the model keeps f
-	// for the embedding rows it reads from the file, not for the arrays
-	// (12 MB for a 128k-token, 280k-merge vocabulary).
-	f.DropArrays()
 	return m, nil
 }
 
@@ -140,6 +136,10 @@ func fromFile(f *gguf.File, ks kernels.Set) (*Model, error) {
 		return nil, l.err
 	}
 	l.evictAgain()
+	// The tokenizer copied what it needs of the vocabulary; the model keeps f
+	// for the embedding rows it reads from the file, not for the arrays
+	// (12 MB for a 128k-token, 280k-merge vocabulary).
+	f.DropArrays()
 	return m, nil
 }
 

@@ -419,26 +419,8 @@ func TestPrefillRedeliveredAfterStream(t *testing.T) {
 func TestDisaggregatedCancel(t *testing.T) {
 	ev := startNATS(t)
 	s := startSplit(t, ev, engine.Config{}, engine.Config{HoldAt: 3}, Config{}, Config{})
-	job := newJob(t, "Once", 64)
-	r, err := ev.client.Submit(context.Background(), job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f, err := r.Next(context.Background()); err != nil || f.Kind != queue.KindToken {
-		t.Fatalf("first frame %+v, %v", f, err)
-	}
-	if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
-		t.Fatal(err)
-	}
-	frames, err := collect(t, r)
-	r.Close()
-	if !errors.Is(err, io.EOF) {
-		t.Fatalf("stream ended with %v", err)
-	}
+	cancelHeld(t, ev, "Once")
 	checkBaseline(t, s.pre, s.dec)
-	if last := frames[len(frames)-1]; last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindAborted {
-		t.Fatalf("last frame %+v %+v, want aborted", last, last.Error)
-	}
 }
 
 // readFrames reads a reply subject until its last frame.

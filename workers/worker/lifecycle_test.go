@@ -27,26 +27,7 @@ func TestCancel(t *testing.T) {
 	e := startEngine(t, engine.Config{HoldAt: 3})
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
 	total := e.KV().TotalPages()
-	job := newJob(t, "Once upon a time", 64)
-	r, err := ev.client.Submit(context.Background(), job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := r.Next(context.Background())
-	if err != nil || f.Kind != queue.KindToken {
-		t.Fatalf("first frame %+v, %v", f, err)
-	}
-	if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
-		t.Fatal(err)
-	}
-	frames, err := collect(t, r)
-	r.Close()
-	if !errors.Is(err, io.EOF) {
-		t.Fatalf("stream ended with %v", err)
-	}
-	if last := frames[len(frames)-1]; last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindAborted {
-		t.Fatalf("last frame %+v %+v, want aborted", last, last.Error)
-	}
+	cancelHeld(t, ev, "Once upon a time")
 	testkit.Poll(t, 5*time.Second, func() error {
 		if free := e.KV().FreePages(); free != total {
 			return fmt.Errorf("%d of %d KV pages free after the job", free, total)
@@ -185,16 +166,16 @@ func TestShutdownDrains(t *testing.T) {
 // worker runs it.
 func TestShutdownRequeues(t *testing.T) {
 	ev := startNATS(t)
-	e := startEngine(t, engine.Config{MaxBatch: 1, QueueSize: 4})
+	e := startEngine(t, engine.Config{MaxBatch: 1, QueueSize: 4, HoldAt: holdAt})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	load, err := e.Submit(ctx, longRequest(e, "load"))
+	load, err := e.Submit(ctx, heldRequest(e, "load"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-load
 	stop := startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Grace: 100 * time.Millisecond})
-	job := newJob(t, "Once upon a time", 8)
+	job := newJob(t, "Once upon a time", holdAt) // runs to its end once it has the slot
 	r, err := ev.client.Submit(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
@@ -336,6 +317,33 @@ func TestSharedConsumer(t *testing.T) {
 	}
 	if c := info.CachedInfo().Config; c.AckPolicy != jetstream.AckExplicitPolicy || c.MaxDeliver != 3 || !strings.HasPrefix(c.Durable, "worker-") {
 		t.Errorf("consumer config %+v", c)
+	}
+}
+
+// cancelHeld submits a job to a worker whose engine holds every sequence
+// after a few tokens (engine.Config.HoldAt), cancels it once its first token
+// arrived (it is still running then, however fast the engine is) and checks
+// that its stream ends with an aborted frame.
+func cancelHeld(t *testing.T, ev *env, prompt string) {
+	t.Helper()
+	job := newJob(t, prompt, 64)
+	r, err := ev.client.Submit(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f, err := r.Next(context.Background()); err != nil || f.Kind != queue.KindToken {
+		t.Fatalf("first frame %+v, %v", f, err)
+	}
+	if err := ev.client.Cancel(t.Context(), job.ID); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := collect(t, r)
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("stream ended with %v", err)
+	}
+	if last := frames[len(frames)-1]; last.Kind != queue.KindError || last.Error.Kind != queue.ErrKindAborted {
+		t.Fatalf("last frame %+v %+v, want aborted", last, last.Error)
 	}
 }
 

@@ -149,7 +149,7 @@ func TestRoutedJobs(t *testing.T) {
 // TestStatusReportsLoad: a worker's announcement carries its engine's
 // running and waiting sequences and its pool.
 func TestStatusReportsLoad(t *testing.T) {
-	e := startEngine(t, engine.Config{Context: 512, MaxBatch: 1, QueueSize: 1})
+	e := startEngine(t, engine.Config{Context: 512, MaxBatch: 1, QueueSize: 1, HoldAt: holdAt})
 	release := saturate(t, e)
 	defer release()
 	w := &Worker{cfg: Config{ID: "w1"}}

@@ -280,54 +280,62 @@ func TestRefusals(t *testing.T) {
 	})
 }
 
-// longRequest is a request that runs until cancelled (or the context window
-// is used up).
-func longRequest(e *engine.Engine, id string) engine.Request {
+// holdAt is where the engines of the tests that keep a worker busy hold
+// every sequence (engine.Config.HoldAt). A job that asks for no more tokens
+// than this runs to its end on such an engine; a heldRequest never does.
+const holdAt = 8
+
+// heldRequest asks for more tokens than holdAt: on an engine with HoldAt
+// holdAt it keeps its batch slot until it is cancelled, however fast the
+// engine is.
+func heldRequest(e *engine.Engine, id string) engine.Request {
 	return engine.Request{
 		Owner:     kvcache.Owner{Namespace: "load", Request: id},
 		Prompt:    e.Model().Tokenizer.Encode("Once", true, false),
-		MaxTokens: e.Context() - 8, IgnoreEOS: true,
+		MaxTokens: 4 * holdAt, IgnoreEOS: true,
 	}
 }
 
-// saturate fills an engine with MaxBatch 1 and QueueSize 1: one request
-// running, one waiting. release cancels them and waits for their ends.
+// saturate fills an engine with MaxBatch 1, QueueSize 1 and HoldAt holdAt:
+// one held request running, one waiting. release cancels them and waits
+// for their ends.
 func saturate(t *testing.T, e *engine.Engine) (release func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	first, err := e.Submit(ctx, longRequest(e, "one"))
+	first, err := e.Submit(ctx, heldRequest(e, "one"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-first // running
-	second, err := e.Submit(ctx, longRequest(e, "two"))
+	second, err := e.Submit(ctx, heldRequest(e, "two"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		cancel()
 		for range first {
 		}
 		for range second {
 		}
-	}
+	})
 }
 
 func TestRejectIfBusy(t *testing.T) {
 	ev := startNATS(t)
-	e := startEngine(t, engine.Config{MaxBatch: 1, QueueSize: 1})
+	e := startEngine(t, engine.Config{MaxBatch: 1, QueueSize: 1, HoldAt: holdAt})
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
 	release := saturate(t, e)
 	defer release()
 
-	busy := newJob(t, "Once upon a time", 8)
+	busy := newJob(t, "Once upon a time", holdAt)
 	busy.RejectIfBusy = true
 	r, err := ev.client.Submit(context.Background(), busy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// A job that may wait is requeued meanwhile and runs once there is room.
-	patient := newJob(t, "Once upon a time", 8)
+	// A job that may wait is requeued meanwhile and runs once there is room:
+	// it asks for no more than holdAt tokens, so it runs to its end.
+	patient := newJob(t, "Once upon a time", holdAt)
 	pr, err := ev.client.Submit(context.Background(), patient)
 	if err != nil {
 		t.Fatal(err)
