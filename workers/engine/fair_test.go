@@ -257,16 +257,18 @@ func TestWeightRefused(t *testing.T) {
 }
 
 // TestLoneTenantGetsWholeEngine: with one tenant, the scheduler holds
-// nothing back (work-conserving): every batch slot fills.
+// nothing back (work-conserving): every batch slot fills. The engine holds
+// each sequence after 4 tokens (HoldAt), so the batch stays full until the
+// test cancels it, however fast the engine is.
 func TestLoneTenantGetsWholeEngine(t *testing.T) {
 	m := loadStories(t)
 	const batch = 6
-	e := startEngine(t, m, Config{Threads: 1, KVTokens: 4096, MaxBatch: batch})
+	e := startEngine(t, m, Config{Threads: 1, KVTokens: 4096, MaxBatch: batch, HoldAt: 4})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var streams []<-chan Event
 	for range batch + 2 {
-		req := Request{Owner: own, Prompt: []int32{1, 403, 407}, MaxTokens: 400, IgnoreEOS: true}
+		req := Request{Owner: own, Prompt: []int32{1, 403, 407}, MaxTokens: 64, IgnoreEOS: true}
 		ev, err := e.Submit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
