@@ -264,7 +264,9 @@ var _ eventSender = (*queue.Client)(nil)
 // RunWebhooks delivers async notices, to their webhooks and to tenants'
 // event subjects, until ctx ends; run it once per edge beside the HTTP
 // server (the edges share the consumer, so each notice goes to one of them
-// at a time). It returns at once with a queue that holds no notices.
+// at a time). It returns at once with a queue that holds no notices. When
+// ctx ends it fetches no more and returns once the deliveries under way
+// ended (each within WebhookConfig.Timeout).
 // Without Config.Webhooks, notices for webhooks are given back for an edge
 // that has it.
 func (s *Server) RunWebhooks(ctx context.Context) {
@@ -337,7 +339,10 @@ func (s *Server) deliverNotice(ctx context.Context, client *http.Client, msg jet
 			return
 		}
 	}
-	err = s.sendNotice(ctx, client, n)
+	// A delivery under way when the edge stops runs to its end (within the
+	// webhook timeout): cut off, it could reach the receiver unacknowledged,
+	// and another edge would deliver it again.
+	err = s.sendNotice(context.WithoutCancel(ctx), client, n)
 	if err == nil {
 		s.log.Debug("edge: webhook delivered", "job", n.JobID, "tenant", n.Tenant)
 		// Acknowledged even when the edge is stopping: the receiver has it.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-ai/bulkhead/models/testkit"
+	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
 const hookSecret = "a-secret-of-sixteen-bytes-at-least"
@@ -148,6 +149,57 @@ func TestWebhookDelivered(t *testing.T) {
 			b.Response.Result.Response != "Hello world" || b.Type != "ai.async.done" || b.Model != modelStories {
 			t.Errorf("job %s: accepted %d times, body %+v", job, rc.accepted[job], b)
 		}
+	}
+}
+
+// TestWebhookInFlightAtStop: an edge stopped while its receiver is still
+// answering a notification finishes that delivery and acknowledges it: no
+// other edge delivers it again.
+func TestWebhookInFlightAtStop(t *testing.T) {
+	rc := newReceiver(t, 0)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	accept := rc.srv.Config.Handler
+	rc.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(entered) })
+		<-release
+		accept.ServeHTTP(w, r)
+	})
+	h := newHarness(t, harnessOpts{webhooks: rc.config()})
+	status, _, b := h.do("POST", "/ai/run/"+modelStories+"?queueRequest=true", "alice",
+		`{"requests":[{"prompt":"a"}],`+rc.webhook()+`}`)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, b)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.srv.RunWebhooks(ctx) }()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		close(release)
+		stop()
+		t.Fatal("no notification reached the receiver")
+	}
+	stop() // the edge stops while the receiver has the notification
+	close(release)
+	<-done
+	cons, err := h.js.Consumer(context.Background(), queue.NotifyStream, queue.NotifyConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+		t.Errorf("after the stop: %d notices pending, %d unacknowledged, %d redelivered; want the delivered one acknowledged",
+			info.NumPending, info.NumAckPending, info.NumRedelivered)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.accepted) != 1 || len(rc.bad) != 0 {
+		t.Errorf("receiver accepted %v, refused %v; want one notification", rc.accepted, rc.bad)
 	}
 }
 
