@@ -26,9 +26,10 @@ import (
 // split is a prefill worker and a decode worker, each on its own NATS
 // connection and its own engine (its own KV pool), over one server.
 type split struct {
-	pre, dec         *engine.Engine
-	preEnv, decEnv   *env
-	stopPre, stopDec func() error
+	pre, dec       *engine.Engine
+	preEnv, decEnv *env
+	stopPre        func() error
+	decWorker      *testWorker
 }
 
 // pageSize is small so that even short prompts cross several pages.
@@ -48,7 +49,7 @@ func startSplit(t *testing.T, ev *env, pcfg, dcfg engine.Config, pw, dw Config) 
 	pw.Role, dw.Role = RolePrefill, RoleDecode
 	pw.Models = map[string]*engine.Engine{model: s.pre}
 	dw.Models = map[string]*engine.Engine{model: s.dec}
-	s.stopDec = startWorker(t, s.decEnv, dw)
+	s.decWorker = runWorker(t, s.decEnv, dw)
 	s.stopPre = startWorker(t, s.preEnv, pw)
 	return s
 }

@@ -13,23 +13,23 @@ import (
 // TestSplitShutdownDrains stops the prefill and the decode worker while a
 // split request streams: both return only after it ended, and it ends with
 // its final frame (the decode worker finished it within its grace), the
-// pools back at their baseline.
+// pools back at their baseline. The decode worker holds the stream after
+// its first token (Config.AfterToken) until its stop began.
 func TestSplitShutdownDrains(t *testing.T) {
 	ev := startNATS(t)
-	s := startSplit(t, ev, engine.Config{}, engine.Config{}, Config{}, Config{})
-	job := newJob(t, "Once upon a time", 200)
+	held, release := make(chan string, 1), make(chan struct{})
+	s := startSplit(t, ev, engine.Config{}, engine.Config{}, Config{}, Config{AfterToken: holdFirstToken(held, release)})
+	job := newJob(t, "Once upon a time", 24)
 	r, err := ev.client.Submit(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if f, err := r.Next(context.Background()); err != nil || f.Kind != queue.KindToken {
-		t.Fatalf("first frame %+v, %v", f, err)
-	}
+	waitHeld(t, job, held)
 	if err := s.stopPre(); err != nil {
 		t.Fatalf("prefill Run returned %v", err)
 	}
-	if err := s.stopDec(); err != nil {
+	if err := stopHeld(t, s.decWorker, release); err != nil {
 		t.Fatalf("decode Run returned %v", err)
 	}
 	frames, err := collect(t, r)

@@ -138,21 +138,22 @@ func TestAsyncEndOutlivesLeaderlessBucket(t *testing.T) {
 }
 
 // TestShutdownDrains stops a worker while a job runs: the job still ends with
-// its final frame and Run returns only after it.
+// its final frame and Run returns only after it. The worker holds the
+// stream after its first token (Config.AfterToken) until the stop began, so
+// the job is mid-stream then, however fast the engine is.
 func TestShutdownDrains(t *testing.T) {
 	ev := startNATS(t)
 	e := startEngine(t, engine.Config{})
-	stop := startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}})
-	job := newJob(t, "Once upon a time", 200)
+	held, release := make(chan string, 1), make(chan struct{})
+	w := runWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, AfterToken: holdFirstToken(held, release)})
+	job := newJob(t, "Once upon a time", 24)
 	r, err := ev.client.Submit(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if f, err := r.Next(context.Background()); err != nil || f.Kind != queue.KindToken {
-		t.Fatalf("first frame %+v, %v", f, err)
-	}
-	if err := stop(); err != nil {
+	waitHeld(t, job, held)
+	if err := stopHeld(t, w, release); err != nil {
 		t.Fatalf("Run returned %v", err)
 	}
 	frames, err := collect(t, r)

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,31 +94,110 @@ func startEngineFile(t *testing.T, path string, cfg engine.Config) *engine.Engin
 // returns Run's error.
 func startWorker(t *testing.T, ev *env, cfg Config) (stop func() error) {
 	t.Helper()
+	return runWorker(t, ev, cfg).stop
+}
+
+// testWorker is a worker running in the test: cancel ends its Run's
+// context, draining closes when Run has stopped pulling and waits for its
+// jobs, done when Run returned (with err); stop cancels and waits.
+type testWorker struct {
+	cancel   context.CancelFunc
+	draining chan struct{}
+	done     chan struct{}
+	err      error
+}
+
+// drainSignal is the test workers' log handler: it closes draining when the
+// worker logs that it drains, and drops every record.
+type drainSignal struct {
+	once     sync.Once
+	draining chan struct{}
+}
+
+func (h *drainSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h *drainSignal) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *drainSignal) WithGroup(string) slog.Handler            { return h }
+func (h *drainSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == msgDraining {
+		h.once.Do(func() { close(h.draining) })
+	}
+	return nil
+}
+
+// runWorker starts a worker with cfg (short pull waits unless set); the
+// test's cleanup stops it.
+func runWorker(t *testing.T, ev *env, cfg Config) *testWorker {
+	t.Helper()
 	if cfg.FetchWait == 0 {
 		cfg.FetchWait = 100 * time.Millisecond
 	}
 	if cfg.BusyDelay == 0 {
 		cfg.BusyDelay = 50 * time.Millisecond
 	}
-	w, err := New(nil, ev.nc, ev.js, cfg)
+	sig := &drainSignal{draining: make(chan struct{})}
+	w, err := New(slog.New(sig), ev.nc, ev.js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var stopped bool
-	var runErr error
-	stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			runErr = <-done
+	tw := &testWorker{cancel: cancel, draining: sig.draining, done: make(chan struct{})}
+	go func() {
+		tw.err = w.Run(ctx)
+		close(tw.done)
+	}()
+	t.Cleanup(func() { tw.stop() })
+	return tw
+}
+
+// stop ends the worker's context and returns Run's error once it returned.
+func (w *testWorker) stop() error {
+	w.cancel()
+	<-w.done
+	return w.err
+}
+
+// holdFirstToken is an AfterToken hook that holds each job's stream after
+// its first token until release is closed (or the job ends), first sending
+// the job's id on held.
+func holdFirstToken(held chan<- string, release <-chan struct{}) func(context.Context, *queue.Job, int) {
+	return func(ctx context.Context, job *queue.Job, n int) {
+		if n != 1 {
+			return
 		}
-		return runErr
+		held <- job.ID
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
 	}
-	t.Cleanup(func() { stop() })
-	return stop
+}
+
+// waitHeld waits until a worker holds job's stream (hook holdFirstToken).
+func waitHeld(t *testing.T, job *queue.Job, held <-chan string) {
+	t.Helper()
+	select {
+	case id := <-held:
+		if id != job.ID {
+			t.Fatalf("held %s, want %s", id, job.ID)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream was not held")
+	}
+}
+
+// stopHeld stops the worker w while it holds a stream mid-way (waitHeld),
+// waits until Run drains (it stopped pulling and waits for its jobs),
+// releases the stream and returns Run's error.
+func stopHeld(t *testing.T, w *testWorker, release chan<- struct{}) error {
+	t.Helper()
+	w.cancel()
+	select {
+	case <-w.draining:
+	case <-w.done:
+		t.Fatalf("Run returned (%v) without draining while its job was mid-stream", w.err)
+	}
+	close(release)
+	return w.stop()
 }
 
 var jobSeq int

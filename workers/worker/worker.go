@@ -211,6 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	loops.Wait()
 
+	w.log.Info(msgDraining, "grace", w.cfg.Grace)
 	drained := make(chan struct{})
 	go func() { jobs.Wait(); close(drained) }()
 	grace := time.NewTimer(w.cfg.Grace)
@@ -225,6 +226,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker stopped")
 	return nil
 }
+
+// msgDraining is logged when Run has stopped pulling and waits (within
+// Config.Grace) for the jobs it holds.
+const msgDraining = "worker draining"
 
 // encoderLookahead bounds an encoder model's jobs pulled or in its server
 // (Config.Lookahead's default for encoders): enough to fill a shared pass,
