@@ -211,14 +211,7 @@ func TestAfterTokenHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	select {
-	case id := <-held:
-		if id != job.ID {
-			t.Fatalf("held %s, want %s", id, job.ID)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the stream was not held")
-	}
+	waitHeld(t, job, held)
 	if err := ev.client.Cancel(context.Background(), job.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,8 @@ func holdFirstToken(held chan<- string, release <-chan struct{}) func(context.Co
 	}
 }
 
-// waitHeld waits until a worker holds job's stream (hook holdFirstToken).
+// waitHeld waits until a worker's AfterToken hook holds job's stream (the
+// hook sends the id of the job it holds on held, as holdFirstToken does).
 func waitHeld(t *testing.T, job *queue.Job, held <-chan string) {
 	t.Helper()
 	select {
