@@ -167,20 +167,14 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 	reps := make([]*replyStream, n)
 	defer func() {
 		for i, release := range releases {
-			release(reps[i].used) // zero unless the choice completed
+			var used quota.Usage // zero unless the choice completed
+			if reps[i] != nil {  // nil if refused at admission
+				used = reps[i].used
+			}
+			release(used)
 		}
 	}()
-	_, aspan := s.startSpan(r.Context(), spanAdmission)
-	a, err := c.v.admit(r.Context(), c.in, c.m.ContextWindow, c.defaultMax)
-	if err == nil {
-		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
-		as := make([]admitted, n)
-		for i := range as {
-			as[i] = a
-		}
-		err = s.reserve(r.Context(), c.p, c.m, ids, as)
-	}
-	endSpan(aspan, err)
+	a, err := s.admitChoices(r, c, ids)
 	if err != nil {
 		c.f.writeError(w, s.refuse(r, err))
 		return
@@ -202,19 +196,36 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 		jobs[i] = s.newJob(ids[i], c.p, c.m, a, &in, r)
 		reps[i] = &replyStream{s: s, w: w, r: r, c: cc, group: g, index: i, seed: in.sampling.Seed}
 	}
-	var wg sync.WaitGroup
-	submitted := 0
-	defer func() {
-		wg.Wait()
-		for i, rep := range reps[:submitted] {
-			if !rep.finished {
-				if err := s.cancel(r.Context(), ids[i]); err != nil {
-					s.log.Warn("edge: cancel", "id", ids[i], "error", err)
-				}
-			}
+	submitted := s.submitChoices(ctx, gctx, c, g, jobs, reps)
+	defer s.cancelUnfinished(r.Context(), ids[:submitted], reps[:submitted])
+	s.answerChoices(w, r, g, reps)
+}
+
+// admitChoices admits c's prompt once and reserves the quota of every
+// choice's job (ids) for it.
+func (s *Server) admitChoices(r *http.Request, c call, ids []string) (admitted, error) {
+	_, aspan := s.startSpan(r.Context(), spanAdmission)
+	a, err := c.v.admit(r.Context(), c.in, c.m.ContextWindow, c.defaultMax)
+	if err == nil {
+		aspan.SetAttributes(queue.AttrInTokens.Int(a.tokens), queue.AttrMaxTokens.Int(a.maxTokens))
+		as := make([]admitted, len(ids))
+		for i := range as {
+			as[i] = a
 		}
-	}()
-	for i := range n {
+		err = s.reserve(r.Context(), c.p, c.m, ids, as)
+	}
+	endSpan(aspan, err)
+	return a, err
+}
+
+// submitChoices submits the choices' jobs, the others once choice 0's
+// prompt is prefilled, and relays each one's replies into reps under gctx.
+// It returns once every relay has ended, with how many jobs it submitted
+// (the first ones): it stops at a failure or when gctx ends.
+func (s *Server) submitChoices(ctx, gctx context.Context, c call, g *choiceGroup, jobs []*queue.Job, reps []*replyStream) int {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range jobs {
 		if i == 1 {
 			// The others wait for choice 0's prompt to be prefilled.
 			select {
@@ -223,14 +234,13 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 			}
 		}
 		if gctx.Err() != nil {
-			break
+			return i
 		}
 		replies, err := s.submitChoice(ctx, c, jobs[i])
 		if err != nil {
 			g.fail(err)
-			break
+			return i
 		}
-		submitted++
 		wg.Go(func() {
 			defer replies.Close()
 			reps[i].relay(gctx, replies)
@@ -239,8 +249,19 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 			}
 		})
 	}
-	wg.Wait()
-	s.answerChoices(w, r, g, reps)
+	return len(jobs)
+}
+
+// cancelUnfinished cancels the jobs (ids) whose replies (reps) did not
+// finish.
+func (s *Server) cancelUnfinished(ctx context.Context, ids []string, reps []*replyStream) {
+	for i, rep := range reps {
+		if !rep.finished {
+			if err := s.cancel(ctx, ids[i]); err != nil {
+				s.log.Warn("edge: cancel", "id", ids[i], "error", err)
+			}
+		}
+	}
 }
 
 // acquireChoices takes a concurrency slot for each choice's job, all or

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/bulkhead-ai/bulkhead/edge/quota"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -180,6 +181,26 @@ func TestChoicesRefused(t *testing.T) {
 			t.Fatalf("status %d: %s, want the failing choice's error", status, b)
 		}
 	})
+}
+
+// TestChoicesRefusedAtAdmission: a request for n choices refused at
+// admission, after its n concurrency slots were taken, gets its error and
+// gives the slots back: with a real quota on redis-server and a limit of 2,
+// a request for 2 choices runs after each refusal.
+func TestChoicesRefusedAtAdmission(t *testing.T) {
+	h := newHarness(t, harnessOpts{quota: realQuota(t, quota.Config{MaxConcurrent: 2})})
+	chat := func(extra string) string {
+		return `{"model":"` + modelStories + `","messages":[{"role":"user","content":"Hi"}],"n":2` + extra + `}`
+	}
+	for i := range 3 {
+		status, _, b := h.do("POST", "/v1/chat/completions", "alice", chat(`,"max_tokens":4000`))
+		if status != 400 || !strings.Contains(string(b), "context_length_exceeded") {
+			t.Fatalf("refusal %d: status %d: %s, want 400 context_length_exceeded", i, status, b)
+		}
+		if status, _, b := h.do("POST", "/v1/chat/completions", "alice", chat(`,"max_tokens":4`)); status != 200 {
+			t.Fatalf("after refusal %d: status %d: %s", i, status, b)
+		}
+	}
 }
 
 // Tool calls the choices of the tools tests write (Hermes, as hermesCall).
