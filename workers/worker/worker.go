@@ -101,64 +101,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	type served struct {
-		name string
-		eng  *engine.Engine
-		q    *queue.TenantQueues // its per-tenant job queues, or hand-over queues (RoleDecode)
-	}
-	var models []served
+	all, err := w.openQueues(ctx)
 	defer func() {
-		for _, m := range models {
-			if m.q != nil {
-				m.q.Close()
-			}
+		for _, m := range all {
+			m.q.Close()
 		}
 	}()
-	w.pulls = map[string]*pulled{}
-	for name, eng := range w.cfg.Models {
-		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
-		m := served{name: name, eng: eng}
-		if w.cfg.Role == RoleDecode {
-			if m.q, err = queue.OpenDecodeQueues(ctx, w.nc, w.js, name, w.cfg.Consumer); err != nil {
-				return stopped(ctx, err)
-			}
-			w.cfg.Metrics.addConsumer(queue.DecodeConsumerName(name), m.q.Legacy())
-			w.cfg.Metrics.addQueues(name, m.q)
-		} else {
-			if m.q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer); err != nil {
-				return stopped(ctx, err)
-			}
-			w.cfg.Metrics.addConsumer(queue.ConsumerName(name), m.q.Legacy())
-			w.cfg.Metrics.addQueues(name, m.q)
-		}
-		models = append(models, m)
+	if err != nil {
+		return stopped(ctx, err)
 	}
-	type servedEncoder struct {
-		name string
-		srv  *encoder.Server
-		q    *queue.TenantQueues
-	}
-	var encoders []servedEncoder
-	defer func() {
-		for _, e := range encoders {
-			e.q.Close()
-		}
-	}()
-	for name, srv := range w.cfg.Encoders {
-		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
-		q, err := queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
-		if err != nil {
-			return stopped(ctx, err)
-		}
-		w.cfg.Metrics.addConsumer(queue.ConsumerName(name), q.Legacy())
-		w.cfg.Metrics.addQueues(name, q)
-		encoders = append(encoders, servedEncoder{name, srv, q})
-	}
-	w.log.Info("worker running", "role", w.cfg.Role, "models", len(models), "encoders", len(encoders), "concurrency", w.cfg.Concurrency)
+	w.log.Info("worker running", "role", w.cfg.Role, "models", len(w.cfg.Models), "encoders", len(w.cfg.Encoders), "concurrency", w.cfg.Concurrency)
 	routed := map[string]*engine.Engine{} // the models whose jobs edges may route here
 	if w.cfg.Role != RoleDecode {
-		for _, m := range models {
-			routed[m.name] = m.eng
+		for _, m := range all {
+			if m.eng != nil {
+				routed[m.name] = m.eng
+			}
 		}
 	}
 	var announcing sync.WaitGroup
@@ -168,49 +126,112 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Jobs outlive ctx by the grace period, so they run under their own context.
 	jobCtx, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopJobs(nil)
+	jobs := w.pullJobs(ctx, jobCtx, res, all)
+	w.drain(jobs, stopJobs)
+	return nil
+}
+
+// served is one model whose jobs this worker pulls: a generation engine
+// (eng) or an encoder (srv), with its per-tenant job queues, or its
+// hand-over queues under RoleDecode.
+type served struct {
+	name string
+	eng  *engine.Engine
+	srv  *encoder.Server
+	q    *queue.TenantQueues
+}
+
+// openQueues opens the queues of every model and encoder the worker serves
+// and adds them to the metrics. It returns what it opened with any error,
+// for the caller to close.
+func (w *Worker) openQueues(ctx context.Context) ([]served, error) {
+	var all []served
+	w.pulls = map[string]*pulled{}
+	for name, eng := range w.cfg.Models {
+		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
+		consumer := queue.ConsumerName(name)
+		open := func() (*queue.TenantQueues, error) {
+			return queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
+		}
+		if w.cfg.Role == RoleDecode {
+			consumer = queue.DecodeConsumerName(name)
+			open = func() (*queue.TenantQueues, error) {
+				return queue.OpenDecodeQueues(ctx, w.nc, w.js, name, w.cfg.Consumer)
+			}
+		}
+		q, err := open()
+		if err != nil {
+			return all, err
+		}
+		w.cfg.Metrics.addConsumer(consumer, q.Legacy())
+		w.cfg.Metrics.addQueues(name, q)
+		all = append(all, served{name: name, eng: eng, q: q})
+	}
+	for name, srv := range w.cfg.Encoders {
+		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
+		q, err := queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
+		if err != nil {
+			return all, err
+		}
+		w.cfg.Metrics.addConsumer(queue.ConsumerName(name), q.Legacy())
+		w.cfg.Metrics.addQueues(name, q)
+		all = append(all, served{name: name, srv: srv, q: q})
+	}
+	return all, nil
+}
+
+// pullJobs runs a fair pull loop for each served model until ctx ends,
+// sharing Config.Concurrency slots among them, and starts each job pulled
+// under jobCtx. It returns once every loop has stopped, with the jobs still
+// running in the wait group it returns.
+func (w *Worker) pullJobs(ctx, jobCtx context.Context, res *queue.Results, all []served) *sync.WaitGroup {
 	slots := make(chan struct{}, w.cfg.Concurrency)
-	var jobs, loops sync.WaitGroup
-	for _, m := range models {
+	jobs := new(sync.WaitGroup)
+	var loops sync.WaitGroup
+	for _, m := range all {
 		loops.Go(func() {
 			p := w.pulls[m.name]
-			g := gate{entered: p.entered, ready: func() bool { return w.canPull(m.eng, p.before.Load()) }, broken: m.eng.Broken}
 			start := func(msg jetstream.Msg, done func()) {
 				p.before.Add(1)
 				jobs.Go(func() {
 					defer func() { <-slots }()
 					defer done()
-					if w.cfg.Role == RoleDecode {
+					switch {
+					case m.srv != nil:
+						w.handleEmbed(jobCtx, res, m.name, m.srv, msg)
+					case w.cfg.Role == RoleDecode:
 						w.handleDecode(jobCtx, res, m.name, m.eng, msg)
-					} else {
+					default:
 						w.handle(jobCtx, res, m.name, m.eng, msg)
 					}
 				})
 			}
-			newFairPull(w, m.q, m.eng).run(ctx, slots, g, start)
-		})
-	}
-	for _, e := range encoders {
-		loops.Go(func() {
-			p := w.pulls[e.name]
-			look := int64(w.cfg.Lookahead)
-			if look == 0 {
-				look = encoderLookahead
-			}
-			g := gate{entered: p.entered, ready: func() bool { return p.before.Load()+int64(e.srv.Stats().Waiting) < look },
-				broken: func() error { return nil }}
-			start := func(msg jetstream.Msg, done func()) {
-				p.before.Add(1)
-				jobs.Go(func() {
-					defer func() { <-slots }()
-					defer done()
-					w.handleEmbed(jobCtx, res, e.name, e.srv, msg)
-				})
-			}
-			newFairPull(w, e.q, nil).run(ctx, slots, g, start)
+			newFairPull(w, m.q, m.eng).run(ctx, slots, w.pullGate(m), start)
 		})
 	}
 	loops.Wait()
+	return jobs
+}
 
+// pullGate says when the pull loop of m may pull: a generation model while
+// its engine has room for what was pulled ahead (canPull), an encoder while
+// fewer than its lookahead of jobs are pulled or waiting in its server.
+func (w *Worker) pullGate(m served) gate {
+	p := w.pulls[m.name]
+	if m.srv == nil {
+		return gate{entered: p.entered, ready: func() bool { return w.canPull(m.eng, p.before.Load()) }, broken: m.eng.Broken}
+	}
+	look := int64(w.cfg.Lookahead)
+	if look == 0 {
+		look = encoderLookahead
+	}
+	return gate{entered: p.entered, ready: func() bool { return p.before.Load()+int64(m.srv.Stats().Waiting) < look },
+		broken: func() error { return nil }}
+}
+
+// drain waits up to Config.Grace for the jobs still running, then cancels
+// them through stopJobs and waits for them to end.
+func (w *Worker) drain(jobs *sync.WaitGroup, stopJobs context.CancelCauseFunc) {
 	w.log.Info(msgDraining, "grace", w.cfg.Grace)
 	drained := make(chan struct{})
 	go func() { jobs.Wait(); close(drained) }()
@@ -224,7 +245,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-drained
 	}
 	w.log.Info("worker stopped")
-	return nil
 }
 
 // msgDraining is logged when Run has stopped pulling and waits (within
