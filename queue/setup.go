@@ -60,6 +60,14 @@ type StreamConfig struct {
 	AdaptersMaxBytes  int64 // bytes held by the adapters object store; default 1 GiB
 }
 
+// setDefault sets *field to def where it is zero.
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
 // maxReplicas is JetStream's own limit on a stream's replicas.
 const maxReplicas = 5
 
@@ -67,63 +75,35 @@ const maxReplicas = 5
 // one, wrapping ErrConfig. What it configures calls it; callers may call it
 // first to fail early.
 func (c *StreamConfig) Validate() error {
-	if c.MaxJobs == 0 {
-		c.MaxJobs = 10000
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = 256 << 20
-	}
-	if c.MaxJobsPerTenant == 0 {
-		c.MaxJobsPerTenant = max(c.MaxJobs/10, 1)
-	}
-	if c.MaxAge == 0 {
-		c.MaxAge = time.Hour
-	}
-	if c.Duplicates == 0 {
-		c.Duplicates = 2 * time.Minute
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.MaxDecodeJobs == 0 {
-		c.MaxDecodeJobs = 1000
-	}
-	if c.MaxDecodeBytes == 0 {
-		c.MaxDecodeBytes = 64 << 20
-	}
-	if c.ResultsTTL == 0 {
-		c.ResultsTTL = 24 * time.Hour
-	}
-	if c.ResultsMaxBytes == 0 {
-		c.ResultsMaxBytes = 256 << 20
-	}
-	if c.MaxUsageEvents == 0 {
-		c.MaxUsageEvents = 1_000_000
-	}
-	if c.MaxUsageBytes == 0 {
-		c.MaxUsageBytes = 1 << 30
-	}
-	if c.UsageMaxAge == 0 {
-		c.UsageMaxAge = 7 * 24 * time.Hour
-	}
-	if c.MaxNotices == 0 {
-		c.MaxNotices = 100_000
-	}
-	if c.MaxNoticeBytes == 0 {
-		c.MaxNoticeBytes = 256 << 20
-	}
-	if c.ExportMaxAge == 0 {
-		c.ExportMaxAge = 7 * 24 * time.Hour
-	}
-	if c.ExportMaxBytes == 0 {
-		c.ExportMaxBytes = 1 << 30
-	}
-	if c.FinetunesMaxBytes == 0 {
-		c.FinetunesMaxBytes = 64 << 20
-	}
-	if c.AdaptersMaxBytes == 0 {
-		c.AdaptersMaxBytes = 1 << 30
-	}
+	c.setDefaults()
+	return c.check()
+}
+
+// setDefaults fills the zero fields with their defaults.
+func (c *StreamConfig) setDefaults() {
+	setDefault(&c.MaxJobs, 10000)
+	setDefault(&c.MaxBytes, 256<<20)
+	setDefault(&c.MaxJobsPerTenant, max(c.MaxJobs/10, 1))
+	setDefault(&c.MaxAge, time.Hour)
+	setDefault(&c.Duplicates, 2*time.Minute)
+	setDefault(&c.Replicas, 1)
+	setDefault(&c.MaxDecodeJobs, 1000)
+	setDefault(&c.MaxDecodeBytes, 64<<20)
+	setDefault(&c.ResultsTTL, 24*time.Hour)
+	setDefault(&c.ResultsMaxBytes, 256<<20)
+	setDefault(&c.MaxUsageEvents, 1_000_000)
+	setDefault(&c.MaxUsageBytes, 1<<30)
+	setDefault(&c.UsageMaxAge, 7*24*time.Hour)
+	setDefault(&c.MaxNotices, 100_000)
+	setDefault(&c.MaxNoticeBytes, 256<<20)
+	setDefault(&c.ExportMaxAge, 7*24*time.Hour)
+	setDefault(&c.ExportMaxBytes, 1<<30)
+	setDefault(&c.FinetunesMaxBytes, 64<<20)
+	setDefault(&c.AdaptersMaxBytes, 1<<30)
+}
+
+// check reports the first field out of its range, wrapping ErrConfig.
+func (c *StreamConfig) check() error {
 	switch {
 	case c.MaxJobs < 0:
 		return fmt.Errorf("%w: MaxJobs %d", ErrConfig, c.MaxJobs)

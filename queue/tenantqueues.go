@@ -74,6 +74,7 @@ func tenantConsumerName(base, token string) string {
 // jobs (the jobs stream, read by unified and prefill workers) or decode
 // hand-overs (the decode stream, read by decode workers).
 type tenantStream struct {
+	model   string // the model whose queues these are
 	stream  string // JobsStream or DecodeStream
 	subject string // the model's own (legacy) subject; a queue's is subject + "." + key
 	legacy  string // the legacy subject's consumer; a queue's is tenantConsumerName(legacy, key)
@@ -82,12 +83,12 @@ type tenantStream struct {
 }
 
 func jobQueues(model string) tenantStream {
-	return tenantStream{stream: JobsStream, subject: JobSubject(model), legacy: ConsumerName(model),
+	return tenantStream{model: model, stream: JobsStream, subject: JobSubject(model), legacy: ConsumerName(model),
 		bell: ReadyPrefix + ModelToken(model) + ".", what: "jobs"}
 }
 
 func decodeQueues(model string) tenantStream {
-	return tenantStream{stream: DecodeStream, subject: DecodeSubject(model), legacy: DecodeConsumerName(model),
+	return tenantStream{model: model, stream: DecodeStream, subject: DecodeSubject(model), legacy: DecodeConsumerName(model),
 		bell: DecodeReadyPrefix + ModelToken(model) + ".", what: "decode hand-overs"}
 }
 
@@ -135,7 +136,7 @@ type peer struct {
 // the other workers' announcements (StatusSubject), and reads which tenants
 // have jobs. Close releases the subscriptions.
 func OpenTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model, worker string, cfg ConsumerConfig) (*TenantQueues, error) {
-	return openTenantQueues(ctx, nc, js, model, WorkerToken(worker), jobQueues(model), cfg)
+	return openTenantQueues(ctx, nc, js, WorkerToken(worker), jobQueues(model), cfg)
 }
 
 // OpenDecodeQueues joins model's per-tenant decode hand-over queues
@@ -145,10 +146,13 @@ func OpenTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 // another's. Hand-overs are not routed: any decode worker takes any (decode
 // goes by load: whoever has room pulls).
 func OpenDecodeQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model string, cfg ConsumerConfig) (*TenantQueues, error) {
-	return openTenantQueues(ctx, nc, js, model, "", decodeQueues(model), cfg)
+	return openTenantQueues(ctx, nc, js, "", decodeQueues(model), cfg)
 }
 
-func openTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model, self string, kind tenantStream, cfg ConsumerConfig) (*TenantQueues, error) {
+// openTenantQueues joins kind's queues; self is the worker's token for
+// routed queues, empty for unrouted ones.
+func openTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, self string, kind tenantStream, cfg ConsumerConfig) (*TenantQueues, error) {
+	model := kind.model
 	legacy, err := ensureConsumer(ctx, js, durable{stream: kind.stream, model: model, name: kind.legacy,
 		subjects: []string{kind.subject}, description: kind.what + " for " + model + " without per-tenant subjects"}, cfg)
 	if err != nil {
