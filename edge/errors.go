@@ -219,21 +219,37 @@ func newError(r Row, msg string, cause error) *Error {
 // the only place that decides which row an error gets. Errors it does not
 // know are internal errors whose text is not shown to the client.
 func Classify(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	// In this order: where an error matches several, the first decides.
+	for _, classify := range [...]func(error) *Error{requestError, limitError, flowError, chatError, finetuneError} {
+		if e := classify(err); e != nil {
+			return e
+		}
+	}
+	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
+	// only that the server failed; the cause goes to the log.
+	return newError(rowInternal, "", err)
+}
+
+// requestError maps what is wrong with the request itself: its input,
+// length, model, body or credentials, and a worker's refusal of it
+// (classifyFrame); nil for any other error.
+func requestError(err error) *Error {
 	var (
-		e   *Error
 		in  *InputError
 		le  *LengthError
 		ile *InputLengthError
 		me  *ModelError
 		fe  *queue.FrameError
 		mbe *http.MaxBytesError
-		qe  *quota.LimitError
 	)
 	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &e):
-		return e
 	case errors.As(err, &in):
 		msg := in.Msg
 		if in.Field != "" {
@@ -260,6 +276,15 @@ func Classify(err error) *Error {
 		return newError(rowForbidden, "", err)
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return newError(rowUnauthenticated, "", err)
+	}
+	return nil
+}
+
+// limitError maps the tenant's limits (quota) and the queue's bounds, with
+// when to retry; nil for any other error.
+func limitError(err error) *Error {
+	var qe *quota.LimitError
+	switch {
 	case errors.As(err, &qe) && qe.Key != "":
 		return withRetry(keyLimitError(qe, err), err)
 	case errors.Is(err, quota.ErrBudgetExhausted):
@@ -279,6 +304,16 @@ func Classify(err error) *Error {
 		return newError(rowUnavailable, "", err)
 	case errors.Is(err, queue.ErrQueueFull):
 		return newError(rowCapacity, "", err)
+	}
+	return nil
+}
+
+// flowError maps what happened to a request on its way: the body's
+// deadline, no worker, the queue's store, a lost worker, a draining edge,
+// timeouts, the client going away and records not found; nil for any other
+// error.
+func flowError(err error) *Error {
+	switch {
 	case errors.Is(err, ErrBodyTimeout):
 		return newError(rowBodyTimeout, "", err)
 	case errors.Is(err, queue.ErrNoWorker):
@@ -297,15 +332,8 @@ func Classify(err error) *Error {
 		return newError(rowAborted, "", err)
 	case errors.Is(err, ErrNotFound), errors.Is(err, queue.ErrNotFound):
 		return newError(rowNotFound, "", err)
-	case chatError(err) != nil:
-		return chatError(err)
 	}
-	if e := finetuneError(err); e != nil {
-		return e
-	}
-	// ErrBrokenStream, queue.ErrGap and anything unknown: the client learns
-	// only that the server failed; the cause goes to the log.
-	return newError(rowInternal, "", err)
+	return nil
 }
 
 // finetuneError maps the refusals of the finetune API and of a request's
