@@ -99,21 +99,32 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: smp.params(), Adapter: adapter,
 		Owner: kvcache.Owner{Namespace: "cli", Request: "generate"}}
 	if *asJSON {
-		res, err := eng.Generate(ctx, req)
-		if err != nil {
-			return err
-		}
-		out := struct {
-			PromptTokens     []int32 `json:"prompt_tokens"`
-			CompletionTokens []int32 `json:"completion_tokens"`
-			Text             string  `json:"text"`
-			Finish           string  `json:"finish_reason"`
-		}{res.PromptTokens, res.CompletionTokens, res.Text, res.Finish}
-		if out.CompletionTokens == nil {
-			out.CompletionTokens = []int32{}
-		}
-		return json.NewEncoder(stdout).Encode(out)
+		return generateJSON(ctx, eng, req, stdout)
 	}
+	return generateText(ctx, eng, req, stdout)
+}
+
+// generateJSON runs req and prints its prompt and completion tokens, text
+// and finish reason as one JSON object.
+func generateJSON(ctx context.Context, eng *engine.Engine, req engine.Request, stdout io.Writer) error {
+	res, err := eng.Generate(ctx, req)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		PromptTokens     []int32 `json:"prompt_tokens"`
+		CompletionTokens []int32 `json:"completion_tokens"`
+		Text             string  `json:"text"`
+		Finish           string  `json:"finish_reason"`
+	}{res.PromptTokens, res.CompletionTokens, res.Text, res.Finish}
+	if out.CompletionTokens == nil {
+		out.CompletionTokens = []int32{}
+	}
+	return json.NewEncoder(stdout).Encode(out)
+}
+
+// generateText runs req and prints its text as it is generated.
+func generateText(ctx context.Context, eng *engine.Engine, req engine.Request, stdout io.Writer) error {
 	events, err := eng.Submit(ctx, req)
 	if err != nil {
 		return err

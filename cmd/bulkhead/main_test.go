@@ -190,6 +190,10 @@ func TestUsageErrors(t *testing.T) {
 		{"routes without cluster", []string{"nats", "--routes", "nats-route://127.0.0.1:6222"}, 2, "--cluster-name"},
 		{"cluster TLS half given", []string{"nats", "--cluster-name", "c", "--server-name", "a", "--routes", "nats-route://127.0.0.1:6222",
 			"--cluster-tls-cert", "x.pem"}, 2, "--cluster-tls-ca"},
+		{"nats, tenant creds without auth", []string{"nats", "--no-auth", "--tenant-creds", "acme"}, 2, "--tenant-creds needs credentials"},
+		{"nats, empty auth dir", []string{"nats", "--auth-dir", ""}, 2, "--auth-dir is empty"},
+		{"nats, listen without port", []string{"nats", "--no-auth", "--listen", "127.0.0.1"}, 2, "--listen"},
+		{"nats, listen port not a number", []string{"nats", "--no-auth", "--listen", "127.0.0.1:http"}, 2, `--listen port "http"`},
 		{"routes off loopback in the clear", []string{"nats", "--cluster-name", "c", "--server-name", "a", "--listen", "127.0.0.1:0",
 			"--cluster-listen", "127.0.0.1:0", "--routes", "nats-route://10.9.8.7:6222", "--store-dir", "/tmp/bulkhead-usage-test-js"}, 1, "without mutual TLS"},
 	}

@@ -75,29 +75,13 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	streams.Replicas = cf.streamReplicas()
 	streams.AdaptersMaxBytes = adapters
-	var natsAuth *queue.Auth
-	if !*noAuth {
-		if *authDir == "" {
-			return fmt.Errorf("%w: --auth-dir is empty; give a directory, or --no-auth for an anonymous bus on loopback", errUsage)
-		}
-		for _, tenant := range splitList(*tenantCreds) {
-			if _, err := queue.LoadOrCreateTenantCreds(*authDir, tenant); err != nil {
-				return fmt.Errorf("%w: --tenant-creds: %w", errUsage, err)
-			}
-		}
-		if natsAuth, err = queue.LoadOrCreateAuth(*authDir); err != nil {
-			return err
-		}
-	} else if *tenantCreds != "" {
-		return fmt.Errorf("%w: --tenant-creds needs credentials (drop --no-auth)", errUsage)
-	}
-	host, portText, err := net.SplitHostPort(*listen)
+	natsAuth, err := busAuth(*noAuth, *authDir, *tenantCreds)
 	if err != nil {
-		return fmt.Errorf("%w: --listen: %v", errUsage, err)
+		return err
 	}
-	port, err := strconv.Atoi(portText)
+	host, port, err := hostPort(*listen)
 	if err != nil {
-		return fmt.Errorf("%w: --listen port %q", errUsage, portText)
+		return err
 	}
 	var op *queue.Credentials
 	if natsAuth != nil {
@@ -120,6 +104,39 @@ func runNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "NATS with JetStream listening at %s (store %s)\n", srv.ClientURL(), *store)
 	<-ctx.Done()
 	return nil
+}
+
+// busAuth loads or creates the bus's role credentials in authDir, and the
+// credentials of the tenants listed in tenantCreds; nil with noAuth.
+func busAuth(noAuth bool, authDir, tenantCreds string) (*queue.Auth, error) {
+	if noAuth {
+		if tenantCreds != "" {
+			return nil, fmt.Errorf("%w: --tenant-creds needs credentials (drop --no-auth)", errUsage)
+		}
+		return nil, nil
+	}
+	if authDir == "" {
+		return nil, fmt.Errorf("%w: --auth-dir is empty; give a directory, or --no-auth for an anonymous bus on loopback", errUsage)
+	}
+	for _, tenant := range splitList(tenantCreds) {
+		if _, err := queue.LoadOrCreateTenantCreds(authDir, tenant); err != nil {
+			return nil, fmt.Errorf("%w: --tenant-creds: %w", errUsage, err)
+		}
+	}
+	return queue.LoadOrCreateAuth(authDir)
+}
+
+// hostPort splits --listen's host:port.
+func hostPort(listen string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: --listen: %v", errUsage, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: --listen port %q", errUsage, portText)
+	}
+	return host, port, nil
 }
 
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
