@@ -44,7 +44,8 @@ run: build
 # amxemu build), go.mod tidy, the Jinja fork
 # against upstream plus its patch (models/chat/internal/jinja/UPSTREAM), and the layout
 # tests (the design card's layering, no test support in the product, the
-# README naming every package, docs naming only tests that exist).
+# README naming every package, docs naming only tests that exist, the house
+# style's file and function sizes).
 vet: deps
 	@out=$$(gofmt -l cmd edge queue workers billing models deploy); \
 		if [ -n "$$out" ]; then echo "gofmt -w these files:"; echo "$$out"; exit 1; fi
@@ -54,7 +55,7 @@ vet: deps
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) vet -tags amxemu ./workers/kernels
 	$(GO) run $(STATICCHECK) -tags amxemu ./workers/kernels
-	$(GO) test -count=1 -run 'TestLayering|TestProductImportsNoTestSupport|TestReadmeNamesEveryPackage|TestDocsNameRealTests' ./models/testkit
+	$(GO) test -count=1 -run 'TestLayering|TestProductImportsNoTestSupport|TestReadmeNamesEveryPackage|TestDocsNameRealTests|TestSizes|TestSizeFindings' ./models/testkit
 
 # test runs the suite under the race detector, then what -race makes too
 # slow or cannot show: structured output over
