@@ -2,7 +2,9 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -237,7 +239,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		s.cfg.Metrics.begin()
 		sw := &statusWriter{ResponseWriter: w}
 		r = r.WithContext(ctx)
-		next.ServeHTTP(sw, r)
+		if s.serve(next, sw, r) {
+			defer panic(http.ErrAbortHandler) // once the request is accounted for
+		}
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
@@ -271,6 +275,35 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			ri.span.End()
 		}
 	})
+}
+
+// errPanic is a request handler's panic, answered as the internal error.
+var errPanic = errors.New("edge: request handler panicked")
+
+// serve runs next for the request and reports whether its connection must be
+// aborted. A panic there is the edge's bug, never the client's: it is logged
+// with its stack, and the client gets the table's internal error where no
+// response had started; where one had (a stream), the connection is aborted,
+// as net/http does for a panic, but only after observe has recorded the
+// request, so that its metrics and span are not lost either.
+func (s *Server) serve(next http.Handler, sw *statusWriter, r *http.Request) (abort bool) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v != http.ErrAbortHandler {
+			s.log.ErrorContext(r.Context(), "edge: request handler panicked", "request_id", infoOf(r).id,
+				"path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeErrorFor(sw, r, s.refuse(r, errPanic))
+				return
+			}
+		}
+		abort = true
+	}()
+	next.ServeHTTP(sw, r)
+	return false
 }
 
 // startSpan starts a child span of the request's when tracing is on; the

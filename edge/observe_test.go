@@ -204,6 +204,56 @@ func TestEdgeMetrics(t *testing.T) {
 	}
 }
 
+// TestHandlerPanic: a panic in a request handler (the edge's own bug,
+// planted here on two test routes) gives the client the table's internal
+// error where no response had started, and aborts the connection where one
+// had (a stream). Either way the request is counted, nothing stays in
+// flight, and the edge serves the next request.
+func TestHandlerPanic(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, harnessOpts{metrics: m})
+	h.srv.mux.HandleFunc("GET /test/panic", func(http.ResponseWriter, *http.Request) { panic("planted secret") })
+	h.srv.mux.HandleFunc("GET /test/panic-streaming", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		_ = http.NewResponseController(w).Flush()
+		panic("planted mid-stream")
+	})
+
+	st, _, b := h.do("GET", "/test/panic", "", "")
+	if code, msg := nativeErr(t, b); st != 500 || code != rowInternal.Code || strings.Contains(string(b), "planted") {
+		t.Errorf("a handler's panic: status %d, code %d %q (%s); want 500, the internal error, no panic text", st, code, msg, b)
+	}
+	resp, err := h.http.Client().Get(h.http.URL + "/test/panic-streaming")
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Error("a stream whose handler panicked ended cleanly; want the connection aborted")
+	}
+	for _, tc := range []struct {
+		labels map[string]string
+		want   float64
+	}{
+		{map[string]string{"api": "other", "status": "500", "code": strconv.Itoa(rowInternal.Code)}, 1},
+		{map[string]string{"api": "other", "status": "200"}, 1}, // the stream, which had started
+	} {
+		if got := promtest.Sum(t, reg, "bulkhead_edge_requests_total", tc.labels); got != tc.want {
+			t.Errorf("bulkhead_edge_requests_total%v = %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+	if got := promtest.Sum(t, reg, "bulkhead_edge_in_flight_requests", nil); got != 0 {
+		t.Errorf("%v requests in flight after both panics, want 0", got)
+	}
+	if st, _, b := h.do("POST", "/ai/run/"+modelStories, "alice", `{"prompt":"Once upon a time"}`); st != 200 {
+		t.Fatalf("after the panics: status %d: %s", st, b)
+	}
+}
+
 // productionTracing installs the propagators cmd installs with tracing on
 // (trace context and baggage) for the test, and returns a tracer provider.
 func productionTracing(t *testing.T) *sdktrace.TracerProvider {
