@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,21 +47,24 @@ func runJob(t *testing.T, ev *env, job *queue.Job) time.Duration {
 }
 
 // TestPullsWhatStartsSoon: with jobs queued that the engine cannot start
-// (its pool holds one whole-window job), the worker keeps at most Lookahead
-// pulled jobs waiting for the engine, and leaves the rest in the stream for
+// (its pool holds one whole-window job, which the engine holds after holdAt
+// tokens however fast it runs), the worker pulls that job and Lookahead
+// more, which wait for the engine, and leaves the rest in the stream for
 // other workers, though Concurrency would allow them all.
 func TestPullsWhatStartsSoon(t *testing.T) {
 	ev := startNATS(t)
-	// A window of 128: the ten jobs run one after the other, and under
-	// -race on a loaded machine ten 512-token ones took about the client's
-	// 20 s idle timeout before the last one's first frame.
-	e := startEngine(t, engine.Config{Context: 128, MaxBatch: 4})
+	e := startEngine(t, engine.Config{Context: 128, MaxBatch: 4, HoldAt: holdAt})
 	const lookahead, jobs = 2, 10
 	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, Concurrency: 32, Lookahead: lookahead})
-	var wg sync.WaitGroup
+	var ids []string
 	for range jobs {
 		job := wholeWindow(t, e, "tenant-a")
-		wg.Go(func() { runJob(t, ev, job) })
+		r, err := ev.client.Submit(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		ids = append(ids, job.ID)
 	}
 	// The tenant's consumer is made when the worker first takes its job.
 	var cons jetstream.Consumer
@@ -70,35 +72,41 @@ func TestPullsWhatStartsSoon(t *testing.T) {
 		cons, err = ev.js.Consumer(context.Background(), queue.JobsStream, queue.TenantConsumerName(model, queue.TenantToken("tenant-a")))
 		return err
 	})
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	maxWaiting, maxPulled, heldBack := 0, 0, false
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case <-time.After(2 * time.Millisecond):
-		}
-		maxWaiting = max(maxWaiting, e.Stats().Waiting)
+	pulled := 1 + lookahead
+	state := func() (engine.Stats, *jetstream.ConsumerInfo) {
 		info, err := cons.Info(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		maxPulled = max(maxPulled, info.NumAckPending)
-		heldBack = heldBack || (info.NumPending > 0 && info.NumAckPending > 0)
+		return e.Stats(), info
 	}
-	if maxWaiting > lookahead {
-		t.Errorf("up to %d jobs waited in the engine, want at most Lookahead %d", maxWaiting, lookahead)
+	testkit.Poll(t, 20*time.Second, func() error {
+		if st, info := state(); st.Running != 1 || st.Waiting != lookahead || info.NumAckPending != pulled || info.NumPending != uint64(jobs-pulled) {
+			return fmt.Errorf("the engine runs %d and has %d waiting; the worker holds %d jobs and left %d in the stream; want 1, %d, %d, %d",
+				st.Running, st.Waiting, info.NumAckPending, info.NumPending, lookahead, pulled, jobs-pulled)
+		}
+		return nil
+	})
+	// It pulls no more while the engine cannot start them: looked at a
+	// hundred times over a while, as a pull would show.
+	for range 100 {
+		if st, info := state(); st.Waiting > lookahead || info.NumAckPending > pulled {
+			t.Fatalf("the worker pulled more: %d jobs held, %d waiting in the engine", info.NumAckPending, st.Waiting)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
-	if !heldBack {
-		t.Error("the worker never left a job in the stream while it held others")
+	for _, id := range ids {
+		if err := ev.client.Cancel(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// One job runs (the pool holds one), Lookahead more wait, and a job or
-	// two may be finishing (final frame, ack): far from the 10 queued.
-	if maxPulled > 1+lookahead+2 {
-		t.Errorf("the worker held up to %d jobs at once, want at most %d", maxPulled, 1+lookahead+2)
-	}
-	t.Logf("at most %d of %d jobs pulled at once, %d waiting in the engine", maxPulled, jobs, maxWaiting)
+	drained(t, ev, queue.JobsStream)
+	testkit.Poll(t, 10*time.Second, func() error {
+		if st := e.Stats(); st != (engine.Stats{}) {
+			return fmt.Errorf("after the cancels the engine still has %+v", st)
+		}
+		return nil
+	})
 }
 
 // TestHeadOfLineThroughWorker is the head-of-line case through NATS and a
