@@ -521,12 +521,48 @@ func (s *Finetunes) ReadFile(ctx context.Context, tenant, id string, f FinetuneF
 
 // ReadAdapterFile reads tenant's finetune id's file f from the adapters
 // object store obj (at most f.Size bytes) and checks its sha256: a worker's
-// way to fetch the adapter of a job (Job.Tenant, Job.LoRA).
+// way to fetch the adapter of a job (Job.Tenant, Job.LoRA). It reads in up
+// to adapterAttempts attempts, each within adapterAttemptTimeout: a read
+// whose stream leader was lost (a NATS server down) waits for chunks that
+// never come until its deadline, and the next attempt reads from the new
+// leader. A file that is missing or does not match its sha256 is not read
+// again.
 func ReadAdapterFile(ctx context.Context, obj jetstream.ObjectStore, tenant, id string, f FinetuneFile) ([]byte, error) {
 	if !ValidTenant(tenant) || !validFinetuneID(id) || !ValidAdapterFile(f.Name) || f.Size > MaxAdapterFileBytes {
 		return nil, fmt.Errorf("%w: adapter file %q of %q", ErrFinetuneInvalid, f.Name, id)
 	}
-	r, err := obj.Get(ctx, AdapterObject(tenant, id, f))
+	name := AdapterObject(tenant, id, f)
+	for attempt := 1; ; attempt++ {
+		b, err := readAdapterOnce(ctx, obj, name, f)
+		if err == nil || !errors.Is(err, ErrUnavailable) || attempt == adapterAttempts || ctx.Err() != nil {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(adapterRetryPause):
+		}
+	}
+}
+
+// adapterAttempts bounds the reads of one adapter file, and
+// adapterRetryPause is the pause between two.
+const (
+	adapterAttempts   = 3
+	adapterRetryPause = 250 * time.Millisecond
+)
+
+// adapterAttemptTimeout bounds one read of an adapter file of size bytes:
+// 10 s, and a second more for each 16 MiB.
+var adapterAttemptTimeout = func(size int64) time.Duration {
+	return 10*time.Second + time.Duration(size>>24)*time.Second
+}
+
+// readAdapterOnce is one attempt of ReadAdapterFile at the object name.
+func readAdapterOnce(ctx context.Context, obj jetstream.ObjectStore, name string, f FinetuneFile) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, adapterAttemptTimeout(f.Size))
+	defer cancel()
+	r, err := obj.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: file %s", ErrFinetuneNotFound, f.Name)
 	}
@@ -535,6 +571,9 @@ func ReadAdapterFile(ctx context.Context, obj jetstream.ObjectStore, tenant, id 
 	}
 	defer r.Close()
 	b, err := io.ReadAll(io.LimitReader(r, f.Size+1))
+	if errors.Is(err, jetstream.ErrDigestMismatch) {
+		return nil, fmt.Errorf("%w: %s: %w", ErrAdapterDigest, f.Name, err)
+	}
 	if err != nil {
 		return nil, unavailable(err)
 	}

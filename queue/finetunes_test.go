@@ -452,3 +452,67 @@ func TestFinetunesTenantShare(t *testing.T) {
 		t.Fatalf("another tenant: %v", err)
 	}
 }
+
+// stallingStore is the adapters object store whose first stalls reads
+// stall: their chunks never come, as when the stream's leader was lost, so
+// that a read waits until its context ends.
+type stallingStore struct {
+	jetstream.ObjectStore
+	stalls, gets int
+}
+
+func (s *stallingStore) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
+	s.gets++
+	if s.gets <= s.stalls {
+		return stalledRead{ctx: ctx}, nil
+	}
+	return s.ObjectStore.Get(ctx, name, opts...)
+}
+
+// stalledRead is an object read whose chunks never come.
+type stalledRead struct {
+	jetstream.ObjectResult
+	ctx context.Context
+}
+
+func (r stalledRead) Read([]byte) (int, error) {
+	<-r.ctx.Done()
+	return 0, nats.ErrTimeout // what the client's read gives at its deadline
+}
+
+func (stalledRead) Close() error { return nil }
+
+// TestReadAdapterFileAfterStall: a read of an adapter file that stalls is
+// given up at its attempt's deadline and made again, and the file arrives;
+// one that stalls every time ends unavailable after adapterAttempts, well
+// before its context ends. (The attempts' deadline is lowered here from its
+// 10 s.)
+func TestReadAdapterFileAfterStall(t *testing.T) {
+	env, ft := openFinetunes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := ft.Create(ctx, "alice", Finetune{Name: "x", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ft.PutFile(ctx, "alice", f.ID, "a.gguf", []byte("GGUF-bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := OpenAdapters(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := adapterAttemptTimeout
+	adapterAttemptTimeout = func(int64) time.Duration { return 200 * time.Millisecond }
+	t.Cleanup(func() { adapterAttemptTimeout = prev })
+
+	once := &stallingStore{ObjectStore: obj, stalls: 1}
+	if b, err := ReadAdapterFile(ctx, once, "alice", f.ID, got.Files[0]); err != nil || string(b) != "GGUF-bytes" || once.gets != 2 {
+		t.Fatalf("after one stall: %q, %v in %d reads; want the file in 2", b, err, once.gets)
+	}
+	always := &stallingStore{ObjectStore: obj, stalls: 1 << 30}
+	if _, err := ReadAdapterFile(ctx, always, "alice", f.ID, got.Files[0]); !errors.Is(err, ErrUnavailable) || always.gets != adapterAttempts || ctx.Err() != nil {
+		t.Fatalf("stalling every time: %v in %d reads (context: %v); want ErrUnavailable after %d", err, always.gets, ctx.Err(), adapterAttempts)
+	}
+}
