@@ -553,9 +553,11 @@ const (
 )
 
 // adapterAttemptTimeout bounds one read of an adapter file of size bytes:
-// 10 s, and a second more for each 16 MiB.
+// 5 s (the NATS client's own default for a request), and a second more for
+// each 16 MiB. Short enough that a decode worker whose first read stalled
+// has the adapter before a prefill worker gives up its hand-over (10 s).
 var adapterAttemptTimeout = func(size int64) time.Duration {
-	return 10*time.Second + time.Duration(size>>24)*time.Second
+	return 5*time.Second + time.Duration(size>>24)*time.Second
 }
 
 // readAdapterOnce is one attempt of ReadAdapterFile at the object name.

@@ -486,7 +486,7 @@ func (stalledRead) Close() error { return nil }
 // given up at its attempt's deadline and made again, and the file arrives;
 // one that stalls every time ends unavailable after adapterAttempts, well
 // before its context ends. (The attempts' deadline is lowered here from its
-// 10 s.)
+// 5 s.)
 func TestReadAdapterFileAfterStall(t *testing.T) {
 	env, ft := openFinetunes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
