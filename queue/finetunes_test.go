@@ -219,12 +219,11 @@ func TestFinetunesLookupTimesAlike(t *testing.T) {
 	}
 }
 
-// TestAdapterDigestChecked: a file whose bytes do not match the sha256 its
-// reader was given is refused.
-func TestAdapterDigestChecked(t *testing.T) {
+// oneAdapterFile stores alice's finetune with one adapter file, a.gguf,
+// and returns the finetune, the file and the adapters object store.
+func oneAdapterFile(t *testing.T, ctx context.Context) (*testEnv, Finetune, FinetuneFile, jetstream.ObjectStore) {
+	t.Helper()
 	env, ft := openFinetunes(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	f, err := ft.Create(ctx, "alice", Finetune{Name: "x", Model: "m"})
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +236,15 @@ func TestAdapterDigestChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := got.Files[0]
+	return env, f, got.Files[0], obj
+}
+
+// TestAdapterDigestChecked: a file whose bytes do not match the sha256 its
+// reader was given is refused.
+func TestAdapterDigestChecked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, f, file, obj := oneAdapterFile(t, ctx)
 	if err := obj.Delete(ctx, AdapterObject("alice", f.ID, file)); err != nil {
 		t.Fatal(err)
 	}
@@ -488,31 +495,19 @@ func (stalledRead) Close() error { return nil }
 // before its context ends. (The attempts' deadline is lowered here from its
 // 5 s.)
 func TestReadAdapterFileAfterStall(t *testing.T) {
-	env, ft := openFinetunes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f, err := ft.Create(ctx, "alice", Finetune{Name: "x", Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ft.PutFile(ctx, "alice", f.ID, "a.gguf", []byte("GGUF-bytes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := OpenAdapters(ctx, env.js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, f, file, obj := oneAdapterFile(t, ctx)
 	prev := adapterAttemptTimeout
 	adapterAttemptTimeout = func(int64) time.Duration { return 200 * time.Millisecond }
 	t.Cleanup(func() { adapterAttemptTimeout = prev })
 
 	once := &stallingStore{ObjectStore: obj, stalls: 1}
-	if b, err := ReadAdapterFile(ctx, once, "alice", f.ID, got.Files[0]); err != nil || string(b) != "GGUF-bytes" || once.gets != 2 {
+	if b, err := ReadAdapterFile(ctx, once, "alice", f.ID, file); err != nil || string(b) != "GGUF-bytes" || once.gets != 2 {
 		t.Fatalf("after one stall: %q, %v in %d reads; want the file in 2", b, err, once.gets)
 	}
 	always := &stallingStore{ObjectStore: obj, stalls: 1 << 30}
-	if _, err := ReadAdapterFile(ctx, always, "alice", f.ID, got.Files[0]); !errors.Is(err, ErrUnavailable) || always.gets != adapterAttempts || ctx.Err() != nil {
+	if _, err := ReadAdapterFile(ctx, always, "alice", f.ID, file); !errors.Is(err, ErrUnavailable) || always.gets != adapterAttempts || ctx.Err() != nil {
 		t.Fatalf("stalling every time: %v in %d reads (context: %v); want ErrUnavailable after %d", err, always.gets, ctx.Err(), adapterAttempts)
 	}
 }
