@@ -147,35 +147,35 @@ type served struct {
 func (w *Worker) openQueues(ctx context.Context) ([]served, error) {
 	var all []served
 	w.pulls = map[string]*pulled{}
-	for name, eng := range w.cfg.Models {
-		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
-		consumer := queue.ConsumerName(name)
-		open := func() (*queue.TenantQueues, error) {
-			return queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
-		}
-		if w.cfg.Role == RoleDecode {
-			consumer = queue.DecodeConsumerName(name)
-			open = func() (*queue.TenantQueues, error) {
-				return queue.OpenDecodeQueues(ctx, w.nc, w.js, name, w.cfg.Consumer)
-			}
-		}
-		q, err := open()
+	add := func(m served, consumer string, err error) error {
 		if err != nil {
+			return err
+		}
+		w.pulls[m.name] = &pulled{entered: make(chan struct{}, 1)}
+		w.cfg.Metrics.addConsumer(consumer, m.q.Legacy())
+		w.cfg.Metrics.addQueues(m.name, m.q)
+		all = append(all, m)
+		return nil
+	}
+	for name, eng := range w.cfg.Models {
+		var q *queue.TenantQueues
+		var err error
+		consumer := queue.ConsumerName(name)
+		if w.cfg.Role == RoleDecode {
+			q, err = queue.OpenDecodeQueues(ctx, w.nc, w.js, name, w.cfg.Consumer)
+			consumer = queue.DecodeConsumerName(name)
+		} else {
+			q, err = queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
+		}
+		if err := add(served{name: name, eng: eng, q: q}, consumer, err); err != nil {
 			return all, err
 		}
-		w.cfg.Metrics.addConsumer(consumer, q.Legacy())
-		w.cfg.Metrics.addQueues(name, q)
-		all = append(all, served{name: name, eng: eng, q: q})
 	}
 	for name, srv := range w.cfg.Encoders {
-		w.pulls[name] = &pulled{entered: make(chan struct{}, 1)}
 		q, err := queue.OpenTenantQueues(ctx, w.nc, w.js, name, w.cfg.ID, w.cfg.Consumer)
-		if err != nil {
+		if err := add(served{name: name, srv: srv, q: q}, queue.ConsumerName(name), err); err != nil {
 			return all, err
 		}
-		w.cfg.Metrics.addConsumer(queue.ConsumerName(name), q.Legacy())
-		w.cfg.Metrics.addQueues(name, q)
-		all = append(all, served{name: name, srv: srv, q: q})
 	}
 	return all, nil
 }
