@@ -9,7 +9,7 @@ import (
 // renderPiece is llama.cpp's token_to_piece with special = true and no strip:
 // what a token stands for as bytes.
 func (t *Tokenizer) renderPiece(id int32) string {
-	a, text := t.attrs[id], t.tokens[id]
+	a, text := t.attrs[id], t.tokens.at(id)
 	switch {
 	case a&(attrUnknown|attrControl|attrUserDefined) != 0:
 		return text
@@ -128,13 +128,13 @@ func (d *StreamDecoder) Flush() string {
 
 func (d *StreamDecoder) piece(id int32) string {
 	t := d.t
-	if id < 0 || int(id) >= len(t.pieces) {
+	if id < 0 || int(id) >= t.pieces.len() {
 		return ""
 	}
 	if !d.cfg.special && t.attrs[id]&(attrUnknown|attrControl) != 0 {
 		return ""
 	}
-	return t.pieces[id]
+	return t.pieces.at(id)
 }
 
 // emit returns the longest valid UTF-8 prefix of pending, replacing bytes that

@@ -91,8 +91,8 @@ func (t *Tokenizer) EncodeSegments(segs []Segment, addSpecial bool) []int32 {
 func (t *Tokenizer) ControlTokens() []string {
 	var out []string
 	for _, id := range t.special {
-		if t.attrs[id]&(attrControl|attrUnknown) != 0 && t.tokens[id] != "" {
-			out = append(out, t.tokens[id])
+		if t.attrs[id]&(attrControl|attrUnknown) != 0 && t.tokens.at(id) != "" {
+			out = append(out, t.tokens.at(id))
 		}
 	}
 	return out
@@ -166,7 +166,7 @@ func (t *Tokenizer) partition(frags []fragment) []fragment {
 	for _, id := range t.special {
 		a := t.attrs[id]
 		control := a&(attrControl|attrUnknown) != 0
-		tok := t.tokens[id]
+		tok := t.tokens.at(id)
 		split := false
 		for _, fr := range frags {
 			if fr.tok == noToken && !(control && fr.plain) && strings.Contains(fr.text, tok) {

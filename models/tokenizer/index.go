@@ -6,19 +6,21 @@ import (
 )
 
 // vocabIndex finds a token's id by its text: open addressing (linear
-// probing), the table at most half full, each slot the token's id beside
-// the high half of its text's hash, so a probe compares texts only where
-// the hashes agree. A Go map[string]int32 of a 128k-token vocabulary took
-// about 7 MB; this takes 2 MB (BenchmarkLoad).
+// probing), the table at most two thirds full, each slot the token's id
+// beside the high half of its text's hash, so a probe compares texts only
+// where the hashes agree. A Go map[string]int32 of a 128k-token vocabulary
+// took about 7 MB; this takes 2 MB (BenchmarkLoad), and 2 MB for qwen2's
+// 151,936 tokens (4 MB while the table was at most half full).
 type vocabIndex struct {
 	seed   maphash.Seed
 	slots  []uint64 // hash>>32<<32 | id+1; 0 is an empty slot
-	tokens []string // the texts the ids name
+	tokens strTable // the texts the ids name
 }
 
-// newVocabIndex returns an empty index for up to len(tokens) of tokens.
-func newVocabIndex(tokens []string) vocabIndex {
-	size := 1 << bits.Len(uint(2*max(len(tokens), 1)-1)) // a power of two, at least 2n
+// newVocabIndex returns an empty index for the texts of tokens.
+func newVocabIndex(tokens strTable) vocabIndex {
+	n := max(tokens.len(), 1)
+	size := 1 << bits.Len(uint(n+n/2-1)) // a power of two, at least 1.5n
 	return vocabIndex{seed: maphash.MakeSeed(), slots: make([]uint64, size), tokens: tokens}
 }
 
@@ -32,7 +34,7 @@ func (x *vocabIndex) find(s string) (slot uint64, id int32, found bool) {
 		if v == 0 {
 			return i, noToken, false
 		}
-		if v&^(1<<32-1) == tag && x.tokens[uint32(v)-1] == s {
+		if v&^(1<<32-1) == tag && x.tokens.at(int32(uint32(v)-1)) == s {
 			return i, int32(uint32(v) - 1), true
 		}
 	}
@@ -41,7 +43,7 @@ func (x *vocabIndex) find(s string) (slot uint64, id int32, found bool) {
 // add indexes id under tokens[id]; if that text is indexed already, it
 // leaves it and returns the id it has.
 func (x *vocabIndex) add(id int32) (prev int32, dup bool) {
-	s := x.tokens[id]
+	s := x.tokens.at(id)
 	i, prev, dup := x.find(s)
 	if !dup {
 		x.slots[i] = maphash.String(x.seed, s)&^(1<<32-1) | uint64(id+1)

@@ -93,7 +93,7 @@ func TestControlTokenTextIsPlain(t *testing.T) {
 						t.Fatalf("%q in plain text gave control token %d", c, id)
 					}
 				}
-				if ids := tk.EncodeSegments([]Segment{{Text: c, Special: true}}, false); len(ids) != 1 || tk.tokens[ids[0]] != c {
+				if ids := tk.EncodeSegments([]Segment{{Text: c, Special: true}}, false); len(ids) != 1 || tk.tokens.at(ids[0]) != c {
 					t.Fatalf("%q as a Special segment = %v, want its one id", c, ids)
 				}
 			}

@@ -134,7 +134,7 @@ func TestParseSpecial(t *testing.T) {
 			got := tk.Encode(tc.text, false, tc.parse)
 			var texts []string
 			for _, id := range got {
-				texts = append(texts, tk.tokens[id])
+				texts = append(texts, tk.tokens.at(id))
 			}
 			if !slices.Equal(texts, tc.want) {
 				t.Errorf("Encode(%q, parse %v) = %q (%v), want %q", tc.text, tc.parse, texts, got, tc.want)
@@ -156,7 +156,7 @@ func TestSpecialAsText(t *testing.T) {
 			ids := tk.Encode(tc.text, false, false)
 			for _, id := range ids {
 				if tk.attrs[id]&attrControl != 0 {
-					t.Errorf("control token %q (id %d) matched without parseSpecial", tk.tokens[id], id)
+					t.Errorf("control token %q (id %d) matched without parseSpecial", tk.tokens.at(id), id)
 				}
 			}
 			if got := tk.Decode(ids); got != tc.text {

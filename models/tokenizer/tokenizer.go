@@ -150,11 +150,11 @@ type Tokenizer struct {
 	pretok       preKind
 	chatTemplate string
 
-	tokens []string
+	tokens strTable
 	scores []float32
 	attrs  []tokenAttr
 	index  vocabIndex // token ids by text (tokenID)
-	pieces []string   // each token rendered as bytes, control tokens included
+	pieces strTable   // each token rendered as bytes, control tokens included
 
 	// BPE merges: of two tokens by their ids (pairKey), and the rare ones
 	// with a side that is no token by its two strings.
@@ -254,7 +254,20 @@ func (t *Tokenizer) loadVocab(f *gguf.File) error {
 	if n == 0 || n > math.MaxInt32 {
 		return fmt.Errorf("%w: %d tokens", ErrCorrupt, n)
 	}
-	t.tokens = make([]string, n)
+	size := 0
+	for _, s := range toks {
+		size += len(s)
+	}
+	var err error
+	t.tokens, err = newStrTable(n, size, func(i int) string {
+		if toks[i] == "" {
+			return "[EMPTY_" + strconv.Itoa(i) + "]" // as llama.cpp renames empty tokens
+		}
+		return toks[i]
+	})
+	if err != nil {
+		return err
+	}
 	t.scores = make([]float32, n)
 	t.attrs = make([]tokenAttr, n)
 	t.index = newVocabIndex(t.tokens)
@@ -282,11 +295,8 @@ func (t *Tokenizer) loadVocab(f *gguf.File) error {
 			return fmt.Errorf("%w: %s has %d entries for %d tokens", ErrCorrupt, keyTokenType, len(types), n)
 		}
 	}
-	for i, s := range toks {
-		if s == "" {
-			s = "[EMPTY_" + strconv.Itoa(i) + "]" // as llama.cpp renames empty tokens
-		}
-		t.tokens[i] = s
+	for i := range n {
+		s := t.tokens.at(int32(i))
 		if prev, dup := t.index.add(int32(i)); dup {
 			return fmt.Errorf("%w: token %q has ids %d and %d", ErrCorrupt, s, prev, i)
 		}
@@ -424,7 +434,7 @@ func (t *Tokenizer) mergeOf(word string, ta, tb int32, a, b symbol) (int32, bool
 // An id of all ones (-1) means "none"; any other id outside the vocabulary is
 // corrupt for BOS, EOS and UNK and ignored for the ids only used as hints.
 func (t *Tokenizer) loadSpecialIDs(f *gguf.File) error {
-	n := int64(len(t.tokens))
+	n := int64(t.tokens.len())
 	inRange := func(id int32) int32 {
 		if id >= 0 && int64(id) >= n {
 			return noToken // a default that does not fit this vocabulary
@@ -528,7 +538,7 @@ func (t *Tokenizer) optionalID(f *gguf.File, key string) int32 {
 		return noToken
 	}
 	id, ok := specialID(v)
-	if !ok || id < 0 || int(id) >= len(t.tokens) {
+	if !ok || id < 0 || int(id) >= t.tokens.len() {
 		return noToken
 	}
 	return id
@@ -586,8 +596,8 @@ func (t *Tokenizer) markEOG(f *gguf.File) {
 		}
 	}
 	// Control tokens named "unused" are unused.
-	for id, s := range t.tokens {
-		if t.attrs[id]&attrControl != 0 && strings.Contains(s, "unused") {
+	for id := range t.tokens.len() {
+		if t.attrs[id]&attrControl != 0 && strings.Contains(t.tokens.at(int32(id)), "unused") {
 			t.attrs[id] |= attrUnused
 		}
 	}
@@ -609,7 +619,7 @@ func (t *Tokenizer) buildCaches(modelName string) {
 		}
 	}
 	sort.SliceStable(t.special, func(i, j int) bool {
-		return len(t.tokens[t.special[i]]) > len(t.tokens[t.special[j]])
+		return len(t.tokens.at(t.special[i])) > len(t.tokens.at(t.special[j]))
 	})
 	for b := range t.byteTok {
 		t.byteTok[b] = noToken
@@ -621,13 +631,12 @@ func (t *Tokenizer) buildCaches(modelName string) {
 			t.byteTok[b] = t.unk // llama.cpp would throw here
 		}
 	}
-	for _, s := range t.tokens {
-		t.maxTokenLen = max(t.maxTokenLen, len(s))
+	for id := range t.tokens.len() {
+		t.maxTokenLen = max(t.maxTokenLen, len(t.tokens.at(int32(id))))
 	}
-	t.pieces = make([]string, len(t.tokens))
-	for id := range t.tokens {
-		t.pieces[id] = t.renderPiece(int32(id))
-	}
+	// A piece is rarely longer than its token's text ("Ġ" renders as a
+	// space, "<0x0A>" as one byte), so the texts, which fitted, fit here too.
+	t.pieces, _ = newStrTable(t.tokens.len(), len(t.tokens.data), func(id int) string { return t.renderPiece(int32(id)) })
 	// Phi-3 strips whitespace to the right of its special tokens, as llama.cpp
 	// sets by model name.
 	if strings.Contains(modelName, "phi-3") || strings.Contains(modelName, "phi3") {
@@ -656,7 +665,7 @@ func (t *Tokenizer) Model() string { return t.model }
 func (t *Tokenizer) Pre() string { return t.pre }
 
 // VocabSize returns the number of tokens.
-func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+func (t *Tokenizer) VocabSize() int { return t.tokens.len() }
 
 // BOS returns the beginning-of-sequence id, or -1 when there is none.
 func (t *Tokenizer) BOS() int32 { return t.bos }
@@ -719,8 +728,8 @@ func (t *Tokenizer) TokenID(piece string) (int32, bool) {
 // their text. It may be a fragment of a UTF-8 sequence. An id outside the
 // vocabulary gives "".
 func (t *Tokenizer) Piece(id int32) string {
-	if id < 0 || int(id) >= len(t.pieces) {
+	if id < 0 || int(id) >= t.pieces.len() {
 		return ""
 	}
-	return t.pieces[id]
+	return t.pieces.at(id)
 }

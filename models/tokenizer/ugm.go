@@ -48,10 +48,10 @@ func (t *Tokenizer) loadUGM(f *gguf.File) error {
 			minScore = min(minScore, float64(t.scores[id]))
 		}
 		if a&(attrNormal|attrUserDefined|attrUnused) != 0 {
-			u.maxLen = max(u.maxLen, len(t.tokens[id]))
+			u.maxLen = max(u.maxLen, len(t.tokens.at(int32(id))))
 		}
 		if a&attrUserDefined != 0 {
-			u.userMaxLen = max(u.userMaxLen, len(t.tokens[id]))
+			u.userMaxLen = max(u.userMaxLen, len(t.tokens.at(int32(id))))
 		}
 	}
 	u.unkScore = float64(float32(minScore) - ugmUnknownPenalty)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/bulkhead-ai/bulkhead/models/gguf"
 	"github.com/bulkhead-ai/bulkhead/models/tokenizer"
@@ -88,6 +89,11 @@ func LoadOn(path string, ks kernels.Set) (*Model, error) {
 		f.Close()
 		return nil, err
 	}
+	// Loading leaves garbage in the heap (the file's metadata arrays, the
+	// tokenizer's working copies): hand it back to the system now, rather
+	// than have the KV pool and the step buffers that come next land on top
+	// of it while the runtime returns it slowly.
+	debug.FreeOSMemory()
 	return m, nil
 }
 
