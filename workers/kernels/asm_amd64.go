@@ -19,6 +19,17 @@ func detectPath() path {
 	return pathAVX2
 }
 
+// f16TileF32 is whether the AVX2 F16 tile kernel reads its activations
+// already widened to float32 (dot4x3HFAVX: 4 conversions per 12
+// multiply-adds, those of the weights) rather than as halves widened where
+// they are read (dot4x3HHAVX: 7). The bits are the same: the widened copy
+// holds the same half-precision values. On a 2-core AMD EPYC Zen 2 the
+// conversions bound the loop: BenchmarkMatMul F16 prefill512-1536x576 one
+// thread 46-48 -> 59-60 GFLOP/s, qwen3-0.6b F16 pp512 92 -> 114 tokens/s.
+// On a Zen 4 running the AVX2 path the float32 reads were slower (84-90 ->
+// 75-81 GFLOP/s at 8192x2048), so a CPU with AVX-512 widens as it reads.
+var f16TileF32 = !cpu.X86.HasAVX512F
+
 //go:noescape
 func dot4F32AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 
@@ -36,6 +47,9 @@ func dot4x3F32AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, 
 
 //go:noescape
 func dot4x3HHAVX(w *byte, wstride uintptr, x *uint16, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
+
+//go:noescape
+func dot4x3HFAVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
 
 //go:noescape
 func dot4x3BF16AVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)

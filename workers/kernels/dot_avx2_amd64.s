@@ -405,6 +405,50 @@ d43bf16end:
 	VZEROUPPER
 	RET
 
+// func dot4x3HFAVX(w *byte, wstride uintptr, x *float32, xstride uintptr, n int, groups int, out *float32, ostride uintptr)
+// F16 weights (widened as they are read) and F32 activations (F16 values
+// widened once, before the product).
+TEXT ·dot4x3HFAVX(SB), NOSPLIT, $0-64
+	D43ENTER
+	TESTQ DX, DX
+	JZ   d43hfend
+d43hfgroup:
+	D43START
+	JZ   d43hfdone
+	XORQ AX, AX
+	XORQ R15, R15
+d43hfloop:
+	VMOVUPS (DI)(AX*1), Y12
+	VMOVUPS (R13)(AX*1), Y13
+	VMOVUPS (R12)(AX*1), Y14
+	VCVTPH2PS (SI)(R15*1), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VCVTPH2PS (R9)(R15*1), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VCVTPH2PS (R10)(R15*1), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VCVTPH2PS (R11)(R15*1), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $32, AX
+	ADDQ $16, R15
+	DECQ CX
+	JNZ  d43hfloop
+d43hfdone:
+	D43NEXT
+	DECQ DX
+	JNZ  d43hfgroup
+d43hfend:
+	VZEROUPPER
+	RET
+
 // Quantized kernels: per block, exact int32 sums for 4 weight rows, then
 // sum += (d_w*d_x) * float(isum) with separate multiplies and add, in block order.
 // This is bitwise what dotQ8Go/dotQ4Go compute.

@@ -24,6 +24,14 @@ func dot4x3F32AVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr
 func dot4x3HHAVX(*byte, uintptr, *uint16, uintptr, int, int, *float32, uintptr) {
 	panic("kernels: no asm")
 }
+
+// f16TileF32 chooses the AVX2 F16 tile kernel (asm_amd64.go); no build here has it.
+var f16TileF32 = false
+
+func dot4x3HFAVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+
 func dot4x3BF16AVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr) {
 	panic("kernels: no asm")
 }

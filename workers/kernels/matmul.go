@@ -388,6 +388,10 @@ func (j *matJob) float4x3(w *byte, wstride, i, r, groups int, out *float32, ostr
 	case gguf.TypeF32:
 		dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, groups, out, uintptr(ostride))
 	case gguf.TypeF16:
+		if f16TileF32 {
+			dot4x3HFAVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, groups, out, uintptr(ostride))
+			return
+		}
 		dot4x3HHAVX(w, uintptr(wstride), &j.xh[r*c], uintptr(c*2), c, groups, out, uintptr(ostride))
 	default:
 		dot4x3BF16AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, groups, out, uintptr(ostride))

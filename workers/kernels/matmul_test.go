@@ -707,3 +707,34 @@ func TestPackedLayouts(t *testing.T) {
 		}
 	}
 }
+
+// TestF16TileKernels checks that the AVX2 F16 tile kernels, activations widened
+// as they are read (dot4x3HHAVX) and widened before (dot4x3HFAVX, f16TileF32),
+// give the same bits, and the bits of each activation row alone. The CPU
+// chooses one of them; this runs both.
+func TestF16TileKernels(t *testing.T) {
+	if detectPath() < pathAVX2 {
+		t.Skipf("this CPU or build lacks the avx2 kernels (best here: %s)", detectPath())
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols, n = 32, 576, 27
+	m := randMatrix(t, rng, gguf.TypeF16, rows, cols)
+	x := randVec(rng, n*cols)
+	p := NewPool(2)
+	defer p.Close()
+	single := make([]float32, n*rows)
+	for r := range n {
+		p.matMul(single[r*rows:(r+1)*rows], m, x[r*cols:(r+1)*cols], 1, pathAVX2)
+	}
+	defer func(v bool) { f16TileF32 = v }(f16TileF32)
+	for _, wide := range []bool{false, true} {
+		f16TileF32 = wide
+		out := make([]float32, n*rows)
+		p.matMul(out, m, x, n, pathAVX2)
+		for i := range out {
+			if math.Float32bits(out[i]) != math.Float32bits(single[i]) {
+				t.Fatalf("f16TileF32 %v: out[%d] = %x, the row alone %x", wide, i, math.Float32bits(out[i]), math.Float32bits(single[i]))
+			}
+		}
+	}
+}
