@@ -40,6 +40,9 @@ func dot4F16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 func dotRowsF16AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
 
 //go:noescape
+func dotRowsF32AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+
+//go:noescape
 func dot4BF16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape

@@ -224,6 +224,74 @@ rf16sum:
 rf16done:
 	RET
 
+// func dotRowsF32AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+// dotRowsF16AVX for F32 weights: each row's arithmetic, and so its bits, is
+// dot4F32AVX's, and decode makes one call for many blocks where it made one
+// per 4 rows.
+TEXT ·dotRowsF32AVX(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ wstride+8(FP), BX
+	MOVQ out+40(FP), R8
+	CMPQ blocks+32(FP), $0
+	JEQ  rf32done
+rf32block:
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	LEAQ (SI)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	LEAQ (R11)(BX*1), R12
+	LEAQ (R12)(BX*1), R13
+	LEAQ (R13)(BX*1), R14
+	LEAQ (R14)(BX*1), R15
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	SHRQ $3, CX
+	JZ   rf32sum
+	LEAQ (R15)(BX*1), AX
+	XORQ DX, DX
+rf32loop:
+	PREFETCHT1 (AX)(DX*8)
+	PREFETCHT1 64(AX)(DX*8)
+	PREFETCHT1 128(AX)(DX*8)
+	PREFETCHT1 192(AX)(DX*8)
+	VMOVUPS (DI)(DX*1), Y4
+	VMOVUPS (SI)(DX*1), Y5
+	VFMADD231PS Y5, Y4, Y0
+	VMOVUPS (R9)(DX*1), Y6
+	VFMADD231PS Y6, Y4, Y1
+	VMOVUPS (R10)(DX*1), Y7
+	VFMADD231PS Y7, Y4, Y2
+	VMOVUPS (R11)(DX*1), Y8
+	VFMADD231PS Y8, Y4, Y3
+	VMOVUPS (R12)(DX*1), Y5
+	VFMADD231PS Y5, Y4, Y10
+	VMOVUPS (R13)(DX*1), Y6
+	VFMADD231PS Y6, Y4, Y11
+	VMOVUPS (R14)(DX*1), Y7
+	VFMADD231PS Y7, Y4, Y12
+	VMOVUPS (R15)(DX*1), Y8
+	VFMADD231PS Y8, Y4, Y13
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  rf32loop
+rf32sum:
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
+	HSUM4(Y10, Y11, Y12, Y13, X10, X1, 16(R8))
+	LEAQ (R15)(BX*1), SI
+	ADDQ $32, R8
+	DECQ blocks+32(FP)
+	JNZ  rf32block
+	VZEROUPPER
+rf32done:
+	RET
+
 // func dot4BF16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 // Rows w + i*wstride (bytes), i < 4, of BF16 weights dotted with x over n&^7 elements,
 // asking for the next 4 rows' next 64 bytes as dot4F32AVX does.

@@ -289,9 +289,9 @@ func (j *matJob) rows(lo, hi int) {
 // rowsDecode computes, for a single activation row of a float matrix, the
 // whole blocks of weight rows from i below rhi in one call, and returns the
 // first row it left (i where no kernel applies): F32 on the AVX-512 path 4
-// rows a block (dotRowsF32Z, the kernel block uses for one row), F16 on
-// either vector path 8 (dotRowsF16AVX: each row's bits those dot4F16AVX
-// gives it). Decode streams the weights from memory, and a call per block of
+// rows a block (dotRowsF32Z, the kernel block uses for one row), F32 on the
+// AVX2 path and F16 on either vector path 8 (dotRowsF32AVX, dotRowsF16AVX:
+// each row's bits those dot4F32AVX and dot4F16AVX give it). Decode streams the weights from memory, and a call per block of
 // 4 rows costs a sixth of that time.
 func (j *matJob) rowsDecode(i, rhi int) int {
 	if j.n != 1 {
@@ -306,6 +306,10 @@ func (j *matJob) rowsDecode(i, rhi int) int {
 	case j.m.Type == gguf.TypeF16 && j.p >= pathAVX2 && c%8 == 0 && rhi-i >= 8:
 		nb := (rhi - i) / 8
 		dotRowsF16AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i])
+		return i + 8*nb
+	case j.m.Type == gguf.TypeF32 && j.p >= pathAVX2 && c%8 == 0 && rhi-i >= 8:
+		nb := (rhi - i) / 8
+		dotRowsF32AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i])
 		return i + 8*nb
 	}
 	return i
