@@ -152,6 +152,57 @@ d41f16done:
 	VZEROUPPER
 	RET
 
+// ROWS8START starts a block of 8 weight rows of a dotRows kernel: the 8 row
+// pointers from SI (stride BX) in SI, R9..R15, their accumulators (Y0..Y3,
+// Y10..Y13) zeroed, x in DI and its 8-element steps in CX.
+#define ROWS8START \
+	MOVQ x+16(FP), DI \
+	MOVQ n+24(FP), CX \
+	LEAQ (SI)(BX*1), R9 \
+	LEAQ (R9)(BX*1), R10 \
+	LEAQ (R10)(BX*1), R11 \
+	LEAQ (R11)(BX*1), R12 \
+	LEAQ (R12)(BX*1), R13 \
+	LEAQ (R13)(BX*1), R14 \
+	LEAQ (R14)(BX*1), R15 \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11 \
+	VXORPS Y12, Y12, Y12 \
+	VXORPS Y13, Y13, Y13 \
+	SHRQ $3, CX
+
+// ROWS8FMA adds one 8-element step of the 8 rows, each widened by LOAD
+// (VMOVUPS for F32, VCVTPH2PS for F16) at offset DX, times x's step in Y4.
+#define ROWS8FMA(LOAD) \
+	LOAD (SI)(DX*1), Y5 \
+	VFMADD231PS Y5, Y4, Y0 \
+	LOAD (R9)(DX*1), Y6 \
+	VFMADD231PS Y6, Y4, Y1 \
+	LOAD (R10)(DX*1), Y7 \
+	VFMADD231PS Y7, Y4, Y2 \
+	LOAD (R11)(DX*1), Y8 \
+	VFMADD231PS Y8, Y4, Y3 \
+	LOAD (R12)(DX*1), Y5 \
+	VFMADD231PS Y5, Y4, Y10 \
+	LOAD (R13)(DX*1), Y6 \
+	VFMADD231PS Y6, Y4, Y11 \
+	LOAD (R14)(DX*1), Y7 \
+	VFMADD231PS Y7, Y4, Y12 \
+	LOAD (R15)(DX*1), Y8 \
+	VFMADD231PS Y8, Y4, Y13
+
+// ROWS8STORE sums the 8 rows' lanes into out (R8) in HSUM4's order and moves
+// SI and R8 to the next block.
+#define ROWS8STORE \
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8)) \
+	HSUM4(Y10, Y11, Y12, Y13, X10, X1, 16(R8)) \
+	LEAQ (R15)(BX*1), SI \
+	ADDQ $32, R8
+
 // func dotRowsF16AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
 // Blocks of 8 rows w + i*wstride of F16 weights, one after another, dotted
 // with x over n&^7 elements, their results to out[8b..8b+7]: each row's
@@ -169,24 +220,7 @@ TEXT ·dotRowsF16AVX(SB), NOSPLIT, $0-48
 	CMPQ blocks+32(FP), $0
 	JEQ  rf16done
 rf16block:
-	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
-	LEAQ (SI)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	LEAQ (R10)(BX*1), R11
-	LEAQ (R11)(BX*1), R12
-	LEAQ (R12)(BX*1), R13
-	LEAQ (R13)(BX*1), R14
-	LEAQ (R14)(BX*1), R15
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	SHRQ $3, CX
+	ROWS8START
 	JZ   rf16sum
 	LEAQ (R15)(BX*1), AX
 	XORQ DX, DX
@@ -194,30 +228,12 @@ rf16loop:
 	PREFETCHT1 (AX)(DX*8)
 	PREFETCHT1 64(AX)(DX*8)
 	VMOVUPS (DI)(DX*2), Y4
-	VCVTPH2PS (SI)(DX*1), Y5
-	VFMADD231PS Y5, Y4, Y0
-	VCVTPH2PS (R9)(DX*1), Y6
-	VFMADD231PS Y6, Y4, Y1
-	VCVTPH2PS (R10)(DX*1), Y7
-	VFMADD231PS Y7, Y4, Y2
-	VCVTPH2PS (R11)(DX*1), Y8
-	VFMADD231PS Y8, Y4, Y3
-	VCVTPH2PS (R12)(DX*1), Y5
-	VFMADD231PS Y5, Y4, Y10
-	VCVTPH2PS (R13)(DX*1), Y6
-	VFMADD231PS Y6, Y4, Y11
-	VCVTPH2PS (R14)(DX*1), Y7
-	VFMADD231PS Y7, Y4, Y12
-	VCVTPH2PS (R15)(DX*1), Y8
-	VFMADD231PS Y8, Y4, Y13
+	ROWS8FMA(VCVTPH2PS)
 	ADDQ $16, DX
 	DECQ CX
 	JNZ  rf16loop
 rf16sum:
-	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
-	HSUM4(Y10, Y11, Y12, Y13, X10, X1, 16(R8))
-	LEAQ (R15)(BX*1), SI
-	ADDQ $32, R8
+	ROWS8STORE
 	DECQ blocks+32(FP)
 	JNZ  rf16block
 	VZEROUPPER
@@ -235,24 +251,7 @@ TEXT ·dotRowsF32AVX(SB), NOSPLIT, $0-48
 	CMPQ blocks+32(FP), $0
 	JEQ  rf32done
 rf32block:
-	MOVQ x+16(FP), DI
-	MOVQ n+24(FP), CX
-	LEAQ (SI)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	LEAQ (R10)(BX*1), R11
-	LEAQ (R11)(BX*1), R12
-	LEAQ (R12)(BX*1), R13
-	LEAQ (R13)(BX*1), R14
-	LEAQ (R14)(BX*1), R15
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	SHRQ $3, CX
+	ROWS8START
 	JZ   rf32sum
 	LEAQ (R15)(BX*1), AX
 	XORQ DX, DX
@@ -262,30 +261,12 @@ rf32loop:
 	PREFETCHT1 128(AX)(DX*8)
 	PREFETCHT1 192(AX)(DX*8)
 	VMOVUPS (DI)(DX*1), Y4
-	VMOVUPS (SI)(DX*1), Y5
-	VFMADD231PS Y5, Y4, Y0
-	VMOVUPS (R9)(DX*1), Y6
-	VFMADD231PS Y6, Y4, Y1
-	VMOVUPS (R10)(DX*1), Y7
-	VFMADD231PS Y7, Y4, Y2
-	VMOVUPS (R11)(DX*1), Y8
-	VFMADD231PS Y8, Y4, Y3
-	VMOVUPS (R12)(DX*1), Y5
-	VFMADD231PS Y5, Y4, Y10
-	VMOVUPS (R13)(DX*1), Y6
-	VFMADD231PS Y6, Y4, Y11
-	VMOVUPS (R14)(DX*1), Y7
-	VFMADD231PS Y7, Y4, Y12
-	VMOVUPS (R15)(DX*1), Y8
-	VFMADD231PS Y8, Y4, Y13
+	ROWS8FMA(VMOVUPS)
 	ADDQ $32, DX
 	DECQ CX
 	JNZ  rf32loop
 rf32sum:
-	HSUM4(Y0, Y1, Y2, Y3, X0, X1, (R8))
-	HSUM4(Y10, Y11, Y12, Y13, X10, X1, 16(R8))
-	LEAQ (R15)(BX*1), SI
-	ADDQ $32, R8
+	ROWS8STORE
 	DECQ blocks+32(FP)
 	JNZ  rf32block
 	VZEROUPPER
