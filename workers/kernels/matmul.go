@@ -291,8 +291,9 @@ func (j *matJob) rows(lo, hi int) {
 // first row it left (i where no kernel applies): F32 on the AVX-512 path 4
 // rows a block (dotRowsF32Z, the kernel block uses for one row), F32 on the
 // AVX2 path and F16 on either vector path 8 (dotRowsF32AVX, dotRowsF16AVX:
-// each row's bits those dot4F32AVX and dot4F16AVX give it). Decode streams the weights from memory, and a call per block of
-// 4 rows costs a sixth of that time.
+// each row's bits those dot4F32AVX and dot4F16AVX give it). Decode streams
+// the weights from memory, and a call per block of 4 rows costs a sixth of
+// that time.
 func (j *matJob) rowsDecode(i, rhi int) int {
 	if j.n != 1 {
 		return i
