@@ -175,24 +175,24 @@ d41f16done:
 	VXORPS Y13, Y13, Y13 \
 	SHRQ $3, CX
 
-// ROWS8FMA adds one 8-element step of the 8 rows, each widened by LOAD
+// ROWS8FMA adds one 8-element step of the 8 rows, each widened by VLOAD
 // (VMOVUPS for F32, VCVTPH2PS for F16) at offset DX, times x's step in Y4.
-#define ROWS8FMA(LOAD) \
-	LOAD (SI)(DX*1), Y5 \
+#define ROWS8FMA(VLOAD) \
+	VLOAD (SI)(DX*1), Y5 \
 	VFMADD231PS Y5, Y4, Y0 \
-	LOAD (R9)(DX*1), Y6 \
+	VLOAD (R9)(DX*1), Y6 \
 	VFMADD231PS Y6, Y4, Y1 \
-	LOAD (R10)(DX*1), Y7 \
+	VLOAD (R10)(DX*1), Y7 \
 	VFMADD231PS Y7, Y4, Y2 \
-	LOAD (R11)(DX*1), Y8 \
+	VLOAD (R11)(DX*1), Y8 \
 	VFMADD231PS Y8, Y4, Y3 \
-	LOAD (R12)(DX*1), Y5 \
+	VLOAD (R12)(DX*1), Y5 \
 	VFMADD231PS Y5, Y4, Y10 \
-	LOAD (R13)(DX*1), Y6 \
+	VLOAD (R13)(DX*1), Y6 \
 	VFMADD231PS Y6, Y4, Y11 \
-	LOAD (R14)(DX*1), Y7 \
+	VLOAD (R14)(DX*1), Y7 \
 	VFMADD231PS Y7, Y4, Y12 \
-	LOAD (R15)(DX*1), Y8 \
+	VLOAD (R15)(DX*1), Y8 \
 	VFMADD231PS Y8, Y4, Y13
 
 // ROWS8STORE sums the 8 rows' lanes into out (R8) in HSUM4's order and moves
