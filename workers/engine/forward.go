@@ -42,23 +42,30 @@ type forward struct {
 	pool *kernels.Pool
 
 	// scratch, grown as needed, indexed by batch row
-	x, xn, q, k, v, att, tmp []float32
-	gate, up                 []float32
-	rope                     []float32 // per row: RopeDims/2 (cos, sin) pairs
-	ropeSWA                  []float32 // the same at RopeBaseSWA, for sliding-window layers
-	embRow                   []byte    // one row of the embedding table, read from the file
-	ffnRows                  int       // rows the feed-forward takes at a time (ffnBlockRows)
-	rowPos                   []int
-	rowChunk                 []int
-	slot                     []attnScratch // one per pool thread
-	logitRows                []float32
-	logits                   []float32
-	out                      [][]float32    // run's result, reused
-	groups                   []attnGroup    // attention's row groups this step
-	items                    []attnItem     // attention's units of work this step
-	views                    []kvcache.View // appendKV's result, reused
-	rot                      kvRot          // the KV cache's rotations (from its type)
-	lora                     loraStep       // this step's adapters (lora_forward.go)
+	x, xn, tmp []float32
+	// Attention's q, k, v and att and the feed-forward's gate and up are
+	// never live at once: a layer's feed-forward starts after its attention
+	// output went through the output projection, and the next layer's
+	// projections after the feed-forward. So they are cut from one buffer,
+	// work, each to its own length and capacity (size).
+	q, k, v, att []float32
+	gate, up     []float32
+	work         []float32
+	rope         []float32 // per row: RopeDims/2 (cos, sin) pairs
+	ropeSWA      []float32 // the same at RopeBaseSWA, for sliding-window layers
+	embRow       []byte    // one row of the embedding table, read from the file
+	ffnRows      int       // rows the feed-forward takes at a time (ffnBlockRows)
+	rowPos       []int
+	rowChunk     []int
+	slot         []attnScratch // one per pool thread
+	logitRows    []float32
+	logits       []float32
+	out          [][]float32    // run's result, reused
+	groups       []attnGroup    // attention's row groups this step
+	items        []attnItem     // attention's units of work this step
+	views        []kvcache.View // appendKV's result, reused
+	rot          kvRot          // the KV cache's rotations (from its type)
+	lora         loraStep       // this step's adapters (lora_forward.go)
 
 	// The attention step's parameters, set before each pool.Run of attnFn
 	// (fw.attendSlots, bound once so the decode loop does not allocate).
@@ -158,12 +165,17 @@ func (fw *forward) size(chunks []*chunk) int {
 	fw.x = grow(fw.x, T*h.Embd)
 	fw.xn = grow(fw.xn, T*h.Embd)
 	fw.tmp = grow(fw.tmp, T*h.Embd)
-	fw.q = grow(fw.q, T*qd)
-	fw.att = grow(fw.att, T*qd)
-	fw.k = grow(fw.k, T*kvd)
-	fw.v = grow(fw.v, T*kvd)
-	fw.gate = grow(fw.gate, min(T, fw.ffnRows)*h.FFN)
-	fw.up = grow(fw.up, min(T, fw.ffnRows)*h.FFN)
+	ffn := min(T, fw.ffnRows) * h.FFN
+	fw.work = grow(fw.work, max(2*T*qd+2*T*kvd, 2*ffn))
+	w := fw.work
+	cut := func(n int) []float32 {
+		b := w[:n:n]
+		w = w[n:]
+		return b
+	}
+	fw.q, fw.att, fw.k, fw.v = cut(T*qd), cut(T*qd), cut(T*kvd), cut(T*kvd)
+	w = fw.work
+	fw.gate, fw.up = cut(ffn), cut(ffn)
 	fw.rope = grow(fw.rope, T*h.RopeDims)
 	if h.SWA != nil {
 		fw.ropeSWA = grow(fw.ropeSWA, T*h.RopeDims)
