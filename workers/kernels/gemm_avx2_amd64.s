@@ -16,9 +16,9 @@
 // pair of products is at most 2*128*127 and fits VPMADDUBSW's int16, and
 // VPMADDWD by ones widens each slice to int32. Q4_0's nibbles (0..15) times
 // x fit int16 for a whole block (8 pairs of at most 2*15*127); the kernel
-// subtracts 8*sum(x) (the side data's c). Q5_0 adds the fifth bits (0..31: a
-// slice's low and high products fit int16 together, widened per slice) and
-// subtracts 16*sum(x). Per block the float update is the portable kernels'
+// subtracts 8*sum(x) (the side data's c). Q5_0 adds the fifth bits (0..31:
+// two slices' low and high products fit int16 together; the A4 kernels widen
+// per two slices, the A1 kernels per slice) and subtracts 16*sum(x). Per block the float update is the portable kernels'
 // (dotQ8Go, dotQ4Go, dotQ5_0Go): sum += (d_w*d_x)*float(isum), lane
 // by lane, so each row's result is bitwise equal to them.
 
@@ -370,12 +370,32 @@ q4a1done:
 	VPMADDWD Y13, Y8, Y8 \
 	VPADDD Y8, acc, acc
 
-#define Q5S4(s) \
+// Q5DP16: slice s's low (Y4) and high (Y5) quants times the row at xr (its
+// quants at off), int16 pairs added into acc; yt is scratch. The A4 kernels
+// widen once per two slices: four pairs of at most 2*31*128 each, 31744,
+// still fit int16, and a widening VPMADDWD per slice would be a third of
+// their multiplies.
+#define Q5DP16(s, off, xr, acc, yt) \
+	VPBROADCASTD (off+4*s)(xr), Y8 \
+	VPMADDUBSW Y8, Y4, Y8 \
+	VPADDW Y8, acc, acc \
+	VPBROADCASTD (off+16+4*s)(xr), yt \
+	VPMADDUBSW yt, Y5, yt \
+	VPADDW yt, acc, acc
+
+// WIDEN2: a = b + a, both int16 pairs widened to int32 (Y13: ones).
+#define WIDEN2(a, b) \
+	VPMADDWD Y13, a, a \
+	VPMADDWD Y13, b, b \
+	VPADDD b, a, a
+
+// Q5S4: slice s of the half for the 4 activation rows, into a0..a3.
+#define Q5S4(s, a0, a1, a2, a3) \
 	NIBBLES5(s, (32+64*s)(SI)(BX*4), Y10, Y11) \
-	Q5DP(s, DI, Y0) \
-	Q5DP(s, R8, Y1) \
-	Q5DP(s, R9, Y2) \
-	Q5DP(s, R10, Y3)
+	Q5DP16(s, 2, DI, a0, Y11) \
+	Q5DP16(s, 2, R8, a1, Y11) \
+	Q5DP16(s, 2, R9, a2, Y11) \
+	Q5DP16(s, 2, R10, a3, Y11)
 
 // Q5F: acc minus 16*sum(x) (c at 4(ar)), then SUMMEM from d at 0(ar).
 #define Q5F(ar, acc, unused) \
@@ -394,14 +414,19 @@ TEXT ·gemmQ5A4(SB), NOSPLIT, $0-80
 q5a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	VMOVDQU 288(SI)(BX*4), Y10
-	Q5S4(0)
+	Q5S4(0, Y0, Y1, Y2, Y3)
 	PF2(0)
-	Q5S4(1)
+	Q5S4(1, Y0, Y1, Y2, Y3)
 	PF2(2)
-	Q5S4(2)
+	ZEROB(Y6, Y7, Y9, Y12)
+	Q5S4(2, Y6, Y7, Y9, Y12)
 	PF1(4)
-	Q5S4(3)
+	Q5S4(3, Y6, Y7, Y9, Y12)
 	PF1(5)
+	WIDEN2(Y0, Y6)
+	WIDEN2(Y1, Y7)
+	WIDEN2(Y2, Y9)
+	WIDEN2(Y3, Y12)
 	VCVTPH2PS (SI)(BX*2), Y12
 	EACHAUX4(Q5F)
 	NEXTB4(352)
@@ -668,15 +693,14 @@ q41a4done:
 	VZEROUPPER
 	RET
 
-// Q51S4: Q5_0's slice decoding (fifth bits of the half in Y11 here: Y10
-// holds m_w) into Y4, Y5, then the products widened per slice into Y0..Y3
-// (a slice's low and high products fit int16 together).
-#define Q51S4(s) \
+// Q51S4: Q5_0's slice decoding (fifth bits of the half in Y11 here) into Y4,
+// Y5, then the int16 products into a0..a3, as Q5S4.
+#define Q51S4(s, a0, a1, a2, a3) \
 	NIBBLES5(s, (64+64*s)(SI)(BX*4), Y11, Y8) \
-	Q51DP(s, DI, Y0) \
-	Q51DP(s, R8, Y1) \
-	Q51DP(s, R9, Y2) \
-	Q51DP(s, R10, Y3)
+	Q5DP16(s, 4, DI, a0, Y9) \
+	Q5DP16(s, 4, R8, a1, Y9) \
+	Q5DP16(s, 4, R9, a2, Y9) \
+	Q5DP16(s, 4, R10, a3, Y9)
 
 #define Q51DP(s, xr, acc) \
 	VPBROADCASTD (4+4*s)(xr), Y8 \
@@ -698,14 +722,19 @@ TEXT ·gemmQ51A4(SB), NOSPLIT, $0-64
 q51a4loop:
 	ZEROB(Y0, Y1, Y2, Y3)
 	VMOVDQU 320(SI)(BX*4), Y11
-	Q51S4(0)
+	Q51S4(0, Y0, Y1, Y2, Y3)
 	PF2(0)
-	Q51S4(1)
+	Q51S4(1, Y0, Y1, Y2, Y3)
 	PF2(2)
-	Q51S4(2)
+	ZEROB(Y6, Y7, Y10, Y12)
+	Q51S4(2, Y6, Y7, Y10, Y12)
 	PF1(4)
-	Q51S4(3)
+	Q51S4(3, Y6, Y7, Y10, Y12)
 	PF1(5)
+	WIDEN2(Y0, Y6)
+	WIDEN2(Y1, Y7)
+	WIDEN2(Y2, Y10)
+	WIDEN2(Y3, Y12)
 	MFLOAT4
 	NEXTM4(384)
 	DECQ CX
