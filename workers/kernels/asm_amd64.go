@@ -37,10 +37,10 @@ func dot4F32AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 func dot4F16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
-func dotRowsF16AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+func dotRowsF16AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32, ahead uintptr)
 
 //go:noescape
-func dotRowsF32AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+func dotRowsF32AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32, ahead uintptr)
 
 //go:noescape
 func dot4BF16AVX(w *byte, wstride uintptr, x *float32, n int, out *[4]float32)

@@ -203,17 +203,18 @@ d41f16done:
 	LEAQ (R15)(BX*1), SI \
 	ADDQ $32, R8
 
-// func dotRowsF16AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+// func dotRowsF16AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32, ahead uintptr)
 // Blocks of 8 rows w + i*wstride of F16 weights, one after another, dotted
 // with x over n&^7 elements, their results to out[8b..8b+7]: each row's
 // arithmetic is dot4F16AVX's (8 FMA lanes, then the same pairwise sums), so
 // its bits are too. Decode streams the rows from memory: 8 rows give 8
 // independent FMA chains where dot4F16AVX's 4 wait on the FMA latency, and
-// the next block is asked into L2 meanwhile (into L1, 32 KiB ahead, it
-// evicted the rows in use). BenchmarkMatMul/F16 on one Zen 4 core, against
-// dot4F16AVX a block at a time: decode-dram 16-24 -> 25-27 GB/s,
-// decode-vocab 14-16 -> 24-26.
-TEXT ·dotRowsF16AVX(SB), NOSPLIT, $0-48
+// the weights ahead+8*wstride bytes on from the block's start are asked into
+// L2 meanwhile (into L1, 32 KiB ahead, it evicted the rows in use; rowsAhead
+// sets ahead). BenchmarkMatMul/F16 on one Zen 4 core, against dot4F16AVX a
+// block at a time: decode-dram 16-24 -> 25-27 GB/s, decode-vocab 14-16 ->
+// 24-26.
+TEXT ·dotRowsF16AVX(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ wstride+8(FP), BX
 	MOVQ out+40(FP), R8
@@ -223,6 +224,7 @@ rf16block:
 	ROWS8START
 	JZ   rf16sum
 	LEAQ (R15)(BX*1), AX
+	ADDQ ahead+48(FP), AX
 	XORQ DX, DX
 rf16loop:
 	PREFETCHT1 (AX)(DX*8)
@@ -240,11 +242,11 @@ rf16sum:
 rf16done:
 	RET
 
-// func dotRowsF32AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32)
+// func dotRowsF32AVX(w *byte, wstride uintptr, x *float32, n int, blocks int, out *float32, ahead uintptr)
 // dotRowsF16AVX for F32 weights: each row's arithmetic, and so its bits, is
 // dot4F32AVX's, and decode makes one call for many blocks where it made one
 // per 4 rows.
-TEXT ·dotRowsF32AVX(SB), NOSPLIT, $0-48
+TEXT ·dotRowsF32AVX(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ wstride+8(FP), BX
 	MOVQ out+40(FP), R8
@@ -254,6 +256,7 @@ rf32block:
 	ROWS8START
 	JZ   rf32sum
 	LEAQ (R15)(BX*1), AX
+	ADDQ ahead+48(FP), AX
 	XORQ DX, DX
 rf32loop:
 	PREFETCHT1 (AX)(DX*8)

@@ -14,11 +14,15 @@ func gemmQ6KAMX(*byte, int, *q8K, uintptr, int, *q8KAux, *[256]float32) {
 	panic("kernels: no asm")
 }
 
-func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
-func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32)      { panic("kernels: no asm") }
-func dotRowsF16AVX(*byte, uintptr, *float32, int, int, *float32) { panic("kernels: no asm") }
-func dotRowsF32AVX(*byte, uintptr, *float32, int, int, *float32) { panic("kernels: no asm") }
-func dot4BF16AVX(*byte, uintptr, *float32, int, *[4]float32)     { panic("kernels: no asm") }
+func dot4F32AVX(*byte, uintptr, *float32, int, *[4]float32) { panic("kernels: no asm") }
+func dot4F16AVX(*byte, uintptr, *float32, int, *[4]float32) { panic("kernels: no asm") }
+func dotRowsF16AVX(*byte, uintptr, *float32, int, int, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func dotRowsF32AVX(*byte, uintptr, *float32, int, int, *float32, uintptr) {
+	panic("kernels: no asm")
+}
+func dot4BF16AVX(*byte, uintptr, *float32, int, *[4]float32) { panic("kernels: no asm") }
 func dot4x3F32AVX(*byte, uintptr, *float32, uintptr, int, int, *float32, uintptr) {
 	panic("kernels: no asm")
 }

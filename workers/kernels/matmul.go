@@ -306,11 +306,11 @@ func (j *matJob) rowsDecode(i, rhi int) int {
 		return i + 4*nb
 	case j.m.Type == gguf.TypeF16 && j.p >= pathAVX2 && c%8 == 0 && rhi-i >= 8:
 		nb := (rhi - i) / 8
-		dotRowsF16AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i])
+		dotRowsF16AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i], rowsAhead(j.rs))
 		return i + 8*nb
 	case j.m.Type == gguf.TypeF32 && j.p >= pathAVX2 && c%8 == 0 && rhi-i >= 8:
 		nb := (rhi - i) / 8
-		dotRowsF32AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i])
+		dotRowsF32AVX(w, uintptr(j.rs), &j.xf[0], c, nb, &j.out[i], rowsAhead(j.rs))
 		return i + 8*nb
 	}
 	return i
@@ -557,3 +557,14 @@ func (j *matJob) blockF32Z(w *byte, wstride, i, nw, x0, x1 int) {
 		copy(j.out[r*rows+i:r*rows+i+nw], t[:nw])
 	}
 }
+
+// rowsAhead is how far past the start of the next block of 8 rows (rs bytes
+// each) dotRowsF16AVX and dotRowsF32AVX ask for weights: decodeAhead bytes
+// ahead of the block they read, or the next block where a block is longer.
+func rowsAhead(rs int) uintptr { return uintptr(max(0, decodeAhead-8*rs)) }
+
+// decodeAhead: with the next block only, short blocks (8 rows of 2048 F16 or
+// 576 F32 weights: 32 or 18 KiB) were asked for too late. On the 2-core Zen 2,
+// 5 alternated runs each: llama-3.2-1b F16 decode at 2 threads 12.7 -> 13.7
+// tokens/s, smollm2-135m F32 at 1 thread 30.7 -> 32.4; qwen3-0.6b F16 level.
+const decodeAhead = 64 << 10
