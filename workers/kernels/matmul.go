@@ -52,6 +52,10 @@ type matJob struct {
 	// to run the tile path without AMX.
 	tileKern  tileQ8Kernel
 	tileKKern tileKKernel
+
+	// wide holds one buffer per pool thread for rowsWide's chunks of F16
+	// weight rows widened to float32 (grown on first use).
+	wide chan []byte
 }
 
 // q8KAux is what the packed K-quant kernels need of one Q8_K activation block
@@ -267,6 +271,10 @@ const rowChunkBytes = 256 << 10
 // rows, a chunk of blocks of at most rowChunkBytes at a time.
 func (j *matJob) rows(lo, hi int) {
 	rlo, rhi := lo*4, min(hi*4, j.m.Rows)
+	if j.widens() {
+		j.rowsWide(rlo, rhi)
+		return
+	}
 	tile := j.tile()
 	chunk := max(4, rowChunkBytes/max(1, j.rs)&^3)
 	for c0 := rlo; c0 < rhi; c0 += chunk {
@@ -284,6 +292,54 @@ func (j *matJob) rows(lo, hi int) {
 			}
 		}
 	}
+}
+
+// wideMinRows is the batch from which F16 products widen their weights
+// (widens): a chunk is widened once and passed over once per xTile rows. On
+// the 2-core Zen 2 (1536x1024, one thread, GFLOP/s, F16 tile kernel ->
+// widened): 12 rows 61-62 -> 63, 24 rows 62 -> 75, 48 rows 62-63 -> 80-83,
+// 512 rows 61 -> 83-86.
+const wideMinRows = 2 * xTile
+
+// widens says whether this product runs rowsWide: F16 weights on a CPU whose
+// F16 tile kernel reads float32 activations (f16TileF32, no AVX-512), at
+// least wideMinRows activation rows, whole 8-element steps.
+func (j *matJob) widens() bool {
+	return j.m.Type == gguf.TypeF16 && j.p == pathAVX2 && f16TileF32 && j.wide != nil &&
+		j.n >= wideMinRows && j.m.Cols%8 == 0
+}
+
+// rowsWide is rows for F16 weights that widens each chunk of weight rows to
+// float32 once and runs the F32 kernels over the copy: dot4x3F32AVX and
+// dot4F32AVX do the arithmetic of dot4x3HFAVX and dot4F16AVX, and the
+// widening is exact, so every result has the same bits, but the F32 tile
+// kernel converts nothing in its loop (the F16 one spends 4 conversions per 12
+// multiply-adds). A chunk is rowChunkBytes of float32 weights, half of rows'.
+func (j *matJob) rowsWide(rlo, rhi int) {
+	c := j.m.Cols
+	buf := <-j.wide
+	chunk := max(4, rowChunkBytes/(4*c)&^3)
+	if len(buf) < 4*chunk*c {
+		buf = make([]byte, 4*chunk*c)
+	}
+	wf, rs := f32s(buf), 4*c
+	for c0 := rlo; c0 < rhi; c0 += chunk {
+		c1 := min(c0+chunk, rhi)
+		for r := c0; r < c1; r++ {
+			Active().F16ToF32s(wf[(r-c0)*c:(r-c0+1)*c], u16s(j.m.Data[r*j.rs:(r+1)*j.rs]))
+		}
+		for x0 := 0; x0 < j.n; x0 += xTile {
+			x1 := min(x0+xTile, j.n)
+			i := c0
+			for ; i+4 <= c1; i += 4 {
+				j.blockFloat(gguf.TypeF32, &buf[(i-c0)*rs], rs, i, 4, x0, x1)
+			}
+			for ; i < c1; i++ {
+				j.blockFloat(gguf.TypeF32, &buf[(i-c0)*rs], 0, i, 1, x0, x1)
+			}
+		}
+	}
+	j.wide <- buf
 }
 
 // rowsDecode computes, for a single activation row of a float matrix, the
@@ -332,36 +388,7 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 			j.blockF32Z(w, wstride, i, nw, x0, x1)
 			return
 		}
-		r := x0
-		if nw == 4 && c%8 == 0 && x1-x0 >= 3 {
-			// The kernel stores the results itself, a whole tile in one call;
-			// a last partial group of 3 is taken as the tile's last 3 rows,
-			// whose bits come out the same again.
-			g := (x1 - x0) / 3
-			j.float4x3(w, wstride, i, x0, g, &j.out[x0*rows+i], rows*4)
-			if x0+3*g < x1 {
-				j.float4x3(w, wstride, i, x1-3, 1, &j.out[(x1-3)*rows+i], rows*4)
-			}
-			return
-		}
-		for ; r+3 <= x1; r += 3 {
-			j.float4x3(w, wstride, i, r, 1, &t[0], 16)
-			for q := range 3 {
-				j.store(t[4*q:4*q+4], i, nw, r+q)
-			}
-		}
-		for ; r < x1; r++ {
-			t4 := (*[4]float32)(t[:4])
-			switch j.m.Type {
-			case gguf.TypeF32:
-				dot4F32AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
-			case gguf.TypeF16:
-				dot4F16AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
-			default:
-				dot4BF16AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
-			}
-			j.store(t[:4], i, nw, r)
-		}
+		j.blockFloat(j.m.Type, w, wstride, i, nw, x0, x1)
 	case gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeIQ4_NL:
 		t4 := (*[4]float32)(t[:4])
 		for r := x0; r < x1; r++ {
@@ -384,12 +411,49 @@ func (j *matJob) block(i, wstride, nw, x0, x1 int) {
 	}
 }
 
-// float4x3 runs the float type's 4x3 kernel on weight rows i.. (stride
+// blockFloat is block for weights of float type t at w (F32 on the AVX2
+// path, F16, BF16; t is F32 for rowsWide's widened F16 rows).
+func (j *matJob) blockFloat(t gguf.Type, w *byte, wstride, i, nw, x0, x1 int) {
+	c, rows := j.m.Cols, j.m.Rows
+	var tt [12]float32
+	r := x0
+	if nw == 4 && c%8 == 0 && x1-x0 >= 3 {
+		// The kernel stores the results itself, a whole tile in one call;
+		// a last partial group of 3 is taken as the tile's last 3 rows,
+		// whose bits come out the same again.
+		g := (x1 - x0) / 3
+		j.float4x3(t, w, wstride, i, x0, g, &j.out[x0*rows+i], rows*4)
+		if x0+3*g < x1 {
+			j.float4x3(t, w, wstride, i, x1-3, 1, &j.out[(x1-3)*rows+i], rows*4)
+		}
+		return
+	}
+	for ; r+3 <= x1; r += 3 {
+		j.float4x3(t, w, wstride, i, r, 1, &tt[0], 16)
+		for q := range 3 {
+			j.store(tt[4*q:4*q+4], i, nw, r+q)
+		}
+	}
+	for ; r < x1; r++ {
+		t4 := (*[4]float32)(tt[:4])
+		switch t {
+		case gguf.TypeF32:
+			dot4F32AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
+		case gguf.TypeF16:
+			dot4F16AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
+		default:
+			dot4BF16AVX(w, uintptr(wstride), &j.xf[r*c], c, t4)
+		}
+		j.store(tt[:4], i, nw, r)
+	}
+}
+
+// float4x3 runs float type t's 4x3 kernel on weight rows i.. (stride
 // wstride) against groups*3 activation rows from r, storing each row's 4
 // results at out + row*ostride bytes.
-func (j *matJob) float4x3(w *byte, wstride, i, r, groups int, out *float32, ostride int) {
+func (j *matJob) float4x3(t gguf.Type, w *byte, wstride, i, r, groups int, out *float32, ostride int) {
 	c := j.m.Cols
-	switch j.m.Type {
+	switch t {
 	case gguf.TypeF32:
 		dot4x3F32AVX(w, uintptr(wstride), &j.xf[r*c], uintptr(c*4), c, groups, out, uintptr(ostride))
 	case gguf.TypeF16:

@@ -59,6 +59,10 @@ func NewPool(threads int) *Pool {
 	}
 	p := &Pool{threads: threads, callerWake: make(chan struct{}, 1)}
 	p.rowsFn, p.prepFn, p.groupsFn = p.job.rows, p.job.prepRows, p.job.groups
+	p.job.wide = make(chan []byte, threads)
+	for range threads {
+		p.job.wide <- nil
+	}
 	for i := 1; i < threads; i++ {
 		w := &poolWorker{wake: make(chan struct{}, 1)}
 		p.workers = append(p.workers, w)
