@@ -53,14 +53,11 @@ func (r *Results) WithSyncKeep(keep time.Duration) *Results {
 // ErrStoreFull, a moved revision ErrConflict.
 func storeError(err error, id string, rev uint64) error {
 	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		switch {
-		case api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence,
-			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant:
-			return fmt.Errorf("%w: %s at revision %d", ErrConflict, id, rev)
-		case api.ErrorCode == jsStoreFailed:
-			return fmt.Errorf("%w: %s", ErrStoreFull, api.Description)
-		}
+	switch {
+	case casConflict(err):
+		return fmt.Errorf("%w: %s at revision %d", ErrConflict, id, rev)
+	case errors.As(err, &api) && api.ErrorCode == jsStoreFailed:
+		return fmt.Errorf("%w: %s", ErrStoreFull, api.Description)
 	}
 	return nil
 }

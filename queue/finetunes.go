@@ -339,12 +339,10 @@ func (s *Finetunes) update(ctx context.Context, tenant string, change func(*tena
 		} else {
 			_, err = s.kv.Update(ctx, tenant, b, rev)
 		}
-		var apiErr *jetstream.APIError
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, jetstream.ErrKeyExists),
-			errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		case casConflict(err):
 			continue // changed meanwhile: read again
 		default:
 			return unavailable(err)
@@ -354,6 +352,15 @@ func (s *Finetunes) update(ctx context.Context, tenant string, change func(*tena
 }
 
 func unavailable(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, err) }
+
+// casConflict says whether err refused a write because the key's revision
+// moved (or, for a create, the key exists): error code 10071 on a
+// single-replica stream, 10164 on a replicated one.
+func casConflict(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
 
 // Create adds a finetune (Name, Model, Description) to tenant's and
 // returns it with its new id and time. A name the tenant already uses is

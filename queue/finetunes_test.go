@@ -511,3 +511,54 @@ func TestReadAdapterFileAfterStall(t *testing.T) {
 		t.Fatalf("stalling every time: %v in %d reads (context: %v); want ErrUnavailable after %d", err, always.gets, ctx.Err(), adapterAttempts)
 	}
 }
+
+// TestCASConflict: a write refused because the key's revision moved is a
+// conflict to retry: Update at a stale revision and Create of a key that
+// exists, on a single-replica and a replicated bucket (code 10071), and
+// code 10164, which a replicated stream's leader answers while an earlier
+// write to the key is still being applied (a race a test cannot set up
+// reliably, so it is given as the error the client returns).
+func TestCASConflict(t *testing.T) {
+	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant} {
+		err := fmt.Errorf("nats: %w: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "wrong last sequence"}, jetstream.ErrKeyRevisionMismatch)
+		if !casConflict(err) {
+			t.Errorf("code %d: %v, not a conflict", code, err)
+		}
+	}
+	if testing.Short() {
+		t.Skip("three-server cluster skipped in -short mode")
+	}
+	srvs := startCluster(t, 3)
+	nc, err := nats.Connect(clientURLs(srvs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, replicas := range []int{1, 3} {
+		var kv jetstream.KeyValue
+		eventually(t, 30*time.Second, func(ctx context.Context) error {
+			kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: fmt.Sprintf("cas_r%d", replicas), Replicas: replicas})
+			return err
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rev, err := kv.Create(ctx, "k", []byte("a"))
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if _, err := kv.Update(ctx, "k", []byte("b"), rev+5); !casConflict(err) {
+			t.Errorf("R%d: Update at a stale revision: %v, not a conflict", replicas, err)
+		}
+		if _, err := kv.Create(ctx, "k", []byte("c")); !casConflict(err) {
+			t.Errorf("R%d: Create of an existing key: %v, not a conflict", replicas, err)
+		}
+		if _, err := kv.Get(ctx, "absent"); casConflict(err) {
+			t.Errorf("R%d: a missing key counts as a conflict: %v", replicas, err)
+		}
+		cancel()
+	}
+}
