@@ -65,6 +65,19 @@ func eventually(t *testing.T, within time.Duration, f func(ctx context.Context) 
 	})
 }
 
+// clusterJS starts a three-server cluster (skipped in -short mode) and
+// returns its servers and JetStream on a connection to all of them, closed
+// when the test ends.
+func clusterJS(t *testing.T) ([]*Server, jetstream.JetStream) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("three-server cluster skipped in -short mode")
+	}
+	srvs := startCluster(t, 3)
+	_, js := connectJS(t, clientURLs(srvs))
+	return srvs, js
+}
+
 func clientURLs(srvs []*Server) string {
 	var urls []string
 	for _, s := range srvs {
@@ -142,19 +155,7 @@ func TestClusterReplicates(t *testing.T) {
 // TestClusterCapacityReplicated: Setup gives an existing capacity bucket
 // (created by a worker, one replica) the replicas asked for.
 func TestClusterCapacityReplicated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three-server cluster skipped in -short mode")
-	}
-	srvs := startCluster(t, 3)
-	nc, err := nats.Connect(clientURLs(srvs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := clusterJS(t)
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
 		return PublishCapacity(ctx, js, "@cf/test/model", 512, "w1")
 	})

@@ -260,19 +260,7 @@ func TestAdapterDigestChecked(t *testing.T) {
 // finetunes bucket and the adapters object store get the streams'
 // replicas and storage, and Replicated waits for them too.
 func TestFinetunesReplicatedAsStreams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three-server cluster skipped in -short mode")
-	}
-	srvs := startCluster(t, 3)
-	nc, err := nats.Connect(clientURLs(srvs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srvs, js := clusterJS(t)
 	eventually(t, 30*time.Second, func(ctx context.Context) error { return Setup(ctx, js, StreamConfig{Replicas: 3}) })
 	eventually(t, 30*time.Second, func(ctx context.Context) error { return Replicated(ctx, js, 3) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -525,22 +513,11 @@ func TestCASConflict(t *testing.T) {
 			t.Errorf("code %d: %v, not a conflict", code, err)
 		}
 	}
-	if testing.Short() {
-		t.Skip("three-server cluster skipped in -short mode")
-	}
-	srvs := startCluster(t, 3)
-	nc, err := nats.Connect(clientURLs(srvs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := clusterJS(t)
 	for _, replicas := range []int{1, 3} {
 		var kv jetstream.KeyValue
 		eventually(t, 30*time.Second, func(ctx context.Context) error {
+			var err error
 			kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: fmt.Sprintf("cas_r%d", replicas), Replicas: replicas})
 			return err
 		})

@@ -30,7 +30,19 @@ func startEnv(t testing.TB, cfg StreamConfig) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, js := connectJS(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Setup(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{srv: srv, nc: nc, js: js}
+}
+
+// connectJS connects to url (one or more servers) until the test ends.
+func connectJS(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,12 +51,7 @@ func startEnv(t testing.TB, cfg StreamConfig) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := Setup(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return &testEnv{srv: srv, nc: nc, js: js}
+	return nc, js
 }
 
 func testJob(id string) *Job {
