@@ -185,21 +185,6 @@ func gemmQ6KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride 
 //go:noescape
 func gemmQ6KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
-//go:noescape
-func gemmQ5KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
-
-//go:noescape
-func gemmQ5KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
-
-//go:noescape
-func gemmQ3KP8(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
-
-//go:noescape
-func gemmQ3KP4(w *byte, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
-
-//go:noescape
-func gemmQ3KP1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
-
 // AVX2 kernels over the same packed Q4_K/Q6_K groups (kgemm_avx2_amd64.s):
 // half 0 or 1 of a group (8 weight rows) by 4 activation rows (A4), or the
 // whole group by one (A1).

@@ -7,11 +7,15 @@ import (
 )
 
 // Portable kernels for Q2_K, Q3_K, Q5_K and IQ4_XS weights against Q8_K
-// activations. Q2_K, Q3_K and Q5_K compute what GGML's scalar
-// ggml_vec_dot_<type>_q8_K_generic does, float operation for float operation;
-// IQ4_XS follows GGML's x86 kernel (see dotIQ4XSGo). Q3_K and Q5_K keep, as GGML's
-// generic code does, eight float lane sums (lane l collects elements l mod 8)
-// across super-blocks, added together only at the end.
+// activations. Q2_K computes what GGML's scalar ggml_vec_dot_q2_K_q8_K_generic
+// does, float operation for float operation; IQ4_XS follows GGML's x86 kernel
+// (see dotIQ4XSGo). Q3_K and Q5_K keep eight float lane sums across
+// super-blocks, added together only at the end, as GGML's kernels do, with
+// lane l collecting the l-th 32 elements of every super-block (for Q5_K a
+// sub-block, for Q3_K two): each lane's integer sum per super-block then takes
+// one scale multiply per 16 or 32 products, where GGML's generic lanes
+// (elements l mod 8) need one per 4. A single sum per super-block, as Q4_K's,
+// fails a greedy golden (docs/engine.md).
 
 // Super-block sizes in bytes.
 const (
@@ -67,8 +71,8 @@ func q3KScales(s []byte) (out [16]int32) {
 	return out
 }
 
-// addLanes adds per-lane sums d*lane[l] into acc, as GGML's generic Q3_K and
-// Q5_K kernels do after each super-block.
+// addLanes adds per-lane sums d*lane[l] into acc after each super-block of
+// Q3_K or Q5_K.
 func addLanes(acc *[8]float32, d float32, lane *[8]int32) {
 	for l := range 8 {
 		acc[l] = acc[l] + float32(d*float32(lane[l]))
@@ -100,7 +104,7 @@ func dotQ3KGo(w []byte, x []q8K) float32 {
 					if l >= 16 {
 						s = s1
 					}
-					lane[l%8] += s * (v * int32(xs[l]))
+					lane[e0/32] += s * (v * int32(xs[l]))
 				}
 			}
 		}
@@ -143,7 +147,8 @@ func dotQ5KGo(w []byte, x []q8K) float32 {
 				if qh[l]&u2 != 0 {
 					v2 += 16
 				}
-				lane[l%8] += int32(s1)*(v1*int32(xl[l])) + int32(s2)*(v2*int32(xh[l]))
+				lane[2*k] += int32(s1) * (v1 * int32(xl[l]))
+				lane[2*k+1] += int32(s2) * (v2 * int32(xh[l]))
 			}
 		}
 		addLanes(&acc, float32(half(wb[0:2])*xb.d), &lane)

@@ -88,8 +88,6 @@ func gemmQ6KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *
 	panic("kernels: no asm")
 }
 func gemmQ6KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ5KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ3KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
 func gemmQ4KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
@@ -118,16 +116,7 @@ func gemmIQ4XSA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uin
 	panic("kernels: no asm")
 }
 func gemmIQ4XSA1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
-func gemmQ3KP8(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
-	panic("kernels: no asm")
-}
-func gemmQ3KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
-	panic("kernels: no asm")
-}
-func gemmQ5KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
-	panic("kernels: no asm")
-}
-func gemmQ2KP1(*byte, int, *q8K, *q8KAux, *float32) { panic("kernels: no asm") }
+func gemmQ2KP1(*byte, int, *q8K, *q8KAux, *float32)   { panic("kernels: no asm") }
 func gemmQ2KP4(*byte, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }

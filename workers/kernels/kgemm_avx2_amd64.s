@@ -43,17 +43,6 @@ GLOBL k2q30<>(SB), RODATA, $4
 	VPBROADCASTD k2q0f<>(SB), Y15 \
 	ZEROOUT4(Y8)
 
-// LANES8: F for the 8 lanes in turn.
-#define LANES8(F) \
-	F(0) \
-	F(1) \
-	F(2) \
-	F(3) \
-	F(4) \
-	F(5) \
-	F(6) \
-	F(7)
-
 // LANESFIN4: the 4 output rows of an A4 kernel += their float lane sums
 // (at 256+256r on the stack).
 #define LANESFIN4 \
@@ -1053,17 +1042,18 @@ q2ka1done:
 // dmin at 32, the sub-block scales [sub][row] at 64 and the mins as byte
 // pairs [pair][row][2] at 192, as Q4_K's; then per 64-element chunk k at
 // 320+640k, 8 slices of 4 bytes per row, slice s holding the chunk's quant
-// bytes s, s+8, s+16, s+24 (low nibbles: lane s of sub-block 2k, high
-// nibbles: lane s of 2k+1), and at 320+640k+512 two 64-byte planes of fifth
+// bytes s, s+8, s+16, s+24 (low nibbles: sub-block 2k, high nibbles:
+// 2k+1), and at 320+640k+512 two 64-byte planes of fifth
 // bits, slice s's in plane s/4 at Q5_0's bits s%4 and 4+s%4).
 //
-// GGML's generic Q5_K kernel sums in eight float lanes (lane l: the elements
-// l mod 8) across super-blocks and adds them up only at the end (dotQ5KGo).
-// These kernels keep that order: the activations come lane-ordered
-// (laneOrder: lane s of a sub-block is its 4 bytes at 4s), so each dword
-// product is one lane's; for each lane in turn they sum its integers over the
-// super-block (exact), then update its float sums, which live on the stack;
-// the running sums of -dmin*msum live in out (A4) or a register (A1).
+// dotQ5KGo sums in eight float lanes across super-blocks, lane j taking
+// sub-block j, and adds them up only at the end. These kernels take one
+// sub-block at a time: its slices' VPMADDUBSW products summed as int16 four
+// slices at a time (2*31*128*4 < 32768), then times its scale (VPMADDWD:
+// one per 16 products, where GGML's generic lanes need one per 4), exact in
+// int32, then its float lane sums update; those live on the stack, the
+// running sums of -dmin*msum in out (A4) or a register (A1). The activations
+// come in the packed order (laneOrder).
 
 #define PFQ5K 2880
 
@@ -1085,49 +1075,82 @@ GLOBL k2q10<>(SB), RODATA, $4
 	VMOVUPS acc, off(SP)
 
 // Stack of the A4 kernel: the half's sub-block scales as Q5KSC pairs at
-// 32*sub, and activation row r's float lane sums at 256+256r (lane s at
-// +32s).
-#define Q5KA4FRAME 1280
+// 32*sub, activation row r's float lane sums at 256+256r (lane j at +32j),
+// and its d*dx at 1280+32r (a frame of 1408 bytes). Q5KA4SUMS ends the
+// float lane sums, which each call zeroes.
+#define Q5KA4SUMS 1280
 
-// Q5KDP4: lane s of chunk k (Y4: sub-block 2k, Y5: 2k+1) times activation
-// row xr's lane s of both sub-blocks, scaled, into acc.
-#define Q5KDP4(xr, acc, k, s) \
-	VPBROADCASTD (4+64*k+4*s)(xr), Y8 \
-	VPMADDUBSW Y8, Y4, Y8 \
-	VPMADDWD (64*k)(SP), Y8, Y8 \
-	VPADDD Y8, acc, acc \
-	VPBROADCASTD (36+64*k+4*s)(xr), Y9 \
-	VPMADDUBSW Y9, Y5, Y9 \
-	VPMADDWD (64*k+32)(SP), Y9, Y9 \
-	VPADDD Y9, acc, acc
+// Q5KDP4: the values in Y4 times activation row xr's slice s of sub-block j,
+// added to the row's int16 sums acc (at most 4*2*31*128 = 31744 over 4
+// slices).
+#define Q5KDP4(xr, acc, j, s) \
+	VPBROADCASTD (4+32*j+4*s)(xr), Y7 \
+	VPMADDUBSW Y7, Y4, Y7 \
+	VPADDW Y7, acc, acc
 
-#define Q5KL4(k, s) \
-	VMOVDQU (320+640*k+512+64*(s/4))(SI)(BX*4), Y6 \
-	NIBBLES5R((s%4), (320+640*k+64*s)(SI)(BX*4), Y6, Y4, Y5, Y7) \
-	Q5KDP4(DI, Y0, k, s) \
-	Q5KDP4(R8, Y1, k, s) \
-	Q5KDP4(R9, Y2, k, s) \
-	Q5KDP4(R10, Y3, k, s)
+#define Q5KDP44(j, s) \
+	Q5KDP4(DI, Y0, j, s) \
+	Q5KDP4(R8, Y1, j, s) \
+	Q5KDP4(R9, Y2, j, s) \
+	Q5KDP4(R10, Y3, j, s)
 
-// Q5KLANE4: lane s over the super-block for the 4 activation rows, d*dx of
-// each in Y10..Y13.
-#define Q5KLANE4(s) \
+// Q5KV4LO / Q5KV4HI: slice s of chunk k's low nibbles (sub-block 2k) or
+// high ones (2k+1) with their fifth bits (the plane in Y5) as bytes in Y4.
+#define Q5KV4LO(k, s) \
+	VPAND (320+640*k+64*s)(SI)(BX*4), Y15, Y4 \
+	VPSLLW $(4-(s%4)), Y5, Y6 \
+	VPAND Y14, Y6, Y6 \
+	VPOR Y6, Y4, Y4
+
+#define Q5KV4HI(k, s) \
+	VMOVDQU (320+640*k+64*s)(SI)(BX*4), Y4 \
+	VPSRLW $4, Y4, Y4 \
+	VPAND Y15, Y4, Y4 \
+	VPSRLW $(s%4), Y5, Y6 \
+	VPAND Y14, Y6, Y6 \
+	VPOR Y6, Y4, Y4
+
+// Q5KQ4: slices 4q..4q+3 of sub-block j (= 2k+hi) for the 4 activation
+// rows, into the int16 sums Y0..Y3.
+#define Q5KQ4(k, j, q, V) \
 	ZERO4(Y0, Y1, Y2, Y3) \
-	Q5KL4(0, s) \
-	Q5KL4(1, s) \
-	Q5KL4(2, s) \
-	Q5KL4(3, s) \
-	Q5KLF(Y0, Y10, (256+32*s)) \
-	Q5KLF(Y1, Y11, (512+32*s)) \
-	Q5KLF(Y2, Y12, (768+32*s)) \
-	Q5KLF(Y3, Y13, (1024+32*s))
+	VMOVDQU (320+640*k+512+64*q)(SI)(BX*4), Y5 \
+	V(k, (4*q)) \
+	Q5KDP44(j, (4*q)) \
+	V(k, (4*q+1)) \
+	Q5KDP44(j, (4*q+1)) \
+	V(k, (4*q+2)) \
+	Q5KDP44(j, (4*q+2)) \
+	V(k, (4*q+3)) \
+	Q5KDP44(j, (4*q+3))
 
-// Q5KLANE4P: Q5KLANE4, then lane s's share of the next group's super-block
-// asked for (prefetch_amd64.h): 6 lines a lane covers its 45.
-#define Q5KLANE4P(s) \
-	Q5KLANE4(s) \
-	PF5(6*(s)) \
-	PF1(6*(s)+5)
+// Q5KSUBF: row r's int16 sums acc times sub-block j's scales, plus its first
+// four slices' in y32, into its float lane j.
+#define Q5KSUBF(acc, y32, j, r) \
+	VPMADDWD (32*j)(SP), acc, acc \
+	VPADDD acc, y32, y32 \
+	VCVTDQ2PS y32, y32 \
+	VMULPS (1280+32*r)(SP), y32, y32 \
+	VADDPS (256+256*r+32*j)(SP), y32, y32 \
+	VMOVUPS y32, (256+256*r+32*j)(SP)
+
+// Q5KSUB4: sub-block j (= 2k+hi, V its unpacking) over the super-block's
+// 4 activation rows, into float lane j; then its share of the next group's
+// super-block asked for (prefetch_amd64.h): 6 lines a sub-block covers its
+// 45.
+#define Q5KSUB4(k, j, V) \
+	Q5KQ4(k, j, 0, V) \
+	VPMADDWD (32*j)(SP), Y0, Y8 \
+	VPMADDWD (32*j)(SP), Y1, Y9 \
+	VPMADDWD (32*j)(SP), Y2, Y10 \
+	VPMADDWD (32*j)(SP), Y3, Y11 \
+	Q5KQ4(k, j, 1, V) \
+	Q5KSUBF(Y0, Y8, j, 0) \
+	Q5KSUBF(Y1, Y9, j, 1) \
+	Q5KSUBF(Y2, Y10, j, 2) \
+	Q5KSUBF(Y3, Y11, j, 3) \
+	PF5(6*(j)) \
+	PF1(6*(j)+5)
 
 // Q5KMINF: the running sums at (AX) -= (dmin * d_x) * float(ym), dmin in
 // Y13, d_x the f32 at (xr).
@@ -1154,7 +1177,7 @@ GLOBL k2q10<>(SB), RODATA, $4
 	VMOVUPS Y0, (AX)
 
 // func gemmQ5KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
-TEXT ·gemmQ5KA4(SB), $1280-80
+TEXT ·gemmQ5KA4(SB), $1408-80
 	SETUPA4
 	VPBROADCASTD k2q10<>(SB), Y14
 	VXORPS Y0, Y0, Y0
@@ -1162,7 +1185,7 @@ TEXT ·gemmQ5KA4(SB), $1280-80
 q5ka4zero:
 	VMOVUPS Y0, (SP)(AX*1)
 	ADDQ    $32, AX
-	CMPQ    AX, $Q5KA4FRAME
+	CMPQ    AX, $Q5KA4SUMS
 	JB      q5ka4zero
 	TESTQ CX, CX
 	JZ    q5ka4done
@@ -1185,13 +1208,24 @@ q5ka4loop:
 	VCVTPH2PS (SI)(BX*2), Y13
 	VBROADCASTSS (DI), Y10
 	VMULPS Y10, Y13, Y10
+	VMOVUPS Y10, 1280(SP)
 	VBROADCASTSS (R8), Y11
 	VMULPS Y11, Y13, Y11
+	VMOVUPS Y11, 1312(SP)
 	VBROADCASTSS (R9), Y12
 	VMULPS Y12, Y13, Y12
+	VMOVUPS Y12, 1344(SP)
 	VBROADCASTSS (R10), Y9
 	VMULPS Y9, Y13, Y13
-	LANES8(Q5KLANE4P)
+	VMOVUPS Y13, 1376(SP)
+	Q5KSUB4(0, 0, Q5KV4LO)
+	Q5KSUB4(0, 1, Q5KV4HI)
+	Q5KSUB4(1, 2, Q5KV4LO)
+	Q5KSUB4(1, 3, Q5KV4HI)
+	Q5KSUB4(2, 4, Q5KV4LO)
+	Q5KSUB4(2, 5, Q5KV4HI)
+	Q5KSUB4(3, 6, Q5KV4LO)
+	Q5KSUB4(3, 7, Q5KV4HI)
 	NEXTA4(2880)
 	DECQ CX
 	JNZ  q5ka4loop
@@ -1201,42 +1235,71 @@ q5ka4done:
 	RET
 
 // Stack of the A1 kernel: sub-block sub's scales as Q5KSC pairs at 64*sub
-// (half h at +32h), the float lane sums at 512+64s (half h at +32h).
+// (half h at +32h), the float lane sums at 512+64j (half h at +32h).
 #define Q5KA1FRAME 1024
 
-// Q5KL1: lane s of chunk k for both halves against the one activation row,
-// into Y0 (rows 0..7) and Y1 (rows 8..15).
-#define Q5KL1(k, s) \
+// Q5KV1LO / Q5KV1HI: slice s of chunk k's low nibbles (sub-block 2k, the
+// slice's line of the next super-block asked for) or high ones (2k+1) with
+// their fifth bits (the planes in Y6, Y7) for both halves, into Y4 and Y5.
+#define Q5KV1LO(k, s) \
 	PREFETCHT0 (PFQ5K+320+640*k+64*s)(SI) \
-	VMOVDQU (320+640*k+512+64*(s/4))(SI), Y6 \
-	VMOVDQU (320+640*k+512+64*(s/4)+32)(SI), Y7 \
-	NIBBLES5R((s%4), (320+640*k+64*s)(SI), Y6, Y4, Y5, Y8) \
-	NIBBLES5R((s%4), (320+640*k+64*s+32)(SI), Y7, Y2, Y3, Y8) \
-	VPBROADCASTD (4+64*k+4*s)(DI), Y9 \
-	VPMADDUBSW Y9, Y4, Y4 \
-	VPMADDWD (128*k)(SP), Y4, Y4 \
-	VPADDD Y4, Y0, Y0 \
-	VPMADDUBSW Y9, Y2, Y2 \
-	VPMADDWD (128*k+32)(SP), Y2, Y2 \
-	VPADDD Y2, Y1, Y1 \
-	VPBROADCASTD (36+64*k+4*s)(DI), Y9 \
-	VPMADDUBSW Y9, Y5, Y5 \
-	VPMADDWD (128*k+64)(SP), Y5, Y5 \
-	VPADDD Y5, Y0, Y0 \
-	VPMADDUBSW Y9, Y3, Y3 \
-	VPMADDWD (128*k+96)(SP), Y3, Y3 \
-	VPADDD Y3, Y1, Y1
+	VPAND (320+640*k+64*s)(SI), Y15, Y4 \
+	VPSLLW $(4-(s%4)), Y6, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y4, Y4 \
+	VPAND (320+640*k+64*s+32)(SI), Y15, Y5 \
+	VPSLLW $(4-(s%4)), Y7, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y5, Y5
 
-// Q5KLANE1: lane s over the super-block, d*dx of each half in Y12, Y13.
-#define Q5KLANE1(s) \
+#define Q5KV1HI(k, s) \
+	VMOVDQU (320+640*k+64*s)(SI), Y4 \
+	VPSRLW $4, Y4, Y4 \
+	VPAND Y15, Y4, Y4 \
+	VPSRLW $(s%4), Y6, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y4, Y4 \
+	VMOVDQU (320+640*k+64*s+32)(SI), Y5 \
+	VPSRLW $4, Y5, Y5 \
+	VPAND Y15, Y5, Y5 \
+	VPSRLW $(s%4), Y7, Y8 \
+	VPAND Y14, Y8, Y8 \
+	VPOR Y8, Y5, Y5
+
+// Q5KS1: slice s of sub-block j for both halves against the one activation
+// row, into the int16 sums Y0 (rows 0..7) and Y1 (rows 8..15).
+#define Q5KS1(k, j, s, V) \
+	V(k, s) \
+	VPBROADCASTD (4+32*j+4*s)(DI), Y9 \
+	VPMADDUBSW Y9, Y4, Y4 \
+	VPADDW Y4, Y0, Y0 \
+	VPMADDUBSW Y9, Y5, Y5 \
+	VPADDW Y5, Y1, Y1
+
+// Q5KQ1: slices 4q..4q+3 of sub-block j (= 2k+hi) for both halves.
+#define Q5KQ1(k, j, q, V) \
 	VPXOR Y0, Y0, Y0 \
 	VPXOR Y1, Y1, Y1 \
-	Q5KL1(0, s) \
-	Q5KL1(1, s) \
-	Q5KL1(2, s) \
-	Q5KL1(3, s) \
-	Q5KLF(Y0, Y12, (512+64*s)) \
-	Q5KLF(Y1, Y13, (544+64*s))
+	VMOVDQU (320+640*k+512+64*q)(SI), Y6 \
+	VMOVDQU (320+640*k+512+64*q+32)(SI), Y7 \
+	Q5KS1(k, j, (4*q), V) \
+	Q5KS1(k, j, (4*q+1), V) \
+	Q5KS1(k, j, (4*q+2), V) \
+	Q5KS1(k, j, (4*q+3), V)
+
+// Q5KSUB1: sub-block j over the super-block for both halves, d*dx of each in
+// Y12, Y13, times its scales into float lane j.
+#define Q5KSUB1(k, j, V) \
+	Q5KQ1(k, j, 0, V) \
+	VPMADDWD (64*j)(SP), Y0, Y2 \
+	VPMADDWD (64*j+32)(SP), Y1, Y3 \
+	Q5KQ1(k, j, 1, V) \
+	VPMADDWD (64*j)(SP), Y0, Y0 \
+	VPADDD Y0, Y2, Y2 \
+	VPMADDWD (64*j+32)(SP), Y1, Y1 \
+	VPADDD Y1, Y3, Y3 \
+	Q5KLF(Y2, Y12, (512+64*j)) \
+	Q5KLF(Y3, Y13, (544+64*j))
 
 // Q5KSC16: sub-block sub's scales of both halves onto the stack.
 #define Q5KSC16(sub) \
@@ -1330,7 +1393,14 @@ q5ka1loop:
 	VMULPS Y9, Y12, Y12
 	VCVTPH2PS 16(SI), Y13
 	VMULPS Y9, Y13, Y13
-	LANES8(Q5KLANE1)
+	Q5KSUB1(0, 0, Q5KV1LO)
+	Q5KSUB1(0, 1, Q5KV1HI)
+	Q5KSUB1(1, 2, Q5KV1LO)
+	Q5KSUB1(1, 3, Q5KV1HI)
+	Q5KSUB1(2, 4, Q5KV1LO)
+	Q5KSUB1(2, 5, Q5KV1HI)
+	Q5KSUB1(3, 6, Q5KV1LO)
+	Q5KSUB1(3, 7, Q5KV1HI)
 	ADDQ $2880, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
@@ -1343,14 +1413,17 @@ q5ka1done:
 
 // ---- Q3_K (1824 bytes per group and super-block: 16 f16 d at 0; the
 // signed scales of sub-blocks 2c and 2c+1 as byte pairs [c][row][2] at
-// 32+32c, c a 32-element chunk; per lane s at 288+64s the row's hmask bytes
+// 32+32c, c a 32-element chunk; per slice s at 288+64s the row's hmask bytes
 // s, s+8, s+16, s+24, inverted (bit c set: the element of chunk c is 4 below
-// its two low bits); per half h (chunks 4h..4h+3) and lane s at 800+512h+64s
+// its two low bits); per half h (chunks 4h..4h+3) and slice s at 800+512h+64s
 // the row's quant bytes 32h+s, +8, +16, +24, chunk 4h+j in bits 2j). The
-// activations come in Q5_K's lane order and the arithmetic is Q5_K's lanes
-// without the mins: GGML's generic kernel (dotQ3KGo). The values -4..3 are
-// signed, so they take GGML's sign trick: VPABSB of the weight, VPSIGNB of
-// the activation (|x| <= 127 for Q8_K).
+// activations come in Q5_K's order and the arithmetic is dotQ3KGo's: float
+// lane c takes chunk c. The kernels take the values 4 higher (0..7, the
+// hmask bit as it is in the file), so their products are VPMADDUBSW's
+// unsigned operand and a slice's sum as int16 at most 2*7*127, 8 slices
+// 14224; a chunk's 8 slices summed as int16 are then times the scale pairs
+// (one VPMADDWD per chunk and 8 rows), less 4 times the scale pairs times
+// the activations' 16-element sums (Q8_K's bsums), exact in int32.
 
 #define PFQ3K 1824
 
@@ -1362,59 +1435,64 @@ GLOBL k2q04<>(SB), RODATA, $4
 	VPMOVSXBW src, Y8 \
 	VMOVDQU Y8, dst
 
-// Q3KV: chunk 4h+j's values for 8 rows (their lane's 4 each): the two low
-// bits (yw >> 2j) & 3, minus 4 where the inverted hmask bit, moved to bit 2
-// by `sh $n` on yh, is set; into yv, |yv| into ya; yt is scratch. Y15 holds
-// 0x03 bytes, Y14 0x04.
-#define Q3KV(j, sh, n, yw, yh, yv, ya, yt) \
+// Q3KV: chunk 4h+j's values for 8 rows, 4 higher: the two low bits
+// (yw >> 2j) & 3, plus 4 where the inverted hmask bit, moved to bit 2 by
+// `sh $n` on yh, is clear; into yv; yt is scratch. Y15 holds 0x03 bytes,
+// Y14 0x04.
+#define Q3KV(j, sh, n, yw, yh, yv, yt) \
 	VPSRLW $(2*j), yw, yv \
 	VPAND Y15, yv, yv \
 	sh $n, yh, yt \
-	VPAND Y14, yt, yt \
-	VPSUBB yt, yv, yv \
-	VPABSB yv, ya
+	VPANDN Y14, yt, yt \
+	VPOR yt, yv, yv
 
-// Q3KDP4: chunk c's values (Y4, |Y4| in Y5) times activation row xr's lane
-// s of the chunk, scaled, into acc.
+// Q3KDP4: the values (Y4) times activation row xr's slice s of chunk c,
+// added to the row's int16 sums acc (per row: sub-block 2c's, then 2c+1's).
 #define Q3KDP4(xr, acc, c, s) \
 	VPBROADCASTD (4+32*c+4*s)(xr), Y8 \
-	VPSIGNB Y4, Y8, Y8 \
-	VPMADDUBSW Y8, Y5, Y8 \
-	VPMADDWD (32*c)(SP), Y8, Y8 \
-	VPADDD Y8, acc, acc
+	VPMADDUBSW Y8, Y4, Y8 \
+	VPADDW Y8, acc, acc
 
-#define Q3KC4(j, c, sh, n, s) \
-	Q3KV(j, sh, n, Y7, Y6, Y4, Y5, Y9) \
+// Q3KS4: slice s of chunk c (= 4h+j) for the 4 activation rows.
+#define Q3KS4(h, j, c, sh, n, s) \
+	VMOVDQU (288+64*s)(SI)(BX*4), Y6 \
+	VMOVDQU (800+512*h+64*s)(SI)(BX*4), Y7 \
+	Q3KV(j, sh, n, Y7, Y6, Y4, Y9) \
 	Q3KDP4(DI, Y0, c, s) \
 	Q3KDP4(R8, Y1, c, s) \
 	Q3KDP4(R9, Y2, c, s) \
 	Q3KDP4(R10, Y3, c, s)
 
-// Q3KLANE4: lane s over the super-block for the 4 activation rows, d*dx of
-// each in Y10..Y13; the float lane sums as Q5_K's A4 kernel keeps them.
-#define Q3KLANE4(s) \
-	ZERO4(Y0, Y1, Y2, Y3) \
-	VMOVDQU (288+64*s)(SI)(BX*4), Y6 \
-	VMOVDQU (800+64*s)(SI)(BX*4), Y7 \
-	Q3KC4(0, 0, VPSLLW, 2, s) \
-	Q3KC4(1, 1, VPSLLW, 1, s) \
-	Q3KC4(2, 2, VPSRLW, 0, s) \
-	Q3KC4(3, 3, VPSRLW, 1, s) \
-	VMOVDQU (1312+64*s)(SI)(BX*4), Y7 \
-	Q3KC4(0, 4, VPSRLW, 2, s) \
-	Q3KC4(1, 5, VPSRLW, 3, s) \
-	Q3KC4(2, 6, VPSRLW, 4, s) \
-	Q3KC4(3, 7, VPSRLW, 5, s) \
-	Q5KLF(Y0, Y10, (256+32*s)) \
-	Q5KLF(Y1, Y11, (512+32*s)) \
-	Q5KLF(Y2, Y12, (768+32*s)) \
-	Q5KLF(Y3, Y13, (1024+32*s))
+// Q3KCHF: a row's int16 sums of chunk c (activation row xr) times the
+// chunk's scale pairs, less 4 times the scale pairs times the row's two
+// 16-element sums of the chunk: its float lane c at off(SP) += dd * that.
+#define Q3KCHF(xr, acc, dd, c, off) \
+	VPMADDWD (32*c)(SP), acc, acc \
+	VPBROADCASTD (260+4*c)(xr), Y8 \
+	VPMADDWD (32*c)(SP), Y8, Y8 \
+	VPSLLD $2, Y8, Y8 \
+	VPSUBD Y8, acc, acc \
+	Q5KLF(acc, dd, off)
 
-// Q3KLANE4P: Q3KLANE4, then lane s's share of the next group's super-block
-// asked for (prefetch_amd64.h): 4 lines a lane covers its 29.
-#define Q3KLANE4P(s) \
-	Q3KLANE4(s) \
-	PF4(4*(s))
+// Q3KCH4: chunk c (= 4h+j; its hmask bit moved to bit 2 by `sh $n`) over
+// its 8 slices for the 4 activation rows, d*dx of each in Y10..Y13, into
+// float lane c; then the chunk's share of the next group's super-block
+// asked for (prefetch_amd64.h): 4 lines a chunk covers its 29.
+#define Q3KCH4(h, j, c, sh, n) \
+	ZERO4(Y0, Y1, Y2, Y3) \
+	Q3KS4(h, j, c, sh, n, 0) \
+	Q3KS4(h, j, c, sh, n, 1) \
+	Q3KS4(h, j, c, sh, n, 2) \
+	Q3KS4(h, j, c, sh, n, 3) \
+	Q3KS4(h, j, c, sh, n, 4) \
+	Q3KS4(h, j, c, sh, n, 5) \
+	Q3KS4(h, j, c, sh, n, 6) \
+	Q3KS4(h, j, c, sh, n, 7) \
+	Q3KCHF(DI, Y0, Y10, c, (256+32*c)) \
+	Q3KCHF(R8, Y1, Y11, c, (512+32*c)) \
+	Q3KCHF(R9, Y2, Y12, c, (768+32*c)) \
+	Q3KCHF(R10, Y3, Y13, c, (1024+32*c)) \
+	PF4(4*(c))
 
 // func gemmQ3KA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 // The stack as Q5_K's A4 kernel's, chunk c's scale pairs at 32c.
@@ -1449,7 +1527,14 @@ q3ka4loop:
 	VMULPS Y12, Y13, Y12
 	VBROADCASTSS (R10), Y9
 	VMULPS Y9, Y13, Y13
-	LANES8(Q3KLANE4P)
+	Q3KCH4(0, 0, 0, VPSLLW, 2)
+	Q3KCH4(0, 1, 1, VPSLLW, 1)
+	Q3KCH4(0, 2, 2, VPSRLW, 0)
+	Q3KCH4(0, 3, 3, VPSRLW, 1)
+	Q3KCH4(1, 0, 4, VPSRLW, 2)
+	Q3KCH4(1, 1, 5, VPSRLW, 3)
+	Q3KCH4(1, 2, 6, VPSRLW, 4)
+	Q3KCH4(1, 3, 7, VPSRLW, 5)
 	NEXTA4(1824)
 	DECQ CX
 	JNZ  q3ka4loop
@@ -1458,44 +1543,49 @@ q3ka4done:
 	VZEROUPPER
 	RET
 
-// Q3KC1: chunk c (= 4h+j) of lane s for both halves (their bits in Y2/Y6
-// and Y3/Y7) against the one activation row, into Y0 and Y1.
-#define Q3KC1(j, c, sh, n, s) \
-	Q3KV(j, sh, n, Y2, Y6, Y4, Y5, Y11) \
-	Q3KV(j, sh, n, Y3, Y7, Y8, Y9, Y11) \
-	VPBROADCASTD (4+32*c+4*s)(DI), Y10 \
-	VPSIGNB Y4, Y10, Y11 \
-	VPMADDUBSW Y11, Y5, Y11 \
-	VPMADDWD (64*c)(SP), Y11, Y11 \
-	VPADDD Y11, Y0, Y0 \
-	VPSIGNB Y8, Y10, Y11 \
-	VPMADDUBSW Y11, Y9, Y11 \
-	VPMADDWD (64*c+32)(SP), Y11, Y11 \
-	VPADDD Y11, Y1, Y1
-
-// Q3KLANE1: lane s over the super-block, d*dx of each half in Y12, Y13.
-#define Q3KLANE1(s) \
-	PREFETCHT0 (PFQ3K+288+64*s)(SI) \
-	PREFETCHT0 (PFQ3K+800+64*s)(SI) \
-	PREFETCHT0 (PFQ3K+1312+64*s)(SI) \
-	VPXOR Y0, Y0, Y0 \
-	VPXOR Y1, Y1, Y1 \
+// Q3KS1: slice s of chunk c (= 4h+j) for both halves against the one
+// activation row, into the int16 sums Y0 (rows 0..7) and Y1 (rows 8..15).
+#define Q3KS1(h, j, c, sh, n, s) \
 	VMOVDQU (288+64*s)(SI), Y6 \
 	VMOVDQU (320+64*s)(SI), Y7 \
-	VMOVDQU (800+64*s)(SI), Y2 \
-	VMOVDQU (832+64*s)(SI), Y3 \
-	Q3KC1(0, 0, VPSLLW, 2, s) \
-	Q3KC1(1, 1, VPSLLW, 1, s) \
-	Q3KC1(2, 2, VPSRLW, 0, s) \
-	Q3KC1(3, 3, VPSRLW, 1, s) \
-	VMOVDQU (1312+64*s)(SI), Y2 \
-	VMOVDQU (1344+64*s)(SI), Y3 \
-	Q3KC1(0, 4, VPSRLW, 2, s) \
-	Q3KC1(1, 5, VPSRLW, 3, s) \
-	Q3KC1(2, 6, VPSRLW, 4, s) \
-	Q3KC1(3, 7, VPSRLW, 5, s) \
-	Q5KLF(Y0, Y12, (512+64*s)) \
-	Q5KLF(Y1, Y13, (544+64*s))
+	VMOVDQU (800+512*h+64*s)(SI), Y2 \
+	VMOVDQU (832+512*h+64*s)(SI), Y3 \
+	Q3KV(j, sh, n, Y2, Y6, Y4, Y11) \
+	Q3KV(j, sh, n, Y3, Y7, Y5, Y11) \
+	VPBROADCASTD (4+32*c+4*s)(DI), Y10 \
+	VPMADDUBSW Y10, Y4, Y4 \
+	VPADDW Y4, Y0, Y0 \
+	VPMADDUBSW Y10, Y5, Y5 \
+	VPADDW Y5, Y1, Y1
+
+// Q3KCH1: chunk c over its 8 slices for both halves, d*dx of each in Y12,
+// Y13, times the chunk's scale pairs into float lane c; its share of the next
+// super-block asked for first.
+#define Q3KCH1(h, j, c, sh, n) \
+	PREFETCHT0 (PFQ3K+288+64*c)(SI) \
+	PREFETCHT0 (PFQ3K+800+64*c)(SI) \
+	PREFETCHT0 (PFQ3K+1312+64*c)(SI) \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+	Q3KS1(h, j, c, sh, n, 0) \
+	Q3KS1(h, j, c, sh, n, 1) \
+	Q3KS1(h, j, c, sh, n, 2) \
+	Q3KS1(h, j, c, sh, n, 3) \
+	Q3KS1(h, j, c, sh, n, 4) \
+	Q3KS1(h, j, c, sh, n, 5) \
+	Q3KS1(h, j, c, sh, n, 6) \
+	Q3KS1(h, j, c, sh, n, 7) \
+	VPMADDWD (64*c)(SP), Y0, Y0 \
+	VPMADDWD (64*c+32)(SP), Y1, Y1 \
+	VPBROADCASTD (260+4*c)(DI), Y10 \
+	VPMADDWD (64*c)(SP), Y10, Y8 \
+	VPSLLD $2, Y8, Y8 \
+	VPSUBD Y8, Y0, Y0 \
+	VPMADDWD (64*c+32)(SP), Y10, Y9 \
+	VPSLLD $2, Y9, Y9 \
+	VPSUBD Y9, Y1, Y1 \
+	Q5KLF(Y0, Y12, (512+64*c)) \
+	Q5KLF(Y1, Y13, (544+64*c))
 
 // Q3KSC16: chunk c's scale pairs of both halves onto the stack.
 #define Q3KSC16(c) \
@@ -1538,7 +1628,14 @@ q3ka1loop:
 	VMULPS Y10, Y12, Y12
 	VCVTPH2PS 16(SI), Y13
 	VMULPS Y10, Y13, Y13
-	LANES8(Q3KLANE1)
+	Q3KCH1(0, 0, 0, VPSLLW, 2)
+	Q3KCH1(0, 1, 1, VPSLLW, 1)
+	Q3KCH1(0, 2, 2, VPSRLW, 0)
+	Q3KCH1(0, 3, 3, VPSRLW, 1)
+	Q3KCH1(1, 0, 4, VPSRLW, 2)
+	Q3KCH1(1, 1, 5, VPSRLW, 3)
+	Q3KCH1(1, 2, 6, VPSRLW, 4)
+	Q3KCH1(1, 3, 7, VPSRLW, 5)
 	ADDQ $1824, SI
 	ADDQ $292, DI
 	DECQ CX

@@ -217,57 +217,52 @@ q6kdone:
 	VZEROUPPER
 	RET
 
-// q5kperm orders each 128-bit lane's bytes as 0,8,1,9,...,7,15, so that
-// VPMADDUBSW sums elements l and l+8, which dotQ5KGo puts in the same lane
-// (l%8).
-DATA q5kperm<>+0(SB)/8, $0x0b030a0209010800
-DATA q5kperm<>+8(SB)/8, $0x0f070e060d050c04
-DATA q5kperm<>+16(SB)/8, $0x0b030a0209010800
-DATA q5kperm<>+24(SB)/8, $0x0f070e060d050c04
-GLOBL q5kperm<>(SB), RODATA|NOPTR, $32
-
 // Q5KV: zq's nibbles (masked) or-ed with bit sh of the qh bytes (Y11) at
-// bit 4: 32 five-bit quants, then permuted by q5kperm. Y13 holds 0x01 bytes.
+// bit 4: 32 five-bit quants. Y13 holds 0x01 bytes.
 #define Q5KV(zq, sh) \
 	VPSRLW $sh, Y11, Y6 \
 	VPAND Y13, Y6, Y6 \
 	VPSLLW $4, Y6, Y6 \
-	VPOR Y6, zq, zq \
-	VPSHUFB Y12, zq, zq
+	VPOR Y6, zq, zq
 
-// Q5KLANES: yq (permuted quants; xq its low half) times the 32 activations
-// at xoff(DI), as 8 int32 lanes (lane l%8 of dotQ5KGo), times the scale at
-// soff(SP), into Y3. Uses Y7, Y8 and yw.
-#define Q5KLANES(yq, xq, yw, xoff, soff) \
-	VMOVDQU xoff(DI), yw \
-	VPSHUFB Y12, yw, yw \
-	VPMADDUBSW yw, yq, yq \
-	VEXTRACTI128 $1, yq, X7 \
-	VPMOVSXWD X7, Y7 \
-	VPMOVSXWD xq, yq \
-	VPADDD Y7, yq, yq \
+// Q5KSUB: a sub-block's quants yq times its 32 activations at xoff(DI),
+// times its scale at soff(SP): 8 int32 partial sums in yq. Uses AX, Y8.
+#define Q5KSUB(yq, xoff, soff) \
+	VPMADDUBSW xoff(DI), yq, yq \
 	MOVBLZX soff(SP), AX \
 	VMOVD AX, X8 \
-	VPBROADCASTD X8, Y8 \
-	VPMULLD Y8, yq, yq \
-	VPADDD yq, Y3, Y3
+	VPBROADCASTW X8, Y8 \
+	VPMADDWD Y8, yq, yq
 
 // Q5KCHUNK: chunk k's 32 weight bytes at qoff(SI) (low nibbles: sub-block
 // 2k, fifth bit 2k of qh; high: 2k+1) against the activations at xlo and
-// xhi, scales at slo and shi.
-#define Q5KCHUNK(qoff, sh1, sh2, xlo, xhi, slo, shi) \
+// xhi, scales at slo and shi: the two sub-blocks' partial sums pairwise
+// added (VPHADDD) into yd.
+#define Q5KCHUNK(qoff, sh1, sh2, xlo, xhi, slo, shi, yd) \
 	VMOVDQU qoff(SI), Y4 \
 	VPSRLW $4, Y4, Y5 \
 	VPAND Y15, Y4, Y4 \
 	VPAND Y15, Y5, Y5 \
 	Q5KV(Y4, sh1) \
 	Q5KV(Y5, sh2) \
-	Q5KLANES(Y4, X4, Y9, xlo, slo) \
-	Q5KLANES(Y5, X5, Y10, xhi, shi)
+	Q5KSUB(Y4, xlo, slo) \
+	Q5KSUB(Y5, xhi, shi) \
+	VPHADDD Y5, Y4, yd
+
+// LANES8SUM: the partial sums of 8 groups, pairwise added by VPHADDD in
+// order (groups 0,1 in Y9; 2,3 in Y10; 4,5 in Y12; 6,7 in Y3), as one sum
+// per group in Y3's lanes 0..7; uses Y9, Y10.
+#define LANES8SUM \
+	VPHADDD Y10, Y9, Y9 \
+	VPHADDD Y3, Y12, Y10 \
+	VPERM2I128 $0x20, Y10, Y9, Y3 \
+	VPERM2I128 $0x31, Y10, Y9, Y9 \
+	VPADDD Y9, Y3, Y3
 
 // func dotQ5KAVX2(w *byte, x *q8K, nb int) float32
-// Per super-block: lane sums as dotQ5KGo's, acc[l] += (d*dx)*lane[l] in 8
-// float lanes, sum -= (dmin*dx)*msum; at the end sum += acc[0], ..., acc[7].
+// Per super-block: lane sums as dotQ5KGo's (lane j: sub-block j),
+// acc[l] += (d*dx)*lane[l] in 8 float lanes, sum -= (dmin*dx)*msum; at the
+// end sum += acc[0], ..., acc[7].
 TEXT ·dotQ5KAVX2(SB), NOSPLIT, $48-28
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
@@ -283,7 +278,6 @@ TEXT ·dotQ5KAVX2(SB), NOSPLIT, $48-28
 	MOVL $0x01010101, AX
 	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
-	VMOVDQU q5kperm<>(SB), Y12
 	TESTQ CX, CX
 	JZ    q5kdone
 
@@ -295,11 +289,11 @@ q5kloop:
 	VPMULLD   Y4, Y2, Y2
 
 	VMOVDQU 16(SI), Y11
-	VPXOR   Y3, Y3, Y3
-	Q5KCHUNK(48, 0, 1, 4, 36, 0, 1)
-	Q5KCHUNK(80, 2, 3, 68, 100, 2, 3)
-	Q5KCHUNK(112, 4, 5, 132, 164, 4, 5)
-	Q5KCHUNK(144, 6, 7, 196, 228, 6, 7)
+	Q5KCHUNK(48, 0, 1, 4, 36, 0, 1, Y9)
+	Q5KCHUNK(80, 2, 3, 68, 100, 2, 3, Y10)
+	Q5KCHUNK(112, 4, 5, 132, 164, 4, 5, Y12)
+	Q5KCHUNK(144, 6, 7, 196, 228, 6, 7, Y3)
+	LANES8SUM
 
 	// [d, dmin] * dx; acc += d*lanes; sum -= dmin*msum.
 	MOVL         (SI), AX
@@ -439,23 +433,13 @@ GLOBL iq4xsLevels<>(SB), RODATA|NOPTR, $16
 	SUBL $32, AX \
 	MOVW AX, dst(SP)
 
-// Q3KWIDEN: the 16 words in zw, each the product of one element, into the
-// int32 lanes of Y3 by element index mod 8 (words k and k+8 into lane k);
-// uses Y8.
-#define Q3KWIDEN(zw, xw) \
-	VPMOVSXWD xw, Y8 \
-	VPADDD Y8, Y3, Y3 \
-	VEXTRACTI128 $1, zw, xw \
-	VPMOVSXWD xw, Y8 \
-	VPADDD Y8, Y3, Y3
-
 // Q3KCHUNK: 32 elements of a Q3_K super-block: the 2-bit quants at shift
 // of the bytes at qoff(SI), less 4 where bit mbit of the hmask bytes (Y11)
-// is clear, times the activations at xoff(DI), times the scale at s0(SP)
-// (elements 0..15) or s1(SP) (16..31), each product exact as a word, added
-// into the lanes of Y3 by element index mod 8 (dotQ3KGo's lane[l%8]).
-// Y13 holds 0x03 bytes, Y9 0x04 bytes, Y10 zero; uses AX, Y4-Y8.
-#define Q3KCHUNK(qoff, shift, mbit, xoff, s0, s1) \
+// is clear, times the activations at xoff(DI) (GGML's sign trick: VPABSB of
+// the value, VPSIGNB of the activation), the word pairs times the scale at
+// s0(SP) (elements 0..15) or s1(SP) (16..31): 8 int32 partial sums in yd.
+// Y13 holds 0x03 bytes, Y15 0x04 bytes, Y14 zero; uses AX, Y4-Y8.
+#define Q3KCHUNK(qoff, shift, mbit, xoff, s0, s1, yd) \
 	VMOVDQU qoff(SI), Y4 \
 	VPSRLW $shift, Y4, Y4 \
 	VPAND Y13, Y4, Y4 \
@@ -463,40 +447,34 @@ GLOBL iq4xsLevels<>(SB), RODATA|NOPTR, $16
 	VMOVD AX, X6 \
 	VPBROADCASTB X6, Y6 \
 	VPAND Y11, Y6, Y6 \
-	VPCMPEQB Y10, Y6, Y6 \
-	VPAND Y9, Y6, Y6 \
+	VPCMPEQB Y14, Y6, Y6 \
+	VPAND Y15, Y6, Y6 \
 	VPSUBB Y6, Y4, Y4 \
 	VMOVDQU xoff(DI), Y5 \
-	VPMOVSXBW X4, Y6 \
-	VPMOVSXBW X5, Y7 \
-	VPMULLW Y7, Y6, Y6 \
-	VPBROADCASTW s0(SP), Y7 \
-	VPMULLW Y7, Y6, Y6 \
-	Q3KWIDEN(Y6, X6) \
-	VEXTRACTI128 $1, Y4, X4 \
-	VEXTRACTI128 $1, Y5, X5 \
-	VPMOVSXBW X4, Y6 \
-	VPMOVSXBW X5, Y7 \
-	VPMULLW Y7, Y6, Y6 \
-	VPBROADCASTW s1(SP), Y7 \
-	VPMULLW Y7, Y6, Y6 \
-	Q3KWIDEN(Y6, X6)
+	VPSIGNB Y4, Y5, Y5 \
+	VPABSB Y4, Y4 \
+	VPMADDUBSW Y5, Y4, Y4 \
+	VPBROADCASTW s0(SP), X7 \
+	VPBROADCASTW s1(SP), X8 \
+	VINSERTI128 $1, X8, Y7, Y7 \
+	VPMADDWD Y7, Y4, yd
 
 // func dotQ3KAVX2(w *byte, x *q8K, nb int) float32
-// Per super-block 8 int32 lanes (exact), then acc[l] += (d*dx)*lane[l] in
-// eight float lanes, summed in lane order at the end: bitwise dotQ3KGo.
+// Per super-block 8 int32 lanes (exact; lane c: the 32-element chunk c),
+// then acc[l] += (d*dx)*lane[l] in eight float lanes, summed in lane order at
+// the end: bitwise dotQ3KGo.
 TEXT ·dotQ3KAVX2(SB), NOSPLIT, $64-28
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ nb+16(FP), CX
 	VXORPS Y1, Y1, Y1
-	VPXOR  Y10, Y10, Y10
+	VPXOR  Y14, Y14, Y14
 	MOVL $0x03030303, AX
 	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
 	MOVL $0x04040404, AX
-	VMOVD AX, X9
-	VPBROADCASTD X9, Y9
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
 	TESTQ CX, CX
 	JZ    q3kdone
 
@@ -518,15 +496,19 @@ q3kloop:
 	Q3KSCALE(102, 4, 106, 6, 28)
 	Q3KSCALE(103, 4, 107, 6, 30)
 	VMOVDQU 0(SI), Y11
-	VPXOR   Y3, Y3, Y3
-	Q3KCHUNK(32, 0, 1, 4, 0, 2)
-	Q3KCHUNK(32, 2, 2, 36, 4, 6)
-	Q3KCHUNK(32, 4, 4, 68, 8, 10)
-	Q3KCHUNK(32, 6, 8, 100, 12, 14)
-	Q3KCHUNK(64, 0, 16, 132, 16, 18)
-	Q3KCHUNK(64, 2, 32, 164, 20, 22)
-	Q3KCHUNK(64, 4, 64, 196, 24, 26)
-	Q3KCHUNK(64, 6, 128, 228, 28, 30)
+	Q3KCHUNK(32, 0, 1, 4, 0, 2, Y3)
+	Q3KCHUNK(32, 2, 2, 36, 4, 6, Y12)
+	VPHADDD Y12, Y3, Y9
+	Q3KCHUNK(32, 4, 4, 68, 8, 10, Y3)
+	Q3KCHUNK(32, 6, 8, 100, 12, 14, Y12)
+	VPHADDD Y12, Y3, Y10
+	Q3KCHUNK(64, 0, 16, 132, 16, 18, Y3)
+	Q3KCHUNK(64, 2, 32, 164, 20, 22, Y12)
+	VPHADDD Y12, Y3, Y12
+	Q3KCHUNK(64, 4, 64, 196, 24, 26, Y3)
+	Q3KCHUNK(64, 6, 128, 228, 28, 30, Y2)
+	VPHADDD Y2, Y3, Y3
+	LANES8SUM
 
 	// d*dx; acc += d*lanes.
 	MOVWLZX      108(SI), AX

@@ -189,9 +189,9 @@ func (j *matJob) group2(w *byte, i int, next *byte) {
 	}
 }
 
-// groupKW runs an AVX-512 whole-group kernel of Q2_K, Q3_K or Q5_K on
-// activation rows r..r+n-1 of group i: n is 4, or 8 for Q3_K's 8-row kernel.
-func (j *matJob) groupKW(w *byte, r, n, i int, next *byte) {
+// groupKW runs the AVX-512 whole-group kernel of Q2_K on activation rows
+// r..r+3 of group i.
+func (j *matJob) groupKW(w *byte, r, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
@@ -199,38 +199,23 @@ func (j *matJob) groupKW(w *byte, r, n, i int, next *byte) {
 	if r == 0 {
 		pn = next
 	}
-	switch j.m.Type {
-	case gguf.TypeQ2_K:
-		gemmQ2KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
-	case gguf.TypeQ3_K:
-		if n == 8 {
-			gemmQ3KP8(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
-		} else {
-			gemmQ3KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
-		}
-	default:
-		gemmQ5KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
-	}
+	gemmQ2KP4(w, nb, x, xs, a, as, o, uintptr(rows*4), pn)
 }
 
 // groupK2 is groupsK's work on one group on the AVX2 path (and that of the
 // types avx2Packed names on the AVX-512 path): each half of the group (8
 // rows) against 4 activation rows per call while they last, then the whole
-// group against one activation row at a time (on the AVX-512 path Q2_K's,
-// Q3_K's and Q5_K's 8 or 4 rows take whole-group kernels, groupKW, and their
-// one their own).
+// group against one activation row at a time (on the AVX-512 path Q2_K's 4
+// rows take a whole-group kernel, groupKW, and its one its own).
 func (j *matJob) groupK2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 256
 	typ := j.m.Type
 	xs, as := uintptr(nb)*unsafe.Sizeof(q8K{}), uintptr(nb)*unsafe.Sizeof(q8KAux{})
 	r := 0
-	if j.p >= pathAVX512 && (typ == gguf.TypeQ2_K || typ == gguf.TypeQ3_K || typ == gguf.TypeQ5_K) {
-		for ; typ == gguf.TypeQ3_K && r+8 <= j.n; r += 8 {
-			j.groupKW(w, r, 8, i, next)
-		}
+	if j.p >= pathAVX512 && typ == gguf.TypeQ2_K {
 		for ; r+4 <= j.n; r += 4 {
-			j.groupKW(w, r, 4, i, next)
+			j.groupKW(w, r, i, next)
 		}
 	}
 	for ; r+4 <= j.n; r += 4 {
@@ -270,17 +255,9 @@ func (j *matJob) groupK2(w *byte, i int, next *byte) {
 				gemmQ2KA1(w, nb, x, a, o)
 			}
 		case gguf.TypeQ5_K:
-			if j.p >= pathAVX512 {
-				gemmQ5KP1(w, nb, x, a, o)
-			} else {
-				gemmQ5KA1(w, nb, x, a, o)
-			}
+			gemmQ5KA1(w, nb, x, a, o)
 		case gguf.TypeQ3_K:
-			if j.p >= pathAVX512 {
-				gemmQ3KP1(w, nb, x, a, o)
-			} else {
-				gemmQ3KA1(w, nb, x, a, o)
-			}
+			gemmQ3KA1(w, nb, x, a, o)
 		default:
 			gemmIQ4XSA1(w, nb, x, a, o)
 		}

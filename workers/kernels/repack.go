@@ -48,18 +48,20 @@ import "github.com/bulkhead-ai/bulkhead/models/gguf"
 //
 //   - Q5_K (per super-block, 2880 bytes): Q4_K's d, dmin, scales and mins,
 //     then per 64-element chunk k 8 slices of the row's quant bytes s, s+8,
-//     s+16, s+24 (lane s of sub-blocks 2k and 2k+1, as GGML's generic kernel
-//     sums them in float lane s) and two planes of their fifth bits in
-//     Q5_0's order; the activations are put in the same lane order
-//     (laneOrder). AVX2 kernels; the AVX-512 path has its own for a whole
-//     group by 4 activation rows and for one (decode).
+//     s+16, s+24 (low nibbles: sub-block 2k, high: 2k+1) and two planes of
+//     their fifth bits in Q5_0's order; the activations are put in the same
+//     order (laneOrder). Any order within a sub-block gives the same exact
+//     sum; this one, each 4-byte slice holding a sub-block's elements 8
+//     apart, is what kernels for GGML's generic lanes (elements l mod 8)
+//     needed. AVX2 kernels, on both paths.
 //
 //   - Q3_K (per super-block, 1824 bytes): 16 f16 d, the signed scales of
 //     sub-blocks 2c and 2c+1 as byte pairs [c][row][2] per 32-element chunk
 //     c, then per lane s (Q5_K's order) the row's hmask bytes s, s+8, s+16,
 //     s+24 inverted, then per half (128 elements) per lane its quant bytes
-//     the same way; the activations in Q5_K's lane order. Kernels as
-//     Q5_K's.
+//     the same way (a slice's bytes 0-1 are elements of sub-block 2c, bytes
+//     2-3 of 2c+1); the activations in Q5_K's order. AVX2 kernels, on both
+//     paths.
 //
 //   - Q6_K (3360 bytes): 16 f16 d, the 16 signed scales [sub][row], then per
 //     16-element sub-block 192 bytes: two nibble planes (slices 0|1<<4 and
@@ -80,10 +82,9 @@ func packs(p path, t gguf.Type) bool {
 
 // avx2Packed says whether type t's packed kernels are the AVX2 ones on every
 // vector path: the AVX-512 path has VPDPBUSD kernels only for Q8_0, Q4_0,
-// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q5_K, Q3_K and Q2_K both a
-// one-row and a whole-group 4-row kernel (groupKW; Q3_K an 8-row one too),
-// and for Q4_1 and Q5_1
-// 4-row ones (group2).
+// Q5_0, IQ4_NL, Q4_K, Q6_K and IQ4_XS, for Q2_K both a one-row and a
+// whole-group 4-row kernel (groupKW), and for Q4_1 and Q5_1 4-row ones
+// (group2); Q3_K and Q5_K run the AVX2 kernels there.
 func avx2Packed(t gguf.Type) bool {
 	switch t {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K:
@@ -341,9 +342,9 @@ func packQ3K(o, blk []byte, i int) {
 	}
 }
 
-// laneOrder reorders each 32-element sub-block of Q8_K activations for the
-// packed Q3_K and Q5_K kernels: position 4s+c takes element s+8c, so the 4 bytes at 4s
-// are lane s's (the elements GGML's generic kernels sum in float lane s).
+// laneOrder reorders each 32-element sub-block of Q8_K activations as the
+// packed Q3_K and Q5_K layouts order their quants: position 4s+c takes
+// element s+8c.
 func laneOrder(x *q8K) {
 	for sub := range 8 {
 		q := x.qs[32*sub : 32*sub+32]
