@@ -1252,68 +1252,79 @@ q5ka4done:
 // (half h at +32h), the float lane sums at 512+64j (half h at +32h).
 #define Q5KA1FRAME 1024
 
-// Q5KV1LO / Q5KV1HI: slice s of chunk k's low nibbles (sub-block 2k, the
+// The A1 kernel walks the super-block chunk by chunk in a loop, as the A4
+// one does (R15 at chunk k's slices, DI moved on a chunk each time, AX = 64k,
+// so (AX*2) indexes sub-block 2k's scales and float lane sums).
+
+// Q5KV1LO / Q5KV1HI: slice s of the chunk's low nibbles (sub-block 2k, the
 // slice's line of the next super-block asked for) or high ones (2k+1) with
 // their fifth bits (the planes in Y6, Y7) for both halves, into Y4 and Y5.
-#define Q5KV1LO(k, s) \
-	PREFETCHT0 (PFQ5K+320+640*k+64*s)(SI) \
-	VPAND (320+640*k+64*s)(SI), Y15, Y4 \
+#define Q5KV1LO(s) \
+	PREFETCHT0 (PFQ5K+320+64*s)(R15) \
+	VPAND (320+64*s)(R15), Y15, Y4 \
 	VPSLLW $(4-(s%4)), Y6, Y8 \
 	VPAND Y14, Y8, Y8 \
 	VPOR Y8, Y4, Y4 \
-	VPAND (320+640*k+64*s+32)(SI), Y15, Y5 \
+	VPAND (320+64*s+32)(R15), Y15, Y5 \
 	VPSLLW $(4-(s%4)), Y7, Y8 \
 	VPAND Y14, Y8, Y8 \
 	VPOR Y8, Y5, Y5
 
-#define Q5KV1HI(k, s) \
-	VMOVDQU (320+640*k+64*s)(SI), Y4 \
+#define Q5KV1HI(s) \
+	VMOVDQU (320+64*s)(R15), Y4 \
 	VPSRLW $4, Y4, Y4 \
 	VPAND Y15, Y4, Y4 \
 	VPSRLW $(s%4), Y6, Y8 \
 	VPAND Y14, Y8, Y8 \
 	VPOR Y8, Y4, Y4 \
-	VMOVDQU (320+640*k+64*s+32)(SI), Y5 \
+	VMOVDQU (320+64*s+32)(R15), Y5 \
 	VPSRLW $4, Y5, Y5 \
 	VPAND Y15, Y5, Y5 \
 	VPSRLW $(s%4), Y7, Y8 \
 	VPAND Y14, Y8, Y8 \
 	VPOR Y8, Y5, Y5
 
-// Q5KS1: slice s of sub-block j for both halves against the one activation
-// row, into the int16 sums Y0 (rows 0..7) and Y1 (rows 8..15).
-#define Q5KS1(k, j, s, V) \
-	V(k, s) \
-	VPBROADCASTD (4+32*j+4*s)(DI), Y9 \
+// Q5KS1: slice s of sub-block 2k+hi for both halves against the one
+// activation row, into the int16 sums Y0 (rows 0..7) and Y1 (rows 8..15).
+#define Q5KS1(hi, s, V) \
+	V(s) \
+	VPBROADCASTD (4+32*hi+4*s)(DI), Y9 \
 	VPMADDUBSW Y9, Y4, Y4 \
 	VPADDW Y4, Y0, Y0 \
 	VPMADDUBSW Y9, Y5, Y5 \
 	VPADDW Y5, Y1, Y1
 
-// Q5KQ1: slices 4q..4q+3 of sub-block j (= 2k+hi) for both halves.
-#define Q5KQ1(k, j, q, V) \
+// Q5KQ1: slices 4q..4q+3 of sub-block 2k+hi for both halves.
+#define Q5KQ1(hi, q, V) \
 	VPXOR Y0, Y0, Y0 \
 	VPXOR Y1, Y1, Y1 \
-	VMOVDQU (320+640*k+512+64*q)(SI), Y6 \
-	VMOVDQU (320+640*k+512+64*q+32)(SI), Y7 \
-	Q5KS1(k, j, (4*q), V) \
-	Q5KS1(k, j, (4*q+1), V) \
-	Q5KS1(k, j, (4*q+2), V) \
-	Q5KS1(k, j, (4*q+3), V)
+	VMOVDQU (320+512+64*q)(R15), Y6 \
+	VMOVDQU (320+512+64*q+32)(R15), Y7 \
+	Q5KS1(hi, (4*q), V) \
+	Q5KS1(hi, (4*q+1), V) \
+	Q5KS1(hi, (4*q+2), V) \
+	Q5KS1(hi, (4*q+3), V)
 
-// Q5KSUB1: sub-block j over the super-block for both halves, d*dx of each in
-// Y12, Y13, times its scales into float lane j.
-#define Q5KSUB1(k, j, V) \
-	Q5KQ1(k, j, 0, V) \
-	VPMADDWD (64*j)(SP), Y0, Y2 \
-	VPMADDWD (64*j+32)(SP), Y1, Y3 \
-	Q5KQ1(k, j, 1, V) \
-	VPMADDWD (64*j)(SP), Y0, Y0 \
+// Q5KLF1: Q5KLF on the lane sums of sub-block 2k (AX*2) plus off.
+#define Q5KLF1(acc, dd, off) \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, dd, acc \
+	VADDPS off(SP)(AX*2), acc, acc \
+	VMOVUPS acc, off(SP)(AX*2)
+
+// Q5KSUB1: sub-block 2k+hi over the super-block for both halves, d*dx of
+// each in Y12, Y13, times its scales into its float lane.
+#define Q5KSUB1(hi, V) \
+	Q5KQ1(hi, 0, V) \
+	VPMADDWD (64*hi)(SP)(AX*2), Y0, Y2 \
+	VPMADDWD (64*hi+32)(SP)(AX*2), Y1, Y3 \
+	Q5KQ1(hi, 1, V) \
+	VPMADDWD (64*hi)(SP)(AX*2), Y0, Y0 \
 	VPADDD Y0, Y2, Y2 \
-	VPMADDWD (64*j+32)(SP), Y1, Y1 \
+	VPMADDWD (64*hi+32)(SP)(AX*2), Y1, Y1 \
 	VPADDD Y1, Y3, Y3 \
-	Q5KLF(Y2, Y12, (512+64*j)) \
-	Q5KLF(Y3, Y13, (544+64*j))
+	Q5KLF1(Y2, Y12, (512+64*hi)) \
+	Q5KLF1(Y3, Y13, (544+64*hi))
 
 // Q5KSC16: sub-block sub's scales of both halves onto the stack.
 #define Q5KSC16(sub) \
@@ -1407,14 +1418,17 @@ q5ka1loop:
 	VMULPS Y9, Y12, Y12
 	VCVTPH2PS 16(SI), Y13
 	VMULPS Y9, Y13, Y13
-	Q5KSUB1(0, 0, Q5KV1LO)
-	Q5KSUB1(0, 1, Q5KV1HI)
-	Q5KSUB1(1, 2, Q5KV1LO)
-	Q5KSUB1(1, 3, Q5KV1HI)
-	Q5KSUB1(2, 4, Q5KV1LO)
-	Q5KSUB1(2, 5, Q5KV1HI)
-	Q5KSUB1(3, 6, Q5KV1LO)
-	Q5KSUB1(3, 7, Q5KV1HI)
+	MOVQ SI, R15
+	XORQ AX, AX
+q5ka1k:
+	Q5KSUB1(0, Q5KV1LO)
+	Q5KSUB1(1, Q5KV1HI)
+	ADDQ $640, R15
+	ADDQ $64, DI
+	ADDQ $64, AX
+	CMPQ AX, $256
+	JB   q5ka1k
+	SUBQ $256, DI
 	ADDQ $2880, SI
 	ADDQ $292, DI
 	ADDQ $96, DX
