@@ -1449,9 +1449,10 @@ q5ka1done:
 // lane c takes chunk c. The kernels take the values 4 higher (0..7, the
 // hmask bit as it is in the file), so their products are VPMADDUBSW's
 // unsigned operand and a slice's sum as int16 at most 2*7*127, 8 slices
-// 14224; a chunk's 8 slices summed as int16 are then times the scale pairs
-// (one VPMADDWD per chunk and 8 rows), less 4 times the scale pairs times
-// the activations' 16-element sums (Q8_K's bsums), exact in int32.
+// 14224; from a chunk's 8 slices summed as int16 they take 4 times the
+// activations' 16-element sums (Q8_K's bsums), which leaves the values' own
+// sums, then multiply by the scale pairs (one VPMADDWD per chunk and 8
+// rows), exact in int32.
 
 #define PFQ3K 1824
 
@@ -1491,15 +1492,15 @@ GLOBL k2q04<>(SB), RODATA, $4
 	Q3KDP4(R9, Y2, c, s) \
 	Q3KDP4(R10, Y3, c, s)
 
-// Q3KCHF: a row's int16 sums of chunk c (activation row xr) times the
-// chunk's scale pairs, less 4 times the scale pairs times the row's two
-// 16-element sums of the chunk: its float lane c at off(SP) += dd * that.
+// Q3KCHF: a row's int16 sums of chunk c (activation row xr) less 4 times
+// its two 16-element sums of the chunk (the values' own sums then, at most
+// 16*4*127 in magnitude, so the int16 difference is exact), times the
+// chunk's scale pairs: its float lane c at off(SP) += dd * that.
 #define Q3KCHF(xr, acc, dd, c, off) \
-	VPMADDWD (32*c)(SP), acc, acc \
 	VPBROADCASTD (260+4*c)(xr), Y8 \
-	VPMADDWD (32*c)(SP), Y8, Y8 \
-	VPSLLD $2, Y8, Y8 \
-	VPSUBD Y8, acc, acc \
+	VPSLLW $2, Y8, Y8 \
+	VPSUBW Y8, acc, acc \
+	VPMADDWD (32*c)(SP), acc, acc \
 	Q5KLF(acc, dd, off)
 
 // Q3KCH4: chunk c (= 4h+j; its hmask bit moved to bit 2 by `sh $n`) over
@@ -1603,15 +1604,12 @@ q3ka4done:
 	Q3KS1(h, j, c, sh, n, 5) \
 	Q3KS1(h, j, c, sh, n, 6) \
 	Q3KS1(h, j, c, sh, n, 7) \
+	VPBROADCASTD (260+4*c)(DI), Y10 \
+	VPSLLW $2, Y10, Y10 \
+	VPSUBW Y10, Y0, Y0 \
+	VPSUBW Y10, Y1, Y1 \
 	VPMADDWD (64*c)(SP), Y0, Y0 \
 	VPMADDWD (64*c+32)(SP), Y1, Y1 \
-	VPBROADCASTD (260+4*c)(DI), Y10 \
-	VPMADDWD (64*c)(SP), Y10, Y8 \
-	VPSLLD $2, Y8, Y8 \
-	VPSUBD Y8, Y0, Y0 \
-	VPMADDWD (64*c+32)(SP), Y10, Y9 \
-	VPSLLD $2, Y9, Y9 \
-	VPSUBD Y9, Y1, Y1 \
 	Q5KLF(Y0, Y12, (512+64*c)) \
 	Q5KLF(Y1, Y13, (544+64*c))
 
