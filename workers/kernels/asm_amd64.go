@@ -236,13 +236,13 @@ func gemmIQ4XSA4(w *byte, half int, nb int, x *q8K, xstride uintptr, aux *q8KAux
 func gemmIQ4XSA1(w *byte, nb int, x *q8K, aux *q8KAux, out *float32)
 
 //go:noescape
-func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
+func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ41A1(w *byte, nb int, x *byte, out *float32)
 
 //go:noescape
-func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
+func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
 
 //go:noescape
 func gemmQ51A1(w *byte, nb int, x *byte, out *float32)

@@ -50,39 +50,29 @@ GLOBL g2x10<>(SB), RODATA, $4
 	VXORPS Y6, Y6, Y6 \
 	VXORPS Y7, Y7, Y7
 
-// SETUPM4: SETUPB4 without side data: SI weights, BX 8*half, CX blocks,
-// DI/R8/R9/R10 activation rows, R14 the bytes to prefetch; Y13 = 1 in every
-// int16.
+// SETUPM4: SETUPB4 for the Q4_1 and Q5_1 kernels, whose side data are the
+// activation blocks' d and s as float32 (q81Aux): SI weights, BX 8*half, CX
+// blocks, DI/R8/R9/R10 activation rows, DX/R11/R12/R13 their side data, R14
+// the bytes to prefetch; Y13 = 1 in every int16. It zeroes the 4 output
+// rows' 8 lanes (the running sums, kept at out).
 #define SETUPM4 \
-	ARGSX4 \
-	MOVQ pf+56(FP), R14 \
-	VPBROADCASTD g2one<>(SB), Y13
-
-// ZEROOUTM4: ZEROOUT4 for the kernels without side data (out and ostride
-// at 40 and 48); ya scratch.
-#define ZEROOUTM4(ya) \
-	VXORPS ya, ya, ya \
-	MOVQ out+40(FP), AX \
-	VMOVUPS ya, (AX) \
-	ADDQ ostride+48(FP), AX \
-	VMOVUPS ya, (AX) \
-	ADDQ ostride+48(FP), AX \
-	VMOVUPS ya, (AX) \
-	ADDQ ostride+48(FP), AX \
-	VMOVUPS ya, (AX)
+	ARGS4 \
+	MOVQ pf+72(FP), R14 \
+	VPBROADCASTD g2one<>(SB), Y13 \
+	ZEROOUT4(Y4)
 
 // MFLOAT4: the float updates of the 4 rows: d_w in Y12, m_w in Y10.
 #define MFLOAT4 \
 	VCVTPH2PS (SI)(BX*2), Y12 \
 	VCVTPH2PS 32(SI)(BX*2), Y10 \
-	MOVQ out+40(FP), AX \
-	MFM(DI, Y0, Y10) \
-	ADDQ ostride+48(FP), AX \
-	MFM(R8, Y1, Y10) \
-	ADDQ ostride+48(FP), AX \
-	MFM(R9, Y2, Y10) \
-	ADDQ ostride+48(FP), AX \
-	MFM(R10, Y3, Y10)
+	MOVQ out+56(FP), AX \
+	MFM(DX, Y0, Y10) \
+	ADDQ ostride+64(FP), AX \
+	MFM(R11, Y1, Y10) \
+	ADDQ ostride+64(FP), AX \
+	MFM(R12, Y2, Y10) \
+	ADDQ ostride+64(FP), AX \
+	MFM(R13, Y3, Y10)
 
 #define STOREB4 \
 	MOVQ out+56(FP), AX \
@@ -611,7 +601,10 @@ nla1done:
 // s = d*sum(q), 32 int8). Groups: 16 f16 d at 0, 16 f16 m at 32, Q4_0's 4
 // slices of nibbles at 64 (320 bytes per block), and for Q5_1 Q5_0's plane
 // of fifth bits at 320 (384 bytes). No offsets to subtract: per block
-// t = (d_w*d_x)*float(isum) + m_w*s_x and sum += t, as legacyMinTerm.
+// t = (d_w*d_x)*float(isum) + m_w*s_x and sum += t, as legacyMinTerm. The
+// 4-row kernels read d_x and s_x as float32 from the side data (q81Aux,
+// converted once per row; converting the f16s in each call was 2-5% of
+// their time), the one-row kernels from the blocks.
 
 #define NEXTM4(wb) \
 	ADDQ $wb, SI \
@@ -619,7 +612,11 @@ nla1done:
 	ADDQ $36, DI \
 	ADDQ $36, R8 \
 	ADDQ $36, R9 \
-	ADDQ $36, R10
+	ADDQ $36, R10 \
+	ADDQ $8, DX \
+	ADDQ $8, R11 \
+	ADDQ $8, R12 \
+	ADDQ $8, R13
 
 // MINT: ya = (Y12 * d_x) * float(acc) + ym * s_x, with d_x and s_x the f16s
 // at 0(xr) and 2(xr); yb scratch (xa, xb their low halves).
@@ -634,9 +631,16 @@ nla1done:
 	VMULPS yb, ym, yb \
 	VADDPS yb, ya, ya
 
-// MFM: the running sums at (AX) += MINT.
-#define MFM(xr, acc, ym) \
-	MINT(xr, acc, ym, Y8, X8, Y9, X9) \
+// MFM: the running sums at (AX) += MINT, with d_x and s_x the float32s at
+// 0(ar) and 4(ar) (q81Aux: the f16s MINT converts, converted once per row).
+#define MFM(ar, acc, ym) \
+	VBROADCASTSS (ar), Y8 \
+	VMULPS Y8, Y12, Y8 \
+	VCVTDQ2PS acc, acc \
+	VMULPS acc, Y8, Y8 \
+	VBROADCASTSS 4(ar), Y9 \
+	VMULPS Y9, ym, Y9 \
+	VADDPS Y9, Y8, Y8 \
 	VADDPS (AX), Y8, Y8 \
 	VMOVUPS Y8, (AX)
 
@@ -667,11 +671,10 @@ nla1done:
 	VPMADDWD Y13, Y2, Y2 \
 	VPMADDWD Y13, Y3, Y3
 
-// func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
-TEXT ·gemmQ41A4(SB), NOSPLIT, $0-64
+// func gemmQ41A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ41A4(SB), NOSPLIT, $0-80
 	SETUPM4
 	VPBROADCASTD g2x0f<>(SB), Y15
-	ZEROOUTM4(Y4)
 	TESTQ CX, CX
 	JZ    q41a4done
 q41a4loop:
@@ -711,12 +714,11 @@ q41a4done:
 	VPMADDWD Y13, Y8, Y8 \
 	VPADDD Y8, acc, acc
 
-// func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, out *float32, ostride uintptr, pf *byte)
-TEXT ·gemmQ51A4(SB), NOSPLIT, $0-64
+// func gemmQ51A4(w *byte, half int, nb int, x *byte, xstride uintptr, aux *q81Aux, auxstride uintptr, out *float32, ostride uintptr, pf *byte)
+TEXT ·gemmQ51A4(SB), NOSPLIT, $0-80
 	SETUPM4
 	VPBROADCASTD g2x0f<>(SB), Y15
 	VPBROADCASTD g2x10<>(SB), Y14
-	ZEROOUTM4(Y4)
 	TESTQ CX, CX
 	JZ    q51a4done
 q51a4loop:

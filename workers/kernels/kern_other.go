@@ -126,10 +126,14 @@ func gemmQ41P4(*byte, int, *byte, uintptr, *q81Aux, uintptr, *float32, uintptr, 
 func gemmQ51P4(*byte, int, *byte, uintptr, *q81Aux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }
-func gemmQ41A4(*byte, int, int, *byte, uintptr, *float32, uintptr, *byte) { panic("kernels: no asm") }
-func gemmQ41A1(*byte, int, *byte, *float32)                               { panic("kernels: no asm") }
-func gemmQ51A4(*byte, int, int, *byte, uintptr, *float32, uintptr, *byte) { panic("kernels: no asm") }
-func gemmQ51A1(*byte, int, *byte, *float32)                               { panic("kernels: no asm") }
+func gemmQ41A4(*byte, int, int, *byte, uintptr, *q81Aux, uintptr, *float32, uintptr, *byte) {
+	panic("kernels: no asm")
+}
+func gemmQ41A1(*byte, int, *byte, *float32) { panic("kernels: no asm") }
+func gemmQ51A4(*byte, int, int, *byte, uintptr, *q81Aux, uintptr, *float32, uintptr, *byte) {
+	panic("kernels: no asm")
+}
+func gemmQ51A1(*byte, int, *byte, *float32) { panic("kernels: no asm") }
 func gemmQ2KA4(*byte, int, int, *q8K, uintptr, *q8KAux, uintptr, *float32, uintptr, *byte) {
 	panic("kernels: no asm")
 }

@@ -44,7 +44,7 @@ type matJob struct {
 	xaT  []q8Aux   // AMX tiles: xa block-major per 16 rows ([r/16][block][r%16]; tiled)
 	xka  []q8KAux  // packed K-quant kernels: per Q8_K block, its sums as they take them
 	xkaT []q8KAux  // AMX tiles: xka block-major per 16 rows (tiled)
-	xm   []q81Aux  // AVX-512 Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
+	xm   []q81Aux  // packed Q4_1/Q5_1 kernels: per Q8_1 block, d and s as float32
 
 	// tileKern and tileKKern are the AMX path's tile kernels: nil means the
 	// type's assembly (gemmQ8AMX, gemmQ4AMX, gemmQ4KAMX, gemmQ6KAMX); the
@@ -80,11 +80,20 @@ func (a *q8KAux) fill(x *q8K) {
 	}
 }
 
-// q81Aux is what the AVX-512 Q4_1 and Q5_1 kernels need of one Q8_1
+// q81Aux is what the packed Q4_1 and Q5_1 kernels need of one Q8_1
 // activation block beyond its quants: its d and s as float32, converted once
 // per product rather than once per group of weight rows.
 type q81Aux struct {
 	d, s float32
+}
+
+// q81AuxRow fills aux with the d and s of each Q8_1 block of the row xq (the
+// AVX-512 quantizer writes them as it goes).
+func q81AuxRow(aux []q81Aux, xq []byte) {
+	for b := range aux {
+		blk := xq[b*q81Block : b*q81Block+4]
+		aux[b] = q81Aux{d: half(blk[0:2]), s: half(blk[2:4])}
+	}
 }
 
 // q8Aux is what the packed kernels need of one Q8_0 activation block beyond its
@@ -155,7 +164,7 @@ func (j *matJob) prepare(p *Pool) {
 	case gguf.TypeQ4_1, gguf.TypeQ5_1:
 		j.xqs = c / 32 * q81Block
 		j.xq = grow(j.xq, n*j.xqs)
-		if j.packed() && j.p >= pathAVX512 {
+		if j.packed() {
 			j.xm = grow(j.xm, n*c/32)
 		}
 	case gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeIQ4_XS:
@@ -233,6 +242,9 @@ func (j *matJob) prepRows(lo, hi int) {
 				quantQ81AVX512(&xq[0], &x[0], c/32, aux)
 			case j.p == pathAVX2:
 				quantQ81AVX2(&xq[0], &x[0], c/32)
+				if j.packed() {
+					q81AuxRow(j.xm[r*c/32:(r+1)*c/32], xq)
+				}
 			default:
 				quantizeQ8_1(xq, x)
 			}

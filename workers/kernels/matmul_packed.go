@@ -125,7 +125,7 @@ func (j *matJob) group2(w *byte, i int, next *byte) {
 	rows := j.m.Rows
 	nb := j.m.Cols / 32
 	typ := j.m.Type
-	legacy := typ == gguf.TypeQ4_1 || typ == gguf.TypeQ5_1 // Q8_1 activations, no side data
+	legacy := typ == gguf.TypeQ4_1 || typ == gguf.TypeQ5_1 // Q8_1 activations, their side data q81Aux
 	var a *q8Aux
 	r := 0
 	for ; r+4 <= j.n; r += 4 {
@@ -159,9 +159,9 @@ func (j *matJob) group2(w *byte, i int, next *byte) {
 			case gguf.TypeIQ4_NL:
 				gemmIQ4NLA4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeQ4_1:
-				gemmQ41A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4), pn)
+				gemmQ41A4(w, h, nb, x, uintptr(j.xqs), &j.xm[r*nb], uintptr(nb*8), o, uintptr(rows*4), pn)
 			case gguf.TypeQ5_1:
-				gemmQ51A4(w, h, nb, x, uintptr(j.xqs), o, uintptr(rows*4), pn)
+				gemmQ51A4(w, h, nb, x, uintptr(j.xqs), &j.xm[r*nb], uintptr(nb*8), o, uintptr(rows*4), pn)
 			default:
 				gemmQ5A4(w, h, nb, x, uintptr(j.xqs), a, uintptr(nb*8), o, uintptr(rows*4), pn)
 			}
