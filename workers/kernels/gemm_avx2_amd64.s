@@ -65,14 +65,7 @@ GLOBL g2x10<>(SB), RODATA, $4
 #define MFLOAT4 \
 	VCVTPH2PS (SI)(BX*2), Y12 \
 	VCVTPH2PS 32(SI)(BX*2), Y10 \
-	MOVQ out+56(FP), AX \
-	MFM(DX, Y0, Y10) \
-	ADDQ ostride+64(FP), AX \
-	MFM(R11, Y1, Y10) \
-	ADDQ ostride+64(FP), AX \
-	MFM(R12, Y2, Y10) \
-	ADDQ ostride+64(FP), AX \
-	MFM(R13, Y3, Y10)
+	EACHAUX4(MFM)
 
 #define STOREB4 \
 	MOVQ out+56(FP), AX \
@@ -631,15 +624,16 @@ nla1done:
 	VMULPS yb, ym, yb \
 	VADDPS yb, ya, ya
 
-// MFM: the running sums at (AX) += MINT, with d_x and s_x the float32s at
-// 0(ar) and 4(ar) (q81Aux: the f16s MINT converts, converted once per row).
-#define MFM(ar, acc, ym) \
+// MFM: the running sums at (AX) += MINT (m_w in Y10), with d_x and s_x the
+// float32s at 0(ar) and 4(ar) (q81Aux: the f16s MINT converts, converted
+// once per row).
+#define MFM(ar, acc, unused) \
 	VBROADCASTSS (ar), Y8 \
 	VMULPS Y8, Y12, Y8 \
 	VCVTDQ2PS acc, acc \
 	VMULPS acc, Y8, Y8 \
 	VBROADCASTSS 4(ar), Y9 \
-	VMULPS Y9, ym, Y9 \
+	VMULPS Y9, Y10, Y9 \
 	VADDPS Y9, Y8, Y8 \
 	VADDPS (AX), Y8, Y8 \
 	VMOVUPS Y8, (AX)
