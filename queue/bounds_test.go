@@ -246,6 +246,107 @@ func TestHeartbeats(t *testing.T) {
 	}
 }
 
+// TestWaitingJobLosesItsWorkers: a job waiting in the stream for its model's
+// workers ends in ErrNoWorker as soon as the model has none left (the last
+// one stopped between the admission check and the publish, say), not after
+// the idle timeout; a job a worker holds (it sent a heartbeat) is that
+// worker's to finish or lose (ErrWorkerLost).
+func TestWaitingJobLosesItsWorkers(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const model = "@cf/test/leaving"
+	live := NewLiveModels(0)
+	live.Set(Fleet{Windows: map[string]int{model: 512}})
+	c := NewClient(env.nc, env.js).WithLiveness(live)
+
+	waiting := testJob("leaving-waiting")
+	waiting.Model = model
+	wr, err := c.Submit(ctx, waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wr.Close()
+	held := testJob("leaving-held")
+	held.Model = model
+	hr, err := c.Submit(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hr.Close()
+	res, err := OpenResults(ctx, env.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rp *Replier
+	for rp == nil {
+		_, got := fetchJob(t, env, model)
+		if got.ID != held.ID {
+			continue // the waiting job stays unclaimed
+		}
+		if rp, _, err = res.Claim(ctx, env.nc, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rp.Heartbeat(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.Token(ctx, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := hr.Next(ctx); err != nil || f.Kind != KindToken {
+		t.Fatalf("held job's first frame %+v, %v", f, err)
+	}
+
+	// A change that leaves the model served wakes nobody.
+	lost := live.Lost(model)
+	for _, f := range []Fleet{{Windows: map[string]int{model: 256, "@cf/test/other": 64}}, {Loading: map[string]bool{model: true}}} {
+		live.Set(f)
+		select {
+		case <-lost:
+			t.Fatalf("Lost fired while %+v serves the model", f)
+		default:
+		}
+	}
+	live.Set(Fleet{})
+	select {
+	case <-lost:
+	default:
+		t.Fatal("Lost did not fire once the model had no worker")
+	}
+	// The waiting job's 30 s idle timeout is longer than ctx: only the
+	// model losing its workers ends it with ErrNoWorker.
+	if _, err := wr.Next(ctx); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("waiting job after its model lost its workers: %v, want ErrNoWorker", err)
+	}
+	if err := rp.Token(ctx, "b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := hr.Next(ctx); err != nil || f.Kind != KindToken || f.Text != "b" {
+		t.Fatalf("held job after its model lost its workers: %+v, %v; want its next token", f, err)
+	}
+
+	// A job submitted once the model has gone is refused before it is
+	// published; one that raced past that check ends at its first wait.
+	late := testJob("leaving-late")
+	late.Model = model
+	if _, err := c.Submit(ctx, late); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("Submit after the model lost its workers: %v, want ErrNoWorker", err)
+	}
+	raced := testJob("leaving-raced")
+	raced.Model = model
+	live.Set(Fleet{Windows: map[string]int{model: 512}})
+	rr, err := c.Submit(ctx, raced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	live.Set(Fleet{})
+	if _, err := rr.Next(ctx); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("a job whose model lost its workers before its first wait: %v, want ErrNoWorker", err)
+	}
+}
+
 // TestSubmitFailsFast: a model without a live worker and a bus that is down
 // are refused at once, not after the idle timeout.
 func TestSubmitFailsFast(t *testing.T) {

@@ -116,16 +116,18 @@ func (c *Client) WithIdleTimeout(d time.Duration) (*Client, error) {
 	return &Client{nc: c.nc, js: c.js, idle: d, live: c.live, res: c.results()}, nil
 }
 
-// Liveness says whether a model has a live worker (LiveModels.Await).
-// *LiveModels implements it.
+// Liveness says whether a model has a live worker (LiveModels.Await) and
+// when it has none left (LiveModels.Lost). *LiveModels implements it.
 type Liveness interface {
 	Await(ctx context.Context, model string, wait bool) error
+	Lost(model string) <-chan struct{}
 }
 
 // WithLiveness returns a client whose Submit and SubmitAsync refuse a job
 // for a model that l says has no live worker (ErrNoWorker), at once; Submit
 // waits for a model that may still get its first worker (l's grace period),
-// SubmitAsync does not.
+// SubmitAsync does not. A submitted job that no worker has taken yet ends
+// in ErrNoWorker once its model has no worker left (Replies.Next).
 func (c *Client) WithLiveness(l Liveness) *Client {
 	return &Client{nc: c.nc, js: c.js, idle: c.idle, live: l, res: c.results()}
 }
@@ -192,6 +194,10 @@ func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
 	if err := c.ready(ctx, job, true); err != nil {
 		return nil, err
 	}
+	var lost <-chan struct{}
+	if c.live != nil {
+		lost = c.live.Lost(job.Model)
+	}
 	sub, err := c.nc.SubscribeSync(job.Reply)
 	if err != nil {
 		return nil, fmt.Errorf("queue: subscribing to replies of %s: %w", job.ID, err)
@@ -204,7 +210,7 @@ func (c *Client) Submit(ctx context.Context, job *Job) (*Replies, error) {
 		sub.Unsubscribe()
 		return nil, err
 	}
-	return &Replies{sub: sub, idle: c.idle, beat: HeartbeatTimeout, want: 1}, nil
+	return &Replies{sub: sub, idle: c.idle, beat: HeartbeatTimeout, want: 1, model: job.Model, lost: lost}, nil
 }
 
 func (c *Client) publish(ctx context.Context, job *Job) error {
@@ -330,18 +336,21 @@ func (c *Client) AsyncStatus(ctx context.Context, id string) (*AsyncResult, erro
 type Replies struct {
 	sub   *nats.Subscription
 	idle  time.Duration
-	beat  time.Duration // the wait once the worker has sent a heartbeat
-	alive bool          // a heartbeat came: a worker holds the job
-	want  uint64        // next seq expected
-	err   error         // sticky: set once the stream ended, io.EOF after the last frame
+	beat  time.Duration   // the wait once the worker has sent a heartbeat
+	alive bool            // a heartbeat came: a worker holds the job
+	want  uint64          // next seq expected
+	err   error           // sticky: set once the stream ended, io.EOF after the last frame
+	model string          // the job's model
+	lost  <-chan struct{} // closed once the model has no worker (Liveness.Lost); nil: never
 }
 
 // Next returns the next frame. After the final or error frame it returns
 // io.EOF. A missing or repeated seq is ErrGap (an error frame beyond the
 // expected seq is still returned: the stream ends in an error either way);
-// no frame within the idle timeout is ErrStreamTimeout; once a heartbeat
-// came, no frame within HeartbeatTimeout is ErrWorkerLost; ctx ending
-// returns ctx's error. Heartbeats are consumed here, never returned. Every
+// no frame within the idle timeout is ErrStreamTimeout, and the job's model
+// losing its last worker before one sent a frame is ErrNoWorker (with a
+// Liveness: Client.WithLiveness); once a heartbeat came, no frame within
+// HeartbeatTimeout is ErrWorkerLost; ctx ending returns ctx's error. Heartbeats are consumed here, never returned. Every
 // error is final.
 func (r *Replies) Next(ctx context.Context) (*Frame, error) {
 	if r.err != nil {
@@ -361,17 +370,54 @@ func (r *Replies) Next(ctx context.Context) (*Frame, error) {
 }
 
 func (r *Replies) next(ctx context.Context) (*Frame, error) {
-	wait, lost := r.idle, ErrStreamTimeout
 	if r.alive {
-		wait, lost = r.beat, ErrWorkerLost
+		return r.read(ctx, r.beat, ErrWorkerLost, nil)
 	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
+	for {
+		select {
+		case <-r.lost:
+			// No worker serves the model any more. Frames already here
+			// mean one took the job before it left: it finishes it or its
+			// heartbeats stop.
+			if n, _, err := r.sub.Pending(); err == nil && n > 0 {
+				return r.read(ctx, r.idle, ErrStreamTimeout, nil)
+			}
+			return nil, fmt.Errorf("%w: %s: its last worker left before taking the job", ErrNoWorker, r.model)
+		default:
+		}
+		f, err := r.read(ctx, r.idle, ErrStreamTimeout, r.lost)
+		if err != errLostWake {
+			return f, err
+		}
+	}
+}
+
+// errLostWake is read's answer when stop closed first.
+var errLostWake = errors.New("queue: the model lost its workers")
+
+// read waits up to wait for the next frame: none is lost's error, and stop
+// closing first (nil: never) is errLostWake.
+func (r *Replies) read(ctx context.Context, wait time.Duration, lost error, stop <-chan struct{}) (*Frame, error) {
+	sctx, scancel := context.WithCancelCause(ctx)
+	defer scancel(nil)
+	if stop != nil {
+		go func() {
+			select {
+			case <-stop:
+				scancel(errLostWake)
+			case <-sctx.Done():
+			}
+		}()
+	}
+	wctx, cancel := context.WithTimeout(sctx, wait)
 	defer cancel()
 	msg, err := r.sub.NextMsgWithContext(wctx)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			err = ctx.Err()
+		case context.Cause(sctx) == errLostWake:
+			err = errLostWake
 		case wctx.Err() != nil:
 			err = fmt.Errorf("%w: no frame for %v", lost, wait)
 		default:

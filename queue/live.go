@@ -17,13 +17,14 @@ import (
 // their records, can wait for them; once a model has been seen, or the
 // grace period is over, only its live and loading workers count.
 type LiveModels struct {
-	mu      sync.RWMutex    // guards models, loading, seen and changed
-	models  map[string]int  // name → smallest live window
-	loading map[string]bool // models a worker is loading
-	seen    map[string]bool // models that have had a live or loading worker since start
-	changed chan struct{}   // closed (and replaced) by each Set
-	since   time.Time       // when it was made; read-only
-	grace   time.Duration   // read-only
+	mu      sync.RWMutex             // guards models, loading, seen, changed and lost
+	models  map[string]int           // name → smallest live window
+	loading map[string]bool          // models a worker is loading
+	seen    map[string]bool          // models that have had a live or loading worker since start
+	changed chan struct{}            // closed (and replaced) by each Set
+	lost    map[string]chan struct{} // Lost's channels, closed by the Set that leaves their model unserved
+	since   time.Time                // when it was made; read-only
+	grace   time.Duration            // read-only
 }
 
 var _ Liveness = (*LiveModels)(nil)
@@ -31,7 +32,7 @@ var _ Liveness = (*LiveModels)(nil)
 // NewLiveModels returns an empty set whose grace period starts now.
 func NewLiveModels(grace time.Duration) *LiveModels {
 	return &LiveModels{models: map[string]int{}, loading: map[string]bool{}, seen: map[string]bool{},
-		changed: make(chan struct{}), since: time.Now(), grace: grace}
+		changed: make(chan struct{}), lost: map[string]chan struct{}{}, since: time.Now(), grace: grace}
 }
 
 // Set replaces the set with f (WatchCapacity's apply argument).
@@ -52,9 +53,35 @@ func (l *LiveModels) Set(f Fleet) {
 	for k := range loading {
 		l.seen[k] = true
 	}
+	for k, ch := range l.lost {
+		if _, ok := m[k]; !ok && !loading[k] {
+			close(ch)
+			delete(l.lost, k)
+		}
+	}
 	close(l.changed)
 	l.changed = make(chan struct{})
 	l.mu.Unlock()
+}
+
+// Lost returns a channel that is closed once model has no live or loading
+// worker: at once if it has none now (a model never seen, within the grace
+// period, counts as served). A job waiting in the stream for the model ends
+// then (Replies.Next), since no worker is left to take it.
+func (l *LiveModels) Lost(model string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.models[model]; !ok && !l.loading[model] && (l.seen[model] || time.Since(l.since) >= l.grace) {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	ch, ok := l.lost[model]
+	if !ok {
+		ch = make(chan struct{})
+		l.lost[model] = ch
+	}
+	return ch
 }
 
 // Live reports whether model has a live or loading worker, or has never had

@@ -265,6 +265,31 @@ func (c *cluster) token(t *testing.T, tenant string) string {
 // post sends a JSON body and returns the status and the body.
 func post(t *testing.T, token, url, body string) (int, []byte) {
 	t.Helper()
+	resp := send(t, token, url, body)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// openStream posts a streaming request's JSON body and returns the response
+// once its status is 200; its body is closed when the test ends.
+func openStream(t *testing.T, token, url, body string) *http.Response {
+	t.Helper()
+	resp := send(t, token, url, body)
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("stream: status %d: %s", resp.StatusCode, b)
+	}
+	return resp
+}
+
+// send posts a JSON body with token and returns the response.
+func send(t *testing.T, token, url, body string) *http.Response {
+	t.Helper()
 	req, err := http.NewRequest("POST", url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -275,12 +300,7 @@ func post(t *testing.T, token, url, body string) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return resp
 }
 
 // TestClusterOfProcesses runs edge, NATS and two workers as separate OS

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -63,8 +64,10 @@ func TestClusterSecurity(t *testing.T) {
 	// running when the kill lands, however fast the engine is.
 	c := startHeldCluster(t, true, "prefill", "decode")
 	const solo = "@cf/tinyllamas/solo"
-	soloWorker := c.start(t, "worker-solo", c.bin, append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
-		"--threads", "1"}, c.natsCreds(queue.RoleWorker)...)...)
+	// Held too, with a drain that outlasts the edge's notice: its records
+	// must go when its drain starts, not when it ends.
+	soloWorker := c.start(t, "worker-solo", c.workerBin, append(append([]string{"worker", "--nats", c.natsURL, "--model", solo + "=" + c.model,
+		"--threads", "1", "--drain-grace", "15s"}, c.workerArgs...), c.natsCreds(queue.RoleWorker)...)...)
 	billing := c.start(t, "billing", c.bin, append([]string{"billing", "--nats", c.natsURL, "--redis", c.redisURL},
 		c.natsCreds(queue.RoleBilling)...)...)
 	edgeURL, edgeProc := c.edgeProcess(t, "--model", solo+"="+c.model)
@@ -220,38 +223,42 @@ func TestClusterSecurity(t *testing.T) {
 		if status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`); status != 200 {
 			t.Fatalf("solo before: %d %s", status, body)
 		}
-		soloWorker.stop(syscall.SIGTERM)
+		// A stream the worker holds (--fault-hold-at) keeps its drain going
+		// until the drain grace is over.
+		resp := openStream(t, tok, srun, `{"prompt":"Once","raw":true,"max_tokens":1000,"stream":true}`)
+		ended := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			close(ended)
+		}()
+		soloWorker.proc.Signal(syscall.SIGTERM)
 		testkit.Poll(t, 10*time.Second, testkit.Cond("the edge to see the worker gone", func() bool {
 			status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`)
 			return status == 503 && strings.Contains(string(body), "3047")
 		}))
+		select {
+		case <-ended:
+			t.Fatal("the model was refused only once the worker's drain was over: its records stayed while it drained")
+		default:
+		}
+		<-soloWorker.exited()
+		<-ended
 		// Refused, not queued: what happened, not how fast. A job queued for
 		// a model nobody serves would stay in the work-queue stream.
+		_, js, _ := c.natsAs(t, queue.RoleOperator)
+		before := modelQueue(t, js, solo)
 		for range 3 {
 			if status, body := post(t, tok, srun, `{"prompt":"Once","max_tokens":4}`); status != 503 || !strings.Contains(string(body), "3047") {
 				t.Fatalf("solo after its worker stopped: %d %s", status, body)
 			}
 		}
-		_, js, _ := c.natsAs(t, queue.RoleOperator)
-		if queued := modelQueue(t, js, solo); len(queued) != 0 {
-			t.Fatalf("jobs queued for the model nobody serves: %v", queued)
+		if queued := modelQueue(t, js, solo); !maps.Equal(queued, before) {
+			t.Fatalf("jobs queued for the model nobody serves: %v, before the refusals %v", queued, before)
 		}
 	})
 
 	t.Run("a decode worker killed mid-stream", func(t *testing.T) {
-		req, err := http.NewRequest("POST", run, strings.NewReader(`{"prompt":"Once upon a time","raw":true,"max_tokens":2000,"stream":true}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
+		resp := openStream(t, tok, run, `{"prompt":"Once upon a time","raw":true,"max_tokens":2000,"stream":true}`)
 		sc := bufio.NewScanner(resp.Body)
 		var killed time.Time
 		var errEvent string

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,14 +151,19 @@ type workerNode struct {
 
 // run serves jobs for the node's engines until ctx ends, then drains. It
 // registers the worker with the fleet meanwhile and keeps each engine's
-// context window published in the capacity bucket, for the edges to follow;
-// the records go when the worker stops, before its connection closes.
+// context window published in the capacity bucket, for the edges to follow.
+// The records go as the drain starts, since a draining worker takes no new
+// job: edges then refuse a model nobody else serves (no_worker) at once,
+// and end the jobs of it still waiting, instead of queueing them behind a
+// worker that will not take them.
 func (n workerNode) run(ctx context.Context) error {
 	if n.id == "" {
 		n.id = workerID()
 	}
-	stopCap := background(n.keepCapacity(n.id))
+	stopCap := sync.OnceValue(background(n.keepCapacity(n.id)))
 	defer stopCap()
+	withdraw := context.AfterFunc(ctx, func() { _ = stopCap() })
+	defer withdraw()
 	w, err := worker.New(n.log.With("node", "worker"), n.nc, n.js, worker.Config{Role: n.role, Name: n.obs.name, Models: n.engines, Encoders: n.encoders, Concurrency: n.concurrency,
 		Grace: n.grace, TracerProvider: n.obs.tp, Metrics: n.obs.metrics, AfterToken: n.afterToken,
 		LoRAMemory: n.loraMemory, LoRADir: n.loraDir})
