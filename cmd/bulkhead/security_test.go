@@ -241,8 +241,10 @@ func TestClusterSecurity(t *testing.T) {
 			t.Fatal("the model was refused only once the worker's drain was over: its records stayed while it drained")
 		default:
 		}
-		<-soloWorker.exited()
+		// The client going ends the held job (cancelled), and so the drain.
+		resp.Body.Close()
 		<-ended
+		<-soloWorker.exited()
 		// Refused, not queued: what happened, not how fast. A job queued for
 		// a model nobody serves would stay in the work-queue stream.
 		_, js, _ := c.natsAs(t, queue.RoleOperator)
