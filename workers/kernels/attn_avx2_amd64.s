@@ -164,6 +164,21 @@ axsdone:
 	VZEROUPPER
 	RET
 
+// D4STORE: the four queries' sums a0..a3 for one key, each reduced as
+// dotF16AVX reduces its sum, times the scale (X15), to off(DI), off(R12),
+// off(R13) and off(R14); x0 is a0's low half, x1 a scratch.
+#define D4STORE(a0, a1, a2, a3, x0, x1, off) \
+	VHADDPS a1, a0, a0 \
+	VHADDPS a3, a2, a2 \
+	VHADDPS a2, a0, a0 \
+	VEXTRACTF128 $1, a0, x1 \
+	VADDPS x1, x0, x0 \
+	VMULPS X15, x0, x0 \
+	VMOVSS x0, off(DI) \
+	VEXTRACTPS $1, x0, off(R12) \
+	VEXTRACTPS $2, x0, off(R13) \
+	VEXTRACTPS $3, x0, off(R14)
+
 // func dots4F16AVX(o0, o1, o2, o3 *float32, q *float32, k *uint16, kstride uintptr, nk int, hd int, scale float32)
 // Four queries (q + i*hd floats) against nk keys: oi[j] = dot(q_i, key j) *
 // scale, each dot in dotF16AVX's order; every key chunk is converted once for
@@ -182,16 +197,62 @@ TEXT ·dots4F16AVX(SB), NOSPLIT, $0-76
 	LEAQ (SI)(DX*4), R9
 	LEAQ (R9)(DX*4), R10
 	LEAQ (R10)(DX*4), R11
-	SHRQ $3, DX
+	SHLQ $1, DX // bytes of a key
 	TESTQ CX, CX
 	JZ    d4done
+
+// Two keys at a time: each dot still sums its chunks in order in one
+// register, but the eight sums' multiply-adds do not wait on each other, so
+// the loop runs at the multiply-add rate, not their latency.
+d4pair:
+	CMPQ CX, $2
+	JLT  d4key
+	LEAQ (R8)(BX*1), R15
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+d4c2:
+	VCVTPH2PS (R8)(AX*1), Y8
+	VCVTPH2PS (R15)(AX*1), Y9
+	VMOVUPS (SI)(AX*2), Y10
+	VMOVUPS (R9)(AX*2), Y11
+	VMOVUPS (R10)(AX*2), Y12
+	VMOVUPS (R11)(AX*2), Y13
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y11, Y8, Y1
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y13, Y8, Y3
+	VFMADD231PS Y10, Y9, Y4
+	VFMADD231PS Y11, Y9, Y5
+	VFMADD231PS Y12, Y9, Y6
+	VFMADD231PS Y13, Y9, Y7
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JLT  d4c2
+	D4STORE(Y0, Y1, Y2, Y3, X0, X1, 0)
+	D4STORE(Y4, Y5, Y6, Y7, X4, X5, 4)
+	ADDQ $8, DI
+	ADDQ $8, R12
+	ADDQ $8, R13
+	ADDQ $8, R14
+	LEAQ (R15)(BX*1), R8
+	SUBQ $2, CX
+	JMP  d4pair
+
 d4key:
+	TESTQ CX, CX
+	JZ    d4done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	XORQ AX, AX
-	MOVQ DX, R15
 d4c:
 	VCVTPH2PS (R8)(AX*1), Y8
 	VFMADD231PS (SI)(AX*2), Y8, Y0
@@ -199,25 +260,16 @@ d4c:
 	VFMADD231PS (R10)(AX*2), Y8, Y2
 	VFMADD231PS (R11)(AX*2), Y8, Y3
 	ADDQ $16, AX
-	DECQ R15
-	JNZ  d4c
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VMULPS X15, X0, X0
-	VMOVSS X0, (DI)
-	VEXTRACTPS $1, X0, (R12)
-	VEXTRACTPS $2, X0, (R13)
-	VEXTRACTPS $3, X0, (R14)
+	CMPQ AX, DX
+	JLT  d4c
+	D4STORE(Y0, Y1, Y2, Y3, X0, X1, 0)
 	ADDQ $4, DI
 	ADDQ $4, R12
 	ADDQ $4, R13
 	ADDQ $4, R14
 	ADDQ BX, R8
 	DECQ CX
-	JNZ  d4key
+	JMP  d4key
 d4done:
 	VZEROUPPER
 	RET

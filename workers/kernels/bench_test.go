@@ -81,6 +81,28 @@ func BenchmarkDotF16(b *testing.B) {
 	}
 }
 
+// BenchmarkDots4F16 is attention's scores for 4 queries (4 prompt rows of a
+// head, or 4 query heads sharing a KV head) against 512 keys of 128
+// dimensions in an f16 KV page run (stride: a 1024-wide KV row), as a
+// prefill of 512 tokens reads them.
+func BenchmarkDots4F16(b *testing.B) {
+	ks := Active()
+	rng := rand.New(rand.NewPCG(45, 46))
+	const hd, nk, stride = 128, 512, 1024
+	q := halves(rng, 4*hd)
+	qf := make([]float32, 4*hd)
+	ks.F16ToF32s(qf, q)
+	k := halves(rng, nk*stride)
+	var out [4][]float32
+	for i := range out {
+		out[i] = make([]float32, nk)
+	}
+	for b.Loop() {
+		ks.Dots4F16(&out, q, qf, k, stride, 0.125)
+	}
+	b.ReportMetric(2*4*hd*nk*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
 // BenchmarkPoolRun is the hand-off cost of one Run with trivial work.
 func BenchmarkPoolRun(b *testing.B) {
 	for _, threads := range benchThreads {
