@@ -350,8 +350,8 @@ type Replies struct {
 // no frame within the idle timeout is ErrStreamTimeout, and the job's model
 // losing its last worker before one sent a frame is ErrNoWorker (with a
 // Liveness: Client.WithLiveness); once a heartbeat came, no frame within
-// HeartbeatTimeout is ErrWorkerLost; ctx ending returns ctx's error. Heartbeats are consumed here, never returned. Every
-// error is final.
+// HeartbeatTimeout is ErrWorkerLost; ctx ending returns ctx's error.
+// Heartbeats are consumed here, never returned. Every error is final.
 func (r *Replies) Next(ctx context.Context) (*Frame, error) {
 	if r.err != nil {
 		return nil, r.err
