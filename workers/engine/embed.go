@@ -134,11 +134,11 @@ func (e *Embedder) Encode(inputs [][]int32) ([][]float32, error) {
 		v := make([]float32, h.Embd)
 		n := len(c.tokens)
 		if e.pooling == PoolLast {
-			kernels.RMSNorm(v, e.fw.x[(row+n-1)*h.Embd:][:h.Embd], e.m.OutNorm, h.NormEps)
+			e.fw.ks.RMSNorm(v, e.fw.x[(row+n-1)*h.Embd:][:h.Embd], e.m.OutNorm, h.NormEps)
 		} else {
 			inv := 1 / float32(n)
 			for j := range n {
-				kernels.RMSNorm(norm, e.fw.x[(row+j)*h.Embd:][:h.Embd], e.m.OutNorm, h.NormEps)
+				e.fw.ks.RMSNorm(norm, e.fw.x[(row+j)*h.Embd:][:h.Embd], e.m.OutNorm, h.NormEps)
 				for d, x := range norm {
 					v[d] += x * inv
 				}

@@ -273,7 +273,7 @@ func (fw *forward) logitsOf(chunks []*chunk) [][]float32 {
 			continue
 		}
 		for row := end - c.logitRows(); row < end; row++ {
-			kernels.RMSNorm(fw.logitRows[i*h.Embd:(i+1)*h.Embd], fw.x[row*h.Embd:(row+1)*h.Embd], fw.m.OutNorm, h.NormEps)
+			fw.ks.RMSNorm(fw.logitRows[i*h.Embd:(i+1)*h.Embd], fw.x[row*h.Embd:(row+1)*h.Embd], fw.m.OutNorm, h.NormEps)
 			i++
 		}
 	}
@@ -357,15 +357,15 @@ func (fw *forward) rowRange(lo, hi int) {
 		x, xn, t := fw.x[r*E:(r+1)*E], fw.xn[r*E:(r+1)*E], fw.tmp[r*E:(r+1)*E]
 		switch fw.rj.op {
 		case opAttnNorm:
-			kernels.RMSNorm(xn, x, L.AttnNorm, h.NormEps)
+			fw.ks.RMSNorm(xn, x, L.AttnNorm, h.NormEps)
 		case opQKV:
 			fw.qkvRow(fw.rj.l, r)
 		case opPostNorm:
-			kernels.RMSNorm(t, t, fw.rj.norm, h.NormEps)
+			fw.ks.RMSNorm(t, t, fw.rj.norm, h.NormEps)
 		case opAdd:
 			kernels.Add(x, t)
 		case opFFNNorm:
-			kernels.RMSNorm(xn, x, L.FFNNorm, h.NormEps)
+			fw.ks.RMSNorm(xn, x, L.FFNNorm, h.NormEps)
 		case opGLU:
 			act, up := fw.gate[r*h.FFN:(r+1)*h.FFN], fw.up[r*h.FFN:(r+1)*h.FFN]
 			if h.GELU {
@@ -421,14 +421,14 @@ func (fw *forward) qkvRow(l, r int) {
 	for i := 0; i < h.Heads; i++ {
 		qh := q[i*hd : (i+1)*hd]
 		if L.QNorm != nil {
-			kernels.RMSNorm(qh, qh, L.QNorm, h.NormEps)
+			fw.ks.RMSNorm(qh, qh, L.QNorm, h.NormEps)
 		}
 		rope(qh, cs, h.RopeNeox)
 	}
 	for i := 0; i < h.KVHeads; i++ {
 		kh := k[i*hd : (i+1)*hd]
 		if L.KNorm != nil {
-			kernels.RMSNorm(kh, kh, L.KNorm, h.NormEps)
+			fw.ks.RMSNorm(kh, kh, L.KNorm, h.NormEps)
 		}
 		rope(kh, cs, h.RopeNeox)
 	}

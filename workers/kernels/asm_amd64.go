@@ -355,6 +355,9 @@ func sqDevF64AVX2(x *float32, n int, mean float32) float64
 func normAffineAVX2(dst, x, w, b *float32, n int, mean, scale float32)
 
 //go:noescape
+func normScaleAVX2(dst, x, w *float32, n int, scale float32)
+
+//go:noescape
 func prefetchRows(p *byte, stride uintptr, rows int, width int)
 
 //go:noescape

@@ -170,8 +170,9 @@ func sqDevF64AVX2(*float32, int, float32) float64                        { panic
 func normAffineAVX2(*float32, *float32, *float32, *float32, int, float32, float32) {
 	panic("kernels: no asm")
 }
-func scaleAVX2(*float32, int, float32)      { panic("kernels: no asm") }
-func prefetchRows(*byte, uintptr, int, int) {}
+func normScaleAVX2(*float32, *float32, *float32, int, float32) { panic("kernels: no asm") }
+func scaleAVX2(*float32, int, float32)                         { panic("kernels: no asm") }
+func prefetchRows(*byte, uintptr, int, int)                    {}
 func dots4F16AVX(*float32, *float32, *float32, *float32, *float32, *uint16, uintptr, int, int, float32) {
 	panic("kernels: no asm")
 }

@@ -62,3 +62,26 @@ naloop:
 nadone:
 	VZEROUPPER
 	RET
+
+// func normScaleAVX2(dst, x, w *float32, n int, scale float32)
+// dst[i] = (x[i]*scale)*w[i] for i < n (a multiple of 8), each product
+// rounded on its own (RMSNorm's second pass). dst may be x.
+TEXT ·normScaleAVX2(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), R8
+	MOVQ n+24(FP), CX
+	VBROADCASTSS scale+32(FP), Y5
+	XORQ DX, DX
+	TESTQ CX, CX
+	JZ    nsdone
+nsloop:
+	VMULPS (SI)(DX*4), Y5, Y2
+	VMULPS (R8)(DX*4), Y2, Y2
+	VMOVUPS Y2, (DI)(DX*4)
+	ADDQ $8, DX
+	CMPQ DX, CX
+	JLT  nsloop
+nsdone:
+	VZEROUPPER
+	RET

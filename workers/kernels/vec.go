@@ -155,17 +155,34 @@ func (ks Set) F16ToF32s(dst []float32, src []uint16) {
 
 // RMSNorm writes dst[i] = (x[i]*scale)*w[i] with scale = 1/sqrt(mean(x²)+eps);
 // squares are summed in float64, scale is computed in float32, as GGML does.
-func RMSNorm(dst, x, w []float32, eps float32) {
+// The squares run in LayerNorm's eight lanes over the first n&^7 elements,
+// then the tail in order, so every path gives the same bits. dst may be x.
+func (ks Set) RMSNorm(dst, x, w []float32, eps float32) {
 	n := len(x)
 	dst, w = dst[:n], w[:n]
+	k := n &^ 7
 	var sum float64
-	for _, v := range x {
+	if ks.path() >= pathAVX2 && k > 0 {
+		sum = sqDevF64AVX2(&x[0], k, 0) // x-0 is x
+	} else {
+		var l [8]float64
+		for i, v := range x[:k] {
+			l[i%8] += float64(float32(v * v))
+		}
+		sum = lanes8(&l)
+	}
+	for _, v := range x[k:] {
 		sum += float64(float32(v * v))
 	}
 	mean := float32(sum / float64(n))
 	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
-	for i, v := range x {
-		dst[i] = float32(v*scale) * w[i]
+	a := 0
+	if ks.path() >= pathAVX2 && k > 0 {
+		normScaleAVX2(&dst[0], &x[0], &w[0], k, scale)
+		a = k
+	}
+	for i := a; i < n; i++ {
+		dst[i] = float32(x[i]*scale) * w[i]
 	}
 }
 

@@ -204,22 +204,45 @@ func TestF16ToF32s(t *testing.T) {
 	})
 }
 
+// TestRMSNorm checks the portable set's RMSNorm against the float64 formula
+// and every set's bitwise against it; inputs spread over 2^-20..2^20 so the
+// sums' order shows in their bits.
 func TestRMSNorm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 30))
-	for _, n := range []int{1, 5, 576} {
+	for _, n := range []int{1, 5, 8, 9, 32, 128, 576, 1029} {
 		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
 			x, w := randVec(rng, n), randVec(rng, n)
-			dst := make([]float32, n)
-			RMSNorm(dst, x, w, 1e-5)
+			for i := range x {
+				x[i] = float32(math.Ldexp(float64(x[i]), rng.IntN(41)-20))
+			}
+			if n == 32 {
+				// Squares 1 and 2^-24 (lane 0) make a float32 midpoint; four
+				// of 2^-54 (lane 1) push it over only when summed first, as
+				// the lanes do: in order each is lost against 1.
+				clear(x)
+				x[0], x[8] = 1, 1.0/(1<<12)
+				x[1], x[9], x[17], x[25] = 1.0/(1<<27), 1.0/(1<<27), 1.0/(1<<27), 1.0/(1<<27)
+			}
+			want := make([]float32, n)
+			pathGo.set().RMSNorm(want, x, w, 1e-5)
 			var ss float64
 			for _, v := range x {
 				ss += float64(v) * float64(v)
 			}
 			scale := 1 / math.Sqrt(ss/float64(n)+1e-5)
 			for i := range n {
-				want := float64(x[i]) * scale * float64(w[i])
-				checkClose(t, fmt.Sprintf("[%d]", i), dst[i], want, math.Abs(want)+1e-6, 1e-6)
+				f := float64(x[i]) * scale * float64(w[i])
+				checkClose(t, fmt.Sprintf("[%d]", i), want[i], f, math.Abs(f)+1e-6, 1e-6)
 			}
+			eachSet(t, func(t *testing.T, ks Set) {
+				got := append([]float32(nil), x...)
+				ks.RMSNorm(got, got, w, 1e-5) // in place, as the engine's q and k norms
+				for i := range n {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("[%d] = %g, want %g bitwise", i, got[i], want[i])
+					}
+				}
+			})
 		})
 	}
 }
