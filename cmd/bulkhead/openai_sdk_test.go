@@ -10,13 +10,16 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 )
 
 // TestOpenAISDK drives the running cluster with OpenAI's official Go SDK,
 // unmodified: only the base URL and the key are ours.
 func TestOpenAISDK(t *testing.T) {
 	c := startCluster(t)
-	base := c.edge(t) + "/v1/"
+	edgeURL := c.edge(t)
+	base := edgeURL + "/v1/"
 	client := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey(c.token(t, "acme")), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -79,7 +82,14 @@ func TestOpenAISDK(t *testing.T) {
 		// Four choices sampled independently (temperature 1, seeds 7..10,
 		// each reported), equal to four separate runs with those seeds;
 		// the prompt prefilled once: the later choices read its full
-		// pages from the prefix cache; usage summed.
+		// pages from the prefix cache; usage summed. The choices share a
+		// worker once the edge routes: an edge that has not yet heard
+		// from both workers sends jobs to the shared queue, which either
+		// worker takes (docs/routing.md).
+		testkit.Poll(t, 30*time.Second, testkit.Cond("the edge's router to know both workers", func() bool {
+			n, _ := metricSum(scrape(t, edgeURL), "bulkhead_edge_routing_workers", map[string]string{"model": clusterModel})
+			return n == 2
+		}))
 		params := openai.ChatCompletionNewParams{
 			Model:       clusterModel,
 			Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story about a dog and a cat")},
