@@ -116,6 +116,7 @@ type TenantQueues struct {
 	mu      sync.Mutex                    // guards the fields below
 	pending map[string]uint64             // queue keys (tenant or RouteToken) that may have jobs waiting -> rings (and refreshes) so far
 	rungAt  map[string]time.Time          // queue key -> when its doorbell last rang, while a look after it is due (see Fetch)
+	retry   map[string]backoff            // queue key -> its back-off, while its fetches fail (see Fetch)
 	replica bool                          // the stream has more than one replica: a doorbell can beat its job (RingSettle)
 	cons    map[string]jetstream.Consumer // consumers created or joined, by queue key
 	last    time.Time                     // the last refresh from the stream
@@ -159,7 +160,7 @@ func openTenantQueues(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		return nil, err
 	}
 	q := &TenantQueues{js: js, model: model, kind: kind, self: self, cfg: cfg, bell: make(chan struct{}, 1), start: time.Now(),
-		pending: map[string]uint64{LegacyQueue: 1}, rungAt: map[string]time.Time{}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}, peers: map[string]peer{}}
+		pending: map[string]uint64{LegacyQueue: 1}, rungAt: map[string]time.Time{}, retry: map[string]backoff{}, cons: map[string]jetstream.Consumer{LegacyQueue: legacy}, peers: map[string]peer{}}
 	subs := map[string]nats.MsgHandler{kind.bell + "*": func(m *nats.Msg) { q.mark(strings.TrimPrefix(m.Subject, kind.bell)) }}
 	if self != "" { // routed queues: this worker's doorbells, and its peers' announcements
 		subs[kind.bell+"*."+self] = subs[kind.bell+"*"]
@@ -390,12 +391,17 @@ func (q *TenantQueues) counts(ctx context.Context) (map[string]uint64, error) {
 }
 
 // Pending lists the tenant tokens that may have jobs waiting (LegacyQueue
-// among them). A token stays listed until a Fetch from it finds nothing.
+// among them). A token stays listed until a Fetch from it finds nothing; one
+// whose last Fetch failed is left out until its back-off ends.
 func (q *TenantQueues) Pending() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	now := time.Now()
 	out := make([]string, 0, len(q.pending))
 	for tok := range q.pending {
+		if r, ok := q.retry[tok]; ok && now.Before(r.until) {
+			continue
+		}
 		out = append(out, tok)
 	}
 	return out
@@ -429,7 +435,55 @@ func (q *TenantQueues) Wait(ctx context.Context) error {
 // doorbell or refresh; one that rang while the fetch was under way keeps it
 // pending, as its job may have been stored after the fetch was answered).
 // The consumer is created on first use.
+//
+// A fetch that fails leaves the token pending but unlisted (Pending) for a
+// back-off that doubles with each failure in a row, from FetchRetryMin to
+// FetchRetryMax, and rings the bell when it ends; the other queues are read
+// meanwhile, and the next try looks the consumer up again. On an R3 stream a
+// consumer just created has no reachable leader for tens of milliseconds
+// ("no responders"), and a caller that paused every queue for a second
+// after that failure held another tenant's job for that second
+// (docs/fairness.md).
 func (q *TenantQueues) Fetch(ctx context.Context, token string) (jetstream.Msg, error) {
+	msg, err := q.fetch(ctx, token)
+	q.mu.Lock()
+	if err == nil {
+		delete(q.retry, token)
+		q.mu.Unlock()
+		return msg, nil
+	}
+	d := min(max(2*q.retry[token].delay, FetchRetryMin), FetchRetryMax)
+	if len(q.retry) >= maxTenantConsumers {
+		clear(q.retry)
+	}
+	q.retry[token] = backoff{delay: d, until: time.Now().Add(d)}
+	if _, ok := q.pending[token]; !ok {
+		q.pending[token]++
+	}
+	if token != LegacyQueue {
+		// The server may have deleted the consumer (idle past
+		// tenantConsumerIdle): the next try joins or recreates it.
+		delete(q.cons, token)
+	}
+	q.mu.Unlock()
+	time.AfterFunc(d, q.ring)
+	return nil, err
+}
+
+// FetchRetryMin and FetchRetryMax bound the back-off of a queue whose
+// fetches fail (Fetch).
+const (
+	FetchRetryMin = 10 * time.Millisecond
+	FetchRetryMax = time.Second
+)
+
+// backoff is a failing queue's: the last delay, and when it ends.
+type backoff struct {
+	delay time.Duration
+	until time.Time
+}
+
+func (q *TenantQueues) fetch(ctx context.Context, token string) (jetstream.Msg, error) {
 	c, err := q.consumer(ctx, token)
 	if err != nil {
 		return nil, err

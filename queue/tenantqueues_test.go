@@ -303,3 +303,68 @@ func TestRelookAfterAnEarlyDoorbell(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchFailureBacksOff: a queue whose fetch fails (here its consumer
+// was deleted under the worker, as the server deletes one idle for
+// tenantConsumerIdle) is left out of the pending list, the other queues are
+// read meanwhile, and it is listed again, with the bell rung, after its
+// back-off; its next fetch finds the consumer again and the job.
+func TestFetchFailureBacksOff(t *testing.T) {
+	env := startEnv(t, StreamConfig{})
+	ctx := context.Background()
+	c := NewClient(env.nc, env.js)
+	const model = "m1"
+	q, err := OpenTenantQueues(ctx, env.nc, env.js, model, "w1", ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ta, tb := TenantToken("tenant-a"), TenantToken("tenant-b")
+	fetchID := func(tok string) string {
+		t.Helper()
+		msg, err := q.Fetch(ctx, tok)
+		if err != nil || msg == nil {
+			t.Fatalf("fetch from %q: %v, %v", tok, msg, err)
+		}
+		job, err := DecodeJob(msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := msg.DoubleAck(ctx); err != nil { // stored before the consumer is deleted below
+			t.Fatal(err)
+		}
+		return job.ID
+	}
+	listed := func(tok string) func() bool { return func() bool { return slices.Contains(q.Pending(), tok) } }
+	submitJob(t, c, model, "a-0", "tenant-a", "")
+	testkit.Poll(t, 5*time.Second, testkit.Cond("tenant-a's doorbell", listed(ta)))
+	if got := fetchID(ta); got != "a-0" {
+		t.Fatalf("first fetch = %q", got)
+	}
+	if err := env.js.DeleteConsumer(ctx, JobsStream, TenantConsumerName(model, ta)); err != nil {
+		t.Fatal(err)
+	}
+	submitJob(t, c, model, "a-1", "tenant-a", "")
+	submitJob(t, c, model, "b-0", "tenant-b", "")
+	testkit.Poll(t, 5*time.Second, testkit.Cond("both doorbells", func() bool { return listed(ta)() && listed(tb)() }))
+	if msg, err := q.Fetch(ctx, ta); err == nil {
+		t.Fatalf("fetch through a deleted consumer: %v, no error", msg)
+	}
+	if listed(ta)() {
+		t.Errorf("a queue whose fetch failed is still listed: %q", q.Pending())
+	}
+	if got := fetchID(tb); got != "b-0" {
+		t.Errorf("the other tenant's fetch = %q, want b-0", got)
+	}
+	deadline := time.After(5 * time.Second)
+	for !listed(ta)() {
+		select {
+		case <-q.Bell():
+		case <-deadline:
+			t.Fatalf("the failed queue was not listed again; pending %q", q.Pending())
+		}
+	}
+	if got := fetchID(ta); got != "a-1" {
+		t.Errorf("fetch after the back-off = %q, want a-1", got)
+	}
+}

@@ -327,3 +327,31 @@ func TestPastTheGate(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedFetchHoldsNoQueue: a tenant queue whose fetch fails (its
+// consumer deleted under the worker, as the server deletes one idle for an
+// hour) is looked at again after a short back-off, with its consumer looked
+// up again, and the worker reads the other queues meanwhile: with FetchWait
+// at a minute, both jobs below are served before the replies' 30 s idle
+// timeout. Before, the worker paused every queue for FetchWait after a
+// failed fetch, and kept the deleted consumer's handle for good.
+func TestFailedFetchHoldsNoQueue(t *testing.T) {
+	ev := startNATS(t)
+	e := startEngine(t, engine.Config{Context: 128, MaxBatch: 4})
+	startWorker(t, ev, Config{Models: map[string]*engine.Engine{model: e}, FetchWait: time.Minute})
+	runJob(t, ev, newJob(t, "Once upon a time", 4)) // tenant-a's consumer, created and held by the worker
+	name := queue.TenantConsumerName(model, queue.TenantToken("tenant-a"))
+	if err := ev.js.DeleteConsumer(context.Background(), queue.JobsStream, name); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newJob(t, "Once upon a time", 4), newJob(t, "Once upon a time", 4)
+	b.Tenant = "tenant-b"
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runJob(t, ev, a)
+	}()
+	time.Sleep(100 * time.Millisecond) // not a bound: B's job comes after A's failed fetch
+	runJob(t, ev, b)
+	<-done
+}

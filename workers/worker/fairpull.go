@@ -3,11 +3,13 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bulkhead-ai/bulkhead/queue"
@@ -102,8 +104,14 @@ func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *
 				msg, err := p.q.Fetch(ctx, tok)
 				if err != nil {
 					failed = true
-					if ctx.Err() == nil {
-						p.w.log.Warn("fetching jobs", "err", err)
+					switch {
+					case ctx.Err() != nil:
+					case errors.Is(err, nats.ErrNoResponders):
+						// A consumer just created on a replicated stream, or
+						// one whose leader moves: usual, and brief.
+						p.w.log.Debug("a tenant queue has no reachable leader yet; looking again after a back-off", "queue", tok)
+					default:
+						p.w.log.Warn("fetching jobs; looking again after a back-off", "queue", tok, "err", err)
 					}
 					continue
 				}
@@ -114,9 +122,13 @@ func (p *fairPull) next(ctx context.Context, slots chan struct{}, g gate, poll *
 			}
 		}
 		switch {
-		case failed: // do not spin on a broken connection
+		case failed:
+			// Do not spin on a broken connection: a queue whose fetch failed
+			// rings the bell again after its back-off (TenantQueues.Fetch),
+			// the others on their doorbells.
 			select {
 			case <-time.After(p.w.cfg.FetchWait):
+			case <-p.q.Bell():
 			case <-ctx.Done():
 			}
 		case open: // nothing queued for this model: wait for a doorbell
