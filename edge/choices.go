@@ -24,7 +24,11 @@ const MaxChoices = 8
 // tokens. Choice 0 is queued first; the others once its first token
 // arrived, by then its prefill has published the prompt's full pages in the
 // tenant's prefix cache, and the same session routes every choice to the
-// same worker, so they attach those pages and compute only the tail. Each
+// same worker, so they attach those pages and compute only the tail. The
+// others are routed only then, too: an edge that routed choice 0 to the
+// shared queue (it knew fewer than two workers, just started) routes them
+// by what it knows by then, the prompt's prefix announced by the worker
+// that took choice 0 among it. Each
 // choice is a job of its own to the queue, the quota and billing: its
 // concurrency slot, its reservation, its usage event and charge. The answer
 // carries every choice, in index order, with their usage summed. Each
@@ -68,9 +72,10 @@ func choiceID(id string, i int) string {
 
 // choiceGroup is what the choices of one request share.
 type choiceGroup struct {
-	f    choicesFormat      // the answer's head, end and errors: choice 0's
-	fs   []choicesFormat    // each choice's own, by index: its text and calls
-	stop context.CancelFunc // ends every choice's relay
+	f       choicesFormat      // the answer's head, end and errors: choice 0's
+	fs      []choicesFormat    // each choice's own, by index: its text and calls
+	stop    context.CancelFunc // ends every choice's relay
+	session string             // routes every choice's job (sessionOf)
 
 	first     chan struct{} // closed at choice 0's first token
 	firstOnce sync.Once
@@ -193,8 +198,9 @@ func (s *Server) generateChoices(w http.ResponseWriter, r *http.Request, c call,
 		}
 		cc := c
 		cc.in, cc.f = &in, formats[i]
-		jobs[i] = s.newJob(ids[i], c.p, c.m, a, &in, r)
+		jobs[i] = s.buildJob(ids[i], c.p, c.m, a, &in, r)
 		reps[i] = &replyStream{s: s, w: w, r: r, c: cc, group: g, index: i, seed: in.sampling.Seed}
+		g.session = sessionOf(r, &in) // the same for every choice
 	}
 	submitted := s.submitChoices(ctx, gctx, c, g, jobs, reps)
 	defer s.cancelUnfinished(r.Context(), ids[:submitted], reps[:submitted])
@@ -218,10 +224,10 @@ func (s *Server) admitChoices(r *http.Request, c call, ids []string) (admitted, 
 	return a, err
 }
 
-// submitChoices submits the choices' jobs, the others once choice 0's
-// prompt is prefilled, and relays each one's replies into reps under gctx.
-// It returns once every relay has ended, with how many jobs it submitted
-// (the first ones): it stops at a failure or when gctx ends.
+// submitChoices routes and submits the choices' jobs, the others once
+// choice 0's prompt is prefilled, and relays each one's replies into reps
+// under gctx. It returns once every relay has ended, with how many jobs it
+// submitted (the first ones): it stops at a failure or when gctx ends.
 func (s *Server) submitChoices(ctx, gctx context.Context, c call, g *choiceGroup, jobs []*queue.Job, reps []*replyStream) int {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -236,6 +242,7 @@ func (s *Server) submitChoices(ctx, gctx context.Context, c call, g *choiceGroup
 		if gctx.Err() != nil {
 			return i
 		}
+		s.route(jobs[i], g.session)
 		replies, err := s.submitChoice(ctx, c, jobs[i])
 		if err != nil {
 			g.fail(err)

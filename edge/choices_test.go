@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/bulkhead-ai/bulkhead/edge/quota"
+	"github.com/bulkhead-ai/bulkhead/models/testkit"
 	"github.com/bulkhead-ai/bulkhead/queue"
 )
 
@@ -585,4 +587,70 @@ func TestOpenAISDKChoicesTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("streamed", acc.Choices)
+}
+
+// TestChoicesRoutedAfterTheFirst: choices 1 and up are routed once choice
+// 0's first token arrived, by what the edge knows then. Here the edge knew
+// one worker when the request came, so choice 0 took the shared queue; a
+// second worker announced itself before choice 0's first token, and the
+// first had announced the prompt's prefix: every other choice goes to the
+// worker holding the prompt. Routed with choice 0, they took the shared
+// queue too, where any worker could take them.
+func TestChoicesRoutedAfterTheFirst(t *testing.T) {
+	h := newHarness(t, harnessOpts{routed: true})
+	announce := func(subj string, v any) { // also from the worker's goroutine: no Fatal
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err == nil {
+			err = h.nc.Publish(subj, b)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	status := func(id string) queue.WorkerStatus {
+		return queue.WorkerStatus{Worker: id, MaxBatch: 16, Pages: 100, FreePages: 100, PageSize: 16}
+	}
+	body := func(n int) string {
+		return fmt.Sprintf(`{"model":"%s","messages":[{"role":"user","content":"%s"}],"n":%d,"max_tokens":2}`,
+			modelStories, strings.Repeat("Tell me a story about a cat. ", 8), n)
+	}
+	if status, _, b := h.do("POST", "/v1/chat/completions", "alice", body(1)); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	prompt := h.lastJob().Prompt // the rendered prompt, as a worker announces it
+	announce(queue.PrefixSubject(modelStories), queue.PrefixNotice{Worker: "w1", Tenant: queue.TenantToken("alice"), Keys: queue.PrefixKeys("alice", prompt)})
+	announce(queue.StatusSubject(modelStories), status("w1"))
+	testkit.Poll(t, 5*time.Second, testkit.Cond("one worker announced", func() bool { return len(h.router.Workers(modelStories)) == 1 }))
+	h.setBehaviour(func(ctx context.Context, h *harness, job *queue.Job, rp *queue.Replier) {
+		if !strings.Contains(job.ID, "-c") { // choice 0: a second worker comes before its first token
+			announce(queue.StatusSubject(modelStories), status("w2"))
+			for deadline := time.Now().Add(5 * time.Second); len(h.router.Workers(modelStories)) < 2; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the second worker's announcement never reached the router")
+					break
+				}
+			}
+		}
+		reply("Hello", " world")(ctx, h, job, rp)
+	})
+	before := h.jobCount()
+	if status, _, b := h.do("POST", "/v1/chat/completions", "alice", body(3)); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	h.mu.Lock()
+	jobs := slices.Clone(h.jobs[before:])
+	h.mu.Unlock()
+	if len(jobs) != 3 {
+		t.Fatalf("%d jobs, want 3", len(jobs))
+	}
+	for _, job := range jobs {
+		want := "w1"
+		if !strings.Contains(job.ID, "-c") {
+			want = "" // one worker known: the shared queue
+		}
+		if job.Route != want {
+			t.Errorf("job %s routed to %q, want %q", job.ID, job.Route, want)
+		}
+	}
 }

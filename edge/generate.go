@@ -111,10 +111,18 @@ func (s *Server) refuse(r *http.Request, err error) *Error {
 	return e
 }
 
-// newJob builds the job for an admitted request. The tenant, which is also
-// the prefix cache's namespace, is the verified principal's. The job uses
-// the cache unless the body opted out or the tenant's class keeps it out.
+// newJob builds the job for an admitted request and routes it (route).
 func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitted, in *genInput, r *http.Request) *queue.Job {
+	job := s.buildJob(id, p, m, a, in, r)
+	s.route(job, sessionOf(r, in))
+	return job
+}
+
+// buildJob builds the job for an admitted request, not yet routed. The
+// tenant, which is also the prefix cache's namespace, is the verified
+// principal's. The job uses the cache unless the body opted out or the
+// tenant's class keeps it out.
+func (s *Server) buildJob(id string, p auth.Principal, m *catalog.Model, a admitted, in *genInput, r *http.Request) *queue.Job {
 	class := s.class(p.Tenant)
 	job := &queue.Job{
 		ID:           id,
@@ -148,12 +156,16 @@ func (s *Server) newJob(id string, p auth.Principal, m *catalog.Model, a admitte
 	if span := infoOf(r).span; len(in.metadata) > 0 && span.IsRecording() {
 		span.SetAttributes(queue.MetadataAttributes(in.metadata)...) // sorted and allocated only when traced
 	}
-	session := r.Header.Get(SessionHeader)
-	if session == "" {
-		session = in.cacheKey
-	}
-	s.route(job, session)
 	return job
+}
+
+// sessionOf is the request's session for routing: its x-session-affinity
+// header, else its prompt_cache_key.
+func sessionOf(r *http.Request, in *genInput) string {
+	if session := r.Header.Get(SessionHeader); session != "" {
+		return session
+	}
+	return in.cacheKey
 }
 
 // SessionHeader names a conversation, so that its jobs go to the worker
