@@ -116,8 +116,12 @@ func (d *delivery) handOver(rctx context.Context, p *engine.Prefilled) (err erro
 // streamed, or its redelivery, ends the job itself).
 func (d *delivery) failHandOver(ctx context.Context, err, cause error) {
 	kctx := context.WithoutCancel(ctx)
-	d.log.Warn("KV hand-over failed", "err", err)
 	kind, text := handOverFailure(err, cause, false, d.w.cfg.Handoff.Sender)
+	if kind == queue.ErrKindAborted { // the client cancelled: routine
+		d.log.Info("KV hand-over ended: the request was cancelled", "err", err)
+	} else {
+		d.log.Warn("KV hand-over failed", "err", err)
+	}
 	ferr := d.rp.FailIfHeld(kctx, kind, text)
 	if !errors.Is(ferr, queue.ErrLostClaim) {
 		if !errors.Is(ferr, queue.ErrEnded) {
